@@ -1,0 +1,167 @@
+//! Wiring: [`bind`] opens the sockets (so callers, tests included, learn the real addresses
+//! before anything runs), [`run`] starts readers, flusher and HTTP server and owns the shutdown
+//! order: stop the readers (each reads what the kernel still holds), then the final flush.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::aggregate::Window;
+use crate::config::Config;
+use crate::flush::Flusher;
+use crate::http::{AppState, router};
+use crate::ingest::LineHandler;
+use crate::ingest::udp::{self, Reader};
+use crate::store::Writer;
+use crate::telemetry::Telemetry;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot listen on UDP {addr}: {source}")]
+    Udp {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on HTTP {addr}: {source}")]
+    Http {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("redis URL: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// The agent's sockets, bound but not yet read.
+#[derive(Debug)]
+pub struct Listeners {
+    pub udp: Vec<udp::BoundUdp>,
+    pub http: std::net::TcpListener,
+}
+
+impl Listeners {
+    pub fn udp_addrs(&self) -> Vec<SocketAddr> {
+        self.udp
+            .iter()
+            .filter_map(|u| u.socket.local_addr().ok())
+            .collect()
+    }
+
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.local_addr().ok()
+    }
+}
+
+/// Binds every UDP address and the HTTP address of `config`.
+pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
+    let mut sockets = Vec::new();
+    for &addr in &config.udp {
+        let bound = udp::bind(addr, config.receive_buffer_bytes)
+            .map_err(|source| AgentError::Udp { addr, source })?;
+        tracing::info!(
+            %addr,
+            receive_buffer_bytes = bound.receive_buffer_bytes,
+            requested = config.receive_buffer_bytes,
+            "listening for StatsD (the kernel reports twice the usable buffer; raise net.core.rmem_max for more)"
+        );
+        sockets.push(bound);
+    }
+    let http_err = |source| AgentError::Http {
+        addr: config.http,
+        source,
+    };
+    let http = std::net::TcpListener::bind(config.http).map_err(http_err)?;
+    http.set_nonblocking(true).map_err(http_err)?;
+    Ok(Listeners { udp: sockets, http })
+}
+
+/// A random id for flush tokens when the configuration names none.
+fn agent_id(config: &Config) -> String {
+    if config.agent_id.is_empty() {
+        format!("{:016x}", rand::random::<u64>())
+    } else {
+        config.agent_id.clone()
+    }
+}
+
+/// Runs the agent until `shutdown` is cancelled, then stops in order and returns.
+pub async fn run(
+    config: Config,
+    listeners: Listeners,
+    telemetry: Arc<Telemetry>,
+    shutdown: CancellationToken,
+) -> Result<(), AgentError> {
+    let client = redis::Client::open(config.redis.as_str())?;
+    let tracker = TaskTracker::new();
+
+    let mut windows = Vec::new();
+    for bound in listeners.udp {
+        let socket =
+            tokio::net::UdpSocket::from_std(bound.socket).map_err(|source| AgentError::Udp {
+                addr: config.udp[windows.len()],
+                source,
+            })?;
+        let window = Arc::new(Mutex::new(Window::default()));
+        windows.push(window.clone());
+        let reader = Reader {
+            socket,
+            window,
+            handler: LineHandler::new(config.sanitize_names),
+            telemetry: telemetry.clone(),
+            max_datagram_bytes: config.max_datagram_bytes,
+        };
+        tracker.spawn(reader.run(shutdown.clone()));
+    }
+    tracker.close();
+
+    let id = agent_id(&config);
+    tracing::info!(agent_id = %id, redis = %redacted(&config.redis), "agent started");
+    let writer = Writer::new(
+        client.clone(),
+        Duration::from_millis(config.redis_timeout_ms),
+        telemetry.clone(),
+    );
+    let flusher_stop = CancellationToken::new();
+    let flusher = tokio::spawn(
+        Flusher::new(windows, writer, id, config.clone(), telemetry.clone())
+            .run(flusher_stop.clone()),
+    );
+
+    let http =
+        tokio::net::TcpListener::from_std(listeners.http).map_err(|source| AgentError::Http {
+            addr: config.http,
+            source,
+        })?;
+    let app = router(AppState {
+        telemetry,
+        redis: client,
+    });
+    let http_shutdown = shutdown.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(http, app)
+            .with_graceful_shutdown(http_shutdown.cancelled_owned())
+            .await
+    });
+
+    shutdown.cancelled().await;
+    tracing::info!("shutting down: reading what is queued, then the final flush");
+    tracker.wait().await;
+    flusher_stop.cancel();
+    let _ = flusher.await;
+    if let Ok(Err(e)) = server.await {
+        tracing::warn!(error = %e, "HTTP server ended with an error");
+    }
+    Ok(())
+}
+
+/// The Redis URL without its password, for logs.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,281 @@
+//! One window's state per series (SPEC §3): counters, timer/histogram/distribution stats,
+//! gauge updates, set members and log entries.
+//!
+//! Readers [`Window::record`] into their own window; the flusher takes every reader's window at
+//! the boundary, [`Window::merge`]s them, and hands the result to the [`Ledger`], which keeps
+//! what lives across windows (counter carries, gauge values) and produces a [`ClosedWindow`] of
+//! exactly the values to write.
+
+mod log;
+
+pub use log::{LogEntry, Severity};
+
+use hashbrown::{HashMap, HashSet};
+
+use crate::protocol::{MetricType, Sample, Value};
+
+/// Timers, histograms and distributions keep the same statistics under different ZSET names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StatKind {
+    Timer,
+    Histogram,
+    Distribution,
+}
+
+impl StatKind {
+    pub const ALL: [StatKind; 3] = [StatKind::Timer, StatKind::Histogram, StatKind::Distribution];
+
+    /// The book's `<type>` part of `stats:<series>:<type>`.
+    pub fn redis_name(self) -> &'static str {
+        match self {
+            StatKind::Timer => "AccessTime",
+            StatKind::Histogram => "Histogram",
+            StatKind::Distribution => "Distribution",
+        }
+    }
+}
+
+/// count, sum and sum of squares weighted by `1 / rate`; min and max unweighted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stats {
+    pub count: f64,
+    pub sum: f64,
+    pub sumsq: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stats {
+    fn new() -> Stats {
+        Stats {
+            count: 0.0,
+            sum: 0.0,
+            sumsq: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+        }
+    }
+
+    fn add(&mut self, value: f64, weight: f64) {
+        self.count += weight;
+        self.sum += value * weight;
+        self.sumsq += value * value * weight;
+        self.min = self.min.min(value);
+        self.max = self.max.max(value);
+    }
+
+    fn merge(&mut self, other: &Stats) {
+        self.count += other.count;
+        self.sum += other.sum;
+        self.sumsq += other.sumsq;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+}
+
+/// What a window did to a gauge: the last absolute value it set, if any, plus the deltas after it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GaugeUpdate {
+    pub set: Option<f64>,
+    pub delta: f64,
+}
+
+impl GaugeUpdate {
+    /// `self` followed by `later`.
+    fn then(self, later: GaugeUpdate) -> GaugeUpdate {
+        match later.set {
+            Some(_) => later,
+            None => GaugeUpdate {
+                set: self.set,
+                delta: self.delta + later.delta,
+            },
+        }
+    }
+
+    fn apply(self, current: Option<f64>) -> f64 {
+        self.set.or(current).unwrap_or(0.0) + self.delta
+    }
+}
+
+/// Everything received in one window, keyed by series name.
+#[derive(Debug, Default)]
+pub struct Window {
+    pub counters: HashMap<Box<str>, f64>,
+    /// Indexed by `StatKind as usize`.
+    pub stats: [HashMap<Box<str>, Stats>; 3],
+    pub gauges: HashMap<Box<str>, GaugeUpdate>,
+    pub sets: HashMap<Box<str>, HashSet<Box<[u8]>>>,
+    pub logs: Vec<LogEntry>,
+}
+
+impl Window {
+    /// Adds one sample of `series`. Known series are updated in place without allocating.
+    pub fn record(&mut self, series: &str, sample: &Sample<'_>) {
+        let weight = 1.0 / sample.rate;
+        match (sample.kind, sample.value) {
+            (MetricType::Counter, Value::Number(v)) => {
+                *self.counters.entry_ref(series).or_insert(0.0) += v * weight;
+            }
+            (MetricType::Gauge, Value::Number(v)) => {
+                let update = GaugeUpdate {
+                    set: Some(v),
+                    delta: 0.0,
+                };
+                self.record_gauge(series, update);
+            }
+            (MetricType::Gauge, Value::GaugeDelta(d)) => {
+                let update = GaugeUpdate {
+                    set: None,
+                    delta: d,
+                };
+                self.record_gauge(series, update);
+            }
+            (MetricType::Set, Value::Member(m)) => {
+                let members = self.sets.entry_ref(series).or_default();
+                if !members.contains(m) {
+                    members.insert(m.into());
+                }
+            }
+            (kind, Value::Number(v)) => {
+                let kind = match kind {
+                    MetricType::Timer => StatKind::Timer,
+                    MetricType::Histogram => StatKind::Histogram,
+                    _ => StatKind::Distribution,
+                };
+                self.record_stat(series, kind, v, weight);
+            }
+            // The parser pairs members only with sets and deltas only with gauges.
+            _ => {}
+        }
+    }
+
+    fn record_gauge(&mut self, series: &str, update: GaugeUpdate) {
+        let slot = self.gauges.entry_ref(series).or_default();
+        *slot = slot.then(update);
+    }
+
+    fn record_stat(&mut self, series: &str, kind: StatKind, value: f64, weight: f64) {
+        self.stats[kind as usize]
+            .entry_ref(series)
+            .or_insert_with(Stats::new)
+            .add(value, weight);
+    }
+
+    pub fn record_log(&mut self, entry: LogEntry) {
+        self.logs.push(entry);
+    }
+
+    /// Folds a window of the same period, received after `self`, into `self`.
+    pub fn merge(&mut self, other: Window) {
+        for (series, v) in other.counters {
+            *self.counters.entry(series).or_insert(0.0) += v;
+        }
+        for (mine, theirs) in self.stats.iter_mut().zip(other.stats) {
+            for (series, s) in theirs {
+                mine.entry(series).or_insert_with(Stats::new).merge(&s);
+            }
+        }
+        for (series, g) in other.gauges {
+            let slot = self.gauges.entry(series).or_default();
+            *slot = slot.then(g);
+        }
+        for (series, members) in other.sets {
+            self.sets.entry(series).or_default().extend(members);
+        }
+        self.logs.extend(other.logs);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counters.is_empty()
+            && self.stats.iter().all(HashMap::is_empty)
+            && self.gauges.is_empty()
+            && self.sets.is_empty()
+            && self.logs.is_empty()
+    }
+}
+
+/// A window ready to write: every value final, counters as integers.
+#[derive(Debug, Default, PartialEq)]
+pub struct ClosedWindow {
+    /// Start of the window, epoch seconds.
+    pub start: u64,
+    pub counters: Vec<(Box<str>, i64)>,
+    pub stats: Vec<(Box<str>, StatKind, Stats)>,
+    /// The gauges this window touched, with their value after it.
+    pub gauges: Vec<(Box<str>, f64)>,
+    pub sets: Vec<(Box<str>, Vec<Box<[u8]>>)>,
+    pub logs: Vec<LogEntry>,
+}
+
+impl ClosedWindow {
+    pub fn is_empty(&self) -> bool {
+        self.counters.is_empty()
+            && self.stats.is_empty()
+            && self.gauges.is_empty()
+            && self.sets.is_empty()
+            && self.logs.is_empty()
+    }
+}
+
+/// Sums closer than this to a whole number are that number: `0.1 / 0.1`-style float noise must
+/// not turn an exact total into a carried 0.999....
+const WHOLE_EPSILON: f64 = 1e-9;
+
+/// What lives across windows: each counter's carried fraction and each gauge's value.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    carries: HashMap<Box<str>, f64>,
+    gauges: HashMap<Box<str>, f64>,
+}
+
+impl Ledger {
+    /// Turns a window into the values to write; must be called in window order.
+    pub fn close(&mut self, start: u64, window: Window) -> ClosedWindow {
+        let mut closed = ClosedWindow {
+            start,
+            ..ClosedWindow::default()
+        };
+        for (series, v) in window.counters {
+            let mut total = v + self.carries.remove(&series).unwrap_or(0.0);
+            if (total - total.round()).abs() < WHOLE_EPSILON {
+                total = total.round();
+            }
+            let whole = total.trunc();
+            if total != whole {
+                self.carries.insert(series.clone(), total - whole);
+            }
+            // `as` saturates: a sum beyond i64 is written as i64::MAX rather than wrapping.
+            closed.counters.push((series, whole as i64));
+        }
+        for (kind, stats) in StatKind::ALL.into_iter().zip(window.stats) {
+            closed
+                .stats
+                .extend(stats.into_iter().map(|(series, s)| (series, kind, s)));
+        }
+        for (series, update) in window.gauges {
+            let value = update.apply(self.gauges.get(&series).copied());
+            self.gauges.insert(series.clone(), value);
+            closed.gauges.push((series, value));
+        }
+        closed.sets = window
+            .sets
+            .into_iter()
+            .map(|(series, members)| (series, members.into_iter().collect()))
+            .collect();
+        closed.logs = window.logs;
+        closed
+    }
+
+    /// The current value of a gauge, as the agent knows it.
+    pub fn gauge(&self, series: &str) -> Option<f64> {
+        self.gauges.get(series).copied()
+    }
+
+    /// Number of gauges the agent remembers.
+    pub fn gauge_count(&self) -> usize {
+        self.gauges.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

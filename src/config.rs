@@ -1,0 +1,316 @@
+//! Configuration (SPEC §7): built-in defaults, overlaid by a TOML file, overlaid by environment
+//! variables and flags (clap reads both; a flag wins over its variable).
+//!
+//! Entry points: [`Args`] (the flags) and [`Args::into_config`]. Every key is documented in
+//! `config.example.toml`; a bad value is a [`ConfigError`] that names its key.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args as ClapArgs;
+use serde::{Deserialize, Serialize};
+
+/// The agent's settings. Field names are the TOML keys; units are in the names.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// UDP addresses to receive StatsD on.
+    pub udp: Vec<SocketAddr>,
+    /// Redis URL: `redis://[:password@]host:port/db`, `rediss://` for TLS, `redis+unix:///path`.
+    pub redis: String,
+    /// Address of the HTTP server (`/metrics`, `/healthz`, `/readyz`).
+    pub http: SocketAddr,
+    /// Prepended to every Redis key the agent writes.
+    pub key_prefix: String,
+    /// Counter precisions in seconds.
+    pub precisions: Vec<u64>,
+    /// Samples kept per counter at each precision (used by the cleaner).
+    pub sample_count: u64,
+    /// Length of an aggregation window, in seconds.
+    pub flush_interval_secs: u64,
+    /// Kernel receive buffer asked for on each UDP socket (capped by `net.core.rmem_max`).
+    pub receive_buffer_bytes: usize,
+    /// Read buffer per datagram; larger datagrams are truncated and their last line dropped.
+    pub max_datagram_bytes: usize,
+    /// Sanitize metric names and tags like Etsy statsd.
+    pub sanitize_names: bool,
+    /// Closed windows kept in memory while Redis is unavailable; the oldest is dropped past this.
+    pub max_backlog_windows: usize,
+    /// How long shutdown may spend writing the last window and the backlog.
+    pub shutdown_timeout_secs: u64,
+    /// How long one Redis call may take before it counts as failed.
+    pub redis_timeout_ms: u64,
+    /// Series per flush chunk (one server-side script call).
+    pub max_series_per_chunk: usize,
+    /// This agent's name in flush tokens; empty means a random one per start.
+    pub agent_id: String,
+}
+
+pub const DEFAULT_PRECISIONS: [u64; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            udp: vec![SocketAddr::from(([127, 0, 0, 1], 8125))],
+            redis: "redis://127.0.0.1:6379/0".into(),
+            http: SocketAddr::from(([127, 0, 0, 1], 9102)),
+            key_prefix: String::new(),
+            precisions: DEFAULT_PRECISIONS.to_vec(),
+            // The number of samples the chapter's text keeps.
+            sample_count: 120,
+            flush_interval_secs: 1,
+            // 8 MiB rides out a few hundred milliseconds of a stalled reader at high rates.
+            receive_buffer_bytes: 8 << 20,
+            // The largest UDP payload: any datagram is read whole.
+            max_datagram_bytes: 65535,
+            sanitize_names: true,
+            // An hour of one-second windows.
+            max_backlog_windows: 3600,
+            shutdown_timeout_secs: 10,
+            redis_timeout_ms: 2000,
+            max_series_per_chunk: 1000,
+            agent_id: String::new(),
+        }
+    }
+}
+
+/// A configuration problem, always naming the key it is about.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("invalid value for `{key}`: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+fn err(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+impl Config {
+    /// Parses a TOML document; unknown keys and mistyped values are errors naming the key.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let de =
+            toml::Deserializer::parse(text).map_err(|e| err("config", e.message().to_string()))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            err(
+                if key == "." { "config" } else { &key },
+                e.inner().message().to_string(),
+            )
+        })
+    }
+
+    /// Checks the values that types alone don't.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.udp.is_empty() {
+            return Err(err("udp", "at least one address is needed"));
+        }
+        redis::Client::open(self.redis.as_str()).map_err(|e| err("redis", e.to_string()))?;
+        if self.precisions.is_empty() {
+            return Err(err("precisions", "at least one precision is needed"));
+        }
+        if self.precisions.contains(&0) {
+            return Err(err(
+                "precisions",
+                "precisions are whole seconds, at least 1",
+            ));
+        }
+        let mut sorted = self.precisions.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != self.precisions.len() {
+            return Err(err("precisions", "each precision may appear once"));
+        }
+        if self.sample_count == 0 {
+            return Err(err("sample_count", "must be at least 1"));
+        }
+        if self.flush_interval_secs == 0 || self.flush_interval_secs > 60 {
+            return Err(err("flush_interval_secs", "must be between 1 and 60"));
+        }
+        if self.max_datagram_bytes < 512 || self.max_datagram_bytes > 65535 {
+            return Err(err("max_datagram_bytes", "must be between 512 and 65535"));
+        }
+        if self.max_backlog_windows == 0 {
+            return Err(err("max_backlog_windows", "must be at least 1"));
+        }
+        if self.redis_timeout_ms == 0 {
+            return Err(err("redis_timeout_ms", "must be at least 1"));
+        }
+        if self.max_series_per_chunk == 0 {
+            return Err(err("max_series_per_chunk", "must be at least 1"));
+        }
+        if self.agent_id.contains(char::is_whitespace) {
+            return Err(err("agent_id", "must not contain whitespace"));
+        }
+        Ok(())
+    }
+}
+
+/// Flags of the agent; each also reads `STATSD_REDIS_<FLAG>` from the environment.
+#[derive(Debug, Default, ClapArgs)]
+pub struct Args {
+    /// TOML configuration file (every key: config.example.toml).
+    #[arg(long, env = "STATSD_REDIS_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// UDP address to receive StatsD on; repeat for several [default: 127.0.0.1:8125].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_UDP",
+        value_name = "ADDR",
+        value_delimiter = ','
+    )]
+    pub udp: Option<Vec<SocketAddr>>,
+    /// Redis URL [default: redis://127.0.0.1:6379/0].
+    #[arg(long, env = "STATSD_REDIS_REDIS", value_name = "URL")]
+    pub redis: Option<String>,
+    /// HTTP address for /metrics, /healthz, /readyz [default: 127.0.0.1:9102].
+    #[arg(long, env = "STATSD_REDIS_HTTP", value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// Prefix for every Redis key [default: none].
+    #[arg(long, env = "STATSD_REDIS_KEY_PREFIX", value_name = "PREFIX")]
+    pub key_prefix: Option<String>,
+    /// Counter precisions in seconds [default: 1,5,60,300,3600,18000,86400].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_PRECISIONS",
+        value_name = "SECS",
+        value_delimiter = ','
+    )]
+    pub precisions: Option<Vec<u64>>,
+    /// Samples kept per counter and precision [default: 120].
+    #[arg(long, env = "STATSD_REDIS_SAMPLE_COUNT", value_name = "N")]
+    pub sample_count: Option<u64>,
+    /// Aggregation window in seconds [default: 1].
+    #[arg(long, env = "STATSD_REDIS_FLUSH_INTERVAL_SECS", value_name = "SECS")]
+    pub flush_interval_secs: Option<u64>,
+    /// Kernel receive buffer per UDP socket [default: 8388608].
+    #[arg(long, env = "STATSD_REDIS_RECEIVE_BUFFER_BYTES", value_name = "BYTES")]
+    pub receive_buffer_bytes: Option<usize>,
+    /// Read buffer per datagram [default: 65535].
+    #[arg(long, env = "STATSD_REDIS_MAX_DATAGRAM_BYTES", value_name = "BYTES")]
+    pub max_datagram_bytes: Option<usize>,
+    /// Sanitize metric names like Etsy statsd [default: true].
+    #[arg(long, env = "STATSD_REDIS_SANITIZE_NAMES", value_name = "BOOL")]
+    pub sanitize_names: Option<bool>,
+    /// Windows kept while Redis is down [default: 3600].
+    #[arg(long, env = "STATSD_REDIS_MAX_BACKLOG_WINDOWS", value_name = "N")]
+    pub max_backlog_windows: Option<usize>,
+    /// Time allowed for the final flush on SIGTERM/SIGINT [default: 10].
+    #[arg(long, env = "STATSD_REDIS_SHUTDOWN_TIMEOUT_SECS", value_name = "SECS")]
+    pub shutdown_timeout_secs: Option<u64>,
+    /// Timeout of one Redis call [default: 2000].
+    #[arg(long, env = "STATSD_REDIS_REDIS_TIMEOUT_MS", value_name = "MS")]
+    pub redis_timeout_ms: Option<u64>,
+    /// Series per flush script call [default: 1000].
+    #[arg(long, env = "STATSD_REDIS_MAX_SERIES_PER_CHUNK", value_name = "N")]
+    pub max_series_per_chunk: Option<usize>,
+    /// Agent name in flush tokens [default: random per start].
+    #[arg(long, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
+    pub agent_id: Option<String>,
+}
+
+impl Args {
+    /// Defaults, then the file (if any), then these flags/variables; validated.
+    pub fn into_config(self) -> Result<Config, ConfigError> {
+        let mut config = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
+                Config::from_toml(&text)?
+            }
+            None => Config::default(),
+        };
+        macro_rules! overlay {
+            ($($field:ident),*) => { $( if let Some(v) = self.$field { config.$field = v; } )* };
+        }
+        overlay!(
+            udp,
+            redis,
+            http,
+            key_prefix,
+            precisions,
+            sample_count,
+            flush_interval_secs,
+            receive_buffer_bytes,
+            max_datagram_bytes,
+            sanitize_names,
+            max_backlog_windows,
+            shutdown_timeout_secs,
+            redis_timeout_ms,
+            max_series_per_chunk,
+            agent_id
+        );
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_file_parses_to_the_defaults() {
+        let text = include_str!("../config.example.toml");
+        assert_eq!(Config::from_toml(text), Ok(Config::default()));
+    }
+
+    #[test]
+    fn every_key_is_in_the_example_file() {
+        let text = include_str!("../config.example.toml");
+        let table: toml::Table = text.parse().unwrap();
+        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        for key in defaults.keys() {
+            assert!(table.contains_key(key), "config.example.toml lacks `{key}`");
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = Config::from_toml("sample_cout = 5").unwrap_err();
+        assert_eq!(e.key, "config");
+        assert!(e.message.contains("sample_cout"), "{e}");
+    }
+
+    #[test]
+    fn mistyped_value_is_named() {
+        let e = Config::from_toml("sample_count = \"ten\"").unwrap_err();
+        assert_eq!(e.key, "sample_count");
+        let e = Config::from_toml("udp = [\"nowhere\"]").unwrap_err();
+        assert_eq!(e.key, "udp[0]");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let bad = |f: fn(&mut Config), key: &str| {
+            let mut c = Config::default();
+            f(&mut c);
+            assert_eq!(c.validate().unwrap_err().key, key);
+        };
+        bad(|c| c.sample_count = 0, "sample_count");
+        bad(|c| c.precisions = vec![], "precisions");
+        bad(|c| c.precisions = vec![1, 0], "precisions");
+        bad(|c| c.precisions = vec![5, 5], "precisions");
+        bad(|c| c.flush_interval_secs = 0, "flush_interval_secs");
+        bad(|c| c.redis = "http://x".into(), "redis");
+        bad(|c| c.udp = vec![], "udp");
+        bad(|c| c.max_datagram_bytes = 100, "max_datagram_bytes");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "sample_count = 7\nkey_prefix = \"file:\"\n").unwrap();
+        let args = Args {
+            config: Some(path),
+            sample_count: Some(9),
+            ..Args::default()
+        };
+        let c = args.into_config().unwrap();
+        assert_eq!((c.sample_count, c.key_prefix.as_str()), (9, "file:"));
+    }
+}

@@ -1,0 +1,27 @@
+//! # statsd-redis
+//!
+//! A StatsD / DogStatsD UDP agent that aggregates in one-second windows and writes them into
+//! Redis in the layout of *Redis in Action* chapter 5.
+//!
+//! ## Layout
+//! The modules follow a datagram:
+//! * [`protocol`]: pure parsing, bytes → lines → samples, events and service checks; series names.
+//! * [`ingest`]: UDP sockets; each reader parses into its own [`aggregate::Window`].
+//! * [`aggregate`]: one window's state per series, merged across readers; the [`aggregate::Ledger`]
+//!   keeps what lives across windows (counter carries, gauge values).
+//! * [`flush`]: at every window boundary, close the window and write it, with backlog and retry.
+//! * [`store`]: Redis key names (one place), the flush script and the writer.
+//! * [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! * [`telemetry`]: every self-metric, named and described in one place.
+//! * [`config`]: defaults, TOML file, environment and flags.
+//! * [`agent`]: binds the sockets and runs everything with one shutdown order.
+
+pub mod agent;
+pub mod aggregate;
+pub mod config;
+pub mod flush;
+pub mod http;
+pub mod ingest;
+pub mod protocol;
+pub mod store;
+pub mod telemetry;

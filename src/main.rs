@@ -1,0 +1,85 @@
+//! The `statsd-redis` binary: flags → [`Config`] → [`agent::run`], with exit codes
+//! 0 (clean stop), 1 (runtime failure), 2 (bad configuration or arguments).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use statsd_redis::agent;
+use statsd_redis::config::{Args, Config};
+use statsd_redis::telemetry::Telemetry;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(
+    name = "statsd-redis",
+    version,
+    about = "StatsD/DogStatsD agent writing Redis in Action's layout"
+)]
+struct Cli {
+    #[command(flatten)]
+    args: Args,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // One line that names the flag; clap's usage hints would bury it.
+            let text = e.to_string();
+            eprintln!("{}", text.lines().next().unwrap_or("invalid arguments"));
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    let config = match cli.args.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[tokio::main]
+async fn run(config: Config) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listeners = agent::bind(&config)?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    agent::run(config, listeners, Arc::new(Telemetry::new()), shutdown).await?;
+    Ok(())
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = int.recv() => tracing::info!("SIGINT"),
+    }
+    shutdown.cancel();
+}

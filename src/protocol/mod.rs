@@ -1,0 +1,308 @@
+//! The StatsD / DogStatsD line protocol (SPEC §2), as pure functions over bytes.
+//!
+//! [`lines`] splits a datagram, [`parse_line`] turns one line into a [`Line`] that borrows from
+//! the datagram, and [`SeriesNamer`] folds a metric's name and tags into its series name. No
+//! clock, socket or metric lives here: bad input is a [`BadLine`] value, never a panic.
+
+mod event;
+mod series;
+mod value;
+
+pub use event::{AlertType, Event, ServiceCheck};
+pub use series::SeriesNamer;
+
+use nom::IResult;
+use nom::Parser;
+use nom::bytes::complete::{tag, take_till, take_until};
+use smallvec::SmallVec;
+
+/// The six metric types of the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MetricType {
+    Counter,
+    Timer,
+    Histogram,
+    Distribution,
+    Gauge,
+    Set,
+}
+
+impl MetricType {
+    pub const ALL: [MetricType; 6] = [
+        MetricType::Counter,
+        MetricType::Timer,
+        MetricType::Histogram,
+        MetricType::Distribution,
+        MetricType::Gauge,
+        MetricType::Set,
+    ];
+
+    /// The type as it is written on the wire (`c`, `ms`, ...), also its metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricType::Counter => "c",
+            MetricType::Timer => "ms",
+            MetricType::Histogram => "h",
+            MetricType::Distribution => "d",
+            MetricType::Gauge => "g",
+            MetricType::Set => "s",
+        }
+    }
+
+    fn from_wire(b: &[u8]) -> Option<MetricType> {
+        Some(match b {
+            b"c" => MetricType::Counter,
+            b"ms" => MetricType::Timer,
+            b"h" => MetricType::Histogram,
+            b"d" => MetricType::Distribution,
+            b"g" => MetricType::Gauge,
+            b"s" => MetricType::Set,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a line was rejected. Each reason is a label of the bad-lines metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BadLine {
+    /// No `:` after the name (`a`).
+    MissingValue,
+    /// No `|type` after the value (`a:1`).
+    MissingType,
+    /// Nothing before the `:`, or nothing left after sanitizing.
+    EmptyName,
+    /// No value, or only empty values (`a:|c`).
+    EmptyValue,
+    UnknownType,
+    InvalidValue,
+    InvalidSampleRate,
+    InvalidTimestamp,
+    /// InfluxDB tags in the name and DogStatsD `#tags` on the same line.
+    MixedTagStyles,
+    InvalidUtf8,
+    InvalidEvent,
+    InvalidServiceCheck,
+    /// The partial last line of a datagram the kernel truncated.
+    Truncated,
+}
+
+impl BadLine {
+    pub const ALL: [BadLine; 13] = [
+        BadLine::MissingValue,
+        BadLine::MissingType,
+        BadLine::EmptyName,
+        BadLine::EmptyValue,
+        BadLine::UnknownType,
+        BadLine::InvalidValue,
+        BadLine::InvalidSampleRate,
+        BadLine::InvalidTimestamp,
+        BadLine::MixedTagStyles,
+        BadLine::InvalidUtf8,
+        BadLine::InvalidEvent,
+        BadLine::InvalidServiceCheck,
+        BadLine::Truncated,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BadLine::MissingValue => "missing_value",
+            BadLine::MissingType => "missing_type",
+            BadLine::EmptyName => "empty_name",
+            BadLine::EmptyValue => "empty_value",
+            BadLine::UnknownType => "unknown_type",
+            BadLine::InvalidValue => "invalid_value",
+            BadLine::InvalidSampleRate => "invalid_sample_rate",
+            BadLine::InvalidTimestamp => "invalid_timestamp",
+            BadLine::MixedTagStyles => "mixed_tag_styles",
+            BadLine::InvalidUtf8 => "invalid_utf8",
+            BadLine::InvalidEvent => "invalid_event",
+            BadLine::InvalidServiceCheck => "invalid_service_check",
+            BadLine::Truncated => "truncated",
+        }
+    }
+}
+
+/// One value of a metric line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value<'a> {
+    /// A counter increment, a timer/histogram/distribution sample, or a gauge's new value.
+    Number(f64),
+    /// A gauge value written with a leading sign: added to the current value.
+    GaugeDelta(f64),
+    /// A set member: the raw value text.
+    Member(&'a [u8]),
+}
+
+/// One sample of a metric line. A line yields several with the multi-value forms.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample<'a> {
+    pub kind: MetricType,
+    pub value: Value<'a>,
+    /// The sample rate, `0 < rate <= 1`; 1 when absent.
+    pub rate: f64,
+    /// DogStatsD `#tags` text of the segment, without the `#`.
+    pub tags: Option<&'a str>,
+}
+
+/// A parsed metric line: the name as sent, InfluxDB-style tags from the name, its samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricLine<'a> {
+    pub name: &'a str,
+    /// The `k=v,k2=v2` text after the first `,` of the name, if any.
+    pub influx_tags: Option<&'a str>,
+    /// Most lines carry one sample; four inline keep the multi-value forms allocation-free.
+    pub samples: SmallVec<[Sample<'a>; 4]>,
+    /// Optional fields the parser did not know and ignored.
+    pub unknown_fields: u32,
+}
+
+/// What one line of a datagram is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Line<'a> {
+    Metric(MetricLine<'a>),
+    Event(Event<'a>),
+    ServiceCheck(ServiceCheck<'a>),
+}
+
+/// Splits a datagram into its lines: `\n` separated, a trailing `\r` removed, empty lines skipped.
+pub fn lines(datagram: &[u8]) -> impl Iterator<Item = &[u8]> {
+    datagram
+        .split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.is_empty())
+}
+
+/// The part of a truncated datagram that holds whole lines, and whether a partial line was cut.
+pub fn whole_lines(datagram: &[u8]) -> (&[u8], bool) {
+    match datagram.iter().rposition(|b| *b == b'\n') {
+        Some(end) => (&datagram[..end], end + 1 < datagram.len()),
+        None => (&[], !datagram.is_empty()),
+    }
+}
+
+/// Parses one line (without its newline).
+pub fn parse_line(line: &[u8]) -> Result<Line<'_>, BadLine> {
+    if line.starts_with(b"_e{") {
+        return event::parse_event(line).map(Line::Event);
+    }
+    if line.starts_with(b"_sc|") {
+        return event::parse_service_check(line).map(Line::ServiceCheck);
+    }
+    parse_metric(line).map(Line::Metric)
+}
+
+fn utf8(b: &[u8]) -> Result<&str, BadLine> {
+    std::str::from_utf8(b).map_err(|_| BadLine::InvalidUtf8)
+}
+
+/// `take_till` for a byte, as the small nom parser the grammar is built from.
+fn till(byte: u8) -> impl Fn(&[u8]) -> IResult<&[u8], &[u8]> {
+    move |i| take_till(|b| b == byte)(i)
+}
+
+fn parse_metric(line: &[u8]) -> Result<MetricLine<'_>, BadLine> {
+    // name ':' rest — the name ends at the first ':'.
+    let (rest, head) = take_until::<_, _, nom::error::Error<&[u8]>>(":")(line)
+        .map_err(|_| BadLine::MissingValue)?;
+    let rest = &rest[1..];
+    let head = utf8(head)?;
+    let (name, influx_tags) = match head.split_once(',') {
+        Some((n, t)) => (n, Some(t)),
+        None => (head, None),
+    };
+    if name.is_empty() {
+        return Err(BadLine::EmptyName);
+    }
+
+    let mut out = MetricLine {
+        name,
+        influx_tags,
+        samples: SmallVec::new(),
+        unknown_fields: 0,
+    };
+    let mut input = rest;
+    loop {
+        input = parse_segment(input, &mut out)?;
+        if input.is_empty() {
+            break;
+        }
+        // A ':' after a segment starts the next Etsy segment (`a:1|c:5|ms`).
+        input = &input[1..];
+    }
+    if influx_tags.is_some() && out.samples.iter().any(|s| s.tags.is_some()) {
+        return Err(BadLine::MixedTagStyles);
+    }
+    Ok(out)
+}
+
+/// One `values|type[|field]...` segment; returns the input after it (empty, or starting at the
+/// `:` of the next segment).
+fn parse_segment<'a>(input: &'a [u8], out: &mut MetricLine<'a>) -> Result<&'a [u8], BadLine> {
+    let (input, values) = till(b'|')(input).map_err(|_| BadLine::MissingType)?;
+    let (input, _) =
+        tag::<_, _, nom::error::Error<&[u8]>>("|")(input).map_err(|_| BadLine::MissingType)?;
+    let (mut input, wire_type) = take_till(|b| b == b'|' || b == b':')
+        .parse(input)
+        .map_err(|_: nom::Err<nom::error::Error<&[u8]>>| BadLine::MissingType)?;
+    if wire_type.is_empty() {
+        return Err(BadLine::MissingType);
+    }
+    let kind = MetricType::from_wire(wire_type).ok_or(BadLine::UnknownType)?;
+
+    let mut rate = 1.0;
+    let mut tags = None;
+    while let Some(rest) = input.strip_prefix(b"|") {
+        // Only a rate or timestamp field can be followed by the ':' of an Etsy segment
+        // (`a:1|c|@0.5:5|ms`); tags, container ids and unknown fields may hold ':'.
+        let field_end = if matches!(rest.first(), Some(b'@' | b'T')) {
+            rest.iter().position(|b| *b == b'|' || *b == b':')
+        } else {
+            rest.iter().position(|b| *b == b'|')
+        }
+        .unwrap_or(rest.len());
+        let (field, after) = rest.split_at(field_end);
+        input = after;
+        match field.first() {
+            Some(b'@') => rate = value::parse_sample_rate(&field[1..])?,
+            Some(b'#') => tags = Some(utf8(&field[1..])?).filter(|t| !t.is_empty()),
+            Some(b'T') if !field[1..].is_empty() => {
+                value::parse_timestamp(&field[1..])?;
+            }
+            Some(b'c') if field.starts_with(b"c:") => {}
+            _ => out.unknown_fields += 1,
+        }
+    }
+
+    let before = out.samples.len();
+    if kind == MetricType::Set {
+        if !values.is_empty() {
+            out.samples.push(Sample {
+                kind,
+                value: Value::Member(values),
+                rate,
+                tags,
+            });
+        }
+    } else {
+        for text in values.split(|b| *b == b':').filter(|v| !v.is_empty()) {
+            let value = if kind == MetricType::Gauge && matches!(text[0], b'+' | b'-') {
+                Value::GaugeDelta(value::parse_number(text)?)
+            } else {
+                Value::Number(value::parse_number(text)?)
+            };
+            out.samples.push(Sample {
+                kind,
+                value,
+                rate,
+                tags,
+            });
+        }
+    }
+    if out.samples.len() == before {
+        return Err(BadLine::EmptyValue);
+    }
+    Ok(input)
+}
+
+#[cfg(test)]
+mod tests;

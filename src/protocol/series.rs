@@ -1,0 +1,242 @@
+//! Series names: a metric's name and tags folded into one Graphite-tag string
+//! `name;k=v;k2=v2;bare`, tags sorted by key then value so tag order never splits a series.
+//!
+//! [`SeriesNamer`] keeps its buffers between lines, so naming a series allocates nothing once
+//! the buffers have grown; an untagged name that needs no sanitizing is returned as is.
+
+use std::ops::Range;
+
+use super::BadLine;
+
+/// Bytes a name keeps when sanitizing (Etsy's `keyNameSanitize` plus `;` and `=`).
+fn name_byte_allowed(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b';' | b'=')
+}
+
+/// Tag keys and values lose `;` and `=` too: they separate the tags in the series name.
+fn tag_byte_allowed(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
+/// Appends `src` sanitized to `out`: whitespace runs become `_`, `/` becomes `-`, every other
+/// byte outside the allowed set is dropped. Returns whether anything changed.
+fn sanitize_into(src: &str, out: &mut String, allowed: fn(u8) -> bool) -> bool {
+    if src.bytes().all(allowed) {
+        out.push_str(src);
+        return false;
+    }
+    let mut in_space = false;
+    for c in src.chars() {
+        if c.is_whitespace() {
+            if !in_space {
+                out.push('_');
+            }
+            in_space = true;
+            continue;
+        }
+        in_space = false;
+        match c {
+            '/' => out.push('-'),
+            c if c.is_ascii() && allowed(c as u8) => out.push(c),
+            _ => {}
+        }
+    }
+    true
+}
+
+/// Builds series names with reusable buffers.
+#[derive(Debug)]
+pub struct SeriesNamer {
+    sanitize: bool,
+    out: String,
+    tag_text: String,
+    tags: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl SeriesNamer {
+    pub fn new(sanitize: bool) -> Self {
+        SeriesNamer {
+            sanitize,
+            out: String::new(),
+            tag_text: String::new(),
+            tags: Vec::new(),
+        }
+    }
+
+    /// The series name of a metric, and whether sanitizing changed anything.
+    ///
+    /// `influx` is the `k=v,...` text from the name, `dog` the `k:v,...` text of `#tags`; at most
+    /// one of them is given (the parser rejects lines with both).
+    pub fn series<'s>(
+        &'s mut self,
+        name: &'s str,
+        influx: Option<&str>,
+        dog: Option<&str>,
+    ) -> Result<(&'s str, bool), BadLine> {
+        let tags = match (influx, dog) {
+            (Some(t), _) => Some((t, '=')),
+            (None, Some(t)) => Some((t, ':')),
+            (None, None) => None,
+        };
+        if tags.is_none() && (!self.sanitize || name.bytes().all(name_byte_allowed)) {
+            if name.is_empty() {
+                return Err(BadLine::EmptyName);
+            }
+            return Ok((name, false));
+        }
+
+        self.out.clear();
+        let mut renamed = self.push_part(name, true);
+        if self.out.is_empty() {
+            return Err(BadLine::EmptyName);
+        }
+        if let Some((text, kv_separator)) = tags {
+            renamed |= self.collect_tags(text, kv_separator);
+            let text = &self.tag_text;
+            self.tags.sort_unstable_by(|a, b| {
+                (&text[a.0.clone()], &text[a.1.clone()])
+                    .cmp(&(&text[b.0.clone()], &text[b.1.clone()]))
+            });
+            self.tags.dedup_by(|a, b| {
+                text[a.0.clone()] == text[b.0.clone()] && text[a.1.clone()] == text[b.1.clone()]
+            });
+            for (key, value) in &self.tags {
+                self.out.push(';');
+                self.out.push_str(&text[key.clone()]);
+                if !value.is_empty() {
+                    self.out.push('=');
+                    self.out.push_str(&text[value.clone()]);
+                }
+            }
+        }
+        Ok((&self.out, renamed))
+    }
+
+    /// Appends a name or tag part to `out`, sanitized when switched on.
+    fn push_part(&mut self, part: &str, is_name: bool) -> bool {
+        if !self.sanitize {
+            self.out.push_str(part);
+            return false;
+        }
+        let allowed = if is_name {
+            name_byte_allowed
+        } else {
+            tag_byte_allowed
+        };
+        sanitize_into(part, &mut self.out, allowed)
+    }
+
+    /// Splits `k<sep>v,k2,...` into `tag_text`/`tags`; tags whose key is empty are dropped.
+    fn collect_tags(&mut self, text: &str, kv_separator: char) -> bool {
+        self.tag_text.clear();
+        self.tags.clear();
+        let mut renamed = false;
+        for tag in text.split(',').filter(|t| !t.is_empty()) {
+            let (key, value) = tag.split_once(kv_separator).unwrap_or((tag, ""));
+            let key_range = self.push_tag_part(key, &mut renamed);
+            let value_range = self.push_tag_part(value, &mut renamed);
+            if key_range.is_empty() {
+                renamed = true;
+                continue;
+            }
+            self.tags.push((key_range, value_range));
+        }
+        renamed
+    }
+
+    fn push_tag_part(&mut self, part: &str, renamed: &mut bool) -> Range<usize> {
+        let start = self.tag_text.len();
+        if self.sanitize {
+            *renamed |= sanitize_into(part, &mut self.tag_text, tag_byte_allowed);
+        } else {
+            self.tag_text.push_str(part);
+        }
+        start..self.tag_text.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(
+        sanitize: bool,
+        name: &str,
+        influx: Option<&str>,
+        dog: Option<&str>,
+    ) -> (String, bool) {
+        let mut namer = SeriesNamer::new(sanitize);
+        let (s, r) = namer.series(name, influx, dog).unwrap();
+        (s.to_string(), r)
+    }
+
+    #[test]
+    fn plain_name_is_borrowed_unchanged() {
+        assert_eq!(
+            series(true, "hits.page-1_x", None, None),
+            ("hits.page-1_x".into(), false)
+        );
+    }
+
+    #[test]
+    fn sanitizing_like_etsy() {
+        assert_eq!(series(true, "my key", None, None), ("my_key".into(), true));
+        assert_eq!(
+            series(true, "my  \t key", None, None),
+            ("my_key".into(), true)
+        );
+        assert_eq!(series(true, "a/b", None, None), ("a-b".into(), true));
+        assert_eq!(series(true, "a$b", None, None), ("ab".into(), true));
+        assert_eq!(series(true, "héllo", None, None), ("hllo".into(), true));
+    }
+
+    #[test]
+    fn sanitizing_can_be_switched_off() {
+        assert_eq!(series(false, "a$b c", None, None), ("a$b c".into(), false));
+    }
+
+    #[test]
+    fn name_that_sanitizes_to_nothing_is_empty() {
+        let mut namer = SeriesNamer::new(true);
+        assert_eq!(namer.series("$$", None, None), Err(BadLine::EmptyName));
+        assert_eq!(
+            namer.series("$$", None, Some("a:b")),
+            Err(BadLine::EmptyName)
+        );
+    }
+
+    #[test]
+    fn tags_sorted_by_key_then_value() {
+        let a = series(true, "a", None, Some("env:prod,x"));
+        let b = series(true, "a", None, Some("x,env:prod"));
+        assert_eq!(a, ("a;env=prod;x".into(), false));
+        assert_eq!(a, b);
+        assert_eq!(series(true, "a", None, Some("k:2,k:1")).0, "a;k=1;k=2");
+    }
+
+    #[test]
+    fn influx_tags_fold_the_same_way() {
+        assert_eq!(series(true, "a", Some("env=prod"), None).0, "a;env=prod");
+        assert_eq!(
+            series(true, "a", Some("z=1,b=2"), None).0,
+            series(true, "a", None, Some("b:2,z:1")).0
+        );
+    }
+
+    #[test]
+    fn tag_separators_are_removed_from_tags() {
+        assert_eq!(
+            series(true, "a", None, Some("url:/x;y=z")),
+            ("a;url=-xyz".into(), true)
+        );
+    }
+
+    #[test]
+    fn duplicate_and_empty_tags() {
+        assert_eq!(series(true, "a", None, Some("x,,x")).0, "a;x");
+        assert_eq!(
+            series(true, "a", None, Some(":v,k:v")),
+            ("a;k=v".into(), true)
+        );
+    }
+}

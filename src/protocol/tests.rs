@@ -1,0 +1,220 @@
+use super::*;
+
+fn metric(line: &str) -> MetricLine<'_> {
+    match parse_line(line.as_bytes()) {
+        Ok(Line::Metric(m)) => m,
+        other => panic!("{line}: {other:?}"),
+    }
+}
+
+fn bad(line: &[u8]) -> BadLine {
+    match parse_line(line) {
+        Err(e) => e,
+        Ok(l) => panic!("{:?} parsed as {l:?}", String::from_utf8_lossy(line)),
+    }
+}
+
+#[test]
+fn simple_counter() {
+    let m = metric("a:1|c");
+    assert_eq!(m.name, "a");
+    assert_eq!(
+        m.samples.as_slice(),
+        &[Sample {
+            kind: MetricType::Counter,
+            value: Value::Number(1.0),
+            rate: 1.0,
+            tags: None
+        }]
+    );
+}
+
+#[test]
+fn fields_in_any_order() {
+    let a = metric("a:1|c|@0.5|#env:prod");
+    let b = metric("a:1|c|#env:prod|@0.5");
+    assert_eq!(a, b);
+    assert_eq!(a.samples[0].rate, 0.5);
+    assert_eq!(a.samples[0].tags, Some("env:prod"));
+}
+
+#[test]
+fn timestamp_and_container_fields_are_known() {
+    let m = metric("a:1|c|T1700000000|c:abc123|#x");
+    assert_eq!(m.unknown_fields, 0);
+    assert_eq!(bad(b"a:1|c|Tnope"), BadLine::InvalidTimestamp);
+}
+
+#[test]
+fn unknown_fields_are_counted_and_ignored() {
+    let m = metric("a:1|c|x:unknown");
+    assert_eq!(m.unknown_fields, 1);
+    assert_eq!(m.samples.len(), 1);
+}
+
+#[test]
+fn etsy_segments_each_have_their_type() {
+    let m = metric("a:1|c:5|ms");
+    let kinds: Vec<_> = m.samples.iter().map(|s| s.kind).collect();
+    assert_eq!(kinds, [MetricType::Counter, MetricType::Timer]);
+    let m = metric("a:1|c|@0.5:5|ms");
+    assert_eq!((m.samples[0].rate, m.samples[1].rate), (0.5, 1.0));
+}
+
+#[test]
+fn dogstatsd_packed_values() {
+    assert_eq!(metric("a:1:2:3|ms").samples.len(), 3);
+    assert_eq!(metric("a:1::2|ms").samples.len(), 2);
+}
+
+#[test]
+fn set_member_is_raw_text() {
+    assert_eq!(metric("a:1:2|s").samples[0].value, Value::Member(b"1:2"));
+}
+
+#[test]
+fn gauge_sign_means_delta() {
+    assert_eq!(metric("a:+5|g").samples[0].value, Value::GaugeDelta(5.0));
+    assert_eq!(metric("a:-3|g").samples[0].value, Value::GaugeDelta(-3.0));
+    assert_eq!(metric("a:10|g").samples[0].value, Value::Number(10.0));
+    assert_eq!(metric("a:-3|c").samples[0].value, Value::Number(-3.0));
+}
+
+#[test]
+fn influx_tags_stay_in_the_name_part() {
+    let m = metric("a,env=prod:1|c");
+    assert_eq!((m.name, m.influx_tags), ("a", Some("env=prod")));
+}
+
+#[test]
+fn bad_lines_by_reason() {
+    let cases: &[(&[u8], BadLine)] = &[
+        (b"a", BadLine::MissingValue),
+        (b"a:1", BadLine::MissingType),
+        (b"a:1|", BadLine::MissingType),
+        (b":1|c", BadLine::EmptyName),
+        (b",x=1:1|c", BadLine::EmptyName),
+        (b"a:|c", BadLine::EmptyValue),
+        (b"a:::|c", BadLine::EmptyValue),
+        (b"a:|s", BadLine::EmptyValue),
+        (b"a:1|x", BadLine::UnknownType),
+        (b"a:1|C", BadLine::UnknownType),
+        (b"a:NaN|g", BadLine::InvalidValue),
+        (b"a:inf|g", BadLine::InvalidValue),
+        (b"a:0x10|c", BadLine::InvalidValue),
+        (b"a:12abc|c", BadLine::InvalidValue),
+        (b"a: 1|c", BadLine::InvalidValue),
+        (b"a:1|c:x|ms", BadLine::InvalidValue),
+        (b"a:2|c|@0", BadLine::InvalidSampleRate),
+        (b"a:2|c|@1.5", BadLine::InvalidSampleRate),
+        (b"a:2|c|@-0.5", BadLine::InvalidSampleRate),
+        (b"a:2|c|@abc", BadLine::InvalidSampleRate),
+        (b"a:2|c|@", BadLine::InvalidSampleRate),
+        (b"a:2|c|@ 0.5", BadLine::InvalidSampleRate),
+        (b"a,env=prod:1|c|#x:y", BadLine::MixedTagStyles),
+        (b"a\xff:1|c", BadLine::InvalidUtf8),
+        (b"a:1|c|#\xff", BadLine::InvalidUtf8),
+    ];
+    for (line, reason) in cases {
+        assert_eq!(bad(line), *reason, "{:?}", String::from_utf8_lossy(line));
+    }
+}
+
+#[test]
+fn lines_split_on_newlines_and_skip_empty_ones() {
+    let got: Vec<_> = lines(b"a:1|c\r\n\nb:2|c\n").collect();
+    assert_eq!(got, [&b"a:1|c"[..], b"b:2|c"]);
+}
+
+#[test]
+fn whole_lines_of_a_truncated_datagram() {
+    assert_eq!(whole_lines(b"a:1|c\nb:2"), (&b"a:1|c"[..], true));
+    assert_eq!(whole_lines(b"a:1|c\n"), (&b"a:1|c"[..], false));
+    assert_eq!(whole_lines(b"a:1|c"), (&b""[..], true));
+}
+
+#[test]
+fn event_with_fields() {
+    let Ok(Line::Event(e)) = parse_line(b"_e{5,4}:title|text|t:error|s:db|#service:api,x") else {
+        panic!()
+    };
+    assert_eq!(
+        (e.title, e.text, e.alert_type),
+        ("title", "text", AlertType::Error)
+    );
+    assert_eq!((e.source, e.tags), (Some("db"), Some("service:api,x")));
+}
+
+#[test]
+fn event_lengths_are_checked() {
+    assert!(matches!(
+        parse_line(b"_e{5,4}:title|text"),
+        Ok(Line::Event(_))
+    ));
+    assert!(matches!(parse_line(b"_e{5,0}:title|"), Ok(Line::Event(_))));
+    for line in [
+        &b"_e{9,4}:title|text"[..],
+        b"_e{5,3}:title|text",
+        b"_e{5,4}:titl|etext",
+        b"_e{x,4}:title|text",
+        b"_e{5,4}title|text",
+        b"_e{0,4}:|text",
+        b"_e{5,4}:title|text|t:panic",
+    ] {
+        assert_eq!(
+            bad(line),
+            BadLine::InvalidEvent,
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
+#[test]
+fn service_checks() {
+    let Ok(Line::ServiceCheck(sc)) = parse_line(b"_sc|db|2|h:host1|#env:prod|m:down | hard") else {
+        panic!()
+    };
+    assert_eq!((sc.name, sc.status), ("db", 2));
+    assert_eq!(
+        (sc.host, sc.tags, sc.message),
+        (Some("host1"), Some("env:prod"), Some("down | hard"))
+    );
+    for line in [&b"_sc|db|4"[..], b"_sc||0", b"_sc|db", b"_sc|db|x|m:y"] {
+        assert_eq!(bad(line), BadLine::InvalidServiceCheck);
+    }
+}
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #[test]
+        fn on_arbitrary_bytes(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut namer = SeriesNamer::new(true);
+            for line in lines(&data) {
+                if let Ok(Line::Metric(m)) = parse_line(line) {
+                    for s in &m.samples {
+                        let _ = namer.series(m.name, m.influx_tags, s.tags);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn on_protocol_shaped_bytes(data in "[a-z_:|@#,=.\\-+0-9ecgmshdT{}\n\r ]{0,120}") {
+            let mut namer = SeriesNamer::new(true);
+            for line in lines(data.as_bytes()) {
+                if let Ok(Line::Metric(m)) = parse_line(line) {
+                    prop_assert!(!m.samples.is_empty());
+                    for s in &m.samples {
+                        prop_assert!(s.rate > 0.0 && s.rate <= 1.0);
+                        let _ = namer.series(m.name, m.influx_tags, s.tags);
+                    }
+                }
+            }
+        }
+    }
+}

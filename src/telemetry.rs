@@ -1,0 +1,242 @@
+//! The agent's own metrics (SPEC §5): every name, label and description in one place.
+//!
+//! Each agent owns its recorder rather than installing a global one, so several agents in one
+//! process (the tests) keep separate counts. Hot paths hold the returned handles, which are
+//! plain atomics.
+
+use metrics::{
+    Counter, Gauge, Histogram, Key, KeyName, Label, Level, Metadata, Recorder, SharedString, Unit,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::protocol::{BadLine, MetricType};
+
+const PREFIX: &str = "statsd_redis_";
+
+/// Flush duration buckets: a healthy flush takes milliseconds; the upper buckets show a Redis
+/// that is slow or timing out.
+const FLUSH_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// Counts of what the readers received; one per reader, added to the shared handles after each
+/// batch so the per-line path touches no shared memory.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Tally {
+    pub datagrams: u64,
+    pub bytes: u64,
+    pub lines: u64,
+    pub bad: [u64; BadLine::ALL.len()],
+    pub samples: [u64; MetricType::ALL.len()],
+    pub events: u64,
+    pub service_checks: u64,
+    pub unknown_fields: u64,
+    pub renamed: u64,
+    pub truncated: u64,
+}
+
+impl Tally {
+    pub fn bad_lines(&self) -> u64 {
+        self.bad.iter().sum()
+    }
+}
+
+pub struct Telemetry {
+    handle: PrometheusHandle,
+    pub datagrams: Counter,
+    pub bytes: Counter,
+    pub lines: Counter,
+    pub bad: [Counter; BadLine::ALL.len()],
+    pub samples: [Counter; MetricType::ALL.len()],
+    pub events: Counter,
+    pub service_checks: Counter,
+    pub unknown_fields: Counter,
+    pub renamed: Counter,
+    pub truncated: Counter,
+    pub kernel_drops: Counter,
+    pub active_series: [Gauge; MetricType::ALL.len()],
+    pub flushes_ok: Counter,
+    pub flushes_failed: Counter,
+    pub flush_duration: Histogram,
+    pub backlog_windows: Gauge,
+    pub windows_dropped: Counter,
+    pub redis_errors: Counter,
+    pub redis_reconnects: Counter,
+}
+
+fn metadata() -> Metadata<'static> {
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()))
+}
+
+fn key(name: &str, labels: &[(&'static str, &'static str)]) -> Key {
+    let labels: Vec<Label> = labels.iter().map(|(k, v)| Label::new(*k, *v)).collect();
+    Key::from_parts(format!("{PREFIX}{name}"), labels)
+}
+
+impl Telemetry {
+    pub fn new() -> Telemetry {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full(format!("{PREFIX}flush_duration_seconds")),
+                &FLUSH_BUCKETS,
+            )
+            .expect("bucket list is not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        let r = &recorder;
+        let counter = |name: &str, help: &'static str, labels: &[(&'static str, &'static str)]| {
+            let k = key(name, labels);
+            r.describe_counter(
+                KeyName::from(k.name().to_string()),
+                None,
+                SharedString::const_str(help),
+            );
+            r.register_counter(&k, &metadata())
+        };
+        let gauge = |name: &str, help: &'static str, labels: &[(&'static str, &'static str)]| {
+            let k = key(name, labels);
+            r.describe_gauge(
+                KeyName::from(k.name().to_string()),
+                None,
+                SharedString::const_str(help),
+            );
+            r.register_gauge(&k, &metadata())
+        };
+        let build_info = gauge(
+            "build_info",
+            "Always 1; the version label says which build runs.",
+            &[("version", env!("CARGO_PKG_VERSION"))],
+        );
+        build_info.set(1.0);
+        let flush_duration_key = key("flush_duration_seconds", &[]);
+        r.describe_histogram(
+            KeyName::from(flush_duration_key.name().to_string()),
+            Some(Unit::Seconds),
+            SharedString::const_str("Time to write one window (all its chunks) to Redis."),
+        );
+        Telemetry {
+            datagrams: counter("packets_received_total", "UDP datagrams received.", &[]),
+            bytes: counter("bytes_received_total", "UDP payload bytes received.", &[]),
+            lines: counter(
+                "lines_received_total",
+                "Non-empty lines received, good and bad.",
+                &[],
+            ),
+            bad: BadLine::ALL.map(|b| {
+                counter(
+                    "bad_lines_total",
+                    "Lines rejected, by reason.",
+                    &[("reason", b.as_str())],
+                )
+            }),
+            samples: MetricType::ALL.map(|t| {
+                counter(
+                    "samples_total",
+                    "Samples accepted, by StatsD type.",
+                    &[("type", t.as_str())],
+                )
+            }),
+            events: counter("events_total", "DogStatsD events accepted.", &[]),
+            service_checks: counter(
+                "service_checks_total",
+                "DogStatsD service checks accepted.",
+                &[],
+            ),
+            unknown_fields: counter(
+                "unknown_fields_total",
+                "Optional line fields that were not understood and ignored (the sample was kept).",
+                &[],
+            ),
+            renamed: counter(
+                "names_sanitized_total",
+                "Lines whose metric name or tags were changed by sanitizing.",
+                &[],
+            ),
+            truncated: counter(
+                "truncated_datagrams_total",
+                "Datagrams larger than the read buffer; their partial last line was dropped.",
+                &[],
+            ),
+            kernel_drops: counter(
+                "kernel_drops_total",
+                "Datagrams the kernel dropped because a socket's receive queue was full (SO_RXQ_OVFL).",
+                &[],
+            ),
+            active_series: MetricType::ALL.map(|t| {
+                gauge(
+                    "active_series",
+                    "Series written in the last flushed window, by StatsD type.",
+                    &[("type", t.as_str())],
+                )
+            }),
+            flushes_ok: counter(
+                "flushes_total",
+                "Window writes to Redis, by outcome.",
+                &[("outcome", "ok")],
+            ),
+            flushes_failed: counter(
+                "flushes_total",
+                "Window writes to Redis, by outcome.",
+                &[("outcome", "error")],
+            ),
+            flush_duration: r.register_histogram(&flush_duration_key, &metadata()),
+            backlog_windows: gauge(
+                "backlog_windows",
+                "Closed windows waiting to be written to Redis.",
+                &[],
+            ),
+            windows_dropped: counter(
+                "windows_dropped_total",
+                "Windows dropped unwritten because the backlog was full.",
+                &[],
+            ),
+            redis_errors: counter("redis_errors_total", "Failed Redis calls.", &[]),
+            redis_reconnects: counter(
+                "redis_reconnects_total",
+                "New Redis connections after the first.",
+                &[],
+            ),
+            handle,
+        }
+    }
+
+    /// Adds a reader's tally to the shared counters.
+    pub fn publish(&self, t: &Tally) {
+        self.datagrams.increment(t.datagrams);
+        self.bytes.increment(t.bytes);
+        self.lines.increment(t.lines);
+        for (c, n) in self.bad.iter().zip(t.bad) {
+            if n > 0 {
+                c.increment(n);
+            }
+        }
+        for (c, n) in self.samples.iter().zip(t.samples) {
+            if n > 0 {
+                c.increment(n);
+            }
+        }
+        self.events.increment(t.events);
+        self.service_checks.increment(t.service_checks);
+        self.unknown_fields.increment(t.unknown_fields);
+        self.renamed.increment(t.renamed);
+        self.truncated.increment(t.truncated);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        self.handle.run_upkeep();
+        self.handle.render()
+    }
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry::new()
+    }
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry").finish_non_exhaustive()
+    }
+}

@@ -17,6 +17,9 @@ use tokio_util::sync::CancellationToken;
     about = "StatsD/DogStatsD agent writing Redis in Action's layout"
 )]
 struct Cli {
+    /// Print the effective configuration (defaults < file < environment < flags) as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
     #[command(flatten)]
     args: Args,
 }
@@ -42,6 +45,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if cli.print_config {
+        match toml::to_string(&config) {
+            Ok(text) => {
+                print!("{text}");
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -104,7 +104,7 @@ pub struct Window {
     /// Indexed by `StatKind as usize`.
     pub stats: [HashMap<Box<str>, Stats>; 3],
     pub gauges: HashMap<Box<str>, GaugeUpdate>,
-    pub sets: HashMap<Box<str>, HashSet<Box<[u8]>>>,
+    pub sets: HashMap<Box<str>, HashSet<Member>>,
     pub logs: Vec<LogEntry>,
 }
 
@@ -194,6 +194,9 @@ impl Window {
     }
 }
 
+/// A set member: the raw bytes of the value.
+pub type Member = Box<[u8]>;
+
 /// A window ready to write: every value final, counters as integers.
 #[derive(Debug, Default, PartialEq)]
 pub struct ClosedWindow {
@@ -203,7 +206,7 @@ pub struct ClosedWindow {
     pub stats: Vec<(Box<str>, StatKind, Stats)>,
     /// The gauges this window touched, with their value after it.
     pub gauges: Vec<(Box<str>, f64)>,
-    pub sets: Vec<(Box<str>, Vec<Box<[u8]>>)>,
+    pub sets: Vec<(Box<str>, Vec<Member>)>,
     pub logs: Vec<LogEntry>,
 }
 

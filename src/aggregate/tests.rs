@@ -1,1 +1,92 @@
+use super::*;
+use crate::protocol::{MetricType, Sample, Value};
 
+fn sample(kind: MetricType, value: Value<'_>) -> Sample<'_> {
+    Sample {
+        kind,
+        value,
+        rate: 1.0,
+        tags: None,
+    }
+}
+
+#[test]
+fn merge_adds_counters_and_stats() {
+    let mut a = Window::default();
+    let mut b = Window::default();
+    a.record("x", &sample(MetricType::Counter, Value::Number(2.0)));
+    b.record("x", &sample(MetricType::Counter, Value::Number(3.0)));
+    a.record("t", &sample(MetricType::Timer, Value::Number(1.0)));
+    b.record("t", &sample(MetricType::Timer, Value::Number(9.0)));
+    a.merge(b);
+    assert_eq!(a.counters.get("x"), Some(&5.0));
+    let t = a.stats[StatKind::Timer as usize].get("t").unwrap();
+    assert_eq!(
+        (t.count, t.sum, t.sumsq, t.min, t.max),
+        (2.0, 10.0, 82.0, 1.0, 9.0)
+    );
+}
+
+#[test]
+fn merge_applies_later_gauge_updates_after_earlier_ones() {
+    let mut a = Window::default();
+    let mut b = Window::default();
+    a.record("g", &sample(MetricType::Gauge, Value::Number(10.0)));
+    b.record("g", &sample(MetricType::Gauge, Value::GaugeDelta(-4.0)));
+    a.merge(b);
+    assert_eq!(
+        a.gauges.get("g"),
+        Some(&GaugeUpdate {
+            set: Some(10.0),
+            delta: -4.0
+        })
+    );
+
+    let mut c = Window::default();
+    c.record("g", &sample(MetricType::Gauge, Value::Number(1.0)));
+    a.merge(c);
+    assert_eq!(
+        a.gauges.get("g"),
+        Some(&GaugeUpdate {
+            set: Some(1.0),
+            delta: 0.0
+        })
+    );
+}
+
+#[test]
+fn merge_unions_set_members() {
+    let mut a = Window::default();
+    let mut b = Window::default();
+    a.record("s", &sample(MetricType::Set, Value::Member(b"u1")));
+    b.record("s", &sample(MetricType::Set, Value::Member(b"u1")));
+    b.record("s", &sample(MetricType::Set, Value::Member(b"u2")));
+    a.merge(b);
+    assert_eq!(a.sets.get("s").map(|m| m.len()), Some(2));
+}
+
+#[test]
+fn float_noise_does_not_lose_a_unit() {
+    let mut w = Window::default();
+    for _ in 0..10 {
+        w.record("x", &sample(MetricType::Counter, Value::Number(0.1)));
+    }
+    let closed = Ledger::default().close(0, w);
+    assert_eq!(closed.counters, [("x".into(), 1)]);
+}
+
+#[test]
+fn negative_fractions_carry_toward_zero() {
+    let mut ledger = Ledger::default();
+    let mut w = Window::default();
+    w.record("x", &sample(MetricType::Counter, Value::Number(-1.5)));
+    assert_eq!(ledger.close(0, w).counters, [("x".into(), -1)]);
+    let mut w = Window::default();
+    w.record("x", &sample(MetricType::Counter, Value::Number(-1.5)));
+    assert_eq!(ledger.close(1, w).counters, [("x".into(), -2)]);
+}
+
+#[test]
+fn empty_window_closes_empty() {
+    assert!(Ledger::default().close(5, Window::default()).is_empty());
+}

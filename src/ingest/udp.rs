@@ -138,7 +138,7 @@ impl Reader {
                     }
                 }
             }
-            while self.read_batch(&mut buf, &mut last_drops) == BATCH_DATAGRAMS {
+            while self.read_batch(&mut buf, &mut last_drops, false) == BATCH_DATAGRAMS {
                 tokio::task::yield_now().await;
             }
             if self.handler.bad_example.is_some() && last_log.elapsed() >= BAD_LINE_LOG_PERIOD {
@@ -152,21 +152,26 @@ impl Reader {
                 last_log = Instant::now();
             }
         }
-        // Whatever arrived before the stop is still ours to record.
-        while self.read_batch(&mut buf, &mut last_drops) > 0 {}
+        // Whatever arrived before the stop is still ours to record. Read the socket directly:
+        // tokio's readiness may not have seen those datagrams yet.
+        while self.read_batch(&mut buf, &mut last_drops, true) > 0 {}
     }
 
-    /// Reads up to a batch of datagrams without waiting; returns how many were read.
-    fn read_batch(&mut self, buf: &mut [u8], last_drops: &mut u32) -> usize {
+    /// Reads up to a batch of datagrams without waiting; returns how many were read. `direct`
+    /// bypasses tokio's readiness tracking (for the final drain only).
+    fn read_batch(&mut self, buf: &mut [u8], last_drops: &mut u32, direct: bool) -> usize {
         let fd = self.socket.as_raw_fd();
         let mut read = 0;
         {
             let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
             while read < BATCH_DATAGRAMS {
-                let received = match self
-                    .socket
-                    .try_io(Interest::READABLE, || recv_datagram(fd, buf))
-                {
+                let received = if direct {
+                    recv_datagram(fd, buf)
+                } else {
+                    self.socket
+                        .try_io(Interest::READABLE, || recv_datagram(fd, buf))
+                };
+                let received = match received {
                     Ok(r) => r,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

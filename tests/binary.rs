@@ -1,0 +1,147 @@
+//! The `statsd-redis` binary as an operator runs it: configuration errors, precedence, and a
+//! SIGTERM that loses nothing.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_statsd-redis"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("STATSD_REDIS_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// Runs to completion; returns exit code, stdout, stderr.
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_config_error(cmd: &mut Command, key: &str) {
+    let (code, _, stderr) = run(cmd);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr:?}");
+    assert!(stderr.contains(key), "{stderr:?} names {key}");
+}
+
+#[test]
+fn bad_values_exit_2_with_one_line_naming_the_key() {
+    assert_config_error(bin().args(["--sample-count", "0"]), "sample_count");
+    assert_config_error(bin().args(["--sample-count", "ten"]), "--sample-count");
+    assert_config_error(bin().env("STATSD_REDIS_PRECISIONS", "1,x"), "--precisions");
+    assert_config_error(bin().args(["--redis", "http://nope"]), "redis");
+    assert_config_error(bin().args(["--udp", "not-an-address"]), "--udp");
+    assert_config_error(bin().args(["--no-such-flag"]), "--no-such-flag");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "flush_interval_secs = \"1s\"\n").unwrap();
+    assert_config_error(bin().arg("--config").arg(&file), "flush_interval_secs");
+    std::fs::write(&file, "sampel_count = 3\n").unwrap();
+    assert_config_error(bin().arg("--config").arg(&file), "sampel_count");
+    assert_config_error(bin().args(["--config", "/nonexistent.toml"]), "config");
+}
+
+#[test]
+fn flag_beats_environment_beats_file_beats_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "key_prefix = \"file:\"\nsample_count = 50\nflush_interval_secs = 2\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(bin()
+        .arg("--print-config")
+        .arg("--config")
+        .arg(&file)
+        .env("STATSD_REDIS_KEY_PREFIX", "env:")
+        .env("STATSD_REDIS_SAMPLE_COUNT", "60")
+        .args(["--sample-count", "70"]));
+    assert_eq!(code, 0, "{err}");
+    let c: toml::Table = out.parse().unwrap();
+    assert_eq!(c["sample_count"].as_integer(), Some(70), "flag over env");
+    assert_eq!(c["key_prefix"].as_str(), Some("env:"), "env over file");
+    assert_eq!(
+        c["flush_interval_secs"].as_integer(),
+        Some(2),
+        "file over default"
+    );
+    assert_eq!(c["http"].as_str(), Some("127.0.0.1:9102"), "default");
+}
+
+#[test]
+fn defaults_match_the_spec() {
+    let (code, out, _) = run(bin().arg("--print-config"));
+    assert_eq!(code, 0);
+    let c: toml::Table = out.parse().unwrap();
+    assert_eq!(
+        c["udp"].as_array().unwrap()[0].as_str(),
+        Some("127.0.0.1:8125")
+    );
+    assert_eq!(c["redis"].as_str(), Some("redis://127.0.0.1:6379/0"));
+    assert_eq!(c["http"].as_str(), Some("127.0.0.1:9102"));
+}
+
+fn free_port() -> u16 {
+    let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = s.local_addr().unwrap().port();
+    // The UDP port of the same number must be free too.
+    UdpSocket::bind(("127.0.0.1", p))
+        .map(|_| p)
+        .unwrap_or_else(|_| free_port())
+}
+
+#[test]
+fn sigterm_right_after_sending_loses_nothing() {
+    let redis = RedisServer::start();
+    let (udp, http) = (free_port(), free_port());
+    let mut child = bin()
+        .args([
+            "--udp",
+            &format!("127.0.0.1:{udp}"),
+            "--http",
+            &format!("127.0.0.1:{http}"),
+        ])
+        .args(["--redis", &redis.url()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The HTTP port is bound after the UDP ones: once it answers, datagrams are received.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
+        assert!(Instant::now() < deadline, "agent did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..200 {
+        let d: String = (0..10)
+            .map(|j| format!("term.{}:1|c\n", (i + j) % 10))
+            .collect();
+        socket.send_to(d.as_bytes(), ("127.0.0.1", udp)).unwrap();
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let mut log = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    for p in PRECISIONS {
+        let total: i64 = (0..10)
+            .map(|s| redis.counter_total(p, &format!("term.{s}")))
+            .sum();
+        assert_eq!(total, 2000, "precision {p}\n{log}");
+    }
+}

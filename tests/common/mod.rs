@@ -1,0 +1,237 @@
+//! Test harness: a private redis-server (unix socket in a temp dir, no persistence) and an
+//! agent running in-process on ports the kernel picked.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use statsd_redis::agent;
+use statsd_redis::config::Config;
+use statsd_redis::telemetry::Telemetry;
+use tokio_util::sync::CancellationToken;
+
+pub const PRECISIONS: [u64; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
+
+/// A redis-server of the test's own; stopped (killed) on drop.
+pub struct RedisServer {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("redis.sock");
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ])
+            .arg("--unixsocket")
+            .arg(&socket)
+            .arg("--dir")
+            .arg(dir.path())
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start redis-server ({e}): the tests need Debian's redis-server package \
+                     (apt-get install -y redis-server redis-tools)"
+                )
+            });
+        let server = RedisServer { child, dir, socket };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(mut c) = self.client().get_connection()
+                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer within 10 s");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis+unix://{}", self.socket.display())
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().unwrap()
+    }
+
+    /// The book's `get_counter`: HGETALL, every field and value parsed as an integer, by slice.
+    pub fn get_counter(&self, key: &str) -> BTreeMap<u64, i64> {
+        let raw: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(key)
+            .query(&mut self.conn())
+            .unwrap();
+        raw.into_iter()
+            .map(|(slice, count)| {
+                let slice = slice
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{key}: slice {slice:?} is not an integer"));
+                let count = count
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{key}: count {count:?} is not an integer"));
+                (slice, count)
+            })
+            .collect()
+    }
+
+    /// Sum over all slices of `count:<p>:<series>`.
+    pub fn counter_total(&self, precision: u64, series: &str) -> i64 {
+        self.get_counter(&format!("count:{precision}:{series}"))
+            .values()
+            .sum()
+    }
+
+    pub fn known(&self, key: &str) -> Vec<String> {
+        redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .query(&mut self.conn())
+            .unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A config for tests: loopback port 0 everywhere, the given Redis.
+pub fn test_config(redis: &RedisServer) -> Config {
+    Config {
+        udp: vec!["127.0.0.1:0".parse().unwrap()],
+        http: "127.0.0.1:0".parse().unwrap(),
+        redis: redis.url(),
+        ..Config::default()
+    }
+}
+
+/// An agent running on the current tokio runtime.
+pub struct TestAgent {
+    pub udp: Vec<SocketAddr>,
+    pub http: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub telemetry: Arc<Telemetry>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestAgent {
+    pub fn start(config: Config) -> TestAgent {
+        let listeners = agent::bind(&config).expect("bind");
+        let udp = listeners.udp_addrs();
+        let http = listeners.http_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let telemetry = Arc::new(Telemetry::new());
+        let task = tokio::spawn({
+            let shutdown = shutdown.clone();
+            let telemetry = telemetry.clone();
+            async move {
+                agent::run(config, listeners, telemetry, shutdown)
+                    .await
+                    .unwrap()
+            }
+        });
+        TestAgent {
+            udp,
+            http,
+            shutdown,
+            telemetry,
+            task,
+        }
+    }
+
+    /// Sends one datagram to the first UDP address, as `nc -u` would.
+    pub fn send(&self, datagram: &[u8]) {
+        let s = UdpSocket::bind(if self.udp[0].is_ipv6() {
+            "[::1]:0"
+        } else {
+            "127.0.0.1:0"
+        })
+        .unwrap();
+        s.send_to(datagram, self.udp[0]).unwrap();
+    }
+
+    /// Stops the agent and waits for its final flush.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.unwrap();
+    }
+
+    /// One metric's value from `/metrics` (0 when absent), e.g. `bad_lines_total{reason="x"}`.
+    pub fn metric(&self, name_and_labels: &str) -> f64 {
+        let text = http_get(self.http, "/metrics").1;
+        let wanted = format!("statsd_redis_{name_and_labels} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&wanted))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0.0)
+    }
+}
+
+/// A blocking HTTP/1.1 GET; returns status and body.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|x| x.1.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Polls `check` until it holds; panics with `what` after `timeout`.
+pub async fn eventually(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}

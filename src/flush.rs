@@ -165,6 +165,7 @@ impl Flusher {
             &closed,
             &self.keys,
             &self.config.precisions,
+            self.config.sample_count,
             &self.agent_id,
             self.token_ttl_secs,
             self.config.max_series_per_chunk,
@@ -199,10 +200,11 @@ impl Flusher {
                 match self.writer.write_chunk(&pending.chunks[pending.next]).await {
                     Ok(applied) => {
                         if applied == Applied::Before {
+                            self.telemetry.chunks_applied_before.increment(1);
                             tracing::info!(
                                 window = pending.start,
                                 chunk = pending.next,
-                                "chunk was applied before; not applied again"
+                                "chunk was applied before its reply was lost; not applied again"
                             );
                         }
                         pending.next += 1;

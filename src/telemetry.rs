@@ -60,6 +60,7 @@ pub struct Telemetry {
     pub flush_duration: Histogram,
     pub backlog_windows: Gauge,
     pub windows_dropped: Counter,
+    pub chunks_applied_before: Counter,
     pub redis_errors: Counter,
     pub redis_reconnects: Counter,
 }
@@ -188,6 +189,11 @@ impl Telemetry {
             windows_dropped: counter(
                 "windows_dropped_total",
                 "Windows dropped unwritten because the backlog was full.",
+                &[],
+            ),
+            chunks_applied_before: counter(
+                "chunks_applied_before_total",
+                "Flush chunks retried after a lost reply whose token showed they were already applied (so not applied again).",
                 &[],
             ),
             redis_errors: counter("redis_errors_total", "Failed Redis calls.", &[]),

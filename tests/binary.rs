@@ -104,18 +104,18 @@ fn free_port() -> u16 {
         .unwrap_or_else(|_| free_port())
 }
 
-#[test]
-fn sigterm_right_after_sending_loses_nothing() {
-    let redis = RedisServer::start();
+/// Starts the binary on free ports; returns it with its UDP port once it answers HTTP.
+fn spawn_agent(redis_url: &str, extra: &[&str]) -> (std::process::Child, u16) {
     let (udp, http) = (free_port(), free_port());
-    let mut child = bin()
+    let child = bin()
         .args([
             "--udp",
             &format!("127.0.0.1:{udp}"),
             "--http",
             &format!("127.0.0.1:{http}"),
         ])
-        .args(["--redis", &redis.url()])
+        .args(["--redis", redis_url])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -125,6 +125,25 @@ fn sigterm_right_after_sending_loses_nothing() {
         assert!(Instant::now() < deadline, "agent did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
+    (child, udp)
+}
+
+/// SIGTERM, then the exit code and everything the agent logged.
+fn terminate(mut child: std::process::Child) -> (Option<i32>, String, Duration) {
+    let signalled = Instant::now();
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let took = signalled.elapsed();
+    let mut log = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
+    (status.code(), log, took)
+}
+
+#[test]
+fn sigterm_right_after_sending_loses_nothing() {
+    let redis = RedisServer::start();
+    let (child, udp) = spawn_agent(&redis.url(), &[]);
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     for i in 0..200 {
         let d: String = (0..10)
@@ -132,16 +151,34 @@ fn sigterm_right_after_sending_loses_nothing() {
             .collect();
         socket.send_to(d.as_bytes(), ("127.0.0.1", udp)).unwrap();
     }
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
-    let mut log = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
-    assert_eq!(status.code(), Some(0), "{log}");
+    let (code, log, _) = terminate(child);
+    assert_eq!(code, Some(0), "{log}");
     for p in PRECISIONS {
         let total: i64 = (0..10)
             .map(|s| redis.counter_total(p, &format!("term.{s}")))
             .sum();
         assert_eq!(total, 2000, "precision {p}\n{log}");
     }
+}
+
+#[test]
+fn sigterm_with_redis_down_exits_within_the_timeout_and_says_what_was_lost() {
+    let mut redis = RedisServer::start();
+    let (child, udp) = spawn_agent(
+        &redis.url(),
+        &["--shutdown-timeout-secs", "2", "--redis-timeout-ms", "300"],
+    );
+    redis.kill();
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.send_to(b"lost:1|c", ("127.0.0.1", udp)).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    socket.send_to(b"lost:1|c", ("127.0.0.1", udp)).unwrap();
+    let (code, log, took) = terminate(child);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+    assert!(log.contains("windows were not written"), "{log}");
+    assert!(
+        log.contains("windows=2") || log.contains("windows=3"),
+        "{log}"
+    );
 }

@@ -1,11 +1,17 @@
--- Applies one flush chunk atomically and exactly once (SPEC §3.1, §3.7).
+-- Applies one flush chunk atomically and exactly once (SPEC §3.1-§3.7).
+--
+-- Key names follow src/store/keys.rs (the prefix, then the book's names); the tests read every
+-- key back through that module.
 --
 -- KEYS[1]  the chunk's token, flush:<agent>:<window>:<chunk>
--- ARGV[1]  token lifetime in seconds
--- ARGV[2]  counter key prefix ("<key_prefix>count:")
--- ARGV[3]  the known: index key
--- ARGV[4]  number of precisions P, then P pairs: precision, slice of this window
--- then     number of counters C, then C pairs: series, integer increment
+-- ARGV     token lifetime (s), key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),
+--          asctime of the window, then sections, each a count followed by its items:
+--          precisions: precision, slice
+--          counters:   series, integer increment
+--          stats:      series, type (AccessTime|Histogram|Distribution), count, sum, sumsq, min, max
+--          gauges:     series, value
+--          sets:       series, member count m, m members
+--          logs:       name, severity, message
 --
 -- Returns 1 when applied, 0 when the token shows the chunk was applied before.
 
@@ -13,19 +19,120 @@ if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
   return 0
 end
 
-local count_prefix, known = ARGV[2], ARGV[3]
-local precisions = tonumber(ARGV[4])
-local i = 5 + 2 * precisions
+local prefix, sample_count, hour, asctime = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local i = 6
+local function count()
+  local n = tonumber(ARGV[i])
+  i = i + 1
+  return n
+end
 
-local counters = tonumber(ARGV[i])
-i = i + 1
-for _ = 1, counters do
+-- The book's hourly rollover (update_stats / log_common, errata applied): a missing :start is
+-- set; an older one moves the data to :last and the hour to :pstart. Returns the key to merge
+-- into: a late window of the previous hour goes to :last.
+local function hourly(dest)
+  local start_key = dest .. ':start'
+  local existing = redis.call('GET', start_key)
+  if not existing then
+    redis.call('SET', start_key, hour)
+  elseif existing < hour then
+    if redis.call('EXISTS', dest) == 1 then
+      redis.call('RENAME', dest, dest .. ':last')
+    else
+      redis.call('DEL', dest .. ':last')
+    end
+    redis.call('RENAME', start_key, dest .. ':pstart')
+    redis.call('SET', start_key, hour)
+  elseif existing > hour and redis.call('GET', dest .. ':pstart') == hour then
+    return dest .. ':last'
+  end
+  return dest
+end
+
+local precisions, slices = {}, {}
+for p = 1, count() do
+  precisions[p], slices[p] = ARGV[i], ARGV[i + 1]
+  i = i + 2
+end
+
+-- Counters (update_counter): count:<p>:<series> and the known: index.
+local known = prefix .. 'known:'
+for _ = 1, count() do
   local series, n = ARGV[i], ARGV[i + 1]
   i = i + 2
-  for p = 0, precisions - 1 do
-    local member = ARGV[5 + 2 * p] .. ':' .. series
-    redis.call('HINCRBY', count_prefix .. member, ARGV[6 + 2 * p], n)
+  for p = 1, #precisions do
+    local member = precisions[p] .. ':' .. series
+    redis.call('HINCRBY', prefix .. 'count:' .. member, slices[p], n)
     redis.call('ZADD', known, 0, member)
   end
+end
+
+-- Statistics (update_stats) and, for timers, slowest:AccessTime (access_time).
+local slowest = prefix .. 'slowest:AccessTime'
+local timers = 0
+for _ = 1, count() do
+  local series, kind = ARGV[i], ARGV[i + 1]
+  local n, sum, sumsq, min, max = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  i = i + 7
+  local current = prefix .. 'stats:' .. series .. ':' .. kind
+  local dest = hourly(current)
+  local old = redis.call('ZSCORE', dest, 'min')
+  if not old or tonumber(min) < tonumber(old) then
+    redis.call('ZADD', dest, min, 'min')
+  end
+  old = redis.call('ZSCORE', dest, 'max')
+  if not old or tonumber(max) > tonumber(old) then
+    redis.call('ZADD', dest, max, 'max')
+  end
+  local total = redis.call('ZINCRBY', dest, n, 'count')
+  local total_sum = redis.call('ZINCRBY', dest, sum, 'sum')
+  redis.call('ZINCRBY', dest, sumsq, 'sumsq')
+  if kind == 'AccessTime' and dest == current then
+    redis.call('ZADD', slowest, tonumber(total_sum) / tonumber(total), series)
+    timers = timers + 1
+  end
+end
+if timers > 0 then
+  redis.call('ZREMRANGEBYRANK', slowest, 0, -101)
+end
+
+-- Gauges: the current value, and the value per slice indexed like counters.
+local known_gauges = prefix .. 'known:gauge:'
+for _ = 1, count() do
+  local series, value = ARGV[i], ARGV[i + 1]
+  i = i + 2
+  redis.call('HSET', prefix .. 'gauges:', series, value)
+  for p = 1, #precisions do
+    local member = precisions[p] .. ':' .. series
+    redis.call('HSET', prefix .. 'gauge:' .. member, slices[p], value)
+    redis.call('ZADD', known_gauges, 0, member)
+  end
+end
+
+-- Sets: one HyperLogLog per slice, expiring with the slice's retention.
+-- PFADD takes at most this many members per call (Lua's unpack has a stack limit).
+local batch = 1000
+for _ = 1, count() do
+  local series, m = ARGV[i], tonumber(ARGV[i + 1])
+  local first = i + 2
+  i = first + m
+  for p = 1, #precisions do
+    local key = prefix .. 'set:' .. precisions[p] .. ':' .. series .. ':' .. slices[p]
+    for j = first, i - 1, batch do
+      redis.call('PFADD', key, unpack(ARGV, j, math.min(j + batch - 1, i - 1)))
+    end
+    redis.call('EXPIREAT', key, tonumber(slices[p]) + sample_count * tonumber(precisions[p]))
+  end
+end
+
+-- Logs (log_recent + log_common).
+for _ = 1, count() do
+  local name, severity, message = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  i = i + 3
+  local base = name .. ':' .. severity
+  redis.call('ZINCRBY', hourly(prefix .. 'common:' .. base), 1, message)
+  local recent = prefix .. 'recent:' .. base
+  redis.call('LPUSH', recent, asctime .. ' ' .. message)
+  redis.call('LTRIM', recent, 0, 99)
 end
 return 1

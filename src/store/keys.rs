@@ -1,9 +1,11 @@
 //! Every Redis key name the agent reads or writes, built here and nowhere else (SPEC §3).
 //!
 //! With an empty `key_prefix` the names are byte-identical to *Redis in Action* chapter 5, so
-//! the book's readers work unchanged. The flush script receives the prefixes it needs from here
-//! (`count:` and the `known:` key) and only appends `<precision>:<series>` to them, the same
-//! shape as [`Keys::counter`].
+//! the book's readers work unchanged. `flush.lua` receives the prefix and builds the same shapes
+//! server side (so a flush carries each series name once, not once per key); the tests read
+//! everything the script writes back through these functions.
+
+use crate::aggregate::StatKind;
 
 /// Key names under one prefix.
 #[derive(Debug, Clone)]
@@ -18,23 +20,60 @@ impl Keys {
         }
     }
 
-    /// `count:<precision>:<series>`: a HASH of slice start → integer count.
-    pub fn counter(&self, precision: u64, series: &str) -> String {
-        format!(
-            "{}{}",
-            self.counter_prefix(),
-            known_member(precision, series)
-        )
+    /// The prefix itself, handed to the flush script.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
-    /// `count:`, to which the flush script appends [`known_member`].
-    pub fn counter_prefix(&self) -> String {
-        format!("{}count:", self.prefix)
+    /// `count:<precision>:<series>`: a HASH of slice start → integer count.
+    pub fn counter(&self, precision: u64, series: &str) -> String {
+        format!("{}count:{}", self.prefix, known_member(precision, series))
     }
 
     /// `known:`: the ZSET (all scores 0) indexing every counter hash as `<precision>:<series>`.
     pub fn known(&self) -> String {
         format!("{}known:", self.prefix)
+    }
+
+    /// `stats:<series>:<type>`: the hour's ZSET of `min max count sum sumsq`. Its rollover keys
+    /// are this name plus `:start`, `:last` and `:pstart`.
+    pub fn stats(&self, series: &str, kind: StatKind) -> String {
+        format!("{}stats:{series}:{}", self.prefix, kind.redis_name())
+    }
+
+    /// `slowest:AccessTime`: timers by the hour's average, the 100 highest kept.
+    pub fn slowest(&self) -> String {
+        format!("{}slowest:AccessTime", self.prefix)
+    }
+
+    /// `gauges:`: HASH of series → current value.
+    pub fn gauges(&self) -> String {
+        format!("{}gauges:", self.prefix)
+    }
+
+    /// `gauge:<precision>:<series>`: HASH of slice start → last value in the slice.
+    pub fn gauge(&self, precision: u64, series: &str) -> String {
+        format!("{}gauge:{}", self.prefix, known_member(precision, series))
+    }
+
+    /// `known:gauge:`: the index of the `gauge:` hashes, like `known:`.
+    pub fn known_gauges(&self) -> String {
+        format!("{}known:gauge:", self.prefix)
+    }
+
+    /// `set:<precision>:<series>:<slice>`: a HyperLogLog of the slice's members.
+    pub fn set(&self, precision: u64, series: &str, slice: u64) -> String {
+        format!("{}set:{precision}:{series}:{slice}", self.prefix)
+    }
+
+    /// `recent:<name>:<severity>`: LIST of `<asctime> <message>`, newest first, 100 kept.
+    pub fn recent(&self, name: &str, severity: &str) -> String {
+        format!("{}recent:{name}:{severity}", self.prefix)
+    }
+
+    /// `common:<name>:<severity>`: the hour's ZSET of message → count (rollover like `stats:`).
+    pub fn common(&self, name: &str, severity: &str) -> String {
+        format!("{}common:{name}:{severity}", self.prefix)
     }
 
     /// `flush:<agent>:<window>:<chunk>`: set once a flush chunk has been applied.
@@ -63,6 +102,12 @@ mod tests {
         assert_eq!(k.counter(5, "hits"), "count:5:hits");
         assert_eq!(k.known(), "known:");
         assert_eq!(known_member(86400, "a;env=prod"), "86400:a;env=prod");
+        assert_eq!(k.stats("ctx", StatKind::Timer), "stats:ctx:AccessTime");
+        assert_eq!(k.slowest(), "slowest:AccessTime");
+        assert_eq!(k.gauge(60, "g"), "gauge:60:g");
+        assert_eq!(k.set(5, "u", 10), "set:5:u:10");
+        assert_eq!(k.recent("db", "info"), "recent:db:info");
+        assert_eq!(k.common("db", "info"), "common:db:info");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Everything Redis: key names ([`keys`]), the flush script and the [`Writer`] that applies
 //! flush chunks exactly once.
 
+mod clock;
 pub mod keys;
 mod writer;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Script};
 
-use super::{Keys, StoreError, keys};
+use super::{Keys, StoreError, clock, keys};
 use crate::aggregate::ClosedWindow;
 use crate::telemetry::Telemetry;
 
@@ -18,44 +18,143 @@ const FLUSH_SCRIPT: &str = include_str!("flush.lua");
 pub struct FlushChunk {
     pub window: u64,
     pub index: usize,
+    /// Series (and log entries) it carries.
     pub series: usize,
     cmd: Cmd,
 }
 
-/// Splits a closed window into chunks of at most `max_series` series each.
+/// What a chunk may hold: `max_series` series, a set costing one more per this many members.
+const SET_MEMBERS_PER_SERIES: usize = 100;
+
+/// The part of a closed window that one chunk carries, as index ranges into its vectors.
+#[derive(Default)]
+struct Slice {
+    counters: (usize, usize),
+    stats: (usize, usize),
+    gauges: (usize, usize),
+    sets: (usize, usize),
+    logs: (usize, usize),
+}
+
+/// Splits `[0, len)` of each section into chunks of at most `budget` cost, in section order.
+fn plan(window: &ClosedWindow, budget: usize) -> Vec<Slice> {
+    let set_cost = |i: usize| 1 + window.sets[i].1.len() / SET_MEMBERS_PER_SERIES;
+    let sections: [(usize, &dyn Fn(usize) -> usize); 5] = [
+        (window.counters.len(), &|_| 1),
+        (window.stats.len(), &|_| 1),
+        (window.gauges.len(), &|_| 1),
+        (window.sets.len(), &set_cost),
+        (window.logs.len(), &|_| 1),
+    ];
+    let mut chunks = Vec::new();
+    let mut current = Slice::default();
+    let mut cost = 0;
+    for (section, (len, item_cost)) in sections.iter().enumerate() {
+        let mut start = 0;
+        for item in 0..*len {
+            let c = item_cost(item);
+            if cost > 0 && cost + c > budget {
+                *current.section(section) = (start, item);
+                chunks.push(std::mem::take(&mut current));
+                start = item;
+                cost = 0;
+            }
+            cost += c;
+        }
+        *current.section(section) = (start, *len);
+    }
+    if cost > 0 {
+        chunks.push(current);
+    }
+    chunks
+}
+
+impl Slice {
+    fn section(&mut self, i: usize) -> &mut (usize, usize) {
+        [
+            &mut self.counters,
+            &mut self.stats,
+            &mut self.gauges,
+            &mut self.sets,
+            &mut self.logs,
+        ]
+        .into_iter()
+        .nth(i)
+        .expect("five sections")
+    }
+}
+
+/// Splits a closed window into chunks of at most `max_series` series each, each a ready
+/// `EVALSHA` of `flush.lua` (argument layout documented there).
 pub fn build_chunks(
     window: &ClosedWindow,
     keys: &Keys,
     precisions: &[u64],
+    sample_count: u64,
     agent_id: &str,
     token_ttl_secs: u64,
     max_series: usize,
 ) -> Vec<FlushChunk> {
     let sha = Script::new(FLUSH_SCRIPT).get_hash().to_string();
-    window
-        .counters
-        .chunks(max_series)
+    let hour = clock::hour_start(window.start);
+    let asctime = clock::asctime(window.start);
+    plan(window, max_series)
+        .into_iter()
         .enumerate()
-        .map(|(index, counters)| {
+        .map(|(index, part)| {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(&sha)
                 .arg(1)
                 .arg(keys.flush_token(agent_id, window.start, index))
                 .arg(token_ttl_secs)
-                .arg(keys.counter_prefix())
-                .arg(keys.known())
+                .arg(keys.prefix())
+                .arg(sample_count)
+                .arg(&hour)
+                .arg(&asctime)
                 .arg(precisions.len());
             for &p in precisions {
                 cmd.arg(p).arg(keys::slice(window.start, p));
             }
+            let counters = &window.counters[part.counters.0..part.counters.1];
             cmd.arg(counters.len());
             for (series, n) in counters {
                 cmd.arg(&**series).arg(*n);
             }
+            let stats = &window.stats[part.stats.0..part.stats.1];
+            cmd.arg(stats.len());
+            for (series, kind, s) in stats {
+                cmd.arg(&**series)
+                    .arg(kind.redis_name())
+                    .arg(s.count)
+                    .arg(s.sum)
+                    .arg(s.sumsq)
+                    .arg(s.min)
+                    .arg(s.max);
+            }
+            let gauges = &window.gauges[part.gauges.0..part.gauges.1];
+            cmd.arg(gauges.len());
+            for (series, value) in gauges {
+                cmd.arg(&**series).arg(*value);
+            }
+            let sets = &window.sets[part.sets.0..part.sets.1];
+            cmd.arg(sets.len());
+            for (series, members) in sets {
+                cmd.arg(&**series).arg(members.len());
+                for m in members {
+                    cmd.arg(&**m);
+                }
+            }
+            let logs = &window.logs[part.logs.0..part.logs.1];
+            cmd.arg(logs.len());
+            for log in logs {
+                cmd.arg(&log.name)
+                    .arg(log.severity.as_str())
+                    .arg(&log.message);
+            }
             FlushChunk {
                 window: window.start,
                 index,
-                series: counters.len(),
+                series: counters.len() + stats.len() + gauges.len() + sets.len() + logs.len(),
                 cmd,
             }
         })
@@ -147,5 +246,65 @@ impl Writer {
             .await?;
         redis::cmd("PING").query_async::<()>(&mut conn).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{LogEntry, Severity};
+
+    fn window(counters: usize, sets: &[usize], logs: usize) -> ClosedWindow {
+        ClosedWindow {
+            start: 100,
+            counters: (0..counters).map(|i| (format!("c{i}").into(), 1)).collect(),
+            sets: sets
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    (
+                        format!("s{i}").into(),
+                        (0..*m).map(|j| j.to_string().into_bytes().into()).collect(),
+                    )
+                })
+                .collect(),
+            logs: (0..logs)
+                .map(|_| LogEntry {
+                    name: "n".into(),
+                    severity: Severity::Info,
+                    message: "m".into(),
+                })
+                .collect(),
+            ..ClosedWindow::default()
+        }
+    }
+
+    fn chunk_sizes(w: &ClosedWindow, budget: usize) -> Vec<usize> {
+        build_chunks(w, &Keys::new(""), &[1, 60], 120, "a", 3600, budget)
+            .iter()
+            .map(|c| c.series)
+            .collect()
+    }
+
+    #[test]
+    fn chunks_respect_the_budget_across_sections() {
+        assert_eq!(chunk_sizes(&window(5, &[], 0), 2), [2, 2, 1]);
+        assert_eq!(chunk_sizes(&window(3, &[1], 2), 2), [2, 2, 2]);
+        assert_eq!(chunk_sizes(&window(0, &[], 0), 2), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn big_sets_cost_more() {
+        // 250 members cost 3; a chunk still takes at least one item.
+        assert_eq!(chunk_sizes(&window(1, &[250, 1], 0), 3), [1, 1, 1]);
+    }
+
+    #[test]
+    fn every_item_lands_in_exactly_one_chunk() {
+        let w = window(7, &[1, 500, 2], 4);
+        let chunks = build_chunks(&w, &Keys::new(""), &[1], 120, "a", 3600, 4);
+        assert_eq!(chunks.iter().map(|c| c.series).sum::<usize>(), 7 + 3 + 4);
+        let tokens: Vec<_> = chunks.iter().map(|c| c.index).collect();
+        assert_eq!(tokens, (0..chunks.len()).collect::<Vec<_>>());
     }
 }

@@ -32,30 +32,7 @@ impl RedisServer {
     pub fn start_with(extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("redis.sock");
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                "0",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ])
-            .arg("--unixsocket")
-            .arg(&socket)
-            .arg("--dir")
-            .arg(dir.path())
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start redis-server ({e}): the tests need Debian's redis-server package \
-                     (apt-get install -y redis-server redis-tools)"
-                )
-            });
+        let child = spawn_redis(dir.path(), &socket, extra);
         let server = RedisServer { child, dir, socket };
         server.wait_ready();
         server
@@ -234,4 +211,117 @@ pub fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs()
+}
+
+impl RedisServer {
+    /// Kills the server (no shutdown save) and starts it again on the same socket and data dir.
+    pub fn restart_after(&mut self, down: Duration, extra: &[&str]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        let _ = std::fs::remove_file(&self.socket);
+        self.child = spawn_redis(self.dir.path(), &self.socket, extra);
+        self.wait_ready();
+    }
+
+    /// Kills the server for good (its data dir stays until drop).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts a server that also listens on a TCP port of 127.0.0.1 (for the proxy tests).
+    pub fn start_tcp() -> (RedisServer, u16) {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let server = RedisServer::start_with(&["--port", &port.to_string(), "--bind", "127.0.0.1"]);
+        (server, port)
+    }
+}
+
+pub fn spawn_redis(dir: &std::path::Path, socket: &std::path::Path, extra: &[&str]) -> Child {
+    Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+        ])
+        .arg("--unixsocket")
+        .arg(socket)
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start redis-server ({e}): the tests need Debian's redis-server package \
+                 (apt-get install -y redis-server redis-tools)"
+            )
+        })
+}
+
+/// A TCP proxy of the test's own in front of Redis. While armed, the first reply that reports a
+/// flush chunk applied (`:1`) is swallowed and the client connection cut: the write happened,
+/// the agent never hears of it.
+pub struct LossyProxy {
+    pub addr: SocketAddr,
+    pub armed: Arc<std::sync::atomic::AtomicBool>,
+    pub cuts: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LossyProxy {
+    pub async fn start(upstream: SocketAddr) -> LossyProxy {
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let armed = Arc::new(AtomicBool::new(true));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (a, c) = (armed.clone(), cuts.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 1 << 16];
+                    while let Ok(n) = cr.read(&mut buf).await {
+                        if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                let (a, c) = (a.clone(), c.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 1 << 16];
+                    while let Ok(n) = sr.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        if buf[..n].starts_with(b":1\r\n")
+                            && a.swap(false, std::sync::atomic::Ordering::SeqCst)
+                        {
+                            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            let _ = cw.shutdown().await;
+                            return;
+                        }
+                        if cw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        LossyProxy { addr, armed, cuts }
+    }
 }

@@ -1,0 +1,61 @@
+//! The two time strings of the book's layout, in UTC: the hour of `stats:` / `common:` rollover
+//! (`YYYY-MM-DDTHH:00:00`, Python's `datetime(...).isoformat()`) and the `time.asctime()` prefix
+//! of `recent:` log lines (`Sun Nov 22 04:30:00 2026`).
+
+/// (year, month 1-12, day 1-31) of days since 1970-01-01 (proleptic Gregorian).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// The UTC hour holding `secs`, as `YYYY-MM-DDTHH:00:00`.
+pub fn hour_start(secs: u64) -> String {
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:00:00", secs % 86_400 / 3600)
+}
+
+/// `secs` as C's `asctime` prints it (in UTC): `Www Mmm dd hh:mm:ss yyyy`, day padded by a space.
+pub fn asctime(secs: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = secs / 86_400;
+    let (y, m, d) = civil_from_days(days as i64);
+    let t = secs % 86_400;
+    format!(
+        "{} {} {d:2} {:02}:{:02}:{:02} {y}",
+        DAYS[(days % 7) as usize],
+        MONTHS[m as usize - 1],
+        t / 3600,
+        t % 3600 / 60,
+        t % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hours() {
+        assert_eq!(hour_start(0), "1970-01-01T00:00:00");
+        assert_eq!(hour_start(1_795_320_489), "2026-11-22T04:00:00");
+        assert_eq!(hour_start(951_825_600), "2000-02-29T12:00:00");
+    }
+
+    #[test]
+    fn asctimes() {
+        assert_eq!(asctime(0), "Thu Jan  1 00:00:00 1970");
+        assert_eq!(asctime(1_795_320_489), "Sun Nov 22 04:08:09 2026");
+        assert_eq!(asctime(951_825_600), "Tue Feb 29 12:00:00 2000");
+    }
+}

@@ -1,0 +1,413 @@
+//! Every StatsD type in the book's layout, read back with the book's reader semantics; the
+//! hourly rollover; exactly-once flushes through a lost reply; and a Redis outage.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use statsd_redis::aggregate::StatKind;
+use statsd_redis::config::Config;
+use statsd_redis::store::Keys;
+
+/// The book's `get_stats`: the ZSET as a map, plus average and sample standard deviation.
+fn get_stats(redis: &RedisServer, key: &str) -> BTreeMap<String, f64> {
+    let mut data: BTreeMap<String, f64> = redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query::<Vec<(String, f64)>>(&mut redis.conn())
+        .unwrap()
+        .into_iter()
+        .collect();
+    if let (Some(&count), Some(&sum), Some(&sumsq)) =
+        (data.get("count"), data.get("sum"), data.get("sumsq"))
+    {
+        data.insert("average".into(), sum / count);
+        let numerator = sumsq - sum * sum / count;
+        data.insert(
+            "stddev".into(),
+            (numerator / (count - 1.0).max(1.0)).max(0.0).sqrt(),
+        );
+    }
+    data
+}
+
+fn get<T: redis::FromRedisValue>(redis: &RedisServer, cmd: &mut redis::Cmd) -> T {
+    cmd.query(&mut redis.conn()).unwrap()
+}
+
+fn hour_of(secs: u64) -> String {
+    // The same UTC hour string the book writes, computed independently through `date`.
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:00:00"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_histograms_and_distributions_become_hourly_stats() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    agent.send(b"ctx:100|ms\nctx:200|ms\nfast:50|ms\nsize:3|h\nsize:5|h|@0.5\nlat:7|d");
+    let keys = Keys::new("");
+    eventually(Duration::from_secs(3), "stats written", || {
+        get_stats(&redis, &keys.stats("lat", StatKind::Distribution)).contains_key("count")
+    })
+    .await;
+    let ctx = get_stats(&redis, &keys.stats("ctx", StatKind::Timer));
+    assert_eq!(
+        (
+            ctx["min"],
+            ctx["max"],
+            ctx["count"],
+            ctx["sum"],
+            ctx["sumsq"]
+        ),
+        (100.0, 200.0, 2.0, 300.0, 50000.0)
+    );
+    assert_eq!(ctx["average"], 150.0);
+    assert!((ctx["stddev"] - 70.710678).abs() < 1e-5, "{ctx:?}");
+    let size = get_stats(&redis, "stats:size:Histogram");
+    assert_eq!(
+        (size["count"], size["sum"], size["min"], size["max"]),
+        (3.0, 13.0, 3.0, 5.0)
+    );
+    assert_eq!(get_stats(&redis, "stats:lat:Distribution")["sum"], 7.0);
+    let start: String = get(&redis, redis::cmd("GET").arg("stats:ctx:AccessTime:start"));
+    assert_eq!(start, hour_of(unix_now()));
+
+    // The book's slowest list: highest average first.
+    let slowest: Vec<(String, f64)> = get(
+        &redis,
+        redis::cmd("ZREVRANGE")
+            .arg("slowest:AccessTime")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES"),
+    );
+    assert_eq!(
+        slowest,
+        [("ctx".to_string(), 150.0), ("fast".to_string(), 50.0)]
+    );
+
+    // A second window merges into the same hour: min/max kept, the rest added.
+    agent.send(b"ctx:10|ms");
+    eventually(Duration::from_secs(3), "second window merged", || {
+        get_stats(&redis, "stats:ctx:AccessTime")["count"] == 3.0
+    })
+    .await;
+    let ctx = get_stats(&redis, "stats:ctx:AccessTime");
+    assert_eq!((ctx["min"], ctx["max"], ctx["sum"]), (10.0, 200.0, 310.0));
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowest_keeps_the_hundred_highest() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    let lines: String = (1..=150).map(|i| format!("page{i}:{i}|ms\n")).collect();
+    agent.send(lines.as_bytes());
+    eventually(Duration::from_secs(3), "slowest written", || {
+        get::<usize>(&redis, redis::cmd("ZCARD").arg("slowest:AccessTime")) > 0
+    })
+    .await;
+    let top: Vec<String> = get(
+        &redis,
+        redis::cmd("ZREVRANGE")
+            .arg("slowest:AccessTime")
+            .arg(0)
+            .arg(-1),
+    );
+    assert_eq!(top.len(), 100);
+    assert_eq!((top[0].as_str(), top[99].as_str()), ("page150", "page51"));
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gauges_hold_the_current_and_per_slice_values() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(Config {
+        precisions: vec![1, 60],
+        ..test_config(&redis)
+    });
+    agent.send(b"temp:10|g\ntemp:-3|g\ntemp:+1|g\nfresh:+5|g");
+    eventually(Duration::from_secs(3), "gauges written", || {
+        get::<BTreeMap<String, f64>>(&redis, redis::cmd("HGETALL").arg("gauges:")).len() == 2
+    })
+    .await;
+    let gauges: BTreeMap<String, f64> = get(&redis, redis::cmd("HGETALL").arg("gauges:"));
+    assert_eq!(
+        gauges,
+        BTreeMap::from([("fresh".into(), 5.0), ("temp".into(), 8.0)])
+    );
+    let per_minute: BTreeMap<u64, f64> = get(&redis, redis::cmd("HGETALL").arg("gauge:60:temp"));
+    assert_eq!(per_minute.values().copied().collect::<Vec<_>>(), [8.0]);
+    assert!(per_minute.keys().all(|s| s % 60 == 0));
+    let mut known: Vec<String> = redis.known("known:gauge:");
+    known.sort();
+    assert_eq!(known, ["1:fresh", "1:temp", "60:fresh", "60:temp"]);
+    // A delta in a later window starts from the remembered value.
+    agent.send(b"temp:+2|g");
+    eventually(Duration::from_secs(3), "delta applied", || {
+        get::<BTreeMap<String, f64>>(&redis, redis::cmd("HGETALL").arg("gauges:"))["temp"] == 10.0
+    })
+    .await;
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sets_count_distinct_members_per_slice_and_expire() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(Config {
+        precisions: vec![1, 60],
+        sample_count: 10,
+        ..test_config(&redis)
+    });
+    let sent = unix_now();
+    agent.send(b"users:alice|s\nusers:bob|s\nusers:alice|s\nusers:1:2|s");
+    let minute = sent / 60 * 60;
+    let key = Keys::new("").set(60, "users", minute);
+    eventually(Duration::from_secs(3), "set written", || {
+        get::<u64>(&redis, redis::cmd("PFCOUNT").arg(&key)) > 0
+    })
+    .await;
+    assert_eq!(get::<u64>(&redis, redis::cmd("PFCOUNT").arg(&key)), 3);
+    let expire_at: u64 = get(&redis, redis::cmd("EXPIRETIME").arg(&key));
+    assert_eq!(expire_at, minute + 10 * 60);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_and_service_checks_become_recent_and_common_logs() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    agent.send(
+        b"_e{9,12}:disk full|on /var/data|t:error|#service:api\n_e{9,12}:disk full|on /var/data|t:error|#service:api\n\
+          _sc|db|2|m:replica down\n_sc|db|0\n_e{6,0}:deploy||s:ci",
+    );
+    eventually(Duration::from_secs(3), "logs written", || {
+        get::<usize>(&redis, redis::cmd("LLEN").arg("recent:ci:info")) == 1
+    })
+    .await;
+    let recent: Vec<String> = get(
+        &redis,
+        redis::cmd("LRANGE").arg("recent:api:error").arg(0).arg(-1),
+    );
+    assert_eq!(recent.len(), 2);
+    // time.asctime() prefix: "Sun Nov 22 04:30:00 2026 disk full: on /var/data".
+    let (stamp, message) = recent[0].split_at(24);
+    assert_eq!(message, " disk full: on /var/data");
+    assert_eq!(stamp.len(), 24);
+    assert!(stamp.ends_with(&hour_of(unix_now())[..4]), "{stamp}");
+    let common: Vec<(String, f64)> = get(
+        &redis,
+        redis::cmd("ZRANGE")
+            .arg("common:api:error")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES"),
+    );
+    assert_eq!(common, [("disk full: on /var/data".to_string(), 2.0)]);
+    let critical: Vec<String> = get(
+        &redis,
+        redis::cmd("LRANGE")
+            .arg("recent:db:critical")
+            .arg(0)
+            .arg(-1),
+    );
+    assert!(critical[0].ends_with(" replica down"), "{critical:?}");
+    let ok: Vec<String> = get(
+        &redis,
+        redis::cmd("LRANGE").arg("recent:db:info").arg(0).arg(-1),
+    );
+    assert!(ok[0].ends_with(" ok"), "{ok:?}");
+    let start: String = get(&redis, redis::cmd("GET").arg("common:api:error:start"));
+    assert_eq!(start, hour_of(unix_now()));
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recent_logs_keep_the_newest_hundred() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    let lines: String = (0..150)
+        .map(|i| format!("_sc|job|1|m:run {i:03}\n"))
+        .collect();
+    agent.send(lines.as_bytes());
+    eventually(Duration::from_secs(3), "logs written", || {
+        get::<usize>(&redis, redis::cmd("LLEN").arg("recent:job:warning")) > 0
+    })
+    .await;
+    let recent: Vec<String> = get(
+        &redis,
+        redis::cmd("LRANGE")
+            .arg("recent:job:warning")
+            .arg(0)
+            .arg(-1),
+    );
+    assert_eq!(recent.len(), 100);
+    assert!(
+        recent[0].ends_with("run 149") && recent[99].ends_with("run 050"),
+        "newest first"
+    );
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_hour_rolls_over_to_last_and_pstart() {
+    let redis = RedisServer::start();
+    let old_hour = "2000-01-01T00:00:00";
+    let mut c = redis.conn();
+    redis::pipe()
+        .cmd("ZADD")
+        .arg("stats:ctx:AccessTime")
+        .arg(1)
+        .arg("min")
+        .arg(9)
+        .arg("max")
+        .arg(3)
+        .arg("count")
+        .arg(15)
+        .arg("sum")
+        .arg(83)
+        .arg("sumsq")
+        .cmd("SET")
+        .arg("stats:ctx:AccessTime:start")
+        .arg(old_hour)
+        .cmd("ZADD")
+        .arg("common:db:critical")
+        .arg(4)
+        .arg("old message")
+        .cmd("SET")
+        .arg("common:db:critical:start")
+        .arg(old_hour)
+        .query::<()>(&mut c)
+        .unwrap();
+    let agent = TestAgent::start(test_config(&redis));
+    agent.send(b"ctx:42|ms\n_sc|db|2|m:new message");
+    eventually(Duration::from_secs(3), "rollover", || {
+        get::<Option<String>>(&redis, redis::cmd("GET").arg("common:db:critical:pstart")).is_some()
+    })
+    .await;
+    let now_hour = hour_of(unix_now());
+
+    let last = get_stats(&redis, "stats:ctx:AccessTime:last");
+    assert_eq!(
+        (last["count"], last["sum"], last["min"], last["max"]),
+        (3.0, 15.0, 1.0, 9.0)
+    );
+    let pstart: String = get(&redis, redis::cmd("GET").arg("stats:ctx:AccessTime:pstart"));
+    assert_eq!(pstart, old_hour);
+    let current = get_stats(&redis, "stats:ctx:AccessTime");
+    assert_eq!(
+        (
+            current["count"],
+            current["sum"],
+            current["min"],
+            current["max"]
+        ),
+        (1.0, 42.0, 42.0, 42.0)
+    );
+    let start: String = get(&redis, redis::cmd("GET").arg("stats:ctx:AccessTime:start"));
+    assert_eq!(start, now_hour);
+
+    let last: Vec<(String, f64)> = get(
+        &redis,
+        redis::cmd("ZRANGE")
+            .arg("common:db:critical:last")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES"),
+    );
+    assert_eq!(last, [("old message".to_string(), 4.0)]);
+    let current: Vec<(String, f64)> = get(
+        &redis,
+        redis::cmd("ZRANGE")
+            .arg("common:db:critical")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES"),
+    );
+    assert_eq!(current, [("new message".to_string(), 1.0)]);
+    let pstart: String = get(&redis, redis::cmd("GET").arg("common:db:critical:pstart"));
+    assert_eq!(pstart, old_hour);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_retried_without_applying_twice() {
+    let (redis, port) = RedisServer::start_tcp();
+    let proxy = LossyProxy::start(([127, 0, 0, 1], port).into()).await;
+    let agent = TestAgent::start(Config {
+        redis: format!("redis://{}/0", proxy.addr),
+        ..test_config(&redis)
+    });
+    agent.send(b"once:7|c\nonce.t:5|ms\nonce.g:+3|g\n_sc|once|1|m:retried");
+    eventually(Duration::from_secs(10), "the retry found the token", || {
+        agent.metric("chunks_applied_before_total") == 1.0
+    })
+    .await;
+    assert_eq!(proxy.cuts.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(agent.metric("redis_errors_total") >= 1.0);
+    agent.stop().await;
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "once"), 7, "precision {p}");
+    }
+    assert_eq!(get_stats(&redis, "stats:once.t:AccessTime")["count"], 1.0);
+    let gauge: f64 = get(&redis, redis::cmd("HGET").arg("gauges:").arg("once.g"));
+    assert_eq!(gauge, 3.0);
+    assert_eq!(
+        get::<usize>(&redis, redis::cmd("LLEN").arg("recent:once:warning")),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ten_second_outage_loses_and_doubles_nothing() {
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut redis = RedisServer::start_with(&aof);
+    let agent = TestAgent::start(Config {
+        redis_timeout_ms: 500,
+        ..test_config(&redis)
+    });
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = agent.udp[0];
+    let mut sent = send_steadily(&socket, to, Duration::from_secs(2)).await;
+    // Down for ten seconds while the sending goes on.
+    let outage = tokio::task::spawn_blocking(move || {
+        redis.restart_after(Duration::from_secs(10), &aof);
+        redis
+    });
+    sent += send_steadily(&socket, to, Duration::from_secs(11)).await;
+    let redis = outage.await.unwrap();
+    sent += send_steadily(&socket, to, Duration::from_secs(1)).await;
+    eventually(Duration::from_secs(15), "backlog written", || {
+        agent.metric("backlog_windows") == 0.0
+    })
+    .await;
+    assert!(
+        agent.metric(r#"flushes_total{outcome="error"}"#) >= 1.0,
+        "the outage was seen"
+    );
+    assert_eq!(agent.metric("windows_dropped_total"), 0.0);
+    agent.stop().await;
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "steady"), sent, "precision {p}");
+    }
+}
+
+/// Sends 3 counts every 20 ms for `d`; returns how many were sent.
+async fn send_steadily(socket: &std::net::UdpSocket, to: std::net::SocketAddr, d: Duration) -> i64 {
+    let until = std::time::Instant::now() + d;
+    let mut sent = 0;
+    while std::time::Instant::now() < until {
+        socket.send_to(b"steady:1|c\nsteady:2|c", to).unwrap();
+        sent += 3;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sent
+}

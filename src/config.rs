@@ -68,7 +68,9 @@ impl Default for Config {
             max_backlog_windows: 3600,
             shutdown_timeout_secs: 10,
             redis_timeout_ms: 2000,
-            max_series_per_chunk: 1000,
+            // One script call blocks Redis; at the 7 default precisions 100 series take ~2.5 ms
+            // (p99 ~4.5 ms) here: see docs/benchmarks.md and scripts/chunk-timing.sh.
+            max_series_per_chunk: 100,
             agent_id: String::new(),
         }
     }
@@ -204,7 +206,7 @@ pub struct Args {
     /// Timeout of one Redis call [default: 2000].
     #[arg(long, env = "STATSD_REDIS_REDIS_TIMEOUT_MS", value_name = "MS")]
     pub redis_timeout_ms: Option<u64>,
-    /// Series per flush script call [default: 1000].
+    /// Series per flush script call [default: 100].
     #[arg(long, env = "STATSD_REDIS_MAX_SERIES_PER_CHUNK", value_name = "N")]
     pub max_series_per_chunk: Option<usize>,
     /// Agent name in flush tokens [default: random per start].

@@ -55,17 +55,42 @@ for p = 1, count() do
   i = i + 2
 end
 
+-- Index members (`<precision>:<series>`, score 0) collected and added in few ZADD calls: one
+-- redis.call costs about as much as the write it carries.
+local function indexer(key)
+  local args, n = {}, 0
+  local index = {}
+  function index.add(member)
+    args[n + 1], args[n + 2] = 0, member
+    n = n + 2
+    if n >= 2000 then
+      index.flush()
+    end
+  end
+  function index.flush()
+    if n > 0 then
+      redis.call('ZADD', key, unpack(args, 1, n))
+      n = 0
+    end
+  end
+  return index
+end
+
 -- Counters (update_counter): count:<p>:<series> and the known: index.
-local known = prefix .. 'known:'
+local known = indexer(prefix .. 'known:')
+local count_keys = {}
+for p = 1, #precisions do
+  count_keys[p] = prefix .. 'count:' .. precisions[p] .. ':'
+end
 for _ = 1, count() do
   local series, n = ARGV[i], ARGV[i + 1]
   i = i + 2
   for p = 1, #precisions do
-    local member = precisions[p] .. ':' .. series
-    redis.call('HINCRBY', prefix .. 'count:' .. member, slices[p], n)
-    redis.call('ZADD', known, 0, member)
+    redis.call('HINCRBY', count_keys[p] .. series, slices[p], n)
+    known.add(precisions[p] .. ':' .. series)
   end
 end
+known.flush()
 
 -- Statistics (update_stats) and, for timers, slowest:AccessTime (access_time).
 local slowest = prefix .. 'slowest:AccessTime'
@@ -97,17 +122,19 @@ if timers > 0 then
 end
 
 -- Gauges: the current value, and the value per slice indexed like counters.
-local known_gauges = prefix .. 'known:gauge:'
+local known_gauges = indexer(prefix .. 'known:gauge:')
+local gauges = prefix .. 'gauges:'
 for _ = 1, count() do
   local series, value = ARGV[i], ARGV[i + 1]
   i = i + 2
-  redis.call('HSET', prefix .. 'gauges:', series, value)
+  redis.call('HSET', gauges, series, value)
   for p = 1, #precisions do
     local member = precisions[p] .. ':' .. series
     redis.call('HSET', prefix .. 'gauge:' .. member, slices[p], value)
-    redis.call('ZADD', known_gauges, 0, member)
+    known_gauges.add(member)
   end
 end
+known_gauges.flush()
 
 -- Sets: one HyperLogLog per slice, expiring with the slice's retention.
 -- PFADD takes at most this many members per call (Lua's unpack has a stack limit).

@@ -394,6 +394,7 @@ async fn a_ten_second_outage_loses_and_doubles_nothing() {
         "the outage was seen"
     );
     assert_eq!(agent.metric("windows_dropped_total"), 0.0);
+    assert!(agent.metric("redis_reconnects_total") >= 1.0);
     agent.stop().await;
     for p in PRECISIONS {
         assert_eq!(redis.counter_total(p, "steady"), sent, "precision {p}");
@@ -410,4 +411,26 @@ async fn send_steadily(socket: &std::net::UdpSocket, to: std::net::SocketAddr, d
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     sent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_backlog_drops_the_oldest_window_and_counts_it() {
+    let mut redis = RedisServer::start();
+    let agent = TestAgent::start(Config {
+        max_backlog_windows: 2,
+        redis_timeout_ms: 200,
+        ..test_config(&redis)
+    });
+    redis.kill();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(4500) {
+        agent.send(b"dropped:1|c");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eventually(Duration::from_secs(3), "drops counted", || {
+        agent.metric("windows_dropped_total") >= 2.0
+    })
+    .await;
+    assert_eq!(agent.metric("backlog_windows"), 2.0);
+    agent.shutdown.cancel();
 }

@@ -15,7 +15,7 @@ use crate::flush::Flusher;
 use crate::http::{AppState, router};
 use crate::ingest::LineHandler;
 use crate::ingest::udp::{self, Reader};
-use crate::store::Writer;
+use crate::store::{Cleaner, Keys, Writer};
 use crate::telemetry::Telemetry;
 
 #[derive(Debug, thiserror::Error)]
@@ -118,11 +118,20 @@ pub async fn run(
 
     let id = agent_id(&config);
     tracing::info!(agent_id = %id, redis = %redacted(&config.redis), "agent started");
-    let writer = Writer::new(
-        client.clone(),
-        Duration::from_millis(config.redis_timeout_ms),
-        telemetry.clone(),
-    );
+    let timeout = Duration::from_millis(config.redis_timeout_ms);
+    let cleaner = config.cleaner_enabled.then(|| {
+        let cleaner = Cleaner::new(
+            client.clone(),
+            timeout,
+            Keys::new(&config.key_prefix),
+            id.clone(),
+            Duration::from_secs(config.cleaner_interval_secs),
+            config.sample_count,
+            telemetry.clone(),
+        );
+        tokio::spawn(cleaner.run(shutdown.clone()))
+    });
+    let writer = Writer::new(client.clone(), timeout, telemetry.clone());
     let flusher_stop = CancellationToken::new();
     let flusher = tokio::spawn(
         Flusher::new(windows, writer, id, config.clone(), telemetry.clone())
@@ -150,6 +159,9 @@ pub async fn run(
     tracker.wait().await;
     flusher_stop.cancel();
     let _ = flusher.await;
+    if let Some(cleaner) = cleaner {
+        let _ = cleaner.await;
+    }
     if let Ok(Err(e)) = server.await {
         tracing::warn!(error = %e, "HTTP server ended with an error");
     }

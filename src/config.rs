@@ -42,8 +42,13 @@ pub struct Config {
     pub redis_timeout_ms: u64,
     /// Series per flush chunk (one server-side script call).
     pub max_series_per_chunk: usize,
-    /// This agent's name in flush tokens; empty means a random one per start.
+    /// This agent's name in flush tokens and the cleaner lease; empty means a random one per start.
     pub agent_id: String,
+    /// Run the cleaner that trims counters and gauges to `sample_count` slices.
+    pub cleaner_enabled: bool,
+    /// About how often the cleaner makes a pass; precision `p` is checked every
+    /// `max(1, p / cleaner_interval_secs)` passes.
+    pub cleaner_interval_secs: u64,
 }
 
 pub const DEFAULT_PRECISIONS: [u64; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
@@ -72,6 +77,9 @@ impl Default for Config {
             // (p99 ~4.5 ms) here: see docs/benchmarks.md and scripts/chunk-timing.sh.
             max_series_per_chunk: 100,
             agent_id: String::new(),
+            cleaner_enabled: true,
+            // The book's cleaner sleeps a minute between passes.
+            cleaner_interval_secs: 60,
         }
     }
 }
@@ -144,6 +152,9 @@ impl Config {
         if self.max_series_per_chunk == 0 {
             return Err(err("max_series_per_chunk", "must be at least 1"));
         }
+        if self.cleaner_interval_secs == 0 {
+            return Err(err("cleaner_interval_secs", "must be at least 1"));
+        }
         if self.agent_id.contains(char::is_whitespace) {
             return Err(err("agent_id", "must not contain whitespace"));
         }
@@ -209,9 +220,15 @@ pub struct Args {
     /// Series per flush script call [default: 100].
     #[arg(long, env = "STATSD_REDIS_MAX_SERIES_PER_CHUNK", value_name = "N")]
     pub max_series_per_chunk: Option<usize>,
-    /// Agent name in flush tokens [default: random per start].
+    /// Agent name in flush tokens and the cleaner lease [default: random per start].
     #[arg(long, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
     pub agent_id: Option<String>,
+    /// Run the cleaner [default: true].
+    #[arg(long, env = "STATSD_REDIS_CLEANER_ENABLED", value_name = "BOOL")]
+    pub cleaner_enabled: Option<bool>,
+    /// Seconds between cleaner passes [default: 60].
+    #[arg(long, env = "STATSD_REDIS_CLEANER_INTERVAL_SECS", value_name = "SECS")]
+    pub cleaner_interval_secs: Option<u64>,
 }
 
 impl Args {
@@ -243,7 +260,9 @@ impl Args {
             shutdown_timeout_secs,
             redis_timeout_ms,
             max_series_per_chunk,
-            agent_id
+            agent_id,
+            cleaner_enabled,
+            cleaner_interval_secs
         );
         config.validate()?;
         Ok(config)
@@ -300,6 +319,7 @@ mod tests {
         bad(|c| c.redis = "http://x".into(), "redis");
         bad(|c| c.udp = vec![], "udp");
         bad(|c| c.max_datagram_bytes = 100, "max_datagram_bytes");
+        bad(|c| c.cleaner_interval_secs = 0, "cleaner_interval_secs");
     }
 
     #[test]

@@ -62,6 +62,12 @@ pub struct Telemetry {
     pub windows_dropped: Counter,
     pub chunks_applied_before: Counter,
     pub redis_errors: Counter,
+    pub cleaner_passes: Counter,
+    pub cleaner_members_visited: Counter,
+    pub cleaner_slices_removed: Counter,
+    pub cleaner_hashes_removed: Counter,
+    pub cleaner_pass_duration: Histogram,
+    pub cleaner_lease_held: Gauge,
     pub redis_reconnects: Counter,
 }
 
@@ -79,6 +85,11 @@ impl Telemetry {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(
                 Matcher::Full(format!("{PREFIX}flush_duration_seconds")),
+                &FLUSH_BUCKETS,
+            )
+            .expect("bucket list is not empty")
+            .set_buckets_for_metric(
+                Matcher::Full(format!("{PREFIX}cleaner_pass_duration_seconds")),
                 &FLUSH_BUCKETS,
             )
             .expect("bucket list is not empty")
@@ -197,6 +208,40 @@ impl Telemetry {
                 &[],
             ),
             redis_errors: counter("redis_errors_total", "Failed Redis calls.", &[]),
+            cleaner_passes: counter(
+                "cleaner_passes_total",
+                "Cleaner passes made by this agent.",
+                &[],
+            ),
+            cleaner_members_visited: counter(
+                "cleaner_members_visited_total",
+                "Index members (known:, known:gauge:) the cleaner looked at.",
+                &[],
+            ),
+            cleaner_slices_removed: counter(
+                "cleaner_slices_removed_total",
+                "Slices older than sample_count samples deleted by the cleaner.",
+                &[],
+            ),
+            cleaner_hashes_removed: counter(
+                "cleaner_counters_removed_total",
+                "Counter and gauge hashes the cleaner found empty or gone and removed from their index.",
+                &[],
+            ),
+            cleaner_pass_duration: {
+                let k = key("cleaner_pass_duration_seconds", &[]);
+                r.describe_histogram(
+                    KeyName::from(k.name().to_string()),
+                    Some(Unit::Seconds),
+                    SharedString::const_str("Time one cleaner pass took."),
+                );
+                r.register_histogram(&k, &metadata())
+            },
+            cleaner_lease_held: gauge(
+                "cleaner_lease_held",
+                "1 while this agent holds cleaner:lock (only the holder cleans).",
+                &[],
+            ),
             redis_reconnects: counter(
                 "redis_reconnects_total",
                 "New Redis connections after the first.",

@@ -4,20 +4,10 @@
 mod common;
 
 use std::net::UdpSocket;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_statsd-redis"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("STATSD_REDIS_") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
 
 /// Runs to completion; returns exit code, stdout, stderr.
 fn run(cmd: &mut Command) -> (i32, String, String) {
@@ -95,39 +85,6 @@ fn defaults_match_the_spec() {
     assert_eq!(c["http"].as_str(), Some("127.0.0.1:9102"));
 }
 
-fn free_port() -> u16 {
-    let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let p = s.local_addr().unwrap().port();
-    // The UDP port of the same number must be free too.
-    UdpSocket::bind(("127.0.0.1", p))
-        .map(|_| p)
-        .unwrap_or_else(|_| free_port())
-}
-
-/// Starts the binary on free ports; returns it with its UDP port once it answers HTTP.
-fn spawn_agent(redis_url: &str, extra: &[&str]) -> (std::process::Child, u16) {
-    let (udp, http) = (free_port(), free_port());
-    let child = bin()
-        .args([
-            "--udp",
-            &format!("127.0.0.1:{udp}"),
-            "--http",
-            &format!("127.0.0.1:{http}"),
-        ])
-        .args(["--redis", redis_url])
-        .args(extra)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The HTTP port is bound after the UDP ones: once it answers, datagrams are received.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
-        assert!(Instant::now() < deadline, "agent did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child, udp)
-}
-
 /// SIGTERM, then the exit code and everything the agent logged.
 fn terminate(mut child: std::process::Child) -> (Option<i32>, String, Duration) {
     let signalled = Instant::now();
@@ -143,7 +100,7 @@ fn terminate(mut child: std::process::Child) -> (Option<i32>, String, Duration) 
 #[test]
 fn sigterm_right_after_sending_loses_nothing() {
     let redis = RedisServer::start();
-    let (child, udp) = spawn_agent(&redis.url(), &[]);
+    let (child, udp, _) = spawn_agent(&redis.url(), &[]);
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     for i in 0..200 {
         let d: String = (0..10)
@@ -164,7 +121,7 @@ fn sigterm_right_after_sending_loses_nothing() {
 #[test]
 fn sigterm_with_redis_down_exits_within_the_timeout_and_says_what_was_lost() {
     let mut redis = RedisServer::start();
-    let (child, udp) = spawn_agent(
+    let (child, udp, _) = spawn_agent(
         &redis.url(),
         &["--shutdown-timeout-secs", "2", "--redis-timeout-ms", "300"],
     );

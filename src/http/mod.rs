@@ -10,7 +10,6 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::store::Writer;
 use crate::telemetry::Telemetry;
 
 /// Readiness must answer quickly even when Redis hangs.
@@ -41,7 +40,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match Writer::ping(&state.redis, READY_TIMEOUT).await {
+    match crate::store::ping(&state.redis, READY_TIMEOUT).await {
         Ok(()) => (StatusCode::OK, "ready\n".to_string()),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,

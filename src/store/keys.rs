@@ -76,10 +76,39 @@ impl Keys {
         format!("{}common:{name}:{severity}", self.prefix)
     }
 
+    /// `known:` and the `count:` hashes it lists.
+    pub fn counter_index(&self) -> Index {
+        Index {
+            key: self.known(),
+            hash_prefix: format!("{}count:", self.prefix),
+        }
+    }
+
+    /// `known:gauge:` and the `gauge:` hashes it lists.
+    pub fn gauge_index(&self) -> Index {
+        Index {
+            key: self.known_gauges(),
+            hash_prefix: format!("{}gauge:", self.prefix),
+        }
+    }
+
+    /// `cleaner:lock`: the lease of the agent that cleans (its agent id, with a TTL).
+    pub fn cleaner_lock(&self) -> String {
+        format!("{}cleaner:lock", self.prefix)
+    }
+
     /// `flush:<agent>:<window>:<chunk>`: set once a flush chunk has been applied.
     pub fn flush_token(&self, agent_id: &str, window: u64, chunk: usize) -> String {
         format!("{}flush:{agent_id}:{window}:{chunk}", self.prefix)
     }
+}
+
+/// An index ZSET of `<precision>:<series>` members and the prefix that, with a member appended,
+/// names the hash the member stands for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Index {
+    pub key: String,
+    pub hash_prefix: String,
 }
 
 /// A member of `known:`: `<precision>:<series>`, as the book's `clean_counters` splits it.
@@ -116,6 +145,18 @@ mod tests {
         assert_eq!(k.counter(1, "hits"), "app1:count:1:hits");
         assert_eq!(k.known(), "app1:known:");
         assert_eq!(k.flush_token("a", 10, 2), "app1:flush:a:10:2");
+        assert_eq!(k.cleaner_lock(), "app1:cleaner:lock");
+        let gauges = k.gauge_index();
+        assert_eq!(gauges.key, "app1:known:gauge:");
+        assert_eq!(
+            format!("{}{}", gauges.hash_prefix, known_member(5, "g")),
+            k.gauge(5, "g")
+        );
+        let counters = k.counter_index();
+        assert_eq!(
+            format!("{}{}", counters.hash_prefix, known_member(5, "c")),
+            k.counter(5, "c")
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, Script};
+use redis::{Client, Cmd, Script};
 
 use super::{Keys, StoreError, clock, keys};
 use crate::aggregate::ClosedWindow;
@@ -195,13 +195,7 @@ impl Writer {
         if let Some(c) = &self.connection {
             return Ok(c.clone());
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        let connection = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        let connection = super::connect(&self.client, self.timeout).await?;
         if self.connected_before {
             self.telemetry.redis_reconnects.increment(1);
         }
@@ -234,18 +228,6 @@ impl Writer {
         } else {
             Applied::Before
         })
-    }
-
-    /// `PING` over a fresh connection, for readiness checks.
-    pub async fn ping(client: &Client, timeout: Duration) -> Result<(), StoreError> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        redis::cmd("PING").query_async::<()>(&mut conn).await?;
-        Ok(())
     }
 }
 

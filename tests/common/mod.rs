@@ -169,12 +169,7 @@ impl TestAgent {
 
     /// One metric's value from `/metrics` (0 when absent), e.g. `bad_lines_total{reason="x"}`.
     pub fn metric(&self, name_and_labels: &str) -> f64 {
-        let text = http_get(self.http, "/metrics").1;
-        let wanted = format!("statsd_redis_{name_and_labels} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&wanted))
-            .map(|v| v.trim().parse().unwrap())
-            .unwrap_or(0.0)
+        metric_at(self.http, name_and_labels)
     }
 }
 
@@ -324,4 +319,58 @@ impl LossyProxy {
         });
         LossyProxy { addr, armed, cuts }
     }
+}
+
+/// The agent binary, with no `STATSD_REDIS_*` variables inherited from the test's environment.
+pub fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_statsd-redis"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("STATSD_REDIS_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+pub fn free_port() -> u16 {
+    let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = s.local_addr().unwrap().port();
+    // The UDP port of the same number must be free too.
+    UdpSocket::bind(("127.0.0.1", p))
+        .map(|_| p)
+        .unwrap_or_else(|_| free_port())
+}
+
+/// Starts the binary on free ports; returns it with its UDP and HTTP ports once HTTP answers.
+pub fn spawn_agent(redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
+    let (udp, http) = (free_port(), free_port());
+    let child = bin()
+        .args([
+            "--udp",
+            &format!("127.0.0.1:{udp}"),
+            "--http",
+            &format!("127.0.0.1:{http}"),
+        ])
+        .args(["--redis", redis_url])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The HTTP port is bound after the UDP ones: once it answers, datagrams are received.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", http)).is_err() {
+        assert!(Instant::now() < deadline, "agent did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, udp, http)
+}
+
+/// One metric's value from the `/metrics` of the agent at `http` (0 when absent).
+pub fn metric_at(http: SocketAddr, name_and_labels: &str) -> f64 {
+    let text = http_get(http, "/metrics").1;
+    let wanted = format!("statsd_redis_{name_and_labels} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&wanted))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0.0)
 }

@@ -1,0 +1,37 @@
+-- Trims one batch of index members (SPEC §4, the book's clean_counters).
+--
+-- ARGV: index key, hash prefix, now (epoch s), sample count, then members `<precision>:<series>`.
+-- For each member: delete the slices at or before `now - sample_count * precision`; if the hash
+-- is then empty (or was already gone), remove the member from the index. Both happen in this
+-- one atomic call, so a writer's new slice either lands before (the hash is not empty) or after
+-- (its own ZADD puts the member back).
+-- Returns {slices removed, members removed}.
+
+local index, hash_prefix = ARGV[1], ARGV[2]
+local now, sample_count = tonumber(ARGV[3]), tonumber(ARGV[4])
+local slices, removed = 0, 0
+for i = 5, #ARGV do
+  local member = ARGV[i]
+  local hash = hash_prefix .. member
+  local precision = tonumber(string.match(member, '^(%d+):'))
+  if precision then
+    local cutoff = now - sample_count * precision
+    local old = {}
+    for _, slice in ipairs(redis.call('HKEYS', hash)) do
+      local t = tonumber(slice)
+      if t and t <= cutoff then
+        old[#old + 1] = slice
+      end
+    end
+    -- HDEL in bounded groups: Lua's unpack has a stack limit.
+    for j = 1, #old, 1000 do
+      redis.call('HDEL', hash, unpack(old, j, math.min(j + 999, #old)))
+    end
+    slices = slices + #old
+  end
+  if redis.call('EXISTS', hash) == 0 then
+    redis.call('ZREM', index, member)
+    removed = removed + 1
+  end
+end
+return {slices, removed}

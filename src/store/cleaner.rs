@@ -1,0 +1,258 @@
+//! The cleaner (SPEC §4): the book's `clean_counters`, run inside the agent. [`Cleaner::run`]
+//! holds the `cleaner:lock` lease and makes a pass about every interval; [`Cleaner::pass`] walks
+//! `known:` and `known:gauge:` in batches and trims each batch with one `clean.lua` call.
+//!
+//! Time comes in as a parameter of [`Cleaner::pass`], so tests clean "200 days later" at once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::aio::MultiplexedConnection;
+use redis::{Client, Script};
+use tokio_util::sync::CancellationToken;
+
+use super::keys::Index;
+use super::{Keys, StoreError};
+use crate::telemetry::Telemetry;
+
+/// Index members per script call: each member's hash holds about `sample_count` slices, so 100
+/// members are ~12 000 fields at the default, a few milliseconds of Redis time.
+const BATCH_MEMBERS: usize = 100;
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassReport {
+    pub members_visited: u64,
+    pub slices_removed: u64,
+    pub hashes_removed: u64,
+    /// False when the lease was lost part way and the pass stopped.
+    pub completed: bool,
+}
+
+pub struct Cleaner {
+    client: Client,
+    connection: Option<MultiplexedConnection>,
+    timeout: Duration,
+    keys: Keys,
+    owner: String,
+    interval: Duration,
+    sample_count: u64,
+    passes: u64,
+    clean: Script,
+    lease: Script,
+    telemetry: Arc<Telemetry>,
+}
+
+impl Cleaner {
+    pub fn new(
+        client: Client,
+        timeout: Duration,
+        keys: Keys,
+        owner: String,
+        interval: Duration,
+        sample_count: u64,
+        telemetry: Arc<Telemetry>,
+    ) -> Cleaner {
+        Cleaner {
+            client,
+            connection: None,
+            timeout,
+            keys,
+            owner,
+            interval,
+            sample_count,
+            passes: 0,
+            clean: Script::new(include_str!("clean.lua")),
+            lease: Script::new(include_str!("lease.lua")),
+            telemetry,
+        }
+    }
+
+    async fn connection(&mut self) -> Result<MultiplexedConnection, StoreError> {
+        if let Some(c) = &self.connection {
+            return Ok(c.clone());
+        }
+        let c = super::connect(&self.client, self.timeout).await?;
+        self.connection = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Forgets the connection after an error so the next call reconnects.
+    fn failed<T>(&mut self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if r.is_err() {
+            self.connection = None;
+            self.telemetry.redis_errors.increment(1);
+        }
+        r
+    }
+
+    /// The lease lives one interval: a dead holder is replaced within one interval and a tick.
+    fn lease_ms(&self) -> u64 {
+        self.interval.as_millis().max(1000) as u64
+    }
+
+    async fn lease_call(&mut self, action: &str) -> Result<bool, StoreError> {
+        let mut conn = self.connection().await?;
+        let r = self
+            .lease
+            .key(self.keys.cleaner_lock())
+            .arg(&self.owner)
+            .arg(self.lease_ms())
+            .arg(action)
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map_err(StoreError::from);
+        self.failed(r).map(|held| held == 1)
+    }
+
+    /// Takes the lease if it is free, renews it if it is ours; false while another agent has it.
+    pub async fn hold_lease(&mut self) -> Result<bool, StoreError> {
+        let held = self.lease_call("hold").await?;
+        self.telemetry
+            .cleaner_lease_held
+            .set(if held { 1.0 } else { 0.0 });
+        Ok(held)
+    }
+
+    /// Gives the lease up (if ours) so another agent can take over at once.
+    pub async fn release_lease(&mut self) -> Result<(), StoreError> {
+        self.lease_call("release").await?;
+        self.telemetry.cleaner_lease_held.set(0.0);
+        Ok(())
+    }
+
+    /// Whether this pass checks `precision`: every `max(1, precision / interval)` passes.
+    fn due(&self, precision: u64) -> bool {
+        let every = (precision / self.interval.as_secs().max(1)).max(1);
+        self.passes.is_multiple_of(every)
+    }
+
+    /// One pass over both indexes as of `now` (epoch seconds), renewing the lease per batch.
+    /// The caller must hold the lease.
+    pub async fn pass(&mut self, now: u64) -> Result<PassReport, StoreError> {
+        let started = Instant::now();
+        let mut report = PassReport::default();
+        report.completed = self
+            .clean_index(&self.keys.counter_index(), now, &mut report)
+            .await?
+            && self
+                .clean_index(&self.keys.gauge_index(), now, &mut report)
+                .await?;
+        self.passes += 1;
+        let t = &self.telemetry;
+        t.cleaner_passes.increment(1);
+        t.cleaner_members_visited.increment(report.members_visited);
+        t.cleaner_slices_removed.increment(report.slices_removed);
+        t.cleaner_hashes_removed.increment(report.hashes_removed);
+        t.cleaner_pass_duration
+            .record(started.elapsed().as_secs_f64());
+        Ok(report)
+    }
+
+    /// Walks `index` in lexicographic order (all scores are 0), a batch per round trip.
+    /// Returns false if the lease was lost.
+    async fn clean_index(
+        &mut self,
+        index: &Index,
+        now: u64,
+        report: &mut PassReport,
+    ) -> Result<bool, StoreError> {
+        let mut after: Vec<u8> = b"-".to_vec();
+        loop {
+            if !self.hold_lease().await? {
+                return Ok(false);
+            }
+            let mut conn = self.connection().await?;
+            let r = redis::cmd("ZRANGEBYLEX")
+                .arg(&index.key)
+                .arg(&after)
+                .arg("+")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(BATCH_MEMBERS)
+                .query_async::<Vec<Vec<u8>>>(&mut conn)
+                .await
+                .map_err(StoreError::from);
+            let members = self.failed(r)?;
+            let Some(last) = members.last() else {
+                return Ok(true);
+            };
+            after = [b"(".as_slice(), last].concat();
+            report.members_visited += members.len() as u64;
+            let due: Vec<&Vec<u8>> = members
+                .iter()
+                .filter(|m| precision_of(m).is_none_or(|p| self.due(p)))
+                .collect();
+            if !due.is_empty() {
+                let r = self
+                    .clean
+                    .arg(&index.key)
+                    .arg(&index.hash_prefix)
+                    .arg(now)
+                    .arg(self.sample_count)
+                    .arg(due)
+                    .invoke_async::<(u64, u64)>(&mut conn)
+                    .await
+                    .map_err(StoreError::from);
+                let (slices, removed) = self.failed(r)?;
+                report.slices_removed += slices;
+                report.hashes_removed += removed;
+            }
+            if members.len() < BATCH_MEMBERS {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Cleans until `stop`: a pass at start-up and then about every interval while this agent
+    /// holds the lease; otherwise it tries for the lease every quarter interval.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let tick = (self.interval / 4).max(Duration::from_millis(100));
+        let mut last_pass: Option<Instant> = None;
+        loop {
+            match self.hold_lease().await {
+                Ok(true) if last_pass.is_none_or(|t| t.elapsed() >= self.interval) => {
+                    last_pass = Some(Instant::now());
+                    match self.pass(unix_now()).await {
+                        Ok(r) => tracing::debug!(?r, "cleaner pass"),
+                        Err(e) => tracing::warn!(error = %e, "cleaner pass failed"),
+                    }
+                }
+                Ok(true) => {}
+                Ok(false) => last_pass = None,
+                Err(e) => tracing::warn!(error = %e, "cleaner cannot reach Redis"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(tick) => {}
+            }
+        }
+        if let Err(e) = self.release_lease().await {
+            tracing::warn!(error = %e, "cleaner could not release its lease; it expires by itself");
+        }
+    }
+}
+
+/// The precision of a `<precision>:<series>` member.
+fn precision_of(member: &[u8]) -> Option<u64> {
+    let end = member.iter().position(|b| *b == b':')?;
+    std::str::from_utf8(&member[..end]).ok()?.parse().ok()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precision_of_members() {
+        assert_eq!(precision_of(b"86400:a;b=c"), Some(86400));
+        assert_eq!(precision_of(b"x:a"), None);
+        assert_eq!(precision_of(b"60"), None);
+    }
+}

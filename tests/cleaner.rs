@@ -1,0 +1,235 @@
+//! The cleaner against a real redis-server: trimming to the newest samples, removing dead index
+//! members, the lease between agents, and the race with a concurrent writer.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use statsd_redis::aggregate::ClosedWindow;
+use statsd_redis::store::{Cleaner, Keys, Writer, build_chunks};
+use statsd_redis::telemetry::Telemetry;
+
+fn cleaner(redis: &RedisServer, owner: &str, interval_secs: u64, sample_count: u64) -> Cleaner {
+    Cleaner::new(
+        redis.client(),
+        Duration::from_secs(2),
+        Keys::new(""),
+        owner.into(),
+        Duration::from_secs(interval_secs),
+        sample_count,
+        Arc::new(Telemetry::new()),
+    )
+}
+
+fn cmd<T: redis::FromRedisValue>(redis: &RedisServer, c: &mut redis::Cmd) -> T {
+    c.query(&mut redis.conn()).unwrap()
+}
+
+fn seed(redis: &RedisServer, key: &str, slices: impl IntoIterator<Item = u64>) {
+    let mut c = redis.conn();
+    for s in slices {
+        redis::cmd("HSET")
+            .arg(key)
+            .arg(s)
+            .arg(1)
+            .query::<()>(&mut c)
+            .unwrap();
+    }
+}
+
+fn index(redis: &RedisServer, key: &str, member: &str) {
+    cmd::<()>(redis, redis::cmd("ZADD").arg(key).arg(0).arg(member));
+}
+
+#[tokio::test]
+async fn keeps_the_newest_samples_and_drops_what_is_empty() {
+    let redis = RedisServer::start();
+    let now = unix_now();
+    seed(&redis, "count:1:x", now - 499..=now);
+    index(&redis, "known:", "1:x");
+    let day = 86_400;
+    seed(&redis, "count:86400:x", [(now - 200 * day) / day * day]);
+    index(&redis, "known:", "86400:x");
+
+    let mut c = cleaner(&redis, "a", 60, 120);
+    assert!(c.hold_lease().await.unwrap());
+    let report = c.pass(now).await.unwrap();
+
+    let mut slices: Vec<u64> = cmd(&redis, redis::cmd("HKEYS").arg("count:1:x"));
+    slices.sort();
+    assert_eq!(
+        slices,
+        (now - 119..=now).collect::<Vec<_>>(),
+        "exactly the 120 newest"
+    );
+    assert!(!cmd::<bool>(&redis, redis::cmd("EXISTS").arg("count:86400:x")));
+    assert_eq!(redis.known("known:"), ["1:x"]);
+    assert_eq!(
+        (
+            report.slices_removed,
+            report.hashes_removed,
+            report.members_visited
+        ),
+        (381, 1, 2)
+    );
+    assert!(report.completed);
+}
+
+#[tokio::test]
+async fn index_members_without_a_hash_are_removed() {
+    let redis = RedisServer::start();
+    index(&redis, "known:", "5:deleted.by.hand");
+    index(&redis, "known:gauge:", "60:evicted");
+    let mut c = cleaner(&redis, "a", 60, 120);
+    assert!(c.hold_lease().await.unwrap());
+    c.pass(unix_now()).await.unwrap();
+    assert!(redis.known("known:").is_empty());
+    assert!(redis.known("known:gauge:").is_empty());
+}
+
+#[tokio::test]
+async fn gauges_are_trimmed_like_counters() {
+    let redis = RedisServer::start();
+    let now = unix_now() / 60 * 60;
+    seed(&redis, "gauge:60:g", (0..20).map(|i| now - i * 60));
+    index(&redis, "known:gauge:", "60:g");
+    let mut c = cleaner(&redis, "a", 60, 10);
+    assert!(c.hold_lease().await.unwrap());
+    c.pass(now).await.unwrap();
+    assert_eq!(cmd::<u64>(&redis, redis::cmd("HLEN").arg("gauge:60:g")), 10);
+    assert_eq!(redis.known("known:gauge:"), ["60:g"]);
+}
+
+#[tokio::test]
+async fn coarse_precisions_are_checked_every_p_over_interval_passes() {
+    let redis = RedisServer::start();
+    let now = unix_now();
+    index(&redis, "known:", "300:y");
+    let mut c = cleaner(&redis, "a", 60, 2);
+    assert!(c.hold_lease().await.unwrap());
+    // 300 / 60 = 5: passes 0 and 5 check precision 300, passes 1-4 do not.
+    let mut cleaned = Vec::new();
+    for _ in 0..6 {
+        seed(&redis, "count:300:y", [now / 300 * 300, 0]);
+        c.pass(now).await.unwrap();
+        cleaned.push(cmd::<u64>(&redis, redis::cmd("HLEN").arg("count:300:y")) == 1);
+    }
+    assert_eq!(cleaned, [true, false, false, false, false, true]);
+}
+
+#[tokio::test]
+async fn many_index_members_are_walked_in_batches() {
+    let redis = RedisServer::start();
+    let now = unix_now();
+    let mut c = redis.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..1050 {
+        pipe.cmd("HSET")
+            .arg(format!("count:1:s{i:04}"))
+            .arg(now - 1000)
+            .arg(1)
+            .ignore();
+        pipe.cmd("ZADD")
+            .arg("known:")
+            .arg(0)
+            .arg(format!("1:s{i:04}"))
+            .ignore();
+    }
+    pipe.query::<()>(&mut c).unwrap();
+    let mut cl = cleaner(&redis, "a", 60, 120);
+    assert!(cl.hold_lease().await.unwrap());
+    let report = cl.pass(now).await.unwrap();
+    assert_eq!(
+        (report.members_visited, report.hashes_removed),
+        (1050, 1050)
+    );
+    assert!(redis.known("known:").is_empty());
+}
+
+/// A write into a hash the cleaner is emptying keeps (or puts back) its `known:` member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_write_keeps_its_index_member() {
+    let redis = RedisServer::start();
+    let telemetry = Arc::new(Telemetry::new());
+    let mut writer = Writer::new(redis.client(), Duration::from_secs(2), telemetry);
+    let mut c = cleaner(&redis, "a", 1, 10);
+    assert!(c.hold_lease().await.unwrap());
+    let now = unix_now();
+    let keys = Keys::new("");
+    for i in 0..100 {
+        seed(&redis, "count:1:race", [now - 1000]);
+        index(&redis, "known:", "1:race");
+        let window = ClosedWindow {
+            start: now + i,
+            counters: vec![("race".into(), 1)],
+            ..ClosedWindow::default()
+        };
+        let chunks = build_chunks(&window, &keys, &[1], 10, "w", 3600, 100);
+        let (pass, write) = tokio::join!(c.pass(now), writer.write_chunk(&chunks[0]));
+        pass.unwrap();
+        write.unwrap();
+        assert_eq!(redis.known("known:"), ["1:race"], "iteration {i}");
+        assert!(cmd::<bool>(
+            &redis,
+            redis::cmd("EXISTS").arg("count:1:race")
+        ));
+    }
+}
+
+#[test]
+fn one_agent_cleans_at_a_time_and_another_takes_over_when_it_dies() {
+    let redis = RedisServer::start();
+    let interval = 2;
+    let args = ["--cleaner-interval-secs", "2"];
+    let (mut first, _, first_http) = spawn_agent(
+        &redis.url(),
+        &[&args[..], &["--agent-id", "first"]].concat(),
+    );
+    // Let the first agent take the lease before the second starts.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while metric_at(([127, 0, 0, 1], first_http).into(), "cleaner_passes_total") < 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "first agent never cleaned"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (mut second, _, second_http) = spawn_agent(
+        &redis.url(),
+        &[&args[..], &["--agent-id", "second"]].concat(),
+    );
+    std::thread::sleep(Duration::from_secs(3 * interval));
+    let first_passes = metric_at(([127, 0, 0, 1], first_http).into(), "cleaner_passes_total");
+    assert!(
+        first_passes >= 3.0,
+        "the holder keeps cleaning: {first_passes}"
+    );
+    assert_eq!(
+        metric_at(([127, 0, 0, 1], second_http).into(), "cleaner_passes_total"),
+        0.0,
+        "never both"
+    );
+    assert_eq!(
+        cmd::<String>(&redis, redis::cmd("GET").arg("cleaner:lock")),
+        "first"
+    );
+
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while metric_at(([127, 0, 0, 1], second_http).into(), "cleaner_passes_total") < 1.0 {
+        assert!(
+            killed.elapsed() < Duration::from_secs(2 * interval),
+            "no takeover within two intervals"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        cmd::<String>(&redis, redis::cmd("GET").arg("cleaner:lock")),
+        "second"
+    );
+    second.kill().unwrap();
+    second.wait().unwrap();
+}

@@ -146,6 +146,11 @@ pub async fn run(
     let app = router(AppState {
         telemetry,
         redis: client,
+        keys: Keys::new(&config.key_prefix),
+        timeout,
+        precisions: config.precisions.clone(),
+        sample_count: config.sample_count,
+        connection: Default::default(),
     });
     let http_shutdown = shutdown.clone();
     let server = tokio::spawn(async move {

@@ -166,7 +166,7 @@ impl Config {
 #[derive(Debug, Default, ClapArgs)]
 pub struct Args {
     /// TOML configuration file (every key: config.example.toml).
-    #[arg(long, env = "STATSD_REDIS_CONFIG", value_name = "FILE")]
+    #[arg(long, global = true, env = "STATSD_REDIS_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// UDP address to receive StatsD on; repeat for several [default: 127.0.0.1:8125].
     #[arg(
@@ -177,13 +177,18 @@ pub struct Args {
     )]
     pub udp: Option<Vec<SocketAddr>>,
     /// Redis URL [default: redis://127.0.0.1:6379/0].
-    #[arg(long, env = "STATSD_REDIS_REDIS", value_name = "URL")]
+    #[arg(long, global = true, env = "STATSD_REDIS_REDIS", value_name = "URL")]
     pub redis: Option<String>,
     /// HTTP address for /metrics, /healthz, /readyz [default: 127.0.0.1:9102].
-    #[arg(long, env = "STATSD_REDIS_HTTP", value_name = "ADDR")]
+    #[arg(long, global = true, env = "STATSD_REDIS_HTTP", value_name = "ADDR")]
     pub http: Option<SocketAddr>,
     /// Prefix for every Redis key [default: none].
-    #[arg(long, env = "STATSD_REDIS_KEY_PREFIX", value_name = "PREFIX")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_KEY_PREFIX",
+        value_name = "PREFIX"
+    )]
     pub key_prefix: Option<String>,
     /// Counter precisions in seconds [default: 1,5,60,300,3600,18000,86400].
     #[arg(
@@ -194,40 +199,95 @@ pub struct Args {
     )]
     pub precisions: Option<Vec<u64>>,
     /// Samples kept per counter and precision [default: 120].
-    #[arg(long, env = "STATSD_REDIS_SAMPLE_COUNT", value_name = "N")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_SAMPLE_COUNT",
+        value_name = "N"
+    )]
     pub sample_count: Option<u64>,
     /// Aggregation window in seconds [default: 1].
-    #[arg(long, env = "STATSD_REDIS_FLUSH_INTERVAL_SECS", value_name = "SECS")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_FLUSH_INTERVAL_SECS",
+        value_name = "SECS"
+    )]
     pub flush_interval_secs: Option<u64>,
     /// Kernel receive buffer per UDP socket [default: 8388608].
-    #[arg(long, env = "STATSD_REDIS_RECEIVE_BUFFER_BYTES", value_name = "BYTES")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_RECEIVE_BUFFER_BYTES",
+        value_name = "BYTES"
+    )]
     pub receive_buffer_bytes: Option<usize>,
     /// Read buffer per datagram [default: 65535].
-    #[arg(long, env = "STATSD_REDIS_MAX_DATAGRAM_BYTES", value_name = "BYTES")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_MAX_DATAGRAM_BYTES",
+        value_name = "BYTES"
+    )]
     pub max_datagram_bytes: Option<usize>,
     /// Sanitize metric names like Etsy statsd [default: true].
-    #[arg(long, env = "STATSD_REDIS_SANITIZE_NAMES", value_name = "BOOL")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_SANITIZE_NAMES",
+        value_name = "BOOL"
+    )]
     pub sanitize_names: Option<bool>,
     /// Windows kept while Redis is down [default: 3600].
-    #[arg(long, env = "STATSD_REDIS_MAX_BACKLOG_WINDOWS", value_name = "N")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_MAX_BACKLOG_WINDOWS",
+        value_name = "N"
+    )]
     pub max_backlog_windows: Option<usize>,
     /// Time allowed for the final flush on SIGTERM/SIGINT [default: 10].
-    #[arg(long, env = "STATSD_REDIS_SHUTDOWN_TIMEOUT_SECS", value_name = "SECS")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_SHUTDOWN_TIMEOUT_SECS",
+        value_name = "SECS"
+    )]
     pub shutdown_timeout_secs: Option<u64>,
     /// Timeout of one Redis call [default: 2000].
-    #[arg(long, env = "STATSD_REDIS_REDIS_TIMEOUT_MS", value_name = "MS")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_REDIS_TIMEOUT_MS",
+        value_name = "MS"
+    )]
     pub redis_timeout_ms: Option<u64>,
     /// Series per flush script call [default: 100].
-    #[arg(long, env = "STATSD_REDIS_MAX_SERIES_PER_CHUNK", value_name = "N")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_MAX_SERIES_PER_CHUNK",
+        value_name = "N"
+    )]
     pub max_series_per_chunk: Option<usize>,
     /// Agent name in flush tokens and the cleaner lease [default: random per start].
-    #[arg(long, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
+    #[arg(long, global = true, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
     pub agent_id: Option<String>,
     /// Run the cleaner [default: true].
-    #[arg(long, env = "STATSD_REDIS_CLEANER_ENABLED", value_name = "BOOL")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_CLEANER_ENABLED",
+        value_name = "BOOL"
+    )]
     pub cleaner_enabled: Option<bool>,
     /// Seconds between cleaner passes [default: 60].
-    #[arg(long, env = "STATSD_REDIS_CLEANER_INTERVAL_SECS", value_name = "SECS")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_CLEANER_INTERVAL_SECS",
+        value_name = "SECS"
+    )]
     pub cleaner_interval_secs: Option<u64>,
 }
 

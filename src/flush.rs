@@ -22,6 +22,9 @@ const MIN_BACKOFF: Duration = Duration::from_millis(250);
 /// Short enough that a recovered Redis is written to within seconds.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// Added to a flush token's lifetime beyond the longest retry horizon.
+const TOKEN_TTL_MARGIN_SECS: u64 = 60;
+
 /// A closed window's chunks, those before `next` already applied.
 #[derive(Debug)]
 struct PendingWindow {
@@ -63,9 +66,11 @@ impl Flusher {
         config: Config,
         telemetry: Arc<Telemetry>,
     ) -> Flusher {
-        // A token must outlive every retry of its chunk: the whole backlog plus the shutdown.
+        // A token must outlive every retry of its chunk: a window is retried only while it is in
+        // the backlog (at most max_backlog_windows intervals), then during the shutdown; the
+        // margin covers the last backoff. Longer would only keep more token keys in Redis.
         let backlog_secs = config.max_backlog_windows as u64 * config.flush_interval_secs;
-        let token_ttl_secs = (2 * backlog_secs + config.shutdown_timeout_secs).max(3600);
+        let token_ttl_secs = backlog_secs + config.shutdown_timeout_secs + TOKEN_TTL_MARGIN_SECS;
         Flusher {
             windows,
             ledger: Ledger::default(),
@@ -223,6 +228,7 @@ impl Flusher {
                 .flush_duration
                 .record(started.elapsed().as_secs_f64());
             self.telemetry.flushes_ok.increment(1);
+            self.telemetry.last_flush.set(unix_now().as_secs_f64());
             self.backlog.pop_front();
             self.telemetry
                 .backlog_windows

@@ -10,14 +10,17 @@
 //! * [`aggregate`]: one window's state per series, merged across readers; the [`aggregate::Ledger`]
 //!   keeps what lives across windows (counter carries, gauge values).
 //! * [`flush`]: at every window boundary, close the window and write it, with backlog and retry.
-//! * [`store`]: Redis key names (one place), the flush script and the writer.
-//! * [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! * [`store`]: Redis key names (one place), the flush and cleaner scripts, the writer, the
+//!   cleaner and the reader.
+//! * [`http`]: `/metrics`, `/healthz`, `/readyz`, the JSON API and the dashboard.
 //! * [`telemetry`]: every self-metric, named and described in one place.
 //! * [`config`]: defaults, TOML file, environment and flags.
 //! * [`agent`]: binds the sockets and runs everything with one shutdown order.
+//! * [`cli`]: `statsd-redis get …`, the queries over what is stored.
 
 pub mod agent;
 pub mod aggregate;
+pub mod cli;
 pub mod config;
 pub mod flush;
 pub mod http;

@@ -1,13 +1,14 @@
-//! The `statsd-redis` binary: flags → [`Config`] → [`agent::run`], with exit codes
-//! 0 (clean stop), 1 (runtime failure), 2 (bad configuration or arguments).
+//! The `statsd-redis` binary: flags → [`Config`] → [`agent::run`], or `get …` → [`cli::run`].
+//! Exit codes: 0 fine, 1 runtime failure (or, for `get`, an unknown series), 2 bad
+//! configuration or arguments, 3 (`get`) Redis unreachable.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use statsd_redis::agent;
 use statsd_redis::config::{Args, Config};
 use statsd_redis::telemetry::Telemetry;
+use statsd_redis::{agent, cli};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -22,6 +23,20 @@ struct Cli {
     print_config: bool,
     #[command(flatten)]
     args: Args,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Read back what the agent stored in Redis (uses --redis and --key-prefix).
+    Get {
+        /// Print JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        query: cli::Query,
+    },
 }
 
 fn main() -> ExitCode {
@@ -45,6 +60,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(Command::Get { json, query }) = &cli.command {
+        return get(&config, query, *json);
+    }
     if cli.print_config {
         match toml::to_string(&config) {
             Ok(text) => {
@@ -70,6 +88,24 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn get(config: &Config, query: &cli::Query, json: bool) -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match cli::run(config, query, json).await {
+        Ok(text) => {
+            print!("{text}");
+            if json {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -59,6 +59,7 @@ pub struct Telemetry {
     pub flushes_failed: Counter,
     pub flush_duration: Histogram,
     pub backlog_windows: Gauge,
+    pub last_flush: Gauge,
     pub windows_dropped: Counter,
     pub chunks_applied_before: Counter,
     pub redis_errors: Counter,
@@ -195,6 +196,11 @@ impl Telemetry {
             backlog_windows: gauge(
                 "backlog_windows",
                 "Closed windows waiting to be written to Redis.",
+                &[],
+            ),
+            last_flush: gauge(
+                "last_flush_timestamp_seconds",
+                "When the last window was written to Redis (unix seconds).",
                 &[],
             ),
             windows_dropped: counter(

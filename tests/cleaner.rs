@@ -64,7 +64,10 @@ async fn keeps_the_newest_samples_and_drops_what_is_empty() {
         (now - 119..=now).collect::<Vec<_>>(),
         "exactly the 120 newest"
     );
-    assert!(!cmd::<bool>(&redis, redis::cmd("EXISTS").arg("count:86400:x")));
+    assert!(!cmd::<bool>(
+        &redis,
+        redis::cmd("EXISTS").arg("count:86400:x")
+    ));
     assert_eq!(redis.known("known:"), ["1:x"]);
     assert_eq!(
         (

@@ -1,5 +1,8 @@
 //! The agent's HTTP server (axum): `/metrics` (Prometheus text), `/healthz` (the process
-//! answers) and `/readyz` (200 only while Redis answers a `PING`).
+//! answers), `/readyz` (200 only while Redis answers a `PING`), the JSON API under `/api/v1/`
+//! ([`api`]) and the dashboard at `/`.
+
+mod api;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +13,9 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use redis::aio::MultiplexedConnection;
+
+use crate::store::{Keys, Reader, StoreError};
 use crate::telemetry::Telemetry;
 
 /// Readiness must answer quickly even when Redis hangs.
@@ -19,14 +25,46 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct AppState {
     pub telemetry: Arc<Telemetry>,
     pub redis: redis::Client,
+    pub keys: Keys,
+    pub timeout: Duration,
+    pub precisions: Vec<u64>,
+    pub sample_count: u64,
+    /// One multiplexed connection shared by all API requests, made on first use.
+    pub connection: Arc<tokio::sync::Mutex<Option<MultiplexedConnection>>>,
+}
+
+impl AppState {
+    /// A reader over the shared connection; a failed connection is replaced on the next call.
+    async fn reader(&self) -> Result<Reader, StoreError> {
+        let mut slot = self.connection.lock().await;
+        let conn = match slot.as_ref() {
+            Some(c) => c.clone(),
+            None => {
+                let c = crate::store::connect(&self.redis, self.timeout).await?;
+                *slot = Some(c.clone());
+                c
+            }
+        };
+        Ok(Reader::new(conn, self.keys.clone()))
+    }
 }
 
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/", get(dashboard))
+        .merge(api::routes())
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(state)
+}
+
+/// The dashboard: one hand-written page that polls the JSON API.
+async fn dashboard() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("dashboard.html"),
+    )
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {

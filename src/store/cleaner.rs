@@ -5,12 +5,13 @@
 //! Time comes in as a parameter of [`Cleaner::pass`], so tests clean "200 days later" at once.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{Client, Script};
 use tokio_util::sync::CancellationToken;
 
+use super::clock::unix_now;
 use super::keys::Index;
 use super::{Keys, StoreError};
 use crate::telemetry::Telemetry;
@@ -237,12 +238,6 @@ impl Cleaner {
 fn precision_of(member: &[u8]) -> Option<u64> {
     let end = member.iter().position(|b| *b == b':')?;
     std::str::from_utf8(&member[..end]).ok()?.parse().ok()
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

@@ -2,6 +2,13 @@
 //! (`YYYY-MM-DDTHH:00:00`, Python's `datetime(...).isoformat()`) and the `time.asctime()` prefix
 //! of `recent:` log lines (`Sun Nov 22 04:30:00 2026`).
 
+/// Seconds since the epoch now (0 if the clock is before 1970).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// (year, month 1-12, day 1-31) of days since 1970-01-01 (proleptic Gregorian).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
@@ -20,6 +27,18 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 pub fn hour_start(secs: u64) -> String {
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
     format!("{y:04}-{m:02}-{d:02}T{:02}:00:00", secs % 86_400 / 3600)
+}
+
+/// `secs` as `YYYY-MM-DD HH:MM:SS` (UTC), for tables people read.
+pub fn datetime(secs: u64) -> String {
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let t = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        t / 3600,
+        t % 3600 / 60,
+        t % 60
+    )
 }
 
 /// `secs` as C's `asctime` prints it (in UTC): `Www Mmm dd hh:mm:ss yyyy`, day padded by a space.
@@ -50,6 +69,7 @@ mod tests {
         assert_eq!(hour_start(0), "1970-01-01T00:00:00");
         assert_eq!(hour_start(1_795_320_489), "2026-11-22T04:00:00");
         assert_eq!(hour_start(951_825_600), "2000-02-29T12:00:00");
+        assert_eq!(datetime(1_795_320_489), "2026-11-22 04:08:09");
     }
 
     #[test]

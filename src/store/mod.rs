@@ -2,8 +2,9 @@
 //! flush chunks exactly once, and the [`Cleaner`] that trims old slices.
 
 pub mod cleaner;
-mod clock;
+pub mod clock;
 pub mod keys;
+pub mod reader;
 mod writer;
 
 use std::time::Duration;
@@ -13,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 
 pub use cleaner::Cleaner;
 pub use keys::Keys;
+pub use reader::Reader;
 pub use writer::{Applied, FlushChunk, Writer, build_chunks};
 
 /// A failed Redis call.

@@ -1,0 +1,319 @@
+//! `statsd-redis get …` (SPEC §6): queries over what the agent stored, printed as aligned tables
+//! (times in UTC) or, with `--json`, as JSON for scripts. Exit codes: 1 unknown series,
+//! 2 bad arguments (clap), 3 Redis unreachable.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use clap::Subcommand;
+use serde_json::json;
+
+use crate::aggregate::StatKind;
+use crate::config::Config;
+use crate::store::{self, Keys, Reader, StoreError, clock};
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Query {
+    /// A counter's samples at one precision, oldest first (the book's get_counter).
+    Counter {
+        series: String,
+        #[arg(long, default_value_t = 1)]
+        precision: u64,
+    },
+    /// A timer's, histogram's or distribution's statistics for the current hour (get_stats).
+    Stats {
+        series: String,
+        /// AccessTime (ms), Histogram (h) or Distribution (d).
+        #[arg(default_value = "AccessTime", value_parser = parse_stat_kind)]
+        kind: StatKind,
+    },
+    /// The timers with the highest average this hour.
+    Slowest {
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+    },
+    /// Recent and common entries of a log (events and service checks).
+    Log {
+        name: String,
+        #[arg(long, default_value = "info")]
+        severity: String,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// A gauge's current value, or its value per slice with --precision.
+    Gauge {
+        series: String,
+        #[arg(long)]
+        precision: Option<u64>,
+    },
+    /// Distinct members of a set per slice.
+    Set {
+        series: String,
+        #[arg(long, default_value_t = 60)]
+        precision: u64,
+    },
+    /// Known counter series (or gauges with --gauges) and their precisions.
+    Known {
+        /// Glob on the series name (`*` and `?`).
+        #[arg(long = "match")]
+        pattern: Option<String>,
+        #[arg(long)]
+        gauges: bool,
+    },
+}
+
+pub fn parse_stat_kind(s: &str) -> Result<StatKind, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "accesstime" | "ms" | "timer" => Ok(StatKind::Timer),
+        "histogram" | "h" => Ok(StatKind::Histogram),
+        "distribution" | "d" => Ok(StatKind::Distribution),
+        _ => Err(format!(
+            "unknown statistics type `{s}` (AccessTime, Histogram or Distribution)"
+        )),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Redis(#[from] StoreError),
+}
+
+impl QueryError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            QueryError::NotFound(_) => 1,
+            QueryError::Redis(_) => 3,
+        }
+    }
+}
+
+/// Runs `query` against the Redis of `config`; returns what to print.
+pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String, QueryError> {
+    let client = redis::Client::open(config.redis.as_str()).map_err(StoreError::from)?;
+    let conn = store::connect(&client, Duration::from_millis(config.redis_timeout_ms)).await?;
+    let mut reader = Reader::new(conn, Keys::new(&config.key_prefix));
+    let not_found = |what: String| Err(QueryError::NotFound(what));
+    let mut out = String::new();
+    match query {
+        Query::Counter { series, precision } => {
+            let samples = reader.counter(series, *precision).await?;
+            if samples.is_empty() {
+                return not_found(format!("no counter `{series}` at precision {precision}"));
+            }
+            if as_json {
+                return Ok(json!(samples).to_string());
+            }
+            table(
+                &mut out,
+                &["slice (UTC)", "count"],
+                samples
+                    .iter()
+                    .map(|(s, c)| vec![clock::datetime(*s), c.to_string()]),
+            );
+        }
+        Query::Stats { series, kind } => {
+            let Some(s) = reader.stats(series, *kind).await? else {
+                return not_found(format!(
+                    "no {} statistics for `{series}` this hour",
+                    kind.redis_name()
+                ));
+            };
+            if as_json {
+                return Ok(json!(s).to_string());
+            }
+            let rows = [
+                ("count", s.count),
+                ("average", s.average),
+                ("stddev", s.stddev),
+                ("min", s.min),
+                ("max", s.max),
+                ("sum", s.sum),
+                ("sumsq", s.sumsq),
+            ];
+            table(
+                &mut out,
+                &["stat", "value"],
+                rows.iter().map(|(k, v)| vec![k.to_string(), number(*v)]),
+            );
+        }
+        Query::Slowest { limit } => {
+            let slowest = reader.slowest(*limit).await?;
+            if as_json {
+                return Ok(json!(slowest).to_string());
+            }
+            table(
+                &mut out,
+                &["series", "average"],
+                slowest.iter().map(|(s, a)| vec![s.clone(), number(*a)]),
+            );
+        }
+        Query::Log {
+            name,
+            severity,
+            limit,
+        } => {
+            let log = reader.log(name, severity, *limit).await?;
+            if log.recent.is_empty() && log.common.is_empty() {
+                return not_found(format!("no log `{name}` with severity {severity}"));
+            }
+            if as_json {
+                return Ok(json!(log).to_string());
+            }
+            table(
+                &mut out,
+                &["recent"],
+                log.recent.iter().map(|r| vec![r.clone()]),
+            );
+            out.push('\n');
+            table(
+                &mut out,
+                &["count", "common this hour"],
+                log.common.iter().map(|(m, c)| vec![number(*c), m.clone()]),
+            );
+        }
+        Query::Gauge {
+            series,
+            precision: None,
+        } => {
+            let Some(v) = reader.gauge(series).await? else {
+                return not_found(format!("no gauge `{series}`"));
+            };
+            return Ok(if as_json {
+                json!(v).to_string()
+            } else {
+                format!("{}\n", number(v))
+            });
+        }
+        Query::Gauge {
+            series,
+            precision: Some(p),
+        } => {
+            let samples = reader.gauge_samples(series, *p).await?;
+            if samples.is_empty() {
+                return not_found(format!("no gauge `{series}` at precision {p}"));
+            }
+            if as_json {
+                return Ok(json!(samples).to_string());
+            }
+            table(
+                &mut out,
+                &["slice (UTC)", "value"],
+                samples
+                    .iter()
+                    .map(|(s, v)| vec![clock::datetime(*s), number(*v)]),
+            );
+        }
+        Query::Set { series, precision } => {
+            let samples = reader
+                .set(series, *precision, clock::unix_now(), config.sample_count)
+                .await?;
+            if samples.is_empty() {
+                return not_found(format!("no set `{series}` at precision {precision}"));
+            }
+            if as_json {
+                return Ok(json!(samples).to_string());
+            }
+            table(
+                &mut out,
+                &["slice (UTC)", "distinct"],
+                samples
+                    .iter()
+                    .map(|(s, n)| vec![clock::datetime(*s), n.to_string()]),
+            );
+        }
+        Query::Known { pattern, gauges } => {
+            let known = reader.known(*gauges, pattern.as_deref()).await?;
+            if as_json {
+                return Ok(json!(known).to_string());
+            }
+            let rows = known.iter().map(|k| {
+                let p: Vec<String> = k.precisions.iter().map(u64::to_string).collect();
+                vec![k.series.clone(), p.join(",")]
+            });
+            table(&mut out, &["series", "precisions"], rows);
+        }
+    }
+    Ok(out)
+}
+
+/// A number as people write it: integers without a fraction, others to 6 significant places.
+pub fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.6}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// Left-aligned text columns, right-aligned numeric ones.
+fn table(out: &mut String, header: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let numeric: Vec<bool> = (0..header.len())
+        .map(|i| !rows.is_empty() && rows.iter().all(|r| r[i].parse::<f64>().is_ok()))
+        .collect();
+    let line = |out: &mut String, cells: Vec<&str>| {
+        let mut parts = Vec::new();
+        for (i, c) in cells.iter().enumerate() {
+            let pad = widths[i] - c.chars().count();
+            parts.push(if numeric[i] {
+                format!("{}{c}", " ".repeat(pad))
+            } else if i + 1 == cells.len() {
+                c.to_string()
+            } else {
+                format!("{c}{}", " ".repeat(pad))
+            });
+        }
+        let _ = writeln!(out, "{}", parts.join("  "));
+    };
+    line(out, header.to_vec());
+    for r in &rows {
+        line(out, r.iter().map(String::as_str).collect());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers() {
+        assert_eq!(number(5.0), "5");
+        assert_eq!(number(150.5), "150.5");
+        assert_eq!(number(70.71067811865476), "70.710678");
+    }
+
+    #[test]
+    fn tables_align() {
+        let mut out = String::new();
+        table(
+            &mut out,
+            &["slice (UTC)", "count"],
+            [
+                vec!["2026-11-22 04:00:00".into(), "5".into()],
+                vec!["2026-11-22 04:00:01".into(), "12".into()],
+            ]
+            .into_iter(),
+        );
+        assert_eq!(
+            out,
+            "slice (UTC)          count\n2026-11-22 04:00:00      5\n2026-11-22 04:00:01     12\n"
+        );
+    }
+
+    #[test]
+    fn stat_kinds() {
+        assert_eq!(parse_stat_kind("ms"), Ok(StatKind::Timer));
+        assert_eq!(parse_stat_kind("Histogram"), Ok(StatKind::Histogram));
+        assert!(parse_stat_kind("x").is_err());
+    }
+}

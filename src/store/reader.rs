@@ -1,0 +1,327 @@
+//! Reading the layout back (SPEC §6): the book's readers (`get_counter`, `get_stats`) and the
+//! rest of what the agent writes, over one connection. Shared by the CLI and the HTTP API.
+
+use std::collections::BTreeMap;
+
+use redis::aio::MultiplexedConnection;
+use serde::Serialize;
+
+use super::StoreError;
+use super::keys::{self, Keys};
+use crate::aggregate::StatKind;
+
+/// One hour of statistics, as the book's `get_stats` returns them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StatsView {
+    pub min: f64,
+    pub max: f64,
+    pub count: f64,
+    pub sum: f64,
+    pub sumsq: f64,
+    pub average: f64,
+    /// Sample standard deviation; the variance is clamped at 0 so float noise never yields NaN.
+    pub stddev: f64,
+}
+
+impl StatsView {
+    fn from_zset(data: &BTreeMap<String, f64>) -> Option<StatsView> {
+        let get = |k: &str| data.get(k).copied();
+        let (count, sum, sumsq) = (get("count")?, get("sum")?, get("sumsq")?);
+        let average = if count > 0.0 { sum / count } else { 0.0 };
+        let numerator = sumsq - if count > 0.0 { sum * sum / count } else { 0.0 };
+        let denominator = if count - 1.0 > 0.0 { count - 1.0 } else { 1.0 };
+        Some(StatsView {
+            min: get("min").unwrap_or(0.0),
+            max: get("max").unwrap_or(0.0),
+            count,
+            sum,
+            sumsq,
+            average,
+            stddev: (numerator / denominator).max(0.0).sqrt(),
+        })
+    }
+}
+
+/// A series in an index and the precisions it is kept at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KnownSeries {
+    pub series: String,
+    pub precisions: Vec<u64>,
+}
+
+/// Recent (newest first) and common (most frequent first) entries of one log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogView {
+    pub recent: Vec<String>,
+    pub common: Vec<(String, f64)>,
+}
+
+pub struct Reader {
+    conn: MultiplexedConnection,
+    keys: Keys,
+}
+
+impl Reader {
+    pub fn new(conn: MultiplexedConnection, keys: Keys) -> Reader {
+        Reader { conn, keys }
+    }
+
+    /// The book's `get_counter`: `[(slice, count)]` oldest first; empty when unknown.
+    pub async fn counter(
+        &mut self,
+        series: &str,
+        precision: u64,
+    ) -> Result<Vec<(u64, i64)>, StoreError> {
+        let raw: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(self.keys.counter(precision, series))
+            .query_async(&mut self.conn)
+            .await?;
+        let mut samples: Vec<(u64, i64)> = raw
+            .iter()
+            .filter_map(|(s, c)| Some((s.parse().ok()?, c.parse().ok()?)))
+            .collect();
+        samples.sort_unstable();
+        Ok(samples)
+    }
+
+    /// The book's `get_stats` for the current hour; `None` when there are none.
+    pub async fn stats(
+        &mut self,
+        series: &str,
+        kind: StatKind,
+    ) -> Result<Option<StatsView>, StoreError> {
+        let data: BTreeMap<String, f64> = redis::cmd("ZRANGE")
+            .arg(self.keys.stats(series, kind))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(StatsView::from_zset(&data))
+    }
+
+    /// The slowest timers by the hour's average, slowest first.
+    pub async fn slowest(&mut self, limit: usize) -> Result<Vec<(String, f64)>, StoreError> {
+        Ok(redis::cmd("ZREVRANGE")
+            .arg(self.keys.slowest())
+            .arg(0)
+            .arg(limit.max(1) - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn)
+            .await?)
+    }
+
+    pub async fn log(
+        &mut self,
+        name: &str,
+        severity: &str,
+        limit: usize,
+    ) -> Result<LogView, StoreError> {
+        let recent = redis::cmd("LRANGE")
+            .arg(self.keys.recent(name, severity))
+            .arg(0)
+            .arg(limit.max(1) - 1)
+            .query_async(&mut self.conn)
+            .await?;
+        let common = redis::cmd("ZREVRANGE")
+            .arg(self.keys.common(name, severity))
+            .arg(0)
+            .arg(limit.max(1) - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(LogView { recent, common })
+    }
+
+    /// Names and severities that have `recent:` logs, found with a bounded `SCAN`.
+    pub async fn log_names(&mut self, max: usize) -> Result<Vec<(String, String)>, StoreError> {
+        let prefix = self.keys.recent("", "");
+        let prefix = &prefix[..prefix.len() - 1]; // `recent:` (the `:` between name and severity dropped)
+        let mut cursor = 0u64;
+        let mut names = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{prefix}*"))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut self.conn)
+                .await?;
+            for k in keys {
+                if let Some((name, severity)) = k[prefix.len()..].rsplit_once(':') {
+                    names.push((name.to_string(), severity.to_string()));
+                }
+            }
+            cursor = next;
+            if cursor == 0 || names.len() >= max {
+                break;
+            }
+        }
+        names.sort();
+        names.dedup();
+        names.truncate(max);
+        Ok(names)
+    }
+
+    /// A gauge's current value.
+    pub async fn gauge(&mut self, series: &str) -> Result<Option<f64>, StoreError> {
+        Ok(redis::cmd("HGET")
+            .arg(self.keys.gauges())
+            .arg(series)
+            .query_async(&mut self.conn)
+            .await?)
+    }
+
+    /// A gauge's last value per slice at `precision`, oldest first.
+    pub async fn gauge_samples(
+        &mut self,
+        series: &str,
+        precision: u64,
+    ) -> Result<Vec<(u64, f64)>, StoreError> {
+        let raw: Vec<(String, f64)> = redis::cmd("HGETALL")
+            .arg(self.keys.gauge(precision, series))
+            .query_async(&mut self.conn)
+            .await?;
+        let mut samples: Vec<(u64, f64)> = raw
+            .iter()
+            .filter_map(|(s, v)| Some((s.parse().ok()?, *v)))
+            .collect();
+        samples.sort_unstable_by_key(|s| s.0);
+        Ok(samples)
+    }
+
+    /// Distinct members per slice of a set at `precision`, for the `sample_count` slices up to
+    /// `now`, oldest first; slices without members are left out.
+    pub async fn set(
+        &mut self,
+        series: &str,
+        precision: u64,
+        now: u64,
+        sample_count: u64,
+    ) -> Result<Vec<(u64, u64)>, StoreError> {
+        let newest = keys::slice(now, precision);
+        let slices: Vec<u64> = (0..sample_count)
+            .filter_map(|i| newest.checked_sub(i * precision))
+            .rev()
+            .collect();
+        let mut pipe = redis::pipe();
+        for s in &slices {
+            pipe.cmd("PFCOUNT")
+                .arg(self.keys.set(precision, series, *s));
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut self.conn).await?;
+        Ok(slices
+            .into_iter()
+            .zip(counts)
+            .filter(|(_, n)| *n > 0)
+            .collect())
+    }
+
+    /// Series of an index (`known:` for counters, `known:gauge:` for gauges) whose name matches
+    /// `pattern` (`*` any run, `?` one character), with their precisions, by name.
+    pub async fn known(
+        &mut self,
+        gauges: bool,
+        pattern: Option<&str>,
+    ) -> Result<Vec<KnownSeries>, StoreError> {
+        let index = if gauges {
+            self.keys.gauge_index()
+        } else {
+            self.keys.counter_index()
+        };
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&index.key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.conn)
+            .await?;
+        let mut by_series: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for m in members {
+            let Some((p, series)) = m.split_once(':') else {
+                continue;
+            };
+            let Ok(p) = p.parse() else { continue };
+            if pattern.is_none_or(|pat| glob_match(pat.as_bytes(), series.as_bytes())) {
+                by_series.entry(series.to_string()).or_default().push(p);
+            }
+        }
+        Ok(by_series
+            .into_iter()
+            .map(|(series, mut precisions)| {
+                precisions.sort_unstable();
+                KnownSeries { series, precisions }
+            })
+            .collect())
+    }
+}
+
+/// Glob matching with `*` and `?`, case sensitive (Redis's `MATCH` without character classes).
+pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, t));
+            p += 1;
+        } else if let Some((sp, st)) = star {
+            p = sp + 1;
+            t = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|b| *b == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"*", b"anything"));
+        assert!(glob_match(b"web.*", b"web.hits"));
+        assert!(glob_match(b"*hits*", b"web.hits;env=prod"));
+        assert!(glob_match(b"h?ts", b"hits"));
+        assert!(!glob_match(b"web.*", b"api.hits"));
+        assert!(!glob_match(b"hits", b"hits2"));
+        assert!(glob_match(b"", b""));
+    }
+
+    #[test]
+    fn stats_like_the_book() {
+        let data = BTreeMap::from([
+            ("min".to_string(), 100.0),
+            ("max".to_string(), 200.0),
+            ("count".to_string(), 2.0),
+            ("sum".to_string(), 300.0),
+            ("sumsq".to_string(), 50000.0),
+        ]);
+        let s = StatsView::from_zset(&data).unwrap();
+        assert_eq!(s.average, 150.0);
+        assert!((s.stddev - 70.710678).abs() < 1e-5);
+    }
+
+    #[test]
+    fn single_sample_and_float_noise_give_zero_stddev_not_nan() {
+        let one = BTreeMap::from([
+            ("count".to_string(), 1.0),
+            ("sum".to_string(), 0.1),
+            ("sumsq".to_string(), 0.010000000000000002 - 1e-18),
+        ]);
+        let s = StatsView::from_zset(&one).unwrap();
+        assert_eq!(s.stddev, 0.0);
+        let noisy = BTreeMap::from([
+            ("count".to_string(), 3.0),
+            ("sum".to_string(), 0.30000000000000004),
+            ("sumsq".to_string(), 0.03),
+        ]);
+        assert!(!StatsView::from_zset(&noisy).unwrap().stddev.is_nan());
+        assert_eq!(StatsView::from_zset(&BTreeMap::new()), None);
+    }
+}

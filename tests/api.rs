@@ -1,0 +1,211 @@
+//! Reading back: the JSON API under /api/v1/ and `statsd-redis get …`, against a live agent and
+//! a private Redis.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn get_json(agent: &TestAgent, path: &str) -> (u16, Value) {
+    let (status, body) = http_get(agent.http, path);
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}")),
+    )
+}
+
+async fn agent_with_data() -> (RedisServer, TestAgent) {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    for _ in 0..5 {
+        agent.send(b"hits:1|c");
+    }
+    agent.send(b"ctx:100|ms\nctx:200|ms\nfast:5|ms\nsize:3|h\ntemp:21.5|g\nusers:a|s\nusers:b|s\n_e{4,0}:boom||t:error|#service:api");
+    for i in 0..120 {
+        agent.send(format!("web.page{i:03};env=prod:1|c").as_bytes());
+    }
+    eventually(Duration::from_secs(3), "flushed", || {
+        redis.counter_total(5, "hits") == 5 && redis.known("known:").len() == 121 * PRECISIONS.len()
+    })
+    .await;
+    (redis, agent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_answers_every_query() {
+    let (redis, agent) = agent_with_data().await;
+    let slice = *redis.get_counter("count:5:hits").keys().next().unwrap();
+
+    let (status, body) = get_json(&agent, "/api/v1/counter/hits?precision=5");
+    assert_eq!(status, 200);
+    assert_eq!(body["samples"], json!([[slice, 5]]));
+
+    let (status, body) = get_json(&agent, "/api/v1/stats/ctx");
+    assert_eq!(status, 200);
+    let s = &body["stats"];
+    assert_eq!(
+        (
+            s["count"].as_f64(),
+            s["average"].as_f64(),
+            s["min"].as_f64()
+        ),
+        (Some(2.0), Some(150.0), Some(100.0))
+    );
+    assert!((s["stddev"].as_f64().unwrap() - 70.710678).abs() < 1e-5);
+    assert_eq!(
+        get_json(&agent, "/api/v1/stats/size?type=Histogram").1["stats"]["sum"],
+        3.0
+    );
+
+    let (_, body) = get_json(&agent, "/api/v1/slowest?limit=10");
+    let names: Vec<&str> = body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["series"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ctx", "fast"]);
+    assert_eq!(body[0]["stats"]["max"], 200.0);
+
+    let (_, body) = get_json(&agent, "/api/v1/log/api?severity=error");
+    assert!(body["recent"][0].as_str().unwrap().ends_with(" boom"));
+    assert_eq!(body["common"], json!([["boom", 1.0]]));
+    assert_eq!(
+        get_json(&agent, "/api/v1/logs").1,
+        json!([{"name": "api", "severity": "error"}])
+    );
+
+    let (_, body) = get_json(&agent, "/api/v1/gauge/temp");
+    assert_eq!(body["value"], 21.5);
+    let (_, body) = get_json(&agent, "/api/v1/set/users?precision=60");
+    assert_eq!(body["samples"][0][1], 2);
+
+    let (_, body) = get_json(&agent, "/api/v1/known?match=page1&per_page=10&page=2");
+    assert_eq!(body["total"], 20, "page100..page119");
+    assert_eq!(body["series"][0]["series"], "web.page110;env=prod");
+    assert_eq!(body["series"][0]["precisions"], json!(PRECISIONS));
+    assert_eq!(
+        get_json(&agent, "/api/v1/known?match=web.*&per_page=500").1["total"],
+        120
+    );
+
+    let (_, body) = get_json(&agent, "/api/v1/vitals");
+    assert_eq!(body["lines_received"], 5.0 + 8.0 + 120.0);
+    assert!(body["last_flush_unix"].as_f64().unwrap() > 0.0);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_errors_are_json_with_the_right_status() {
+    let (_redis, agent) = agent_with_data().await;
+    for path in [
+        "/api/v1/counter/nope",
+        "/api/v1/counter/hits?precision=7",
+        "/api/v1/stats/nope",
+        "/api/v1/log/nope",
+        "/api/v1/gauge/nope",
+        "/api/v1/set/nope",
+    ] {
+        let (status, body) = get_json(&agent, path);
+        assert_eq!(status, 404, "{path}");
+        assert!(
+            body["error"].as_str().unwrap().contains("no "),
+            "{path}: {body}"
+        );
+    }
+    for path in [
+        "/api/v1/counter/hits?precision=x",
+        "/api/v1/counter/hits?precision=0",
+        "/api/v1/stats/ctx?type=Bogus",
+        "/api/v1/slowest?limit=-1",
+        "/api/v1/known?page=0",
+    ] {
+        let (status, body) = get_json(&agent, path);
+        assert_eq!(status, 400, "{path}");
+        assert!(body["error"].is_string(), "{path}: {body}");
+    }
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_says_503_when_redis_is_gone() {
+    let (mut redis, agent) = agent_with_data().await;
+    redis.kill();
+    let (status, body) = get_json(&agent, "/api/v1/counter/hits");
+    assert_eq!(status, 503, "{body}");
+    agent.shutdown.cancel();
+}
+
+fn get(redis: &RedisServer, args: &[&str]) -> (i32, String, String) {
+    let out = bin()
+        .arg("--redis")
+        .arg(redis.url())
+        .arg("get")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_prints_tables_and_json() {
+    let (redis, agent) = agent_with_data().await;
+    agent.stop().await;
+    let slice = *redis.get_counter("count:5:hits").keys().next().unwrap();
+
+    let (code, out, err) = get(&redis, &["counter", "hits", "--precision", "5"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "header and one row: {out}");
+    assert!(lines[1].ends_with(" 5"), "{out}");
+    let (_, out, _) = get(&redis, &["counter", "hits", "--precision", "5", "--json"]);
+    assert_eq!(out.trim(), format!("[[{slice},5]]"));
+
+    let (_, out, _) = get(&redis, &["stats", "ctx", "--json"]);
+    let stats: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(stats["average"], 150.0);
+    let (_, out, _) = get(&redis, &["stats", "ctx"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("average") && l.ends_with(" 150")),
+        "{out}"
+    );
+
+    let (_, out, _) = get(&redis, &["slowest", "--limit", "1"]);
+    assert_eq!(
+        out.lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["ctx", "150"]
+    );
+    let (_, out, _) = get(&redis, &["log", "api", "--severity", "error", "--json"]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["common"],
+        json!([["boom", 1.0]])
+    );
+    let (_, out, _) = get(&redis, &["gauge", "temp"]);
+    assert_eq!(out.trim(), "21.5");
+    let (_, out, _) = get(&redis, &["set", "users", "--json"]);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()[0][1], 2);
+    let (_, out, _) = get(&redis, &["known", "--match", "web.page00?*"]);
+    assert_eq!(out.lines().count(), 1 + 10, "{out}");
+
+    let (code, _, err) = get(&redis, &["counter", "nope"]);
+    assert_eq!(code, 1, "unknown series: {err}");
+    assert!(err.contains("no counter `nope`"));
+    let (code, _, _) = get(&redis, &["counter", "hits", "--precision", "x"]);
+    assert_eq!(code, 2, "bad argument");
+    let out = bin()
+        .args(["--redis", "redis://127.0.0.1:1/0", "get", "known"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "Redis unreachable");
+}

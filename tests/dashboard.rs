@@ -1,0 +1,140 @@
+//! The dashboard in a real headless Chromium against a live agent and a private Redis: the
+//! chart must show the counts sent and the timer table the stats, read from the rendered DOM.
+//! A screenshot is saved as target/dashboard.png for people to look at.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Runs headless Chromium on `url` with extra arguments; returns its stdout.
+fn chromium(url: &str, extra: &[&str]) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-quic",
+            "--window-size=1280,900",
+            // Let the page's fetches and first timers run before the DOM is taken.
+            "--virtual-time-budget=4000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(url)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {CHROMIUM} ({e}): the browser test needs Debian's chromium package (apt-get install -y chromium)")
+        });
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The values of `attr="..."` on every rendered element (the page's script text left out).
+fn attribute_values(dom: &str, attr: &str) -> Vec<String> {
+    let rendered = dom.split("<script>").next().unwrap_or(dom);
+    rendered
+        .split(&format!("{attr}=\""))
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .map(String::from)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_counts_stats_and_logs() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    for _ in 0..5 {
+        agent.send(b"hits:1|c");
+    }
+    agent.send(b"checkout:120|ms\ncheckout:80|ms\nlogin:30|ms\n_sc|db|2|m:replica down");
+    for n in 0..30 {
+        agent.send(format!("filler.{n:02}:1|c").as_bytes());
+    }
+    eventually(Duration::from_secs(3), "flushed", || {
+        redis.counter_total(1, "hits") == 5
+    })
+    .await;
+    eventually(Duration::from_secs(3), "logs flushed", || {
+        redis.known("known:").len() == 31 * PRECISIONS.len()
+    })
+    .await;
+
+    let url = format!("http://{}/?counter=hits&precision=1", agent.http);
+    let dom = {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || chromium(&url, &["--dump-dom"]))
+            .await
+            .unwrap()
+    };
+    let counts = attribute_values(&dom, "data-count");
+    assert_eq!(
+        counts,
+        ["5"],
+        "the chart shows one sample of 5 for hits\n{dom}"
+    );
+    let slices = attribute_values(&dom, "data-slice");
+    assert_eq!(
+        redis
+            .get_counter("count:1:hits")
+            .keys()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>(),
+        slices
+    );
+
+    // Timer table: slowest first, with the hour's stats.
+    let timers: Vec<String> = attribute_values(&dom, "data-timer");
+    assert_eq!(timers, ["checkout", "login"]);
+    let checkout_row = dom
+        .split("data-timer=\"checkout\"")
+        .nth(1)
+        .unwrap()
+        .split("</tr>")
+        .next()
+        .unwrap();
+    for cell in [
+        "<td class=\"num\">100</td>",
+        "<td class=\"num\">80</td>",
+        "<td class=\"num\">120</td>",
+        "<td class=\"num\">2</td>",
+    ] {
+        assert!(
+            checkout_row.contains(cell),
+            "checkout row lacks {cell}: {checkout_row}"
+        );
+    }
+    // The paginated series list (25 a page) and the logs.
+    assert!(dom.contains("31 series · page 1/2"), "{dom}");
+    assert!(dom.contains("replica down"), "logs shown");
+
+    let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("dashboard.png");
+    let arg = format!("--screenshot={}", shot.display());
+    tokio::task::spawn_blocking(move || chromium(&url, &[&arg]))
+        .await
+        .unwrap();
+    assert!(
+        std::fs::metadata(&shot)
+            .map(|m| m.len() > 10_000)
+            .unwrap_or(false),
+        "screenshot written"
+    );
+    agent.stop().await;
+}

@@ -4,6 +4,8 @@
 -- key back through that module.
 --
 -- KEYS[1]  the chunk's token, flush:<agent>:<window>:<chunk>
+-- KEYS[2…] tokens of earlier chunks whose replies the agent received: those chunks are never
+--          sent again, so their tokens are deleted instead of waiting for their expiry
 -- ARGV     token lifetime (s), key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),
 --          asctime of the window, then sections, each a count followed by its items:
 --          precisions: precision, slice
@@ -15,6 +17,9 @@
 --
 -- Returns 1 when applied, 0 when the token shows the chunk was applied before.
 
+if #KEYS > 1 then
+  redis.call('DEL', unpack(KEYS, 2))
+end
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
   return 0
 end

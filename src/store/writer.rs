@@ -20,7 +20,9 @@ pub struct FlushChunk {
     pub index: usize,
     /// Series (and log entries) it carries.
     pub series: usize,
-    cmd: Cmd,
+    token: String,
+    /// The script's ARGV, fixed when the window closed so every retry sends the same values.
+    argv: Cmd,
 }
 
 /// What a chunk may hold: `max_series` series, a set costing one more per this many members.
@@ -95,18 +97,14 @@ pub fn build_chunks(
     token_ttl_secs: u64,
     max_series: usize,
 ) -> Vec<FlushChunk> {
-    let sha = Script::new(FLUSH_SCRIPT).get_hash().to_string();
     let hour = clock::hour_start(window.start);
     let asctime = clock::asctime(window.start);
     plan(window, max_series)
         .into_iter()
         .enumerate()
         .map(|(index, part)| {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&sha)
-                .arg(1)
-                .arg(keys.flush_token(agent_id, window.start, index))
-                .arg(token_ttl_secs)
+            let mut cmd = Cmd::new();
+            cmd.arg(token_ttl_secs)
                 .arg(keys.prefix())
                 .arg(sample_count)
                 .arg(&hour)
@@ -155,7 +153,8 @@ pub fn build_chunks(
                 window: window.start,
                 index,
                 series: counters.len() + stats.len() + gauges.len() + sets.len() + logs.len(),
-                cmd,
+                token: keys.flush_token(agent_id, window.start, index),
+                argv: cmd,
             }
         })
         .collect()
@@ -168,6 +167,8 @@ pub struct Writer {
     connected_before: bool,
     timeout: Duration,
     script: Script,
+    /// Tokens of chunks whose replies arrived: deleted by the next script call.
+    acknowledged: Vec<String>,
     telemetry: std::sync::Arc<Telemetry>,
 }
 
@@ -187,6 +188,7 @@ impl Writer {
             connected_before: false,
             timeout,
             script: Script::new(FLUSH_SCRIPT),
+            acknowledged: Vec::new(),
             telemetry,
         }
     }
@@ -216,13 +218,26 @@ impl Writer {
 
     async fn try_write(&mut self, chunk: &FlushChunk) -> Result<Applied, StoreError> {
         let mut conn = self.connection().await?;
-        let applied: i64 = match chunk.cmd.query_async(&mut conn).await {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash())
+            .arg(1 + self.acknowledged.len())
+            .arg(&chunk.token)
+            .arg(&self.acknowledged);
+        for arg in chunk.argv.args_iter() {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        let applied: i64 = match cmd.query_async(&mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.script.prepare_invoke().load_async(&mut conn).await?;
-                chunk.cmd.query_async(&mut conn).await?
+                cmd.query_async(&mut conn).await?
             }
             other => other?,
         };
+        // The call deleted the earlier tokens; this chunk's reply arrived, so its token is next.
+        self.acknowledged.clear();
+        self.acknowledged.push(chunk.token.clone());
         Ok(if applied == 1 {
             Applied::Now
         } else {

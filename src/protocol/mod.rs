@@ -13,7 +13,7 @@ pub use series::SeriesNamer;
 
 use nom::IResult;
 use nom::Parser;
-use nom::bytes::complete::{tag, take_till, take_until};
+use nom::bytes::complete::{tag, take_till};
 use smallvec::SmallVec;
 
 /// The six metric types of the protocol.
@@ -202,9 +202,11 @@ fn till(byte: u8) -> impl Fn(&[u8]) -> IResult<&[u8], &[u8]> {
 
 fn parse_metric(line: &[u8]) -> Result<MetricLine<'_>, BadLine> {
     // name ':' rest — the name ends at the first ':'.
-    let (rest, head) = take_until::<_, _, nom::error::Error<&[u8]>>(":")(line)
-        .map_err(|_| BadLine::MissingValue)?;
-    let rest = &rest[1..];
+    let (head, rest) = till(b':')(line)
+        .ok()
+        .filter(|(rest, _)| !rest.is_empty())
+        .map(|(rest, head)| (head, &rest[1..]))
+        .ok_or(BadLine::MissingValue)?;
     let head = utf8(head)?;
     let (name, influx_tags) = match head.split_once(',') {
         Some((n, t)) => (n, Some(t)),

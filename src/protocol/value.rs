@@ -5,47 +5,93 @@
 
 use super::BadLine;
 
-/// True when `b` is `[+-]? digits? ('.' digits?)? ([eE] [+-]? digits)?` with at least one
-/// mantissa digit.
-fn is_decimal(b: &[u8], allow_sign: bool) -> bool {
+/// Exact powers of ten: every one up to 1e22 is a double without rounding.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// Parses `[+-]? digits? ('.' digits?)? ([eE] [+-]? digits)?` with at least one mantissa digit.
+///
+/// Values are almost always short (`1`, `12.5`): with at most 15 significant digits and a power
+/// of ten up to 22 both the mantissa and the power are exact doubles, so one multiplication or
+/// division rounds correctly (Clinger's fast path). Anything longer goes to `str::parse`, after
+/// the same grammar check.
+fn parse_decimal(b: &[u8], allow_sign: bool) -> Option<f64> {
     let mut i = 0;
+    let negative = allow_sign && b.first() == Some(&b'-');
     if allow_sign && matches!(b.first(), Some(b'+' | b'-')) {
         i += 1;
     }
-    let digits = |i: &mut usize| {
-        let start = *i;
-        while *i < b.len() && b[*i].is_ascii_digit() {
-            *i += 1;
-        }
-        *i - start
-    };
-    let mut mantissa = digits(&mut i);
+    let mut mantissa: u64 = 0;
+    let mut digits = 0usize; // mantissa digits seen
+    let mut significant = 0usize; // digits after leading zeros
+    let mut scale: i64 = 0; // digits after the point
+    while i < b.len() && b[i].is_ascii_digit() {
+        push_digit(&mut mantissa, &mut significant, b[i]);
+        digits += 1;
+        i += 1;
+    }
     if i < b.len() && b[i] == b'.' {
         i += 1;
-        mantissa += digits(&mut i);
-    }
-    if mantissa == 0 {
-        return false;
-    }
-    if i < b.len() && matches!(b[i], b'e' | b'E') {
-        i += 1;
-        if i < b.len() && matches!(b[i], b'+' | b'-') {
+        while i < b.len() && b[i].is_ascii_digit() {
+            push_digit(&mut mantissa, &mut significant, b[i]);
+            digits += 1;
+            scale += 1;
             i += 1;
         }
-        if digits(&mut i) == 0 {
-            return false;
-        }
     }
-    i == b.len()
-}
-
-fn parse_decimal(b: &[u8], allow_sign: bool) -> Option<f64> {
-    if !is_decimal(b, allow_sign) {
+    if digits == 0 {
         return None;
     }
-    // The grammar check leaves only ASCII.
-    let v: f64 = std::str::from_utf8(b).ok()?.parse().ok()?;
-    v.is_finite().then_some(v)
+    let mut exponent: i64 = 0;
+    if i < b.len() && matches!(b[i], b'e' | b'E') {
+        i += 1;
+        let negative_exp = b.get(i) == Some(&b'-');
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            exponent = (exponent * 10 + i64::from(b[i] - b'0')).min(100_000);
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        if negative_exp {
+            exponent = -exponent;
+        }
+    }
+    if i != b.len() {
+        return None;
+    }
+    let power = exponent - scale;
+    let value = if significant <= 15 && power.unsigned_abs() <= 22 {
+        let m = mantissa as f64;
+        if power >= 0 {
+            m * POW10[power as usize]
+        } else {
+            m / POW10[(-power) as usize]
+        }
+    } else {
+        // The grammar check leaves only ASCII.
+        std::str::from_utf8(&b[usize::from(allow_sign && matches!(b[0], b'+' | b'-'))..])
+            .ok()?
+            .parse()
+            .ok()?
+    };
+    let value = if negative { -value } else { value };
+    value.is_finite().then_some(value)
+}
+
+fn push_digit(mantissa: &mut u64, significant: &mut usize, d: u8) {
+    if *significant > 0 || d != b'0' {
+        *significant += 1;
+    }
+    if *significant <= 19 {
+        *mantissa = *mantissa * 10 + u64::from(d - b'0');
+    }
 }
 
 /// A metric value: a finite decimal, optionally signed.
@@ -107,6 +153,35 @@ mod tests {
     }
 
     #[test]
+    fn fast_path_agrees_with_the_standard_parser() {
+        for text in [
+            "0",
+            "1",
+            "12.5",
+            "0.1",
+            "0.3",
+            "1e-3",
+            "123456789012345",
+            "1234567890123456789",
+            "3.14159",
+            "2.5e10",
+            "7e22",
+            "7e23",
+            "1e-22",
+            "1e-23",
+            "0.000001",
+            "99999.99999",
+            "-0.0",
+            "00012",
+            "1.7976931348623157e308",
+        ] {
+            let expected: f64 = text.parse().unwrap();
+            let got = parse_number(text.as_bytes()).unwrap();
+            assert_eq!(got.to_bits(), expected.to_bits(), "{text}");
+        }
+    }
+
+    #[test]
     fn sample_rates() {
         assert_eq!(parse_sample_rate(b"1e-3"), Ok(0.001));
         assert_eq!(parse_sample_rate(b"1"), Ok(1.0));
@@ -127,5 +202,16 @@ mod tests {
             parse_timestamp(b"99999999999999999999999"),
             Err(BadLine::InvalidTimestamp)
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fast_path_agrees_on_random_decimals(text in "-?[0-9]{1,20}(\\.[0-9]{0,12})?([eE][-+]?[0-9]{1,3})?") {
+            let expected: f64 = text.parse().unwrap();
+            match parse_number(text.as_bytes()) {
+                Ok(v) => proptest::prop_assert_eq!(v.to_bits(), expected.to_bits(), "{}", text),
+                Err(_) => proptest::prop_assert!(!expected.is_finite(), "{}", text),
+            }
+        }
     }
 }

@@ -1,0 +1,112 @@
+//! The per-line path on one core, without sockets: parse, name, record, and a reader's whole
+//! datagram; plus building the flush chunks of a closed window.
+//!
+//!     cargo bench --bench pipeline
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use statsd_redis::aggregate::{ClosedWindow, Ledger, Window};
+use statsd_redis::ingest::LineHandler;
+use statsd_redis::protocol::{Line, SeriesNamer, parse_line};
+use statsd_redis::store::{Keys, build_chunks};
+
+const LINES: [&[u8]; 4] = [
+    b"web.checkout.requests:1|c",
+    b"api.latency:12.5|ms|@0.5",
+    b"web.requests:1|c|#env:prod,region:eu",
+    b"queue.depth:+3|g",
+];
+
+/// A 20-line datagram over 1000 series, like the load generator's.
+fn datagram(offset: usize) -> Vec<u8> {
+    let mut d = Vec::new();
+    for i in 0..20 {
+        if i > 0 {
+            d.push(b'\n');
+        }
+        d.extend_from_slice(format!("load.{}.c:1|c", (offset + i) % 1000).as_bytes());
+    }
+    d
+}
+
+fn parse(c: &mut Criterion) {
+    let mut g = c.benchmark_group("parse");
+    g.throughput(Throughput::Elements(1));
+    for (name, line) in ["counter", "sampled_timer", "tagged_counter", "gauge_delta"]
+        .iter()
+        .zip(LINES)
+    {
+        g.bench_function(*name, |b| b.iter(|| parse_line(black_box(line))));
+    }
+    g.finish();
+}
+
+fn parse_and_record(c: &mut Criterion) {
+    let mut g = c.benchmark_group("parse_and_record");
+    g.throughput(Throughput::Elements(1));
+    for (name, line) in ["counter", "sampled_timer", "tagged_counter", "gauge_delta"]
+        .iter()
+        .zip(LINES)
+    {
+        let mut namer = SeriesNamer::new(true);
+        let mut window = Window::default();
+        g.bench_function(*name, |b| {
+            b.iter(|| {
+                if let Ok(Line::Metric(m)) = parse_line(black_box(line)) {
+                    for s in &m.samples {
+                        if let Ok((series, _)) = namer.series(m.name, m.influx_tags, s.tags) {
+                            window.record(series, s);
+                        }
+                    }
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+fn datagrams(c: &mut Criterion) {
+    let mut g = c.benchmark_group("datagram");
+    let batch: Vec<Vec<u8>> = (0..50).map(|i| datagram(i * 20)).collect();
+    g.throughput(Throughput::Elements(20 * batch.len() as u64));
+    let mut handler = LineHandler::new(true);
+    let mut window = Window::default();
+    g.bench_function("20_lines_1000_series_known", |b| {
+        b.iter(|| {
+            for d in &batch {
+                handler.handle_datagram(black_box(d), false, &mut window);
+            }
+        })
+    });
+    g.finish();
+}
+
+fn chunks(c: &mut Criterion) {
+    let mut window = Window::default();
+    let mut handler = LineHandler::new(true);
+    for i in 0..50 {
+        handler.handle_datagram(&datagram(i * 20), false, &mut window);
+    }
+    let closed: ClosedWindow = Ledger::default().close(1_795_320_000, window);
+    let keys = Keys::new("");
+    let mut g = c.benchmark_group("flush");
+    g.throughput(Throughput::Elements(closed.counters.len() as u64));
+    g.bench_function("build_chunks_1000_counters", |b| {
+        b.iter(|| {
+            build_chunks(
+                black_box(&closed),
+                &keys,
+                &[1, 5, 60, 300, 3600, 18000, 86400],
+                120,
+                "a",
+                3670,
+                100,
+            )
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, parse, parse_and_record, datagrams, chunks);
+criterion_main!(benches);

@@ -57,16 +57,26 @@ impl Listeners {
 /// Binds every UDP address and the HTTP address of `config`.
 pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
     let mut sockets = Vec::new();
+    let shared = config.udp_readers > 1;
     for &addr in &config.udp {
-        let bound = udp::bind(addr, config.receive_buffer_bytes)
-            .map_err(|source| AgentError::Udp { addr, source })?;
+        let bind = |addr| {
+            udp::bind(addr, config.receive_buffer_bytes, shared)
+                .map_err(|source| AgentError::Udp { addr, source })
+        };
+        let first = bind(addr)?;
+        // Port 0 picks a port once; the other readers share the one picked.
+        let port_addr = first.socket.local_addr().unwrap_or(addr);
         tracing::info!(
-            %addr,
-            receive_buffer_bytes = bound.receive_buffer_bytes,
+            addr = %port_addr,
+            readers = config.udp_readers,
+            receive_buffer_bytes = first.receive_buffer_bytes,
             requested = config.receive_buffer_bytes,
             "listening for StatsD (the kernel reports twice the usable buffer; raise net.core.rmem_max for more)"
         );
-        sockets.push(bound);
+        sockets.push(first);
+        for _ in 1..config.udp_readers {
+            sockets.push(bind(port_addr)?);
+        }
     }
     let http_err = |source| AgentError::Http {
         addr: config.http,

@@ -28,6 +28,9 @@ pub struct Config {
     pub sample_count: u64,
     /// Length of an aggregation window, in seconds.
     pub flush_interval_secs: u64,
+    /// Readers per UDP address: sockets sharing the port with `SO_REUSEPORT`, each with its own
+    /// window, so that several cores can read when many clients send.
+    pub udp_readers: usize,
     /// Kernel receive buffer asked for on each UDP socket (capped by `net.core.rmem_max`).
     pub receive_buffer_bytes: usize,
     /// Read buffer per datagram; larger datagrams are truncated and their last line dropped.
@@ -64,6 +67,9 @@ impl Default for Config {
             // The number of samples the chapter's text keeps.
             sample_count: 120,
             flush_interval_secs: 1,
+            // One reader keeps the other core for the flush on a 2-core machine; a single
+            // sender's datagrams always reach the same reader anyway.
+            udp_readers: 1,
             // 8 MiB rides out a few hundred milliseconds of a stalled reader at high rates.
             receive_buffer_bytes: 8 << 20,
             // The largest UDP payload: any datagram is read whole.
@@ -140,6 +146,9 @@ impl Config {
         if self.flush_interval_secs == 0 || self.flush_interval_secs > 60 {
             return Err(err("flush_interval_secs", "must be between 1 and 60"));
         }
+        if self.udp_readers == 0 || self.udp_readers > 64 {
+            return Err(err("udp_readers", "must be between 1 and 64"));
+        }
         if self.max_datagram_bytes < 512 || self.max_datagram_bytes > 65535 {
             return Err(err("max_datagram_bytes", "must be between 512 and 65535"));
         }
@@ -214,6 +223,14 @@ pub struct Args {
         value_name = "SECS"
     )]
     pub flush_interval_secs: Option<u64>,
+    /// Readers (SO_REUSEPORT sockets) per UDP address [default: 1].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_UDP_READERS",
+        value_name = "N"
+    )]
+    pub udp_readers: Option<usize>,
     /// Kernel receive buffer per UDP socket [default: 8388608].
     #[arg(
         long,
@@ -309,6 +326,7 @@ impl Args {
             udp,
             redis,
             http,
+            udp_readers,
             key_prefix,
             precisions,
             sample_count,

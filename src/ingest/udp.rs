@@ -17,9 +17,6 @@ use super::LineHandler;
 use crate::aggregate::Window;
 use crate::telemetry::Telemetry;
 
-/// Datagrams read per wake-up before the reader publishes its tally and lets other tasks run.
-const BATCH_DATAGRAMS: usize = 64;
-
 /// At most one bad-line log message per reader per this period; the metrics count them all.
 const BAD_LINE_LOG_PERIOD: Duration = Duration::from_secs(10);
 
@@ -31,8 +28,13 @@ pub struct BoundUdp {
 }
 
 /// Binds `addr` for reading StatsD, asking for `receive_buffer_bytes` of kernel buffer.
-pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize) -> io::Result<BoundUdp> {
+/// `shared` sets `SO_REUSEPORT`, so several readers can bind the same port and the kernel
+/// spreads senders across them.
+pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize, shared: bool) -> io::Result<BoundUdp> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if shared {
+        socket.set_reuse_port(true)?;
+    }
     if receive_buffer_bytes > 0 {
         // The kernel caps this at net.core.rmem_max; the granted size is logged by the caller.
         socket.set_recv_buffer_size(receive_buffer_bytes)?;
@@ -66,7 +68,15 @@ fn enable_drop_counter(fd: RawFd) -> io::Result<()> {
     }
 }
 
-/// One received datagram.
+/// Datagrams read per `recvmmsg` call. One call per datagram costs about a microsecond of
+/// syscall each; 64 amortise it while a batch's buffers (64 × `max_datagram_bytes`) stay a few MiB.
+const BATCH_DATAGRAMS: usize = 64;
+
+/// Room for one SO_RXQ_OVFL control message, u64-aligned as cmsghdr requires.
+type Control = [u64; 8];
+
+/// One received datagram of a batch.
+#[derive(Debug, Clone, Copy, Default)]
 struct Received {
     len: usize,
     truncated: bool,
@@ -74,42 +84,80 @@ struct Received {
     drops: Option<u32>,
 }
 
-fn recv_datagram(fd: RawFd, buf: &mut [u8]) -> io::Result<Received> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // Room for one SO_RXQ_OVFL control message, u64-aligned as cmsghdr requires.
-    let mut control = [0u64; 8];
-    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: msg points at live buffers of the sizes it states.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut drops = None;
-    // SAFETY: the CMSG macros walk the control buffer the kernel filled within msg_controllen.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL {
-                drops = Some(std::ptr::read_unaligned(
-                    libc::CMSG_DATA(cmsg).cast::<u32>(),
-                ));
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+/// Buffers for one `recvmmsg` call, reused for every batch.
+struct Batch {
+    data: Vec<u8>,
+    size: usize,
+    controls: Vec<Control>,
+    received: Vec<Received>,
+}
+
+impl Batch {
+    fn new(max_datagram_bytes: usize) -> Batch {
+        Batch {
+            data: vec![0; BATCH_DATAGRAMS * max_datagram_bytes],
+            size: max_datagram_bytes,
+            controls: vec![[0; 8]; BATCH_DATAGRAMS],
+            received: vec![Received::default(); BATCH_DATAGRAMS],
         }
     }
-    Ok(Received {
-        len: n as usize,
-        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
-        drops,
-    })
+
+    fn datagram(&self, i: usize) -> &[u8] {
+        let r = self.received[i];
+        &self.data[i * self.size..i * self.size + r.len.min(self.size)]
+    }
+
+    /// Reads up to a batch of datagrams without waiting; returns how many arrived.
+    fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let mut iovecs: [libc::iovec; BATCH_DATAGRAMS] = std::array::from_fn(|i| libc::iovec {
+            iov_base: self.data[i * self.size..].as_mut_ptr().cast(),
+            iov_len: self.size,
+        });
+        // SAFETY: mmsghdr is plain data; all-zero is a valid empty header.
+        let mut msgs: [libc::mmsghdr; BATCH_DATAGRAMS] = unsafe { std::mem::zeroed() };
+        for (i, m) in msgs.iter_mut().enumerate() {
+            m.msg_hdr.msg_iov = &mut iovecs[i];
+            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = self.controls[i].as_mut_ptr().cast();
+            m.msg_hdr.msg_controllen = std::mem::size_of::<Control>() as _;
+        }
+        // SAFETY: every header points at live buffers of the sizes it states.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                msgs.as_mut_ptr(),
+                BATCH_DATAGRAMS as _,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for (m, r) in msgs.iter().zip(self.received.iter_mut()).take(n as usize) {
+            let mut drops = None;
+            // SAFETY: the CMSG macros walk the control buffer the kernel filled.
+            unsafe {
+                let mut cmsg = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+                while !cmsg.is_null() {
+                    if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                        && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL
+                    {
+                        drops = Some(std::ptr::read_unaligned(
+                            libc::CMSG_DATA(cmsg).cast::<u32>(),
+                        ));
+                    }
+                    cmsg = libc::CMSG_NXTHDR(&m.msg_hdr, cmsg);
+                }
+            }
+            *r = Received {
+                len: m.msg_len as usize,
+                truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+                drops,
+            };
+        }
+        Ok(n as usize)
+    }
 }
 
 /// A reader: one task per socket, recording into its own window.
@@ -124,7 +172,7 @@ pub struct Reader {
 impl Reader {
     /// Reads until `stop` is cancelled, then reads what the kernel still holds and returns.
     pub async fn run(mut self, stop: CancellationToken) {
-        let mut buf = vec![0u8; self.max_datagram_bytes];
+        let mut batch = Batch::new(self.max_datagram_bytes);
         let mut last_drops = 0u32;
         let mut last_log = Instant::now() - BAD_LINE_LOG_PERIOD;
         loop {
@@ -138,7 +186,8 @@ impl Reader {
                     }
                 }
             }
-            while self.read_batch(&mut buf, &mut last_drops, false) == BATCH_DATAGRAMS {
+            // Full batches mean more is queued: keep reading, yielding between batches.
+            while self.read_batch(&mut batch, &mut last_drops, false) == BATCH_DATAGRAMS {
                 tokio::task::yield_now().await;
             }
             if self.handler.bad_example.is_some() && last_log.elapsed() >= BAD_LINE_LOG_PERIOD {
@@ -154,42 +203,41 @@ impl Reader {
         }
         // Whatever arrived before the stop is still ours to record. Read the socket directly:
         // tokio's readiness may not have seen those datagrams yet.
-        while self.read_batch(&mut buf, &mut last_drops, true) > 0 {}
+        while self.read_batch(&mut batch, &mut last_drops, true) > 0 {}
     }
 
-    /// Reads up to a batch of datagrams without waiting; returns how many were read. `direct`
-    /// bypasses tokio's readiness tracking (for the final drain only).
-    fn read_batch(&mut self, buf: &mut [u8], last_drops: &mut u32, direct: bool) -> usize {
+    /// Reads one batch without waiting and records it; returns how many datagrams were read.
+    /// `direct` bypasses tokio's readiness tracking (for the final drain only).
+    fn read_batch(&mut self, batch: &mut Batch, last_drops: &mut u32, direct: bool) -> usize {
         let fd = self.socket.as_raw_fd();
-        let mut read = 0;
+        let read = loop {
+            let result = if direct {
+                batch.recv(fd)
+            } else {
+                self.socket.try_io(Interest::READABLE, || batch.recv(fd))
+            };
+            match result {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return 0,
+                Err(e) => {
+                    tracing::warn!(error = %e, "UDP receive failed");
+                    return 0;
+                }
+            }
+        };
         {
             let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
-            while read < BATCH_DATAGRAMS {
-                let received = if direct {
-                    recv_datagram(fd, buf)
-                } else {
-                    self.socket
-                        .try_io(Interest::READABLE, || recv_datagram(fd, buf))
-                };
-                let received = match received {
-                    Ok(r) => r,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "UDP receive failed");
-                        break;
-                    }
-                };
-                read += 1;
-                if let Some(d) = received.drops {
+            for i in 0..read {
+                let r = batch.received[i];
+                if let Some(d) = r.drops {
                     self.telemetry
                         .kernel_drops
                         .increment(u64::from(d.wrapping_sub(*last_drops)));
                     *last_drops = d;
                 }
-                let len = received.len.min(buf.len());
                 self.handler
-                    .handle_datagram(&buf[..len], received.truncated, &mut window);
+                    .handle_datagram(batch.datagram(i), r.truncated, &mut window);
             }
         }
         self.telemetry.publish(&self.handler.tally);

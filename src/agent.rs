@@ -108,21 +108,17 @@ pub async fn run(
 
     let mut windows = Vec::new();
     for bound in listeners.udp {
-        let socket =
-            tokio::net::UdpSocket::from_std(bound.socket).map_err(|source| AgentError::Udp {
-                addr: config.udp[windows.len()],
-                source,
-            })?;
         let window = Arc::new(Mutex::new(Window::default()));
         windows.push(window.clone());
         let reader = Reader {
-            socket,
+            socket: bound.socket,
             window,
             handler: LineHandler::new(config.sanitize_names),
             telemetry: telemetry.clone(),
             max_datagram_bytes: config.max_datagram_bytes,
         };
-        tracker.spawn(reader.run(shutdown.clone()));
+        let stop = shutdown.clone();
+        tracker.spawn_blocking(move || reader.run(stop));
     }
     tracker.close();
 

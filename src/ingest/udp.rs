@@ -1,6 +1,7 @@
-//! UDP listeners: bind with the configured receive buffer, then read datagrams whole with
-//! `recvmsg`, which also reports truncation (`MSG_TRUNC`) and the kernel's drop counter for the
-//! socket (`SO_RXQ_OVFL`).
+//! UDP listeners: bind with the configured receive buffer, then read datagrams whole, 64 per
+//! `recvmmsg`, which also reports truncation (`MSG_TRUNC`) and the kernel's drop counter for the
+//! socket (`SO_RXQ_OVFL`). Each reader is a thread of its own that blocks in `recvmmsg`: one
+//! syscall per batch, where an async reader pays a readiness wait and an extra empty read too.
 
 use std::io;
 use std::net::SocketAddr;
@@ -9,13 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::io::Interest;
-use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
 use super::LineHandler;
 use crate::aggregate::Window;
 use crate::telemetry::Telemetry;
+
+/// How often a reader blocked in `recvmmsg` looks whether it should stop.
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// At most one bad-line log message per reader per this period; the metrics count them all.
 const BAD_LINE_LOG_PERIOD: Duration = Duration::from_secs(10);
@@ -41,7 +43,8 @@ pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize, shared: bool) -> io::
     }
     enable_drop_counter(socket.as_raw_fd())?;
     socket.bind(&addr.into())?;
-    socket.set_nonblocking(true)?;
+    // Blocking reads that wake up now and then to notice a stop.
+    socket.set_read_timeout(Some(STOP_CHECK))?;
     let receive_buffer_bytes = socket.recv_buffer_size()?;
     Ok(BoundUdp {
         socket: socket.into(),
@@ -107,8 +110,10 @@ impl Batch {
         &self.data[i * self.size..i * self.size + r.len.min(self.size)]
     }
 
-    /// Reads up to a batch of datagrams without waiting; returns how many arrived.
-    fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+    /// Reads up to a batch of datagrams; `flags` say whether to wait for the first
+    /// (`MSG_WAITFORONE`, up to the socket's read timeout) or not at all (`MSG_DONTWAIT`).
+    /// Returns how many arrived.
+    fn recv(&mut self, fd: RawFd, flags: libc::c_int) -> io::Result<usize> {
         let mut iovecs: [libc::iovec; BATCH_DATAGRAMS] = std::array::from_fn(|i| libc::iovec {
             iov_base: self.data[i * self.size..].as_mut_ptr().cast(),
             iov_len: self.size,
@@ -127,7 +132,7 @@ impl Batch {
                 fd,
                 msgs.as_mut_ptr(),
                 BATCH_DATAGRAMS as _,
-                libc::MSG_DONTWAIT,
+                flags,
                 std::ptr::null_mut(),
             )
         };
@@ -160,9 +165,9 @@ impl Batch {
     }
 }
 
-/// A reader: one task per socket, recording into its own window.
+/// A reader: one thread per socket, recording into its own window.
 pub struct Reader {
-    pub socket: UdpSocket,
+    pub socket: std::net::UdpSocket,
     pub window: Arc<Mutex<Window>>,
     pub handler: LineHandler,
     pub telemetry: Arc<Telemetry>,
@@ -171,25 +176,13 @@ pub struct Reader {
 
 impl Reader {
     /// Reads until `stop` is cancelled, then reads what the kernel still holds and returns.
-    pub async fn run(mut self, stop: CancellationToken) {
+    /// Blocks: run it on a thread of its own.
+    pub fn run(mut self, stop: CancellationToken) {
         let mut batch = Batch::new(self.max_datagram_bytes);
         let mut last_drops = 0u32;
         let mut last_log = Instant::now() - BAD_LINE_LOG_PERIOD;
-        loop {
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => break,
-                ready = self.socket.ready(Interest::READABLE) => {
-                    if let Err(e) = ready {
-                        tracing::error!(error = %e, "UDP socket failed; reader stops");
-                        return;
-                    }
-                }
-            }
-            // Full batches mean more is queued: keep reading, yielding between batches.
-            while self.read_batch(&mut batch, &mut last_drops, false) == BATCH_DATAGRAMS {
-                tokio::task::yield_now().await;
-            }
+        while !stop.is_cancelled() {
+            self.read_batch(&mut batch, &mut last_drops, libc::MSG_WAITFORONE);
             if self.handler.bad_example.is_some() && last_log.elapsed() >= BAD_LINE_LOG_PERIOD {
                 if let Some((reason, line)) = self.handler.bad_example.take() {
                     tracing::warn!(
@@ -201,27 +194,28 @@ impl Reader {
                 last_log = Instant::now();
             }
         }
-        // Whatever arrived before the stop is still ours to record. Read the socket directly:
-        // tokio's readiness may not have seen those datagrams yet.
-        while self.read_batch(&mut batch, &mut last_drops, true) > 0 {}
+        // Whatever arrived before the stop is still ours to record.
+        while self.read_batch(&mut batch, &mut last_drops, libc::MSG_DONTWAIT) > 0 {}
     }
 
-    /// Reads one batch without waiting and records it; returns how many datagrams were read.
-    /// `direct` bypasses tokio's readiness tracking (for the final drain only).
-    fn read_batch(&mut self, batch: &mut Batch, last_drops: &mut u32, direct: bool) -> usize {
-        let fd = self.socket.as_raw_fd();
+    /// Reads one batch and records it; returns how many datagrams were read.
+    fn read_batch(&mut self, batch: &mut Batch, last_drops: &mut u32, flags: libc::c_int) -> usize {
         let read = loop {
-            let result = if direct {
-                batch.recv(fd)
-            } else {
-                self.socket.try_io(Interest::READABLE, || batch.recv(fd))
-            };
-            match result {
+            match batch.recv(self.socket.as_raw_fd(), flags) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return 0,
+                // The read timeout, or nothing queued.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return 0;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "UDP receive failed");
+                    std::thread::sleep(STOP_CHECK);
                     return 0;
                 }
             }

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# End-to-end benchmark: the load generator at full speed against (1) the floor receiver, which
+# only reads and counts lines, and (2) the agent writing to a private Redis; the same load, one
+# after the other, several runs. Reports loss and receiver CPU (user+system of the receiving
+# process, flush included for the agent) per datagram and per line, and the ratio to the floor.
+#
+#   scripts/bench-e2e.sh [runs=5] [series=1000]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-5}; series=${2:-1000}
+cargo build --release --quiet --bin statsd-redis --example loadgen --example floor
+dir=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cpu_us() { awk '{ print ($14 + $15) * 1000000 / '"$(getconf CLK_TCK)"' }' "/proc/$1/stat"; }
+metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="statsd_redis_$2" '$1 == m { print $2 }'; }
+
+results="$dir/results.tsv"
+run_floor() { # lines_per_datagram lines
+  local port; port=$(free_port)
+  target/release/examples/floor "127.0.0.1:$port" > "$dir/floor.out" &
+  local pid=$!; sleep 0.3
+  target/release/examples/loadgen send --target "127.0.0.1:$port" --series "$series" \
+    --lines-per-datagram "$1" --lines "$2" > "$dir/send.out"
+  wait $pid
+  local got cpu
+  got=$(sed -E 's/.*lines=([0-9]+).*/\1/' "$dir/floor.out")
+  cpu=$(sed -E 's/.*cpu_us=([0-9]+).*/\1/' "$dir/floor.out")
+  printf 'floor\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$got" "$cpu" "$(cat "$dir/send.out")" >> "$results"
+}
+run_agent() { # lines_per_datagram lines
+  local sock="$dir/r.sock" udp http
+  redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir" --daemonize no >/dev/null &
+  local rpid=$!
+  until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
+  udp=$(free_port); http=$(free_port)
+  target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" \
+    --redis "redis+unix://$sock" --cleaner-enabled false 2>"$dir/agent.log" &
+  local pid=$!
+  until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+  local before; before=$(cpu_us $pid)
+  target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
+    --lines-per-datagram "$1" --lines "$2" --totals "$dir/totals.tsv" > "$dir/send.out"
+  # Wait for the last window to be flushed: lines stop moving and the backlog is empty.
+  local prev=-1 now
+  while true; do
+    sleep 1.5
+    now=$(metric "$http" lines_received_total)
+    [ "$now" = "$prev" ] && [ "$(metric "$http" backlog_windows)" = "0" ] && break
+    prev=$now
+  done
+  local after; after=$(cpu_us $pid)
+  local drops; drops=$(metric "$http" kernel_drops_total)
+  kill -TERM $pid; wait $pid || true
+  local check
+  check=$(target/release/examples/loadgen check --redis "redis+unix://$sock" --totals "$dir/totals.tsv" 2>&1 | tail -1 || true)
+  printf 'agent\t%s\t%s\t%s\t%s\t%s\tkernel_drops=%s\t%s\n' "$1" "$2" "$now" "$((after - before))" \
+    "$(cat "$dir/send.out")" "$drops" "$check" >> "$results"
+  kill $rpid; wait $rpid 2>/dev/null || true
+  rm -f "$sock"
+}
+
+for scenario in "1 2000000" "20 20000000"; do
+  for run in $(seq 1 "$runs"); do
+    run_floor $scenario
+    run_agent $scenario
+  done
+done
+cat "$results"
+python3 - "$results" <<'PY'
+import sys, statistics as st
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+print()
+print("| receiver | lines/datagram | sent lines | received (median) | loss (median) | CPU per datagram | CPU per line | send rate (median) |")
+print("|---|---|---|---|---|---|---|---|")
+med = {}
+for who in ("floor", "agent"):
+    for lpd in ("1", "20"):
+        rs = [r for r in rows if r[0] == who and r[1] == lpd]
+        if not rs: continue
+        sent = int(rs[0][2]); got = [int(r[3]) for r in rs]; cpu = [int(r[4]) for r in rs]
+        rate = [float(r[5].split("(")[1].split()[0]) for r in rs]
+        per_line = st.median(c * 1000 / g for c, g in zip(cpu, got))
+        per_dgram = per_line * int(lpd)
+        med[(who, lpd)] = per_line
+        print(f"| {who} | {lpd} | {sent} | {st.median(got):.0f} | {100 * (sent - st.median(got)) / sent:.2f}% | {per_dgram / 1000:.2f} µs | {per_line:.0f} ns | {st.median(rate) / 1e3:.0f}k lines/s |")
+for lpd in ("1", "20"):
+    if ("floor", lpd) in med and ("agent", lpd) in med:
+        print(f"\nagent / floor CPU, {lpd}-line datagrams: {med[('agent', lpd)] / med[('floor', lpd)]:.2f}x")
+PY

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end benchmark: the load generator at full speed against (1) the floor receiver, which
-# only reads and counts lines, and (2) the agent writing to a private Redis; the same load, one
+# only reads and counts lines, (2) the agent writing to a private Redis, and (3) Etsy statsd
+# 0.9.0 (installed from npm into a temp dir; skipped when npm is missing); the same load, one
 # after the other, several runs. Reports loss and receiver CPU (user+system of the receiving
-# process, flush included for the agent) per datagram and per line, and the ratio to the floor.
+# process, flush included) per datagram and per line, and the ratios to the floor.
 #
 #   scripts/bench-e2e.sh [runs=5] [series=1000]
 set -euo pipefail
@@ -16,6 +17,23 @@ cpu_us() { awk '{ print ($14 + $15) * 1000000 / '"$(getconf CLK_TCK)"' }' "/proc
 metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="statsd_redis_$2" '$1 == m { print $2 }'; }
 
 results="$dir/results.tsv"
+etsy=""
+if command -v npm >/dev/null 2>&1; then
+  (cd "$dir" && npm install --silent --no-audit --no-fund statsd@0.9.0 >/dev/null 2>&1) && etsy="$dir/node_modules/statsd"
+  # A backend that keeps the running total of what Etsy statsd received, for the loss figure.
+  cat > "$dir/count-backend.js" <<'JS'
+const fs = require('fs');
+let metrics = 0, packets = 0;
+exports.init = function (startup, config, events) {
+  events.on('flush', function (ts, m) {
+    metrics += m.counters['statsd.metrics_received'] || 0;
+    packets += m.counters['statsd.packets_received'] || 0;
+    fs.writeFileSync(config.countFile, metrics + ' ' + packets + '\n');
+  });
+  return true;
+};
+JS
+fi
 run_floor() { # lines_per_datagram lines
   local port; port=$(free_port)
   target/release/examples/floor "127.0.0.1:$port" > "$dir/floor.out" &
@@ -60,10 +78,34 @@ run_agent() { # lines_per_datagram lines
   rm -f "$sock"
 }
 
+run_etsy() { # lines_per_datagram lines
+  local udp mgmt; udp=$(free_port); mgmt=$(free_port)
+  rm -f "$dir/etsy.count"
+  printf '{ port: %s, mgmt_port: %s, flushInterval: 1000, backends: ["%s/count-backend.js"], countFile: "%s/etsy.count" }\n' \
+    "$udp" "$mgmt" "$dir" "$dir" > "$dir/etsy-config.js"
+  node "$etsy/stats.js" "$dir/etsy-config.js" > "$dir/etsy.log" 2>&1 &
+  local pid=$!
+  until [ -f "$dir/etsy.count" ]; do sleep 0.1; done
+  local before; before=$(cpu_us $pid)
+  target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
+    --lines-per-datagram "$1" --lines "$2" > "$dir/send.out"
+  local prev=-1 now
+  while true; do
+    sleep 2.5
+    now=$(cut -d' ' -f1 "$dir/etsy.count")
+    [ "$now" = "$prev" ] && break
+    prev=$now
+  done
+  local after; after=$(cpu_us $pid)
+  kill $pid; wait $pid 2>/dev/null || true
+  printf 'etsy\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$now" "$((after - before))" "$(cat "$dir/send.out")" >> "$results"
+}
+
 for scenario in "1 2000000" "20 20000000"; do
   for run in $(seq 1 "$runs"); do
     run_floor $scenario
     run_agent $scenario
+    [ -n "$etsy" ] && run_etsy $scenario
   done
 done
 cat "$results"
@@ -74,7 +116,7 @@ print()
 print("| receiver | lines/datagram | sent lines | received (median) | loss (median) | CPU per datagram | CPU per line | send rate (median) |")
 print("|---|---|---|---|---|---|---|---|")
 med = {}
-for who in ("floor", "agent"):
+for who in ("floor", "agent", "etsy"):
     for lpd in ("1", "20"):
         rs = [r for r in rows if r[0] == who and r[1] == lpd]
         if not rs: continue
@@ -84,7 +126,11 @@ for who in ("floor", "agent"):
         per_dgram = per_line * int(lpd)
         med[(who, lpd)] = per_line
         print(f"| {who} | {lpd} | {sent} | {st.median(got):.0f} | {100 * (sent - st.median(got)) / sent:.2f}% | {per_dgram / 1000:.2f} µs | {per_line:.0f} ns | {st.median(rate) / 1e3:.0f}k lines/s |")
+print()
 for lpd in ("1", "20"):
-    if ("floor", lpd) in med and ("agent", lpd) in med:
-        print(f"\nagent / floor CPU, {lpd}-line datagrams: {med[('agent', lpd)] / med[('floor', lpd)]:.2f}x")
+    for who in ("agent", "etsy"):
+        if ("floor", lpd) in med and (who, lpd) in med:
+            print(f"{who} / floor CPU per line, {lpd}-line datagrams: {med[(who, lpd)] / med[('floor', lpd)]:.2f}x")
+    if ("etsy", lpd) in med and ("agent", lpd) in med:
+        print(f"etsy / agent CPU per line, {lpd}-line datagrams: {med[('etsy', lpd)] / med[('agent', lpd)]:.2f}x")
 PY

@@ -37,8 +37,9 @@ pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize, shared: bool) -> io::
     if shared {
         socket.set_reuse_port(true)?;
     }
-    if receive_buffer_bytes > 0 {
-        // The kernel caps this at net.core.rmem_max; the granted size is logged by the caller.
+    if receive_buffer_bytes > 0 && force_recv_buffer(socket.as_raw_fd(), receive_buffer_bytes).is_err() {
+        // Without CAP_NET_ADMIN the kernel caps this at net.core.rmem_max; the granted size is
+        // logged by the caller.
         socket.set_recv_buffer_size(receive_buffer_bytes)?;
     }
     enable_drop_counter(socket.as_raw_fd())?;
@@ -50,6 +51,23 @@ pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize, shared: bool) -> io::
         socket: socket.into(),
         receive_buffer_bytes,
     })
+}
+
+/// `SO_RCVBUFFORCE`: the requested size even above `net.core.rmem_max`, for a process with
+/// CAP_NET_ADMIN (bursts are what the buffer is for; the cap is 4 MiB or less on many hosts).
+fn force_recv_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a valid fd and a c_int option value of the right size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 fn enable_drop_counter(fd: RawFd) -> io::Result<()> {

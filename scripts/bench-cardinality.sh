@@ -26,8 +26,10 @@ sleep 1
 idle_kb=$(rss_kb $pid); cpu0=$(redis_cpu)
 target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$counters" --prefix hc \
   --lines-per-datagram 20 --lines $((counters * secs)) --rate "$counters" >/dev/null &
+gen1=$!
 target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$timers" --prefix ht --types ms \
   --lines-per-datagram 20 --lines $((timers * secs)) --rate "$timers" >/dev/null &
+gen2=$!
 printf '%5s %8s %10s\n' secs backlog rss_kb
 for t in $(seq 10 10 "$secs"); do
   sleep 10
@@ -35,7 +37,8 @@ for t in $(seq 10 10 "$secs"); do
   printf '%5d %8s %10s\n' "$t" "$backlog" "$(rss_kb $pid)"
 done
 peak_kb=$(rss_kb $pid)
-wait $(jobs -p | tail -2) 2>/dev/null || true
+wait $gen1 $gen2 || true
+sleep 2
 cpu1=$(redis_cpu)
 curl -s "127.0.0.1:$http/metrics" | python3 -c '
 import sys

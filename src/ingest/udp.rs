@@ -37,7 +37,9 @@ pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize, shared: bool) -> io::
     if shared {
         socket.set_reuse_port(true)?;
     }
-    if receive_buffer_bytes > 0 && force_recv_buffer(socket.as_raw_fd(), receive_buffer_bytes).is_err() {
+    if receive_buffer_bytes > 0
+        && force_recv_buffer(socket.as_raw_fd(), receive_buffer_bytes).is_err()
+    {
         // Without CAP_NET_ADMIN the kernel caps this at net.core.rmem_max; the granted size is
         // logged by the caller.
         socket.set_recv_buffer_size(receive_buffer_bytes)?;
@@ -67,7 +69,11 @@ fn force_recv_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 fn enable_drop_counter(fd: RawFd) -> io::Result<()> {

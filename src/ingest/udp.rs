@@ -55,52 +55,36 @@ pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize, shared: bool) -> io::
     })
 }
 
+/// Sets an integer `SOL_SOCKET` option.
+fn set_socket_option(fd: RawFd, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid fd and a c_int option value of the right size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            option,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// `SO_RCVBUFFORCE`: the requested size even above `net.core.rmem_max`, for a process with
 /// CAP_NET_ADMIN (bursts are what the buffer is for; the cap is 4 MiB or less on many hosts).
 fn force_recv_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
     let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: a valid fd and a c_int option value of the right size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_socket_option(fd, libc::SO_RCVBUFFORCE, size)
 }
 
+/// `SO_RXQ_OVFL`: the kernel attaches the socket's drop count to received datagrams.
 fn enable_drop_counter(fd: RawFd) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: a valid fd and a c_int option value of the right size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RXQ_OVFL,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_socket_option(fd, libc::SO_RXQ_OVFL, 1)
 }
-
-/// Datagrams read per `recvmmsg` call. One call per datagram costs about a microsecond of
-/// syscall each; 64 amortise it while a batch's buffers (64 × `max_datagram_bytes`) stay a few MiB.
-const BATCH_DATAGRAMS: usize = 64;
-
-/// Room for one SO_RXQ_OVFL control message, u64-aligned as cmsghdr requires.
-type Control = [u64; 8];
 
 /// One received datagram of a batch.
 #[derive(Debug, Clone, Copy, Default)]

@@ -209,3 +209,17 @@ async fn cli_prints_tables_and_json() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "Redis unreachable");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_recovers_after_a_redis_restart() {
+    let (mut redis, agent) = agent_with_data().await;
+    assert_eq!(get_json(&agent, "/api/v1/counter/hits?precision=5").0, 200);
+    redis.restart_after(Duration::from_millis(100), &[]);
+    // The old connection died with the server; the next request may fail, later ones must not.
+    let _ = get_json(&agent, "/api/v1/known");
+    eventually(Duration::from_secs(3), "API answers again", || {
+        get_json(&agent, "/api/v1/known").0 == 200
+    })
+    .await;
+    agent.stop().await;
+}

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use redis::aio::MultiplexedConnection;
@@ -34,7 +35,7 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// A reader over the shared connection; a failed connection is replaced on the next call.
+    /// A reader over the shared connection, made when there is none (see [`forget_failed_connection`]).
     async fn reader(&self) -> Result<Reader, StoreError> {
         let mut slot = self.connection.lock().await;
         let conn = match slot.as_ref() {
@@ -49,10 +50,28 @@ impl AppState {
     }
 }
 
+/// A request that Redis failed (503) drops the shared connection, so the next request connects
+/// afresh: a multiplexed connection to a server that restarted stays broken.
+async fn forget_failed_connection(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let response = next.run(request).await;
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+        *state.connection.lock().await = None;
+    }
+    response
+}
+
 pub fn router(state: AppState) -> Router {
+    let api = api::routes().route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        forget_failed_connection,
+    ));
     Router::new()
         .route("/", get(dashboard))
-        .merge(api::routes())
+        .merge(api)
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))

@@ -436,3 +436,50 @@ async fn a_full_backlog_drops_the_oldest_window_and_counts_it() {
     assert_eq!(agent.metric("backlog_windows"), 2.0);
     agent.shutdown.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_close_on_schedule_while_redis_is_slow() {
+    let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let agent = TestAgent::start(Config {
+        redis_timeout_ms: 10_000,
+        ..test_config(&redis)
+    });
+    // Redis serves nothing for 3 s: every write in that time waits.
+    let mut conn = redis.conn();
+    let stall = std::thread::spawn(move || {
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(3)
+            .query::<()>(&mut conn)
+            .unwrap()
+    });
+    let mut seconds = std::collections::BTreeSet::new();
+    let mut sent = 0;
+    let mut largest_backlog = 0.0f64;
+    let until = std::time::Instant::now() + Duration::from_millis(3500);
+    while std::time::Instant::now() < until {
+        agent.send(b"stall:1|c");
+        sent += 1;
+        seconds.insert(unix_now());
+        largest_backlog = largest_backlog.max(agent.metric("backlog_windows"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stall.join().unwrap();
+    eventually(Duration::from_secs(10), "backlog written", || {
+        agent.metric("backlog_windows") == 0.0
+    })
+    .await;
+    agent.stop().await;
+
+    assert!(largest_backlog >= 2.0, "the stall showed as backlog: {largest_backlog}");
+    let slices = redis.get_counter("count:1:stall");
+    assert_eq!(slices.values().sum::<i64>(), sent);
+    // Each second of sending is its own 1-second slice, none holding several seconds.
+    assert!(
+        slices.len() + 1 >= seconds.len(),
+        "{} slices for {} seconds: {slices:?}",
+        slices.len(),
+        seconds.len()
+    );
+    assert!(slices.values().all(|&n| n <= 12), "{slices:?}");
+}

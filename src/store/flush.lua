@@ -60,25 +60,31 @@ for p = 1, count() do
   i = i + 2
 end
 
--- Index members (`<precision>:<series>`, score 0) collected and added in few ZADD calls: one
--- redis.call costs about as much as the write it carries.
-local function indexer(key)
+-- ZADD members collected and added in few calls: one redis.call costs about as much as the
+-- write it carries. At most 1000 members a call (Lua's unpack has a stack limit).
+local function zadder(key)
   local args, n = {}, 0
-  local index = {}
-  function index.add(member)
-    args[n + 1], args[n + 2] = 0, member
-    n = n + 2
-    if n >= 2000 then
-      index.flush()
-    end
-  end
-  function index.flush()
+  local z = {}
+  function z.flush()
     if n > 0 then
       redis.call('ZADD', key, unpack(args, 1, n))
       n = 0
     end
   end
-  return index
+  function z.add(score, member)
+    args[n + 1], args[n + 2] = score, member
+    n = n + 2
+    if n >= 2000 then
+      z.flush()
+    end
+  end
+  return z
+end
+
+-- The index of counters or gauges: members `<precision>:<series>`, score 0.
+local function indexer(key)
+  local z = zadder(key)
+  return { flush = z.flush, add = function(member) z.add(0, member) end }
 end
 
 -- Counters (update_counter): count:<p>:<series> and the known: index.
@@ -87,42 +93,47 @@ local count_keys = {}
 for p = 1, #precisions do
   count_keys[p] = prefix .. 'count:' .. precisions[p] .. ':'
 end
+-- An index member is added only with a new slice (the slice's total equals this increment): a
+-- slice that existed means its hash existed, and an existing hash keeps its member (the cleaner
+-- removes a member only with its emptied hash, atomically). For the coarse precisions that
+-- skips all but the first write of a slice, and most of the index work.
 for _ = 1, count() do
   local series, n = ARGV[i], ARGV[i + 1]
   i = i + 2
+  local increment = tonumber(n)
   for p = 1, #precisions do
-    redis.call('HINCRBY', count_keys[p] .. series, slices[p], n)
-    known.add(precisions[p] .. ':' .. series)
+    if redis.call('HINCRBY', count_keys[p] .. series, slices[p], n) == increment then
+      known.add(precisions[p] .. ':' .. series)
+    end
   end
 end
 known.flush()
 
--- Statistics (update_stats) and, for timers, slowest:AccessTime (access_time).
+-- Statistics (update_stats) and, for timers, slowest:AccessTime (access_time): one read of
+-- the five members and one write of all five, instead of a call per member.
 local slowest = prefix .. 'slowest:AccessTime'
-local timers = 0
+local ranked, timers = zadder(slowest), 0
 for _ = 1, count() do
   local series, kind = ARGV[i], ARGV[i + 1]
-  local n, sum, sumsq, min, max = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local n, sum, sumsq = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  local min, max = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
   i = i + 7
   local current = prefix .. 'stats:' .. series .. ':' .. kind
   local dest = hourly(current)
-  local old = redis.call('ZSCORE', dest, 'min')
-  if not old or tonumber(min) < tonumber(old) then
-    redis.call('ZADD', dest, min, 'min')
-  end
-  old = redis.call('ZSCORE', dest, 'max')
-  if not old or tonumber(max) > tonumber(old) then
-    redis.call('ZADD', dest, max, 'max')
-  end
-  local total = redis.call('ZINCRBY', dest, n, 'count')
-  local total_sum = redis.call('ZINCRBY', dest, sum, 'sum')
-  redis.call('ZINCRBY', dest, sumsq, 'sumsq')
+  local old = redis.call('ZMSCORE', dest, 'min', 'max', 'count', 'sum', 'sumsq')
+  if old[1] then min = math.min(min, tonumber(old[1])) end
+  if old[2] then max = math.max(max, tonumber(old[2])) end
+  if old[3] then n = n + tonumber(old[3]) end
+  if old[4] then sum = sum + tonumber(old[4]) end
+  if old[5] then sumsq = sumsq + tonumber(old[5]) end
+  redis.call('ZADD', dest, min, 'min', max, 'max', n, 'count', sum, 'sum', sumsq, 'sumsq')
   if kind == 'AccessTime' and dest == current then
-    redis.call('ZADD', slowest, tonumber(total_sum) / tonumber(total), series)
+    ranked.add(sum / n, series)
     timers = timers + 1
   end
 end
 if timers > 0 then
+  ranked.flush()
   redis.call('ZREMRANGEBYRANK', slowest, 0, -101)
 end
 
@@ -135,8 +146,10 @@ for _ = 1, count() do
   redis.call('HSET', gauges, series, value)
   for p = 1, #precisions do
     local member = precisions[p] .. ':' .. series
-    redis.call('HSET', prefix .. 'gauge:' .. member, slices[p], value)
-    known_gauges.add(member)
+    -- Indexed with a new slice only, as the counters are.
+    if redis.call('HSET', prefix .. 'gauge:' .. member, slices[p], value) == 1 then
+      known_gauges.add(member)
+    end
   end
 end
 known_gauges.flush()

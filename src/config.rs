@@ -45,6 +45,9 @@ pub struct Config {
     pub redis_timeout_ms: u64,
     /// Series per flush chunk (one server-side script call).
     pub max_series_per_chunk: usize,
+    /// 0: every precision every window. Otherwise the precisions that are multiples of it, and
+    /// the hourly timer statistics, are summed in the agent and written once per this period.
+    pub coarse_write_secs: u64,
     /// This agent's name in flush tokens and the cleaner lease; empty means a random one per start.
     pub agent_id: String,
     /// Run the cleaner that trims counters and gauges to `sample_count` slices.
@@ -82,6 +85,9 @@ impl Default for Config {
             // One script call blocks Redis; at the 7 default precisions 100 series take ~2.5 ms
             // (p99 ~4.5 ms) here: see docs/benchmarks.md and scripts/chunk-timing.sh.
             max_series_per_chunk: 100,
+            // Off: every window is written whole, once a second (SPEC §1). At 5, six of the
+            // seven default precisions are written every 5 s: a third of the Redis work.
+            coarse_write_secs: 0,
             agent_id: String::new(),
             cleaner_enabled: true,
             // The book's cleaner sleeps a minute between passes.
@@ -160,6 +166,16 @@ impl Config {
         }
         if self.max_series_per_chunk == 0 {
             return Err(err("max_series_per_chunk", "must be at least 1"));
+        }
+        if !self
+            .coarse_write_secs
+            .is_multiple_of(self.flush_interval_secs)
+            || self.coarse_write_secs > 3600
+        {
+            return Err(err(
+                "coarse_write_secs",
+                "must be 0 or a multiple of flush_interval_secs, at most 3600",
+            ));
         }
         if self.cleaner_interval_secs == 0 {
             return Err(err("cleaner_interval_secs", "must be at least 1"));
@@ -287,6 +303,15 @@ pub struct Args {
         value_name = "N"
     )]
     pub max_series_per_chunk: Option<usize>,
+    /// Write the precisions that are multiples of this, and timer stats, once per this many
+    /// seconds, summed in the agent; 0 writes everything every window [default: 0].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_COARSE_WRITE_SECS",
+        value_name = "SECS"
+    )]
+    pub coarse_write_secs: Option<u64>,
     /// Agent name in flush tokens and the cleaner lease [default: random per start].
     #[arg(long, global = true, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
     pub agent_id: Option<String>,
@@ -338,6 +363,7 @@ impl Args {
             shutdown_timeout_secs,
             redis_timeout_ms,
             max_series_per_chunk,
+            coarse_write_secs,
             agent_id,
             cleaner_enabled,
             cleaner_interval_secs

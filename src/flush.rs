@@ -15,10 +15,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::aggregate::{Ledger, StatKind, Window};
+use crate::aggregate::{ClosedWindow, CoarseSums, Ledger, StatKind, Window};
 use crate::config::Config;
 use crate::protocol::MetricType;
-use crate::store::{Applied, FlushChunk, Keys, Writer, build_chunks};
+use crate::store::{Applied, FlushChunk, Keys, Precisions, Writer, build_chunks};
 use crate::telemetry::Telemetry;
 
 /// First wait after a failed write; doubled per failure up to [`MAX_BACKOFF`].
@@ -67,6 +67,49 @@ struct Closer {
     token_ttl_secs: u64,
     config: Config,
     telemetry: Arc<Telemetry>,
+    coarse: Coarse,
+}
+
+/// What `coarse_write_secs` writes once per group of windows instead of every window: counters
+/// at the precisions that are multiples of it, and the hourly statistics. Gauges, sets and logs
+/// are small beside them and always written every window.
+#[derive(Default)]
+struct Coarse {
+    /// Windows per group; 0 when every window is written whole.
+    period_secs: u64,
+    /// Counter precisions written every window, and those written once per group (gauges and
+    /// sets are written at every precision every window).
+    fine: Vec<u64>,
+    coarse: Vec<u64>,
+    /// The current group's first window and its sums.
+    group: Option<u64>,
+    sums: CoarseSums,
+    /// Chunks of finished groups, spread over the following windows' writes so that a group's
+    /// end does not make one window several times as costly as the others.
+    queued: VecDeque<FlushChunk>,
+    per_window: usize,
+}
+
+impl Coarse {
+    fn new(config: &Config) -> Coarse {
+        let period_secs = config.coarse_write_secs;
+        if period_secs <= config.flush_interval_secs {
+            return Coarse {
+                fine: config.precisions.clone(),
+                ..Coarse::default()
+            };
+        }
+        let (coarse, fine) = config
+            .precisions
+            .iter()
+            .partition(|&&p| p % period_secs == 0);
+        Coarse {
+            period_secs,
+            fine,
+            coarse,
+            ..Coarse::default()
+        }
+    }
 }
 
 fn unix_now() -> Duration {
@@ -103,6 +146,7 @@ impl Flusher {
                 keys: Keys::new(&config.key_prefix),
                 agent_id,
                 token_ttl_secs,
+                coarse: Coarse::new(&config),
                 config,
                 telemetry,
             },
@@ -170,19 +214,20 @@ impl Closer {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
             }
-            self.close(boundary - interval, backlog);
+            self.close(boundary - interval, false, backlog);
         }
-        self.close(window_start(unix_now(), interval), backlog);
+        self.close(window_start(unix_now(), interval), true, backlog);
     }
 
-    /// Takes every reader's window for the period starting at `start` and queues it.
-    fn close(&mut self, start: u64, backlog: &Backlog) {
+    /// Takes every reader's window for the period starting at `start` and queues it; the `last`
+    /// one also takes every coarse sum still held.
+    fn close(&mut self, start: u64, last: bool, backlog: &Backlog) {
         let mut merged = Window::default();
         for shared in &self.windows {
             let taken = std::mem::take(&mut *shared.lock().unwrap_or_else(|p| p.into_inner()));
             merged.merge(taken);
         }
-        let closed = self.ledger.close(start, merged);
+        let mut closed = self.ledger.close(start, merged);
         let stats_of = |kind| closed.stats.iter().filter(|s| s.1 == kind).count();
         let active = [
             closed.counters.len(),
@@ -195,18 +240,56 @@ impl Closer {
         for (t, n) in MetricType::ALL.iter().zip(active) {
             self.telemetry.active_series[*t as usize].set(n as f64);
         }
-        let chunks = build_chunks(
-            &closed,
-            &self.keys,
-            &self.config.precisions,
-            self.config.sample_count,
-            &self.agent_id,
-            self.token_ttl_secs,
-            self.config.max_series_per_chunk,
-        );
+
+        let grouping = self.coarse.period_secs > 0;
+        if grouping {
+            self.coarse.group.get_or_insert(start);
+            let stats = std::mem::take(&mut closed.stats);
+            self.coarse.sums.add_stats(stats);
+        }
+        let fine = Precisions {
+            all: &self.config.precisions,
+            counters: &self.coarse.fine,
+        };
+        let mut chunks = if fine.counters.is_empty() {
+            // Every counter precision is coarse: no counter in the window's own chunks.
+            let counters = std::mem::take(&mut closed.counters);
+            let chunks = self.chunks(&closed, fine);
+            closed.counters = counters;
+            chunks
+        } else {
+            self.chunks(&closed, fine)
+        };
+        if !self.coarse.coarse.is_empty() {
+            self.coarse.sums.add_counters(closed.counters);
+        }
+
+        // A group ends where a coarse slice or the hour could change.
+        let next = start + self.config.flush_interval_secs;
+        let crosses = |p: u64| next / p != start / p;
+        if grouping && (last || crosses(self.coarse.period_secs) || crosses(3600)) {
+            let group = self.coarse.group.take().unwrap_or(start);
+            let sums = self.coarse.sums.take(group);
+            let group_chunks = self.chunks(&sums, Precisions::every(&self.coarse.coarse));
+            let windows = self.coarse.period_secs / self.config.flush_interval_secs;
+            let coarse = &mut self.coarse;
+            coarse.queued.extend(group_chunks);
+            coarse.per_window = coarse.queued.len().div_ceil(windows as usize);
+        }
+        let coarse = &mut self.coarse;
+        let attach = if last {
+            coarse.queued.len()
+        } else {
+            coarse.per_window.min(coarse.queued.len())
+        };
+        chunks.extend(coarse.queued.drain(..attach));
         if chunks.is_empty() {
             return;
         }
+        for (i, chunk) in chunks.iter_mut().enumerate() {
+            chunk.set_token(&self.keys, &self.agent_id, start, i);
+        }
+
         let mut queue = backlog.lock();
         queue.push_back(PendingWindow {
             start,
@@ -225,6 +308,18 @@ impl Closer {
         self.telemetry.backlog_windows.set(queue.len() as f64);
         drop(queue);
         backlog.changed.notify_one();
+    }
+
+    fn chunks(&self, window: &ClosedWindow, precisions: Precisions<'_>) -> Vec<FlushChunk> {
+        build_chunks(
+            window,
+            &self.keys,
+            precisions,
+            self.config.sample_count,
+            &self.agent_id,
+            self.token_ttl_secs,
+            self.config.max_series_per_chunk,
+        )
     }
 }
 
@@ -290,5 +385,91 @@ async fn write_backlog(
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Sample, Value};
+
+    /// A closer over one reader's window, coarse writes every 5 windows.
+    fn closer(coarse_write_secs: u64) -> (Closer, Arc<Mutex<Window>>) {
+        let config = Config {
+            coarse_write_secs,
+            max_series_per_chunk: 100,
+            ..Config::default()
+        };
+        let window = Arc::new(Mutex::new(Window::default()));
+        let closer = Closer {
+            windows: vec![window.clone()],
+            ledger: Ledger::default(),
+            keys: Keys::new(""),
+            agent_id: "a".into(),
+            token_ttl_secs: 60,
+            coarse: Coarse::new(&config),
+            config,
+            telemetry: Arc::new(Telemetry::new()),
+        };
+        (closer, window)
+    }
+
+    fn record(window: &Mutex<Window>, series: usize) {
+        let sample = Sample {
+            kind: MetricType::Counter,
+            value: Value::Number(1.0),
+            rate: 1.0,
+            tags: None,
+        };
+        let mut w = window.lock().unwrap();
+        for i in 0..series {
+            w.record(&format!("s{i}"), &sample);
+        }
+    }
+
+    /// Chunks queued per window for windows 100..100+n with `series` counters each.
+    fn chunks_per_window(coarse_write_secs: u64, series: usize, n: u64) -> Vec<usize> {
+        let (mut closer, window) = closer(coarse_write_secs);
+        let backlog = Backlog::default();
+        for start in 100..100 + n {
+            record(&window, series);
+            closer.close(start, false, &backlog);
+        }
+        backlog.lock().iter().map(|w| w.chunks.len()).collect()
+    }
+
+    #[test]
+    fn without_coarse_writes_every_window_is_written_whole() {
+        assert_eq!(chunks_per_window(0, 250, 3), [3, 3, 3]);
+    }
+
+    #[test]
+    fn a_group_is_written_once_and_spread_over_the_next_windows() {
+        // Precision 1 every window (3 chunks of 250 series); 5 s to 1 day once per 5 s group
+        // (windows 100..104, then 105..109), its 3 chunks spread one per following window.
+        assert_eq!(
+            chunks_per_window(5, 250, 12),
+            [3, 3, 3, 3, 4, 4, 4, 3, 3, 4, 4, 4]
+        );
+    }
+
+    #[test]
+    fn tokens_are_unique_across_fine_and_coarse_chunks() {
+        let (mut closer, window) = closer(5);
+        let backlog = Backlog::default();
+        for start in 100..112 {
+            record(&window, 250);
+            closer.close(start, start == 111, &backlog);
+        }
+        let queue = backlog.lock();
+        let tokens: Vec<&str> = queue
+            .iter()
+            .flat_map(|w| w.chunks.iter().map(|c| c.token()))
+            .collect();
+        let unique: std::collections::HashSet<_> = tokens.iter().collect();
+        assert_eq!(unique.len(), tokens.len());
+        // The last window takes every coarse chunk still held: the third of the 105..109 group's
+        // and the partial group of windows 110 and 111.
+        assert_eq!(queue.back().map(|w| w.chunks.len()), Some(3 + 1 + 3));
     }
 }

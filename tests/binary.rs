@@ -34,6 +34,10 @@ fn bad_values_exit_2_with_one_line_naming_the_key() {
     assert_config_error(bin().args(["--redis", "http://nope"]), "redis");
     assert_config_error(bin().args(["--udp", "not-an-address"]), "--udp");
     assert_config_error(bin().args(["--no-such-flag"]), "--no-such-flag");
+    assert_config_error(
+        bin().args(["--flush-interval-secs", "2", "--coarse-write-secs", "5"]),
+        "coarse_write_secs",
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.toml");

@@ -471,7 +471,10 @@ async fn windows_close_on_schedule_while_redis_is_slow() {
     .await;
     agent.stop().await;
 
-    assert!(largest_backlog >= 2.0, "the stall showed as backlog: {largest_backlog}");
+    assert!(
+        largest_backlog >= 2.0,
+        "the stall showed as backlog: {largest_backlog}"
+    );
     let slices = redis.get_counter("count:1:stall");
     assert_eq!(slices.values().sum::<i64>(), sent);
     // Each second of sending is its own 1-second slice, none holding several seconds.
@@ -482,4 +485,65 @@ async fn windows_close_on_schedule_while_redis_is_slow() {
         seconds.len()
     );
     assert!(slices.values().all(|&n| n <= 12), "{slices:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coarse_writes_keep_every_precision_and_the_stats_exact() {
+    let redis = RedisServer::start();
+    // 60 s and longer (multiples of 2) and the stats are written once per 2 s.
+    let agent = TestAgent::start(Config {
+        coarse_write_secs: 2,
+        ..test_config(&redis)
+    });
+    let (mut sent, mut timed) = (0, 0);
+    let until = std::time::Instant::now() + Duration::from_millis(2500);
+    while std::time::Instant::now() < until {
+        agent
+            .send(b"grouped:1|c\ngrouped:2|c\ngrouped.lat:10|ms\ngrouped.lat:30|ms\ngrouped.g:7|g");
+        sent += 3;
+        timed += 2;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Written while running, within two periods.
+    eventually(Duration::from_secs(6), "every precision written", || {
+        PRECISIONS
+            .iter()
+            .all(|&p| redis.counter_total(p, "grouped") == sent)
+    })
+    .await;
+    let lat = get_stats(&redis, "stats:grouped.lat:AccessTime");
+    assert_eq!(
+        (lat["count"], lat["sum"]),
+        (timed as f64, 20.0 * timed as f64)
+    );
+    assert_eq!((lat["min"], lat["max"]), (10.0, 30.0));
+    let slowest: Option<f64> = get(
+        &redis,
+        redis::cmd("ZSCORE")
+            .arg("slowest:AccessTime")
+            .arg("grouped.lat"),
+    );
+    assert_eq!(slowest, Some(20.0));
+    let known = redis.known("known:");
+    let known_gauges = redis.known("known:gauge:");
+    for p in PRECISIONS {
+        assert!(known.contains(&format!("{p}:grouped")), "{p}: {known:?}");
+        // Gauges are written at every precision every window, as without coarse writes.
+        assert!(
+            known_gauges.contains(&format!("{p}:grouped.g")),
+            "{p}: {known_gauges:?}"
+        );
+    }
+    let gauge: Option<f64> = get(&redis, redis::cmd("HGET").arg("gauges:").arg("grouped.g"));
+    assert_eq!(gauge, Some(7.0));
+
+    // What arrives just before a shutdown is written at every precision too.
+    agent.send(b"grouped:4|c\ngrouped.lat:50|ms");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    agent.stop().await;
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "grouped"), sent + 4, "precision {p}");
+    }
+    let lat = get_stats(&redis, "stats:grouped.lat:AccessTime");
+    assert_eq!((lat["count"], lat["max"]), (timed as f64 + 1.0, 50.0));
 }

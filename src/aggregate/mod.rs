@@ -220,6 +220,48 @@ impl ClosedWindow {
     }
 }
 
+/// The coarse part of several closed windows (`coarse_write_secs`), summed so that it is written
+/// once per group of windows: counters added, statistics merged.
+#[derive(Debug, Default)]
+pub struct CoarseSums {
+    counters: HashMap<Box<str>, i64>,
+    /// Indexed by `StatKind as usize`.
+    stats: [HashMap<Box<str>, Stats>; 3],
+}
+
+impl CoarseSums {
+    /// Adds a later window's counters (their keys move in; known series keep theirs).
+    pub fn add_counters(&mut self, counters: Vec<(Box<str>, i64)>) {
+        for (series, n) in counters {
+            let total = self.counters.entry(series).or_insert(0);
+            *total = total.saturating_add(n);
+        }
+    }
+
+    pub fn add_stats(&mut self, stats: Vec<(Box<str>, StatKind, Stats)>) {
+        for (series, kind, s) in stats {
+            self.stats[kind as usize]
+                .entry(series)
+                .or_insert_with(Stats::new)
+                .merge(&s);
+        }
+    }
+
+    /// Everything summed since the last take, as the window starting at `start`.
+    pub fn take(&mut self, start: u64) -> ClosedWindow {
+        let mut stats = Vec::new();
+        for (kind, map) in StatKind::ALL.into_iter().zip(&mut self.stats) {
+            stats.extend(map.drain().map(|(series, s)| (series, kind, s)));
+        }
+        ClosedWindow {
+            start,
+            counters: self.counters.drain().collect(),
+            stats,
+            ..ClosedWindow::default()
+        }
+    }
+}
+
 /// Sums closer than this to a whole number are that number: `0.1 / 0.1`-style float noise must
 /// not turn an exact total into a carried 0.999....
 const WHOLE_EPSILON: f64 = 1e-9;

@@ -90,3 +90,42 @@ fn negative_fractions_carry_toward_zero() {
 fn empty_window_closes_empty() {
     assert!(Ledger::default().close(5, Window::default()).is_empty());
 }
+
+#[test]
+fn coarse_sums_add_counters_and_merge_stats_across_windows() {
+    let mut sums = CoarseSums::default();
+    let stat = |v: f64| Stats {
+        count: 1.0,
+        sum: v,
+        sumsq: v * v,
+        min: v,
+        max: v,
+    };
+    sums.add_counters(vec![("a".into(), 2), ("b".into(), -1)]);
+    sums.add_stats(vec![("t".into(), StatKind::Timer, stat(10.0))]);
+    sums.add_counters(vec![("a".into(), 3)]);
+    sums.add_stats(vec![
+        ("t".into(), StatKind::Timer, stat(4.0)),
+        ("t".into(), StatKind::Histogram, stat(7.0)),
+    ]);
+    let mut taken = sums.take(100);
+    taken.counters.sort();
+    taken.stats.sort_by_key(|s| s.1);
+    assert_eq!(taken.start, 100);
+    assert_eq!(taken.counters, [("a".into(), 5), ("b".into(), -1)]);
+    let timer = Stats {
+        count: 2.0,
+        sum: 14.0,
+        sumsq: 116.0,
+        min: 4.0,
+        max: 10.0,
+    };
+    assert_eq!(
+        taken.stats,
+        [
+            ("t".into(), StatKind::Timer, timer),
+            ("t".into(), StatKind::Histogram, stat(7.0))
+        ]
+    );
+    assert!(sums.take(105).is_empty(), "a take empties the sums");
+}

@@ -8,7 +8,9 @@
 --          sent again, so their tokens are deleted instead of waiting for their expiry
 -- ARGV     token lifetime (s), key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),
 --          asctime of the window, then sections, each a count followed by its items:
---          precisions: precision, slice
+--          precisions: precision, slice, 1 if counters are written at it (else gauges and
+--                      sets only: with coarse_write_secs, counters at the coarse precisions
+--                      come in chunks of their own, once per period)
 --          counters:   series, integer increment
 --          stats:      series, type (AccessTime|Histogram|Distribution), count, sum, sumsq, min, max
 --          gauges:     series, value
@@ -54,10 +56,13 @@ local function hourly(dest)
   return dest
 end
 
-local precisions, slices = {}, {}
+local precisions, slices, counted = {}, {}, {}
 for p = 1, count() do
   precisions[p], slices[p] = ARGV[i], ARGV[i + 1]
-  i = i + 2
+  if ARGV[i + 2] == '1' then
+    counted[#counted + 1] = p
+  end
+  i = i + 3
 end
 
 -- ZADD members collected and added in few calls: one redis.call costs about as much as the
@@ -90,7 +95,7 @@ end
 -- Counters (update_counter): count:<p>:<series> and the known: index.
 local known = indexer(prefix .. 'known:')
 local count_keys = {}
-for p = 1, #precisions do
+for _, p in ipairs(counted) do
   count_keys[p] = prefix .. 'count:' .. precisions[p] .. ':'
 end
 -- An index member is added only with a new slice (the slice's total equals this increment): a
@@ -101,7 +106,7 @@ for _ = 1, count() do
   local series, n = ARGV[i], ARGV[i + 1]
   i = i + 2
   local increment = tonumber(n)
-  for p = 1, #precisions do
+  for _, p in ipairs(counted) do
     if redis.call('HINCRBY', count_keys[p] .. series, slices[p], n) == increment then
       known.add(precisions[p] .. ':' .. series)
     end

@@ -16,13 +16,22 @@ const FLUSH_SCRIPT: &str = include_str!("flush.lua");
 /// One script call of a window: applied atomically, and at most once thanks to its token.
 #[derive(Debug, Clone)]
 pub struct FlushChunk {
-    pub window: u64,
-    pub index: usize,
     /// Series (and log entries) it carries.
     pub series: usize,
     token: String,
     /// The script's ARGV, fixed when the window closed so every retry sends the same values.
     argv: Cmd,
+}
+
+impl FlushChunk {
+    /// Names the chunk as the `index`th one written with `window`; its token must be unique.
+    pub fn set_token(&mut self, keys: &Keys, agent_id: &str, window: u64, index: usize) {
+        self.token = keys.flush_token(agent_id, window, index);
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
 }
 
 /// What a chunk may hold: `max_series` series, a set costing one more per this many members.
@@ -86,12 +95,28 @@ impl Slice {
     }
 }
 
+/// The precisions a chunk writes, and which of them take its counters (gauges and sets are
+/// written at all of them).
+#[derive(Debug, Clone, Copy)]
+pub struct Precisions<'a> {
+    pub all: &'a [u64],
+    pub counters: &'a [u64],
+}
+
+impl<'a> Precisions<'a> {
+    /// Everything at every precision.
+    pub fn every(all: &'a [u64]) -> Precisions<'a> {
+        Precisions { all, counters: all }
+    }
+}
+
 /// Splits a closed window into chunks of at most `max_series` series each, each a ready
-/// `EVALSHA` of `flush.lua` (argument layout documented there).
+/// `EVALSHA` of `flush.lua` (argument layout documented there), the `i`th with the token
+/// `flush:<agent_id>:<window.start>:<i>` unless [`FlushChunk::set_token`] names it again.
 pub fn build_chunks(
     window: &ClosedWindow,
     keys: &Keys,
-    precisions: &[u64],
+    precisions: Precisions<'_>,
     sample_count: u64,
     agent_id: &str,
     token_ttl_secs: u64,
@@ -109,9 +134,12 @@ pub fn build_chunks(
                 .arg(sample_count)
                 .arg(&hour)
                 .arg(&asctime)
-                .arg(precisions.len());
-            for &p in precisions {
-                cmd.arg(p).arg(keys::slice(window.start, p));
+                .arg(precisions.all.len());
+            for &p in precisions.all {
+                let counted = precisions.counters.contains(&p);
+                cmd.arg(p)
+                    .arg(keys::slice(window.start, p))
+                    .arg(u8::from(counted));
             }
             let counters = &window.counters[part.counters.0..part.counters.1];
             cmd.arg(counters.len());
@@ -150,8 +178,6 @@ pub fn build_chunks(
                     .arg(&log.message);
             }
             FlushChunk {
-                window: window.start,
-                index,
                 series: counters.len() + stats.len() + gauges.len() + sets.len() + logs.len(),
                 token: keys.flush_token(agent_id, window.start, index),
                 argv: cmd,
@@ -277,10 +303,18 @@ mod tests {
     }
 
     fn chunk_sizes(w: &ClosedWindow, budget: usize) -> Vec<usize> {
-        build_chunks(w, &Keys::new(""), &[1, 60], 120, "a", 3600, budget)
-            .iter()
-            .map(|c| c.series)
-            .collect()
+        build_chunks(
+            w,
+            &Keys::new(""),
+            Precisions::every(&[1, 60]),
+            120,
+            "a",
+            3600,
+            budget,
+        )
+        .iter()
+        .map(|c| c.series)
+        .collect()
     }
 
     #[test]
@@ -299,9 +333,20 @@ mod tests {
     #[test]
     fn every_item_lands_in_exactly_one_chunk() {
         let w = window(7, &[1, 500, 2], 4);
-        let chunks = build_chunks(&w, &Keys::new(""), &[1], 120, "a", 3600, 4);
+        let chunks = build_chunks(
+            &w,
+            &Keys::new(""),
+            Precisions::every(&[1]),
+            120,
+            "a",
+            3600,
+            4,
+        );
         assert_eq!(chunks.iter().map(|c| c.series).sum::<usize>(), 7 + 3 + 4);
-        let tokens: Vec<_> = chunks.iter().map(|c| c.index).collect();
-        assert_eq!(tokens, (0..chunks.len()).collect::<Vec<_>>());
+        let tokens: Vec<_> = chunks.iter().map(|c| c.token()).collect();
+        let expected: Vec<_> = (0..chunks.len())
+            .map(|i| format!("flush:a:100:{i}"))
+            .collect();
+        assert_eq!(tokens, expected);
     }
 }

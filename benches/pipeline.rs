@@ -9,7 +9,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use statsd_redis::aggregate::{ClosedWindow, Ledger, Window};
 use statsd_redis::ingest::LineHandler;
 use statsd_redis::protocol::{Line, SeriesNamer, parse_line};
-use statsd_redis::store::{Keys, Precisions, build_chunks};
+use statsd_redis::store::{CounterWrite, Keys, build_chunks};
 
 const LINES: [&[u8]; 4] = [
     b"web.checkout.requests:1|c",
@@ -97,7 +97,7 @@ fn chunks(c: &mut Criterion) {
             build_chunks(
                 black_box(&closed),
                 &keys,
-                Precisions::every(&[1, 5, 60, 300, 3600, 18000, 86400]),
+                &CounterWrite::everywhere(&[1, 5, 60, 300, 3600, 18000, 86400]),
                 120,
                 "a",
                 3670,

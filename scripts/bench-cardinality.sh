@@ -5,6 +5,8 @@
 # memory per active series above its idle baseline, and the Redis CPU the run cost.
 #
 #   scripts/bench-cardinality.sh [seconds=60] [counters=100000] [timers=10000] [precisions=1,5,60,300,3600,18000,86400]
+#
+# AGENT_ARGS adds agent flags, e.g. AGENT_ARGS='--coarse-write-secs 5'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}; counters=${2:-100000}; timers=${3:-10000}; precisions=${4:-1,5,60,300,3600,18000,86400}
@@ -19,7 +21,7 @@ redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir
 until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
 udp=$(free_port); http=$(free_port)
 target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
-  --precisions "$precisions" --cleaner-enabled false 2>"$dir/agent.log" &
+  --precisions "$precisions" --cleaner-enabled false ${AGENT_ARGS:-} 2>"$dir/agent.log" &
 pid=$!
 until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
 sleep 1
@@ -36,7 +38,14 @@ for t in $(seq 10 10 "$secs"); do
   backlog=$(curl -s "127.0.0.1:$http/metrics" | awk '$1 == "statsd_redis_backlog_windows" {print $2}')
   printf '%5d %8s %10s\n' "$t" "$backlog" "$(rss_kb $pid)"
 done
-peak_kb=$(rss_kb $pid)
+# The writer may still be working off a backlog: wait for it (bounded) before the figures.
+for _ in $(seq 1 120); do
+  backlog=$(curl -s "127.0.0.1:$http/metrics" | awk '$1 == "statsd_redis_backlog_windows" {print $2}')
+  [ "${backlog:-0}" = 0 ] && break
+  sleep 1
+done
+echo "backlog after sending: ${backlog:-?} windows; windows dropped: $(curl -s "127.0.0.1:$http/metrics" | awk '$1 == "statsd_redis_windows_dropped_total" {print $2}')"
+peak_kb=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status")
 wait $gen1 $gen2 || true
 sleep 2
 cpu1=$(redis_cpu)

@@ -18,13 +18,18 @@ use tokio_util::sync::CancellationToken;
 use crate::aggregate::{ClosedWindow, CoarseSums, Ledger, StatKind, Window};
 use crate::config::Config;
 use crate::protocol::MetricType;
-use crate::store::{Applied, FlushChunk, Keys, Precisions, Writer, build_chunks};
+use crate::store::{Applied, CounterWrite, FlushChunk, Keys, Writer, build_chunks};
 use crate::telemetry::Telemetry;
 
 /// First wait after a failed write; doubled per failure up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(250);
 /// Short enough that a recovered Redis is written to within seconds.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Chunks sent in one pipeline: Redis runs the next while the agent reads a reply, instead of
+/// idling for a round trip per chunk. Redis runs a pipeline's scripts back to back, so other
+/// clients may wait for up to this many chunks (~2 ms each at the default size).
+const PIPELINED_CHUNKS: usize = 4;
 
 /// Added to a flush token's lifetime beyond the longest retry horizon.
 const TOKEN_TTL_MARGIN_SECS: u64 = 60;
@@ -71,16 +76,16 @@ struct Closer {
 }
 
 /// What `coarse_write_secs` writes once per group of windows instead of every window: counters
-/// at the precisions that are multiples of it, and the hourly statistics. Gauges, sets and logs
-/// are small beside them and always written every window.
+/// at the precisions that are multiples of it, the index members of every counter, and the
+/// hourly statistics. Gauges, sets and logs are small beside them and written every window.
 #[derive(Default)]
 struct Coarse {
-    /// Windows per group; 0 when every window is written whole.
+    /// Seconds per group; 0 when every window is written whole.
     period_secs: u64,
-    /// Counter precisions written every window, and those written once per group (gauges and
-    /// sets are written at every precision every window).
-    fine: Vec<u64>,
-    coarse: Vec<u64>,
+    /// What a window's own chunks do with its counters at each precision (gauges and sets are
+    /// written at all of them), and what a group's chunks do.
+    window_precisions: Vec<(u64, CounterWrite)>,
+    group_precisions: Vec<(u64, CounterWrite)>,
     /// The current group's first window and its sums.
     group: Option<u64>,
     sums: CoarseSums,
@@ -95,18 +100,21 @@ impl Coarse {
         let period_secs = config.coarse_write_secs;
         if period_secs <= config.flush_interval_secs {
             return Coarse {
-                fine: config.precisions.clone(),
+                window_precisions: CounterWrite::everywhere(&config.precisions),
                 ..Coarse::default()
             };
         }
-        let (coarse, fine) = config
-            .precisions
-            .iter()
-            .partition(|&&p| p % period_secs == 0);
+        let is_coarse = |p: &u64| p.is_multiple_of(period_secs);
+        let per = |coarse: CounterWrite, fine: CounterWrite| {
+            let pick = |p: &u64| (*p, if is_coarse(p) { coarse } else { fine });
+            config.precisions.iter().map(pick).collect()
+        };
         Coarse {
             period_secs,
-            fine,
-            coarse,
+            // A new 1 s slice every second would mean an index ZADD per series every second;
+            // the group's chunks add it once per period instead.
+            window_precisions: per(CounterWrite::Skip, CounterWrite::WriteUnindexed),
+            group_precisions: per(CounterWrite::Write, CounterWrite::IndexOnly),
             ..Coarse::default()
         }
     }
@@ -247,20 +255,17 @@ impl Closer {
             let stats = std::mem::take(&mut closed.stats);
             self.coarse.sums.add_stats(stats);
         }
-        let fine = Precisions {
-            all: &self.config.precisions,
-            counters: &self.coarse.fine,
-        };
-        let mut chunks = if fine.counters.is_empty() {
+        let counted = |(_, c): &(u64, CounterWrite)| *c != CounterWrite::Skip;
+        let mut chunks = if self.coarse.window_precisions.iter().any(counted) {
+            self.chunks(&closed, &self.coarse.window_precisions)
+        } else {
             // Every counter precision is coarse: no counter in the window's own chunks.
             let counters = std::mem::take(&mut closed.counters);
-            let chunks = self.chunks(&closed, fine);
+            let chunks = self.chunks(&closed, &self.coarse.window_precisions);
             closed.counters = counters;
             chunks
-        } else {
-            self.chunks(&closed, fine)
         };
-        if !self.coarse.coarse.is_empty() {
+        if grouping {
             self.coarse.sums.add_counters(closed.counters);
         }
 
@@ -270,7 +275,7 @@ impl Closer {
         if grouping && (last || crosses(self.coarse.period_secs) || crosses(3600)) {
             let group = self.coarse.group.take().unwrap_or(start);
             let sums = self.coarse.sums.take(group);
-            let group_chunks = self.chunks(&sums, Precisions::every(&self.coarse.coarse));
+            let group_chunks = self.chunks(&sums, &self.coarse.group_precisions);
             let windows = self.coarse.period_secs / self.config.flush_interval_secs;
             let coarse = &mut self.coarse;
             coarse.queued.extend(group_chunks);
@@ -310,7 +315,7 @@ impl Closer {
         backlog.changed.notify_one();
     }
 
-    fn chunks(&self, window: &ClosedWindow, precisions: Precisions<'_>) -> Vec<FlushChunk> {
+    fn chunks(&self, window: &ClosedWindow, precisions: &[(u64, CounterWrite)]) -> Vec<FlushChunk> {
         build_chunks(
             window,
             &self.keys,
@@ -335,11 +340,11 @@ async fn write_backlog(
     // The window being written and when its first chunk was sent.
     let mut current: Option<(u64, Instant)> = None;
     loop {
-        let next = backlog
-            .lock()
-            .front()
-            .map(|w| (w.start, w.next, w.chunks[w.next].clone()));
-        let Some((start, index, chunk)) = next else {
+        let next = backlog.lock().front().map(|w| {
+            let end = (w.next + PIPELINED_CHUNKS).min(w.chunks.len());
+            (w.start, w.next, w.chunks[w.next..end].to_vec())
+        });
+        let Some((start, first, chunks)) = next else {
             if closed.is_cancelled() {
                 return;
             }
@@ -350,14 +355,18 @@ async fn write_backlog(
             Some((s, t)) if s == start => t,
             _ => current.insert((start, Instant::now())).1,
         };
-        match writer.write_chunk(&chunk).await {
+        match writer.write_chunks(&chunks).await {
             Ok(applied) => {
                 backoff = MIN_BACKOFF;
-                if applied == Applied::Before {
+                for (i, _) in applied
+                    .iter()
+                    .enumerate()
+                    .filter(|a| *a.1 == Applied::Before)
+                {
                     telemetry.chunks_applied_before.increment(1);
                     tracing::info!(
                         window = start,
-                        chunk = index,
+                        chunk = first + i,
                         "chunk was applied before its reply was lost; not applied again"
                     );
                 }
@@ -366,7 +375,7 @@ async fn write_backlog(
                 let Some(front) = queue.front_mut().filter(|w| w.start == start) else {
                     continue;
                 };
-                front.next += 1;
+                front.next += chunks.len();
                 if front.next == front.chunks.len() {
                     queue.pop_front();
                     telemetry.backlog_windows.set(queue.len() as f64);

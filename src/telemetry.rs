@@ -15,8 +15,8 @@ const PREFIX: &str = "statsd_redis_";
 
 /// Flush duration buckets: a healthy flush takes milliseconds; the upper buckets show a Redis
 /// that is slow or timing out.
-const FLUSH_BUCKETS: [f64; 12] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+const FLUSH_BUCKETS: [f64; 15] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Counts of what the readers received; one per reader, added to the shared handles after each

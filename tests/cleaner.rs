@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use statsd_redis::aggregate::ClosedWindow;
-use statsd_redis::store::{Cleaner, Keys, Precisions, Writer, build_chunks};
+use statsd_redis::store::{Cleaner, CounterWrite, Keys, Writer, build_chunks};
 use statsd_redis::telemetry::Telemetry;
 
 fn cleaner(redis: &RedisServer, owner: &str, interval_secs: u64, sample_count: u64) -> Cleaner {
@@ -169,8 +169,16 @@ async fn a_concurrent_write_keeps_its_index_member() {
             counters: vec![("race".into(), 1)],
             ..ClosedWindow::default()
         };
-        let chunks = build_chunks(&window, &keys, Precisions::every(&[1]), 10, "w", 3600, 100);
-        let (pass, write) = tokio::join!(c.pass(now), writer.write_chunk(&chunks[0]));
+        let chunks = build_chunks(
+            &window,
+            &keys,
+            &CounterWrite::everywhere(&[1]),
+            10,
+            "w",
+            3600,
+            100,
+        );
+        let (pass, write) = tokio::join!(c.pass(now), writer.write_chunks(&chunks[..1]));
         pass.unwrap();
         write.unwrap();
         assert_eq!(redis.known("known:"), ["1:race"], "iteration {i}");

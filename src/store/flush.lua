@@ -8,9 +8,8 @@
 --          sent again, so their tokens are deleted instead of waiting for their expiry
 -- ARGV     token lifetime (s), key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),
 --          asctime of the window, then sections, each a count followed by its items:
---          precisions: precision, slice, 1 if counters are written at it (else gauges and
---                      sets only: with coarse_write_secs, counters at the coarse precisions
---                      come in chunks of their own, once per period)
+--          precisions: precision, slice, what to do with the counters at it (below);
+--                      gauges and sets are written at every precision listed
 --          counters:   series, integer increment
 --          stats:      series, type (AccessTime|Histogram|Distribution), count, sum, sumsq, min, max
 --          gauges:     series, value
@@ -56,11 +55,17 @@ local function hourly(dest)
   return dest
 end
 
-local precisions, slices, counted = {}, {}, {}
+-- Per precision, what happens to the chunk's counters (CounterWrite in src/store/writer.rs):
+-- 0 nothing, 1 written and indexed with a new slice, 2 written only, 3 indexed only.
+local precisions, slices, written, index_new, index_all = {}, {}, {}, {}, {}
 for p = 1, count() do
   precisions[p], slices[p] = ARGV[i], ARGV[i + 1]
-  if ARGV[i + 2] == '1' then
-    counted[#counted + 1] = p
+  local mode = ARGV[i + 2]
+  if mode == '1' or mode == '2' then
+    written[#written + 1] = p
+    index_new[p] = mode == '1'
+  elseif mode == '3' then
+    index_all[#index_all + 1] = p
   end
   i = i + 3
 end
@@ -95,7 +100,7 @@ end
 -- Counters (update_counter): count:<p>:<series> and the known: index.
 local known = indexer(prefix .. 'known:')
 local count_keys = {}
-for _, p in ipairs(counted) do
+for _, p in ipairs(written) do
   count_keys[p] = prefix .. 'count:' .. precisions[p] .. ':'
 end
 -- An index member is added only with a new slice (the slice's total equals this increment): a
@@ -106,10 +111,14 @@ for _ = 1, count() do
   local series, n = ARGV[i], ARGV[i + 1]
   i = i + 2
   local increment = tonumber(n)
-  for _, p in ipairs(counted) do
-    if redis.call('HINCRBY', count_keys[p] .. series, slices[p], n) == increment then
+  for _, p in ipairs(written) do
+    local total = redis.call('HINCRBY', count_keys[p] .. series, slices[p], n)
+    if total == increment and index_new[p] then
       known.add(precisions[p] .. ':' .. series)
     end
+  end
+  for _, p in ipairs(index_all) do
+    known.add(precisions[p] .. ':' .. series)
   end
 end
 known.flush()

@@ -23,6 +23,12 @@ pub struct FlushChunk {
     argv: Cmd,
 }
 
+impl AsRef<FlushChunk> for FlushChunk {
+    fn as_ref(&self) -> &FlushChunk {
+        self
+    }
+}
+
 impl FlushChunk {
     /// Names the chunk as the `index`th one written with `window`; its token must be unique.
     pub fn set_token(&mut self, keys: &Keys, agent_id: &str, window: u64, index: usize) {
@@ -95,18 +101,28 @@ impl Slice {
     }
 }
 
-/// The precisions a chunk writes, and which of them take its counters (gauges and sets are
-/// written at all of them).
-#[derive(Debug, Clone, Copy)]
-pub struct Precisions<'a> {
-    pub all: &'a [u64],
-    pub counters: &'a [u64],
+/// What a chunk does with its counters at one precision. Gauges and sets are written at every
+/// precision the chunk lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterWrite {
+    /// Nothing at this precision.
+    Skip = 0,
+    /// `HINCRBY`, and the index member with a new slice.
+    Write = 1,
+    /// `HINCRBY` only: a later chunk of this agent adds the index member (`coarse_write_secs`,
+    /// where the index of the 1 s precision is written once per period, not every second).
+    WriteUnindexed = 2,
+    /// The index member only, for counters that earlier chunks wrote unindexed.
+    IndexOnly = 3,
 }
 
-impl<'a> Precisions<'a> {
-    /// Everything at every precision.
-    pub fn every(all: &'a [u64]) -> Precisions<'a> {
-        Precisions { all, counters: all }
+impl CounterWrite {
+    /// Every precision written and indexed: a window written whole.
+    pub fn everywhere(precisions: &[u64]) -> Vec<(u64, CounterWrite)> {
+        precisions
+            .iter()
+            .map(|&p| (p, CounterWrite::Write))
+            .collect()
     }
 }
 
@@ -116,7 +132,7 @@ impl<'a> Precisions<'a> {
 pub fn build_chunks(
     window: &ClosedWindow,
     keys: &Keys,
-    precisions: Precisions<'_>,
+    precisions: &[(u64, CounterWrite)],
     sample_count: u64,
     agent_id: &str,
     token_ttl_secs: u64,
@@ -134,12 +150,11 @@ pub fn build_chunks(
                 .arg(sample_count)
                 .arg(&hour)
                 .arg(&asctime)
-                .arg(precisions.all.len());
-            for &p in precisions.all {
-                let counted = precisions.counters.contains(&p);
+                .arg(precisions.len());
+            for &(p, counters) in precisions {
                 cmd.arg(p)
                     .arg(keys::slice(window.start, p))
-                    .arg(u8::from(counted));
+                    .arg(counters as u8);
             }
             let counters = &window.counters[part.counters.0..part.counters.1];
             cmd.arg(counters.len());
@@ -232,9 +247,14 @@ impl Writer {
         Ok(connection)
     }
 
-    /// Applies one chunk. Any error drops the connection, so the next call starts afresh.
-    pub async fn write_chunk(&mut self, chunk: &FlushChunk) -> Result<Applied, StoreError> {
-        let result = self.try_write(chunk).await;
+    /// Applies chunks in one pipeline (one round trip), in order. On an error none of them
+    /// counts as acknowledged: sending them all again is safe, since their tokens stay until
+    /// acknowledged. Any error drops the connection, so the next call starts afresh.
+    pub async fn write_chunks(
+        &mut self,
+        chunks: &[impl AsRef<FlushChunk>],
+    ) -> Result<Vec<Applied>, StoreError> {
+        let result = self.try_write(chunks).await;
         if result.is_err() {
             self.connection = None;
             self.telemetry.redis_errors.increment(1);
@@ -242,33 +262,48 @@ impl Writer {
         result
     }
 
-    async fn try_write(&mut self, chunk: &FlushChunk) -> Result<Applied, StoreError> {
+    async fn try_write(
+        &mut self,
+        chunks: &[impl AsRef<FlushChunk>],
+    ) -> Result<Vec<Applied>, StoreError> {
         let mut conn = self.connection().await?;
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash())
-            .arg(1 + self.acknowledged.len())
-            .arg(&chunk.token)
-            .arg(&self.acknowledged);
-        for arg in chunk.argv.args_iter() {
-            if let redis::Arg::Simple(bytes) = arg {
-                cmd.arg(bytes);
+        let mut pipe = redis::pipe();
+        for (i, chunk) in chunks.iter().map(AsRef::as_ref).enumerate() {
+            // The first call deletes the tokens acknowledged so far.
+            let acknowledged: &[String] = if i == 0 { &self.acknowledged } else { &[] };
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(self.script.get_hash())
+                .arg(1 + acknowledged.len())
+                .arg(&chunk.token)
+                .arg(acknowledged);
+            for arg in chunk.argv.args_iter() {
+                if let redis::Arg::Simple(bytes) = arg {
+                    cmd.arg(bytes);
+                }
             }
+            pipe.add_command(cmd);
         }
-        let applied: i64 = match cmd.query_async(&mut conn).await {
+        let replies: Vec<i64> = match pipe.query_async(&mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.script.prepare_invoke().load_async(&mut conn).await?;
-                cmd.query_async(&mut conn).await?
+                pipe.query_async(&mut conn).await?
             }
             other => other?,
         };
-        // The call deleted the earlier tokens; this chunk's reply arrived, so its token is next.
+        // The calls deleted the earlier tokens; these chunks' replies arrived, so theirs are next.
         self.acknowledged.clear();
-        self.acknowledged.push(chunk.token.clone());
-        Ok(if applied == 1 {
-            Applied::Now
-        } else {
-            Applied::Before
-        })
+        self.acknowledged
+            .extend(chunks.iter().map(|c| c.as_ref().token.clone()));
+        Ok(replies
+            .into_iter()
+            .map(|applied| {
+                if applied == 1 {
+                    Applied::Now
+                } else {
+                    Applied::Before
+                }
+            })
+            .collect())
     }
 }
 
@@ -306,7 +341,7 @@ mod tests {
         build_chunks(
             w,
             &Keys::new(""),
-            Precisions::every(&[1, 60]),
+            &CounterWrite::everywhere(&[1, 60]),
             120,
             "a",
             3600,
@@ -336,7 +371,7 @@ mod tests {
         let chunks = build_chunks(
             &w,
             &Keys::new(""),
-            Precisions::every(&[1]),
+            &CounterWrite::everywhere(&[1]),
             120,
             "a",
             3600,

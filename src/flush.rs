@@ -75,47 +75,97 @@ struct Closer {
     coarse: Coarse,
 }
 
-/// What `coarse_write_secs` writes once per group of windows instead of every window: counters
-/// at the precisions that are multiples of it, the index members of every counter, and the
-/// hourly statistics. Gauges, sets and logs are small beside them and written every window.
+/// What `coarse_write_secs` (K) takes out of the windows' own writes: the counters at every
+/// precision `p > 1` are summed and written once per `min(p, K)` seconds, one [`Level`] per
+/// distinct period. The first level also carries the hourly statistics and the index members of
+/// the counters written every window. Gauges, sets and logs are small beside the counters and
+/// written every window.
 #[derive(Default)]
 struct Coarse {
-    /// Seconds per group; 0 when every window is written whole.
-    period_secs: u64,
     /// What a window's own chunks do with its counters at each precision (gauges and sets are
-    /// written at all of them), and what a group's chunks do.
+    /// written at all of them).
     window_precisions: Vec<(u64, CounterWrite)>,
-    group_precisions: Vec<(u64, CounterWrite)>,
+    /// Shortest period first.
+    levels: Vec<Level>,
+}
+
+/// The precisions written once per `period_secs`, and what is summed for them.
+struct Level {
+    period_secs: u64,
+    /// What this level's chunks do with counters at each precision.
+    precisions: Vec<(u64, CounterWrite)>,
     /// The current group's first window and its sums.
     group: Option<u64>,
     sums: CoarseSums,
-    /// Chunks of finished groups, spread over the following windows' writes so that a group's
+    /// Chunks of finished groups, spread over the following period's windows so that a group's
     /// end does not make one window several times as costly as the others.
     queued: VecDeque<FlushChunk>,
     per_window: usize,
 }
 
+impl Level {
+    /// Whether the group must end after the window at `start`: the next window could fall into
+    /// another slice of one of its precisions, another period, or (for stats) another hour.
+    fn ends_after(&self, start: u64, next: u64, stats: bool) -> bool {
+        let crosses = |p: u64| next / p != start / p;
+        crosses(self.period_secs)
+            || (stats && crosses(3600))
+            || self
+                .precisions
+                .iter()
+                .any(|&(p, c)| c == CounterWrite::Write && crosses(p))
+    }
+}
+
 impl Coarse {
     fn new(config: &Config) -> Coarse {
-        let period_secs = config.coarse_write_secs;
-        if period_secs <= config.flush_interval_secs {
+        let interval = config.flush_interval_secs;
+        let k = config.coarse_write_secs;
+        let period = |p: u64| p.min(k);
+        let fine = |p: u64| period(p) <= interval;
+        if k <= interval {
             return Coarse {
                 window_precisions: CounterWrite::everywhere(&config.precisions),
-                ..Coarse::default()
+                levels: Vec::new(),
             };
         }
-        let is_coarse = |p: &u64| p.is_multiple_of(period_secs);
-        let per = |coarse: CounterWrite, fine: CounterWrite| {
-            let pick = |p: &u64| (*p, if is_coarse(p) { coarse } else { fine });
-            config.precisions.iter().map(pick).collect()
-        };
+        let mut periods: Vec<u64> = config.precisions.iter().map(|&p| period(p)).collect();
+        periods.retain(|&q| q > interval);
+        periods.sort_unstable();
+        periods.dedup();
+        let levels = periods
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| Level {
+                period_secs: q,
+                precisions: config
+                    .precisions
+                    .iter()
+                    .map(|&p| match () {
+                        _ if !fine(p) && period(p) == q => (p, CounterWrite::Write),
+                        // A new 1 s slice every second would mean an index ZADD per series
+                        // every second; the first level adds it once per its period instead.
+                        _ if fine(p) && i == 0 => (p, CounterWrite::IndexOnly),
+                        _ => (p, CounterWrite::Skip),
+                    })
+                    .collect(),
+                group: None,
+                sums: CoarseSums::default(),
+                queued: VecDeque::new(),
+                per_window: 0,
+            })
+            .collect();
+        let window_precisions = config
+            .precisions
+            .iter()
+            .map(|&p| match fine(p) {
+                true => (p, CounterWrite::WriteUnindexed),
+                false => (p, CounterWrite::Skip),
+            })
+            .collect();
         Coarse {
-            period_secs,
-            // A new 1 s slice every second would mean an index ZADD per series every second;
-            // the group's chunks add it once per period instead.
-            window_precisions: per(CounterWrite::Skip, CounterWrite::WriteUnindexed),
-            group_precisions: per(CounterWrite::Write, CounterWrite::IndexOnly),
-            ..Coarse::default()
+            window_precisions,
+            levels,
         }
     }
 }
@@ -249,11 +299,8 @@ impl Closer {
             self.telemetry.active_series[*t as usize].set(n as f64);
         }
 
-        let grouping = self.coarse.period_secs > 0;
-        if grouping {
-            self.coarse.group.get_or_insert(start);
-            let stats = std::mem::take(&mut closed.stats);
-            self.coarse.sums.add_stats(stats);
+        if let Some(first) = self.coarse.levels.first_mut() {
+            first.sums.add_stats(std::mem::take(&mut closed.stats));
         }
         let counted = |(_, c): &(u64, CounterWrite)| *c != CounterWrite::Skip;
         let mut chunks = if self.coarse.window_precisions.iter().any(counted) {
@@ -265,29 +312,28 @@ impl Closer {
             closed.counters = counters;
             chunks
         };
-        if grouping {
-            self.coarse.sums.add_counters(closed.counters);
-        }
 
-        // A group ends where a coarse slice or the hour could change.
-        let next = start + self.config.flush_interval_secs;
-        let crosses = |p: u64| next / p != start / p;
-        if grouping && (last || crosses(self.coarse.period_secs) || crosses(3600)) {
-            let group = self.coarse.group.take().unwrap_or(start);
-            let sums = self.coarse.sums.take(group);
-            let group_chunks = self.chunks(&sums, &self.coarse.group_precisions);
-            let windows = self.coarse.period_secs / self.config.flush_interval_secs;
-            let coarse = &mut self.coarse;
-            coarse.queued.extend(group_chunks);
-            coarse.per_window = coarse.queued.len().div_ceil(windows as usize);
+        let interval = self.config.flush_interval_secs;
+        let next = start + interval;
+        for i in 0..self.coarse.levels.len() {
+            let level = &mut self.coarse.levels[i];
+            level.group.get_or_insert(start);
+            level.sums.add_counters(&closed.counters);
+            if last || level.ends_after(start, next, i == 0) {
+                let sums = level.sums.take(level.group.take().unwrap_or(start));
+                let group_chunks = self.chunks(&sums, &self.coarse.levels[i].precisions);
+                let level = &mut self.coarse.levels[i];
+                level.queued.extend(group_chunks);
+                let windows = (level.period_secs / interval) as usize;
+                level.per_window = level.queued.len().div_ceil(windows);
+            }
+            let level = &mut self.coarse.levels[i];
+            let attach = match last {
+                true => level.queued.len(),
+                false => level.per_window.min(level.queued.len()),
+            };
+            chunks.extend(level.queued.drain(..attach));
         }
-        let coarse = &mut self.coarse;
-        let attach = if last {
-            coarse.queued.len()
-        } else {
-            coarse.per_window.min(coarse.queued.len())
-        };
-        chunks.extend(coarse.queued.drain(..attach));
         if chunks.is_empty() {
             return;
         }
@@ -459,6 +505,45 @@ mod tests {
         assert_eq!(
             chunks_per_window(5, 250, 12),
             [3, 3, 3, 3, 4, 4, 4, 3, 3, 4, 4, 4]
+        );
+    }
+
+    #[test]
+    fn each_precision_is_written_once_per_its_slice_or_per_coarse_write_secs() {
+        use CounterWrite::*;
+        let config = Config {
+            coarse_write_secs: 60,
+            ..Config::default()
+        };
+        let coarse = Coarse::new(&config);
+        let precisions = |modes: [CounterWrite; 7]| {
+            let mut v = Vec::from(crate::config::DEFAULT_PRECISIONS);
+            v.iter_mut()
+                .zip(modes)
+                .map(|(p, m)| (*p, m))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            coarse.window_precisions,
+            precisions([WriteUnindexed, Skip, Skip, Skip, Skip, Skip, Skip])
+        );
+        let levels: Vec<_> = coarse
+            .levels
+            .iter()
+            .map(|l| (l.period_secs, l.precisions.clone()))
+            .collect();
+        assert_eq!(
+            levels,
+            [
+                (
+                    5,
+                    precisions([IndexOnly, Write, Skip, Skip, Skip, Skip, Skip])
+                ),
+                (
+                    60,
+                    precisions([Skip, Skip, Write, Write, Write, Write, Write])
+                ),
+            ]
         );
     }
 

@@ -490,9 +490,11 @@ async fn windows_close_on_schedule_while_redis_is_slow() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coarse_writes_keep_every_precision_and_the_stats_exact() {
     let redis = RedisServer::start();
-    // 60 s and longer (multiples of 2) and the stats are written once per 2 s.
+    // 1 s every window; 2 s once per 2 s with the stats; 3 s and 60 s once per 3 s.
+    let precisions = [1, 2, 3, 60];
     let agent = TestAgent::start(Config {
-        coarse_write_secs: 2,
+        coarse_write_secs: 3,
+        precisions: precisions.to_vec(),
         ..test_config(&redis)
     });
     let (mut sent, mut timed) = (0, 0);
@@ -505,8 +507,8 @@ async fn coarse_writes_keep_every_precision_and_the_stats_exact() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Written while running, within two periods.
-    eventually(Duration::from_secs(6), "every precision written", || {
-        PRECISIONS
+    eventually(Duration::from_secs(8), "every precision written", || {
+        precisions
             .iter()
             .all(|&p| redis.counter_total(p, "grouped") == sent)
     })
@@ -526,7 +528,7 @@ async fn coarse_writes_keep_every_precision_and_the_stats_exact() {
     assert_eq!(slowest, Some(20.0));
     let known = redis.known("known:");
     let known_gauges = redis.known("known:gauge:");
-    for p in PRECISIONS {
+    for p in precisions {
         assert!(known.contains(&format!("{p}:grouped")), "{p}: {known:?}");
         // Gauges are written at every precision every window, as without coarse writes.
         assert!(
@@ -541,7 +543,7 @@ async fn coarse_writes_keep_every_precision_and_the_stats_exact() {
     agent.send(b"grouped:4|c\ngrouped.lat:50|ms");
     tokio::time::sleep(Duration::from_millis(100)).await;
     agent.stop().await;
-    for p in PRECISIONS {
+    for p in precisions {
         assert_eq!(redis.counter_total(p, "grouped"), sent + 4, "precision {p}");
     }
     let lat = get_stats(&redis, "stats:grouped.lat:AccessTime");

@@ -230,11 +230,11 @@ pub struct CoarseSums {
 }
 
 impl CoarseSums {
-    /// Adds a later window's counters (their keys move in; known series keep theirs).
-    pub fn add_counters(&mut self, counters: Vec<(Box<str>, i64)>) {
+    /// Adds a later window's counters (a key is copied only for a series new to the sums).
+    pub fn add_counters(&mut self, counters: &[(Box<str>, i64)]) {
         for (series, n) in counters {
-            let total = self.counters.entry(series).or_insert(0);
-            *total = total.saturating_add(n);
+            let total = self.counters.entry_ref(&**series).or_insert(0);
+            *total = total.saturating_add(*n);
         }
     }
 

@@ -101,9 +101,9 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
         min: v,
         max: v,
     };
-    sums.add_counters(vec![("a".into(), 2), ("b".into(), -1)]);
+    sums.add_counters(&[("a".into(), 2), ("b".into(), -1)]);
     sums.add_stats(vec![("t".into(), StatKind::Timer, stat(10.0))]);
-    sums.add_counters(vec![("a".into(), 3)]);
+    sums.add_counters(&[("a".into(), 3)]);
     sums.add_stats(vec![
         ("t".into(), StatKind::Timer, stat(4.0)),
         ("t".into(), StatKind::Histogram, stat(7.0)),

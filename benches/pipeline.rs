@@ -1,5 +1,5 @@
-//! The per-line path on one core, without sockets: parse, name, record, and a reader's whole
-//! datagram; plus building the flush chunks of a closed window.
+//! The per-line path on one core, without sockets: parse, the reader's path for one line and for
+//! a whole datagram; plus building the flush chunks of a closed window.
 //!
 //!     cargo bench --bench pipeline
 
@@ -8,7 +8,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use statsd_redis::aggregate::{ClosedWindow, Ledger, Window};
 use statsd_redis::ingest::LineHandler;
-use statsd_redis::protocol::{Line, SeriesNamer, parse_line};
+use statsd_redis::protocol::{parse_line, parse_plain};
 use statsd_redis::store::{CounterWrite, Keys, build_chunks};
 
 const LINES: [&[u8]; 4] = [
@@ -39,9 +39,14 @@ fn parse(c: &mut Criterion) {
     {
         g.bench_function(*name, |b| b.iter(|| parse_line(black_box(line))));
     }
+    g.bench_function("plain_counter", |b| {
+        b.iter(|| parse_plain(black_box(LINES[0])))
+    });
     g.finish();
 }
 
+/// A reader's whole per-line path for one-line datagrams: split, parse (the plain fast path
+/// where it applies), name, record, tally.
 fn parse_and_record(c: &mut Criterion) {
     let mut g = c.benchmark_group("parse_and_record");
     g.throughput(Throughput::Elements(1));
@@ -49,18 +54,10 @@ fn parse_and_record(c: &mut Criterion) {
         .iter()
         .zip(LINES)
     {
-        let mut namer = SeriesNamer::new(true);
+        let mut handler = LineHandler::new(true);
         let mut window = Window::default();
         g.bench_function(*name, |b| {
-            b.iter(|| {
-                if let Ok(Line::Metric(m)) = parse_line(black_box(line)) {
-                    for s in &m.samples {
-                        if let Ok((series, _)) = namer.series(m.name, m.influx_tags, s.tags) {
-                            window.record(series, s);
-                        }
-                    }
-                }
-            })
+            b.iter(|| handler.handle_datagram(black_box(line), false, &mut window))
         });
     }
     g.finish();

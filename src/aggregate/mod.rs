@@ -167,6 +167,11 @@ impl Window {
 
     /// Folds a window of the same period, received after `self`, into `self`.
     pub fn merge(&mut self, other: Window) {
+        if self.is_empty() {
+            // The usual case (one reader): take its maps instead of rebuilding them.
+            *self = other;
+            return;
+        }
         for (series, v) in other.counters {
             *self.counters.entry(series).or_insert(0.0) += v;
         }

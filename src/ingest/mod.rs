@@ -50,6 +50,11 @@ impl LineHandler {
     }
 
     fn handle_line(&mut self, line: &[u8], window: &mut Window) {
+        if let Some((series, sample)) = protocol::parse_plain(line) {
+            window.record(series, &sample);
+            self.tally.samples[sample.kind as usize] += 1;
+            return;
+        }
         match protocol::parse_line(line) {
             Ok(Line::Metric(m)) => {
                 // Naming fails only for the name itself (tags can't make it fail), so it fails

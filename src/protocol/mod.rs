@@ -166,9 +166,14 @@ pub enum Line<'a> {
 
 /// Splits a datagram into its lines: `\n` separated, a trailing `\r` removed, empty lines skipped.
 pub fn lines(datagram: &[u8]) -> impl Iterator<Item = &[u8]> {
-    datagram
-        .split(|b| *b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+    let mut start = 0;
+    memchr::memchr_iter(b'\n', datagram)
+        .chain(std::iter::once(datagram.len()))
+        .map(move |end| {
+            let line = &datagram[start..end];
+            start = end + 1;
+            line.strip_suffix(b"\r").unwrap_or(line)
+        })
         .filter(|l| !l.is_empty())
 }
 
@@ -189,6 +194,61 @@ pub fn parse_line(line: &[u8]) -> Result<Line<'_>, BadLine> {
         return event::parse_service_check(line).map(Line::ServiceCheck);
     }
     parse_metric(line).map(Line::Metric)
+}
+
+/// Bytes of a name that needs no sanitizing (see `series::name_byte_allowed`), as a table.
+const PLAIN_NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-' | b';' | b'=');
+        b += 1;
+    }
+    t
+};
+
+/// The common line `name:value|type` or `name:value|type|@rate`, with a plain name (nothing to
+/// sanitize, no tags), in one pass and without building a [`MetricLine`]: its name, which is
+/// also its series name, and its one sample. `None` for anything else, including every bad
+/// line: [`parse_line`] then gives the full answer.
+pub fn parse_plain(line: &[u8]) -> Option<(&str, Sample<'_>)> {
+    let colon = line.iter().position(|&b| !PLAIN_NAME[usize::from(b)])?;
+    if colon == 0 || line[colon] != b':' {
+        return None;
+    }
+    let rest = &line[colon + 1..];
+    let bar = rest.iter().position(|&b| b == b'|' || b == b':')?;
+    if rest[bar] != b'|' {
+        return None;
+    }
+    let (text, rest) = (&rest[..bar], &rest[bar + 1..]);
+    let type_end = rest
+        .iter()
+        .position(|&b| b == b'|' || b == b':')
+        .unwrap_or(rest.len());
+    let kind = MetricType::from_wire(&rest[..type_end])?;
+    let rate = match &rest[type_end..] {
+        [] => 1.0,
+        [b'|', b'@', r @ ..] if !r.contains(&b':') => value::parse_sample_rate(r).ok()?,
+        _ => return None,
+    };
+    let value = match (kind, text.first()?) {
+        (MetricType::Set, _) => return None,
+        (MetricType::Gauge, b'+' | b'-') => Value::GaugeDelta(value::parse_number(text).ok()?),
+        _ => Value::Number(value::parse_number(text).ok()?),
+    };
+    // SAFETY: every byte before `colon` passed the PLAIN_NAME table, which admits ASCII only.
+    let name = unsafe { std::str::from_utf8_unchecked(&line[..colon]) };
+    Some((
+        name,
+        Sample {
+            kind,
+            value,
+            rate,
+            tags: None,
+        },
+    ))
 }
 
 fn utf8(b: &[u8]) -> Result<&str, BadLine> {

@@ -204,6 +204,23 @@ mod never_panics {
         }
 
         #[test]
+        fn plain_fast_path_agrees_with_the_full_parser(data in "[a-z.=; _,/-]{0,6}:[-+0-9.ea:]{0,5}\\|(c|ms|g|s|h|d|x|)(\\|@[0-9.:e]{0,4}|\\|#[a-z:]{0,4}|:[0-9]\\|c|\\|T[0-9]{0,3}|\\|c:x|)") {
+            for line in lines(data.as_bytes()) {
+                if let Some((name, sample)) = parse_plain(line) {
+                    let Ok(Line::Metric(m)) = parse_line(line) else {
+                        return Err(TestCaseError::fail(format!("{line:?}: fast path accepted a line the parser rejects")));
+                    };
+                    prop_assert_eq!(m.name, name);
+                    prop_assert_eq!(m.influx_tags, None);
+                    prop_assert_eq!(m.unknown_fields, 0);
+                    prop_assert_eq!(&m.samples[..], &[sample][..]);
+                    let mut namer = SeriesNamer::new(true);
+                    prop_assert_eq!(namer.series(m.name, None, None), Ok((name, false)));
+                }
+            }
+        }
+
+        #[test]
         fn on_protocol_shaped_bytes(data in "[a-z_:|@#,=.\\-+0-9ecgmshdT{}\n\r ]{0,120}") {
             let mut namer = SeriesNamer::new(true);
             for line in lines(data.as_bytes()) {
@@ -216,5 +233,52 @@ mod never_panics {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn plain_fast_path_takes_the_common_lines_and_leaves_the_rest() {
+    fn plain(l: &[u8]) -> Option<(String, MetricType, Value<'_>, f64)> {
+        parse_plain(l).map(|(n, s)| (n.to_string(), s.kind, s.value, s.rate))
+    }
+    assert_eq!(
+        plain(b"web.requests:1|c"),
+        Some((
+            "web.requests".into(),
+            MetricType::Counter,
+            Value::Number(1.0),
+            1.0
+        ))
+    );
+    assert_eq!(
+        plain(b"api.latency:12.5|ms|@0.5"),
+        Some((
+            "api.latency".into(),
+            MetricType::Timer,
+            Value::Number(12.5),
+            0.5
+        ))
+    );
+    assert_eq!(
+        plain(b"q:-3|g"),
+        Some(("q".into(), MetricType::Gauge, Value::GaugeDelta(-3.0), 1.0))
+    );
+    for other in [
+        &b"web.requests:1|c|#env:prod"[..],
+        b"web.requests,env=prod:1|c",
+        b"my page:1|c",
+        b"a:1:2|c",
+        b"a:1|c:5|ms",
+        b"a:1|c|@0.5:2|c",
+        b"users:alice|s",
+        b"a:1|c|T1700000000",
+        b"a:1|x",
+        b"a:x|c",
+        b"a:1|c|@2",
+        b":1|c",
+        b"_sc|db|0",
+        b"_e{1,1}:a|b",
+    ] {
+        assert_eq!(plain(other), None, "{}", String::from_utf8_lossy(other));
     }
 }

@@ -18,6 +18,11 @@ const POW10: [f64; 23] = [
 /// division rounds correctly (Clinger's fast path). Anything longer goes to `str::parse`, after
 /// the same grammar check.
 fn parse_decimal(b: &[u8], allow_sign: bool) -> Option<f64> {
+    // The usual value, a small whole number (`1`, `250`): exact as a double up to 15 digits.
+    if !b.is_empty() && b.len() <= 15 && b.iter().all(u8::is_ascii_digit) {
+        let whole = b.iter().fold(0u64, |m, d| m * 10 + u64::from(d - b'0'));
+        return Some(whole as f64);
+    }
     let mut i = 0;
     let negative = allow_sign && b.first() == Some(&b'-');
     if allow_sign && matches!(b.first(), Some(b'+' | b'-')) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures how long one flush chunk (one EVALSHA of src/store/flush.lua) keeps Redis busy, for
 # several chunk sizes, from Redis's own SLOWLOG (every call logged). Counters at the 7 default
-# precisions: each series costs 7 HINCRBY + 7 ZADD inside the script.
+# precisions: each series costs 7 HINCRBY inside the script, plus an index ZADD member for each
+# new slice.
 #
 #   scripts/chunk-timing.sh [series per window, default 4000]
 set -euo pipefail

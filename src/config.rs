@@ -82,8 +82,8 @@ impl Default for Config {
             max_backlog_windows: 3600,
             shutdown_timeout_secs: 10,
             redis_timeout_ms: 2000,
-            // One script call blocks Redis; at the 7 default precisions 100 series take ~2.5 ms
-            // (p99 ~4.5 ms) here: see docs/benchmarks.md and scripts/chunk-timing.sh.
+            // One script call blocks Redis; at the 7 default precisions 100 series take ~2 ms
+            // (p99 ~2.5 ms) here: see docs/benchmarks.md and scripts/chunk-timing.sh.
             max_series_per_chunk: 100,
             // Off: every window is written whole, once a second (SPEC §1). At 5, six of the
             // seven default precisions are written every 5 s: a third of the Redis work.

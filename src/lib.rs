@@ -9,7 +9,8 @@
 //! * [`ingest`]: UDP sockets; each reader parses into its own [`aggregate::Window`].
 //! * [`aggregate`]: one window's state per series, merged across readers; the [`aggregate::Ledger`]
 //!   keeps what lives across windows (counter carries, gauge values).
-//! * [`flush`]: at every window boundary, close the window and write it, with backlog and retry.
+//! * [`flush`]: at every window boundary, close the window and queue it; a writer works the queue
+//!   (the backlog) oldest first, with retry; `coarse_write_secs` sums for the coarse precisions.
 //! * [`store`]: Redis key names (one place), the flush and cleaner scripts, the writer, the
 //!   cleaner and the reader.
 //! * [`http`]: `/metrics`, `/healthz`, `/readyz`, the JSON API and the dashboard.

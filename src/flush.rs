@@ -141,12 +141,21 @@ impl Coarse {
                 precisions: config
                     .precisions
                     .iter()
-                    .map(|&p| match () {
-                        _ if !fine(p) && period(p) == q => (p, CounterWrite::Write),
-                        // A new 1 s slice every second would mean an index ZADD per series
-                        // every second; the first level adds it once per its period instead.
-                        _ if fine(p) && i == 0 => (p, CounterWrite::IndexOnly),
-                        _ => (p, CounterWrite::Skip),
+                    .map(|&p| {
+                        let write = if fine(p) {
+                            // A new 1 s slice every second would mean an index ZADD per series
+                            // every second; the first level adds it once per its period instead.
+                            if i == 0 {
+                                CounterWrite::IndexOnly
+                            } else {
+                                CounterWrite::Skip
+                            }
+                        } else if period(p) == q {
+                            CounterWrite::Write
+                        } else {
+                            CounterWrite::Skip
+                        };
+                        (p, write)
                     })
                     .collect(),
                 group: None,
@@ -158,9 +167,13 @@ impl Coarse {
         let window_precisions = config
             .precisions
             .iter()
-            .map(|&p| match fine(p) {
-                true => (p, CounterWrite::WriteUnindexed),
-                false => (p, CounterWrite::Skip),
+            .map(|&p| {
+                let write = if fine(p) {
+                    CounterWrite::WriteUnindexed
+                } else {
+                    CounterWrite::Skip
+                };
+                (p, write)
             })
             .collect();
         Coarse {
@@ -328,9 +341,10 @@ impl Closer {
                 level.per_window = level.queued.len().div_ceil(windows);
             }
             let level = &mut self.coarse.levels[i];
-            let attach = match last {
-                true => level.queued.len(),
-                false => level.per_window.min(level.queued.len()),
+            let attach = if last {
+                level.queued.len()
+            } else {
+                level.per_window.min(level.queued.len())
             };
             chunks.extend(level.queued.drain(..attach));
         }

@@ -507,7 +507,7 @@ async fn coarse_writes_keep_every_precision_and_the_stats_exact() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Written while running, within two periods.
-    eventually(Duration::from_secs(8), "every precision written", || {
+    eventually(Duration::from_secs(15), "every precision written", || {
         precisions
             .iter()
             .all(|&p| redis.counter_total(p, "grouped") == sent)

@@ -104,10 +104,10 @@ struct Level {
 }
 
 impl Level {
-    /// Whether the group must end after the window at `start`: the next window could fall into
-    /// another slice of one of its precisions, another period, or (for stats) another hour.
-    fn ends_after(&self, start: u64, next: u64, stats: bool) -> bool {
-        let crosses = |p: u64| next / p != start / p;
+    /// Whether windows starting at `a` and `b` belong to different groups: another slice of one
+    /// of the level's precisions, another period, or (for the stats) another hour.
+    fn separates(&self, a: u64, b: u64, stats: bool) -> bool {
+        let crosses = |p: u64| a / p != b / p;
         crosses(self.period_secs)
             || (stats && crosses(3600))
             || self
@@ -133,6 +133,14 @@ impl Coarse {
         periods.retain(|&q| q > interval);
         periods.sort_unstable();
         periods.dedup();
+        if periods.is_empty() {
+            // Every precision is written every window anyway; only a level could add the index
+            // members deferred from the windows' own chunks, so nothing is deferred.
+            return Coarse {
+                window_precisions: CounterWrite::everywhere(&config.precisions),
+                levels: Vec::new(),
+            };
+        }
         let levels = periods
             .iter()
             .enumerate()
@@ -312,6 +320,17 @@ impl Closer {
             self.telemetry.active_series[*t as usize].set(n as f64);
         }
 
+        // A window that comes later than the next one expected (a late close skipped a
+        // boundary) must not join a group of another slice or hour.
+        for i in 0..self.coarse.levels.len() {
+            let level = &self.coarse.levels[i];
+            if level
+                .group
+                .is_some_and(|group| level.separates(group, start, i == 0))
+            {
+                self.end_group(i);
+            }
+        }
         if let Some(first) = self.coarse.levels.first_mut() {
             first.sums.add_stats(std::mem::take(&mut closed.stats));
         }
@@ -332,13 +351,8 @@ impl Closer {
             let level = &mut self.coarse.levels[i];
             level.group.get_or_insert(start);
             level.sums.add_counters(&closed.counters);
-            if last || level.ends_after(start, next, i == 0) {
-                let sums = level.sums.take(level.group.take().unwrap_or(start));
-                let group_chunks = self.chunks(&sums, &self.coarse.levels[i].precisions);
-                let level = &mut self.coarse.levels[i];
-                level.queued.extend(group_chunks);
-                let windows = (level.period_secs / interval) as usize;
-                level.per_window = level.queued.len().div_ceil(windows);
+            if last || level.separates(start, next, i == 0) {
+                self.end_group(i);
             }
             let level = &mut self.coarse.levels[i];
             let attach = if last {
@@ -373,6 +387,21 @@ impl Closer {
         self.telemetry.backlog_windows.set(queue.len() as f64);
         drop(queue);
         backlog.changed.notify_one();
+    }
+
+    /// Ends level `i`'s open group: its sums become chunks, queued to be spread over the next
+    /// period's windows.
+    fn end_group(&mut self, i: usize) {
+        let level = &mut self.coarse.levels[i];
+        let Some(group) = level.group.take() else {
+            return;
+        };
+        let sums = level.sums.take(group);
+        let group_chunks = self.chunks(&sums, &self.coarse.levels[i].precisions);
+        let level = &mut self.coarse.levels[i];
+        level.queued.extend(group_chunks);
+        let windows = (level.period_secs / self.config.flush_interval_secs) as usize;
+        level.per_window = level.queued.len().div_ceil(windows);
     }
 
     fn chunks(&self, window: &ClosedWindow, precisions: &[(u64, CounterWrite)]) -> Vec<FlushChunk> {
@@ -498,13 +527,43 @@ mod tests {
 
     /// Chunks queued per window for windows 100..100+n with `series` counters each.
     fn chunks_per_window(coarse_write_secs: u64, series: usize, n: u64) -> Vec<usize> {
+        chunks_per_window_at(coarse_write_secs, series, 100..100 + n)
+    }
+
+    fn chunks_per_window_at(
+        coarse_write_secs: u64,
+        series: usize,
+        starts: impl IntoIterator<Item = u64>,
+    ) -> Vec<usize> {
         let (mut closer, window) = closer(coarse_write_secs);
         let backlog = Backlog::default();
-        for start in 100..100 + n {
+        for start in starts {
             record(&window, series);
             closer.close(start, false, &backlog);
         }
         backlog.lock().iter().map(|w| w.chunks.len()).collect()
+    }
+
+    #[test]
+    fn a_late_close_does_not_mix_slices_in_a_group() {
+        // Window 104 was never closed (a late close skipped its boundary): the 100..103 group
+        // must end when 105 comes, not take 105..109 into the 5 s slice of 100.
+        assert_eq!(
+            chunks_per_window_at(5, 250, [100, 101, 102, 103, 105, 106, 107, 108, 109]),
+            [3, 3, 3, 3, 4, 4, 4, 3, 4]
+        );
+    }
+
+    #[test]
+    fn without_a_coarse_precision_nothing_is_deferred() {
+        let config = Config {
+            precisions: vec![1],
+            coarse_write_secs: 5,
+            ..Config::default()
+        };
+        let coarse = Coarse::new(&config);
+        assert_eq!(coarse.window_precisions, CounterWrite::everywhere(&[1]));
+        assert!(coarse.levels.is_empty());
     }
 
     #[test]

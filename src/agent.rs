@@ -139,8 +139,11 @@ pub async fn run(
     });
     let writer = Writer::new(client.clone(), timeout, telemetry.clone());
     let flusher_stop = CancellationToken::new();
+    // Tokens name this run, not only the agent: after a restart with the same agent_id within
+    // the same window, the previous run's last tokens must not pass for this run's chunks.
+    let token_id = format!("{id}.{:08x}", rand::random::<u32>());
     let flusher = tokio::spawn(
-        Flusher::new(windows, writer, id, config.clone(), telemetry.clone())
+        Flusher::new(windows, writer, token_id, config.clone(), telemetry.clone())
             .run(flusher_stop.clone()),
     );
 

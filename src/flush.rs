@@ -238,7 +238,7 @@ impl Flusher {
     pub async fn run(self, stop: CancellationToken) {
         let Flusher {
             mut closer,
-            writer,
+            mut writer,
             shutdown_timeout,
             telemetry,
         } = self;
@@ -255,7 +255,11 @@ impl Flusher {
                 tokio::time::sleep(shutdown_timeout).await;
             };
             tokio::select! {
-                _ = write_backlog(writer, &backlog, &closed, &telemetry) => {}
+                _ = write_backlog(&mut writer, &backlog, &closed, &telemetry) => {
+                    if let Err(e) = writer.release_tokens().await {
+                        tracing::warn!(error = %e, "could not delete the last flush tokens; they expire");
+                    }
+                }
                 _ = deadline => {}
             }
         };
@@ -420,7 +424,7 @@ impl Closer {
 /// Writes queued windows oldest first, retrying a failed chunk with backoff, until the queue is
 /// empty after `closed`.
 async fn write_backlog(
-    mut writer: Writer,
+    writer: &mut Writer,
     backlog: &Backlog,
     closed: &CancellationToken,
     telemetry: &Telemetry,

@@ -3,7 +3,7 @@
 -- Key names follow src/store/keys.rs (the prefix, then the book's names); the tests read every
 -- key back through that module.
 --
--- KEYS[1]  the chunk's token, flush:<agent>:<window>:<chunk>
+-- KEYS[1]  the chunk's token, flush:<agent id>.<run>:<window>:<chunk>
 -- KEYS[2…] tokens of earlier chunks whose replies the agent received: those chunks are never
 --          sent again, so their tokens are deleted instead of waiting for their expiry
 -- ARGV     token lifetime (s), key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),

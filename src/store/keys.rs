@@ -97,7 +97,8 @@ impl Keys {
         format!("{}cleaner:lock", self.prefix)
     }
 
-    /// `flush:<agent>:<window>:<chunk>`: set once a flush chunk has been applied.
+    /// `flush:<agent>:<window>:<chunk>`: set once a flush chunk has been applied. The agent passes
+    /// `<agent_id>.<run>` as `agent`, the run random per start.
     pub fn flush_token(&self, agent_id: &str, window: u64, chunk: usize) -> String {
         format!("{}flush:{agent_id}:{window}:{chunk}", self.prefix)
     }

@@ -262,6 +262,20 @@ impl Writer {
         result
     }
 
+    /// Deletes the tokens of the chunks acknowledged last (no later call will): for a clean stop.
+    pub async fn release_tokens(&mut self) -> Result<(), StoreError> {
+        if self.acknowledged.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.connection().await?;
+        redis::cmd("DEL")
+            .arg(&self.acknowledged)
+            .query_async::<()>(&mut conn)
+            .await?;
+        self.acknowledged.clear();
+        Ok(())
+    }
+
     async fn try_write(
         &mut self,
         chunks: &[impl AsRef<FlushChunk>],

@@ -80,7 +80,6 @@ struct Closer {
 /// distinct period. The first level also carries the hourly statistics and the index members of
 /// the counters written every window. Gauges, sets and logs are small beside the counters and
 /// written every window.
-#[derive(Default)]
 struct Coarse {
     /// What a window's own chunks do with its counters at each precision (gauges and sets are
     /// written at all of them).
@@ -123,19 +122,13 @@ impl Coarse {
         let k = config.coarse_write_secs;
         let period = |p: u64| p.min(k);
         let fine = |p: u64| period(p) <= interval;
-        if k <= interval {
-            return Coarse {
-                window_precisions: CounterWrite::everywhere(&config.precisions),
-                levels: Vec::new(),
-            };
-        }
         let mut periods: Vec<u64> = config.precisions.iter().map(|&p| period(p)).collect();
         periods.retain(|&q| q > interval);
         periods.sort_unstable();
         periods.dedup();
         if periods.is_empty() {
-            // Every precision is written every window anyway; only a level could add the index
-            // members deferred from the windows' own chunks, so nothing is deferred.
+            // Off (K at most one window), or every precision is written every window anyway:
+            // without a level nothing could add deferred index members, so nothing is deferred.
             return Coarse {
                 window_precisions: CounterWrite::everywhere(&config.precisions),
                 levels: Vec::new(),
@@ -338,16 +331,7 @@ impl Closer {
         if let Some(first) = self.coarse.levels.first_mut() {
             first.sums.add_stats(std::mem::take(&mut closed.stats));
         }
-        let counted = |(_, c): &(u64, CounterWrite)| *c != CounterWrite::Skip;
-        let mut chunks = if self.coarse.window_precisions.iter().any(counted) {
-            self.chunks(&closed, &self.coarse.window_precisions)
-        } else {
-            // Every counter precision is coarse: no counter in the window's own chunks.
-            let counters = std::mem::take(&mut closed.counters);
-            let chunks = self.chunks(&closed, &self.coarse.window_precisions);
-            closed.counters = counters;
-            chunks
-        };
+        let mut chunks = self.chunks(&closed, &self.coarse.window_precisions);
 
         let interval = self.config.flush_interval_secs;
         let next = start + interval;

@@ -169,7 +169,7 @@ async fn a_concurrent_write_keeps_its_index_member() {
             counters: vec![("race".into(), 1)],
             ..ClosedWindow::default()
         };
-        let chunks = build_chunks(
+        let chunks: Vec<_> = build_chunks(
             &window,
             &keys,
             &CounterWrite::everywhere(&[1]),
@@ -177,8 +177,11 @@ async fn a_concurrent_write_keeps_its_index_member() {
             "w",
             3600,
             100,
-        );
-        let (pass, write) = tokio::join!(c.pass(now), writer.write_chunks(&chunks[..1]));
+        )
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+        let (pass, write) = tokio::join!(c.pass(now), writer.write_chunks(&chunks));
         pass.unwrap();
         write.unwrap();
         assert_eq!(redis.known("known:"), ["1:race"], "iteration {i}");

@@ -196,13 +196,12 @@ pub fn parse_line(line: &[u8]) -> Result<Line<'_>, BadLine> {
     parse_metric(line).map(Line::Metric)
 }
 
-/// Bytes of a name that needs no sanitizing (see `series::name_byte_allowed`), as a table.
+/// [`series::name_byte_allowed`] as a table: the bytes of a name that needs no sanitizing.
 const PLAIN_NAME: [bool; 256] = {
     let mut t = [false; 256];
     let mut b = 0;
     while b < 256 {
-        let c = b as u8;
-        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-' | b';' | b'=');
+        t[b] = series::name_byte_allowed(b as u8);
         b += 1;
     }
     t

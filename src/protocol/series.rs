@@ -9,7 +9,7 @@ use std::ops::Range;
 use super::BadLine;
 
 /// Bytes a name keeps when sanitizing (Etsy's `keyNameSanitize` plus `;` and `=`).
-fn name_byte_allowed(b: u8) -> bool {
+pub(super) const fn name_byte_allowed(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b';' | b'=')
 }
 

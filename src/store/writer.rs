@@ -2,6 +2,7 @@
 //! ready `EVALSHA` of `flush.lua` with its own token; [`Writer`] sends them over one
 //! multiplexed connection, reconnecting after any failure.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -21,12 +22,6 @@ pub struct FlushChunk {
     token: String,
     /// The script's ARGV, fixed when the window closed so every retry sends the same values.
     argv: Cmd,
-}
-
-impl AsRef<FlushChunk> for FlushChunk {
-    fn as_ref(&self) -> &FlushChunk {
-        self
-    }
 }
 
 impl FlushChunk {
@@ -53,11 +48,12 @@ struct Slice {
     logs: (usize, usize),
 }
 
-/// Splits `[0, len)` of each section into chunks of at most `budget` cost, in section order.
-fn plan(window: &ClosedWindow, budget: usize) -> Vec<Slice> {
+/// Splits `[0, len)` of each section (`counters` of the window's counters) into chunks of at
+/// most `budget` cost, in section order.
+fn plan(window: &ClosedWindow, counters: usize, budget: usize) -> Vec<Slice> {
     let set_cost = |i: usize| 1 + window.sets[i].1.len() / SET_MEMBERS_PER_SERIES;
     let sections: [(usize, &dyn Fn(usize) -> usize); 5] = [
-        (window.counters.len(), &|_| 1),
+        (counters, &|_| 1),
         (window.stats.len(), &|_| 1),
         (window.gauges.len(), &|_| 1),
         (window.sets.len(), &set_cost),
@@ -140,7 +136,10 @@ pub fn build_chunks(
 ) -> Vec<FlushChunk> {
     let hour = clock::hour_start(window.start);
     let asctime = clock::asctime(window.start);
-    plan(window, max_series)
+    // Counters that no listed precision takes (all of them coarse) are left out, not sent.
+    let counted = precisions.iter().any(|(_, c)| *c != CounterWrite::Skip);
+    let all_counters: &[(Box<str>, i64)] = if counted { &window.counters } else { &[] };
+    plan(window, all_counters.len(), max_series)
         .into_iter()
         .enumerate()
         .map(|(index, part)| {
@@ -156,7 +155,7 @@ pub fn build_chunks(
                     .arg(keys::slice(window.start, p))
                     .arg(counters as u8);
             }
-            let counters = &window.counters[part.counters.0..part.counters.1];
+            let counters = &all_counters[part.counters.0..part.counters.1];
             cmd.arg(counters.len());
             for (series, n) in counters {
                 cmd.arg(&**series).arg(*n);
@@ -210,7 +209,7 @@ pub struct Writer {
     script: Script,
     /// Tokens of chunks whose replies arrived: deleted by the next script call.
     acknowledged: Vec<String>,
-    telemetry: std::sync::Arc<Telemetry>,
+    telemetry: Arc<Telemetry>,
 }
 
 /// What happened to a chunk that reached Redis.
@@ -222,7 +221,7 @@ pub enum Applied {
 }
 
 impl Writer {
-    pub fn new(client: Client, timeout: Duration, telemetry: std::sync::Arc<Telemetry>) -> Writer {
+    pub fn new(client: Client, timeout: Duration, telemetry: Arc<Telemetry>) -> Writer {
         Writer {
             client,
             connection: None,
@@ -252,7 +251,7 @@ impl Writer {
     /// acknowledged. Any error drops the connection, so the next call starts afresh.
     pub async fn write_chunks(
         &mut self,
-        chunks: &[impl AsRef<FlushChunk>],
+        chunks: &[Arc<FlushChunk>],
     ) -> Result<Vec<Applied>, StoreError> {
         let result = self.try_write(chunks).await;
         if result.is_err() {
@@ -276,13 +275,10 @@ impl Writer {
         Ok(())
     }
 
-    async fn try_write(
-        &mut self,
-        chunks: &[impl AsRef<FlushChunk>],
-    ) -> Result<Vec<Applied>, StoreError> {
+    async fn try_write(&mut self, chunks: &[Arc<FlushChunk>]) -> Result<Vec<Applied>, StoreError> {
         let mut conn = self.connection().await?;
         let mut pipe = redis::pipe();
-        for (i, chunk) in chunks.iter().map(AsRef::as_ref).enumerate() {
+        for (i, chunk) in chunks.iter().enumerate() {
             // The first call deletes the tokens acknowledged so far.
             let acknowledged: &[String] = if i == 0 { &self.acknowledged } else { &[] };
             let mut cmd = redis::cmd("EVALSHA");
@@ -307,7 +303,7 @@ impl Writer {
         // The calls deleted the earlier tokens; these chunks' replies arrived, so theirs are next.
         self.acknowledged.clear();
         self.acknowledged
-            .extend(chunks.iter().map(|c| c.as_ref().token.clone()));
+            .extend(chunks.iter().map(|c| c.token.clone()));
         Ok(replies
             .into_iter()
             .map(|applied| {
@@ -371,6 +367,14 @@ mod tests {
         assert_eq!(chunk_sizes(&window(5, &[], 0), 2), [2, 2, 1]);
         assert_eq!(chunk_sizes(&window(3, &[1], 2), 2), [2, 2, 2]);
         assert_eq!(chunk_sizes(&window(0, &[], 0), 2), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn counters_no_precision_takes_are_left_out() {
+        let w = window(5, &[1], 0);
+        let skip = [(1, CounterWrite::Skip), (60, CounterWrite::Skip)];
+        let chunks = build_chunks(&w, &Keys::new(""), &skip, 120, "a", 3600, 100);
+        assert_eq!(chunks.iter().map(|c| c.series).collect::<Vec<_>>(), [1]);
     }
 
     #[test]

@@ -45,8 +45,9 @@ pub struct Config {
     pub redis_timeout_ms: u64,
     /// Series per flush chunk (one server-side script call).
     pub max_series_per_chunk: usize,
-    /// 0: every precision every window. Otherwise the precisions that are multiples of it, and
-    /// the hourly timer statistics, are summed in the agent and written once per this period.
+    /// 0: every precision every window. Otherwise K: counters at precision `p` are summed in the
+    /// agent and written once per `min(p, K)` seconds; the hourly statistics go with the shortest
+    /// such period.
     pub coarse_write_secs: u64,
     /// This agent's name in flush tokens and the cleaner lease; empty means a random one per start.
     pub agent_id: String,
@@ -303,8 +304,8 @@ pub struct Args {
         value_name = "N"
     )]
     pub max_series_per_chunk: Option<usize>,
-    /// Write the precisions that are multiples of this, and timer stats, once per this many
-    /// seconds, summed in the agent; 0 writes everything every window [default: 0].
+    /// Write counters at precision p once per min(p, SECS) seconds, and timer stats with the
+    /// shortest such period, summed in the agent; 0 writes everything every window [default: 0].
     #[arg(
         long,
         global = true,

@@ -254,7 +254,7 @@ impl CoarseSums {
 
     /// Everything summed since the last take, as the window starting at `start`.
     pub fn take(&mut self, start: u64) -> ClosedWindow {
-        let mut stats = Vec::new();
+        let mut stats = Vec::with_capacity(self.stats.iter().map(HashMap::len).sum());
         for (kind, map) in StatKind::ALL.into_iter().zip(&mut self.stats) {
             stats.extend(map.drain().map(|(series, s)| (series, kind, s)));
         }
@@ -281,8 +281,13 @@ pub struct Ledger {
 impl Ledger {
     /// Turns a window into the values to write; must be called in window order.
     pub fn close(&mut self, start: u64, window: Window) -> ClosedWindow {
+        // Sized up front: at many series, a doubling vector's spare half is a large share of the
+        // agent's memory.
         let mut closed = ClosedWindow {
             start,
+            counters: Vec::with_capacity(window.counters.len()),
+            stats: Vec::with_capacity(window.stats.iter().map(HashMap::len).sum()),
+            gauges: Vec::with_capacity(window.gauges.len()),
             ..ClosedWindow::default()
         };
         for (series, v) in window.counters {

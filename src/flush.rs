@@ -333,12 +333,18 @@ impl Closer {
         }
         let mut chunks = self.chunks(&closed, &self.coarse.window_precisions);
 
+        for level in &mut self.coarse.levels {
+            level.group.get_or_insert(start);
+            level.sums.add_counters(&closed.counters);
+        }
+        // Its series are in the chunks and the sums now; at many series its keys are a large
+        // share of the memory a group's end needs.
+        drop(closed);
+
         let interval = self.config.flush_interval_secs;
         let next = start + interval;
         for i in 0..self.coarse.levels.len() {
-            let level = &mut self.coarse.levels[i];
-            level.group.get_or_insert(start);
-            level.sums.add_counters(&closed.counters);
+            let level = &self.coarse.levels[i];
             if last || level.separates(start, next, i == 0) {
                 self.end_group(i);
             }
@@ -384,10 +390,16 @@ impl Closer {
         let Some(group) = level.group.take() else {
             return;
         };
-        let sums = level.sums.take(group);
-        let group_chunks = self.chunks(&sums, &self.coarse.levels[i].precisions);
+        let mut sums = std::mem::take(&mut level.sums);
+        let mut queued = std::mem::take(&mut level.queued);
+        let precisions = &self.coarse.levels[i].precisions;
+        // One chunk a part: the sums become chunks without a copy of all of them in between.
+        sums.take_parts(group, self.config.max_series_per_chunk, |part| {
+            queued.extend(self.chunks(&part, precisions));
+        });
         let level = &mut self.coarse.levels[i];
-        level.queued.extend(group_chunks);
+        level.sums = sums;
+        level.queued = queued;
         let windows = (level.period_secs / self.config.flush_interval_secs) as usize;
         level.per_window = level.queued.len().div_ceil(windows);
     }

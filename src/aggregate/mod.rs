@@ -252,17 +252,30 @@ impl CoarseSums {
         }
     }
 
-    /// Everything summed since the last take, as the window starting at `start`.
-    pub fn take(&mut self, start: u64) -> ClosedWindow {
-        let mut stats = Vec::with_capacity(self.stats.iter().map(HashMap::len).sum());
-        for (kind, map) in StatKind::ALL.into_iter().zip(&mut self.stats) {
-            stats.extend(map.drain().map(|(series, s)| (series, kind, s)));
+    /// Everything summed since the last take, as windows starting at `start` of at most `part`
+    /// series each, handed to `each` one at a time: the sums of many series are never copied
+    /// whole beside the chunks made of them.
+    pub fn take_parts(&mut self, start: u64, part: usize, mut each: impl FnMut(ClosedWindow)) {
+        let part = part.max(1);
+        let mut counters = self.counters.drain().peekable();
+        while counters.peek().is_some() {
+            each(ClosedWindow {
+                start,
+                counters: counters.by_ref().take(part).collect(),
+                ..ClosedWindow::default()
+            });
         }
-        ClosedWindow {
-            start,
-            counters: self.counters.drain().collect(),
-            stats,
-            ..ClosedWindow::default()
+        let mut stats = StatKind::ALL
+            .into_iter()
+            .zip(&mut self.stats)
+            .flat_map(|(kind, map)| map.drain().map(move |(series, s)| (series, kind, s)))
+            .peekable();
+        while stats.peek().is_some() {
+            each(ClosedWindow {
+                start,
+                stats: stats.by_ref().take(part).collect(),
+                ..ClosedWindow::default()
+            });
         }
     }
 }

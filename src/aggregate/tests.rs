@@ -108,10 +108,19 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
         ("t".into(), StatKind::Timer, stat(4.0)),
         ("t".into(), StatKind::Histogram, stat(7.0)),
     ]);
-    let mut taken = sums.take(100);
+    let mut parts = Vec::new();
+    sums.take_parts(100, 1, |part| parts.push(part));
+    assert_eq!(parts.len(), 4, "one series a part");
+    assert!(parts.iter().all(|p| p.start == 100));
+    let mut taken = parts
+        .into_iter()
+        .fold(ClosedWindow::default(), |mut all, p| {
+            all.counters.extend(p.counters);
+            all.stats.extend(p.stats);
+            all
+        });
     taken.counters.sort();
     taken.stats.sort_by_key(|s| s.1);
-    assert_eq!(taken.start, 100);
     assert_eq!(taken.counters, [("a".into(), 5), ("b".into(), -1)]);
     let timer = Stats {
         count: 2.0,
@@ -127,5 +136,7 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
             ("t".into(), StatKind::Histogram, stat(7.0))
         ]
     );
-    assert!(sums.take(105).is_empty(), "a take empties the sums");
+    let mut parts = 0;
+    sums.take_parts(105, 100, |_| parts += 1);
+    assert_eq!(parts, 0, "a take empties the sums");
 }

@@ -86,6 +86,8 @@ struct Coarse {
     window_precisions: Vec<(u64, CounterWrite)>,
     /// Shortest period first.
     levels: Vec<Level>,
+    /// What each level's open group summed.
+    sums: CoarseSums,
 }
 
 /// The precisions written once per `period_secs`, and what is summed for them.
@@ -93,9 +95,8 @@ struct Level {
     period_secs: u64,
     /// What this level's chunks do with counters at each precision.
     precisions: Vec<(u64, CounterWrite)>,
-    /// The current group's first window and its sums.
+    /// The current group's first window.
     group: Option<u64>,
-    sums: CoarseSums,
     /// Chunks of finished groups, spread over the following period's windows so that a group's
     /// end does not make one window several times as costly as the others.
     queued: VecDeque<FlushChunk>,
@@ -132,9 +133,10 @@ impl Coarse {
             return Coarse {
                 window_precisions: CounterWrite::everywhere(&config.precisions),
                 levels: Vec::new(),
+                sums: CoarseSums::new(0),
             };
         }
-        let levels = periods
+        let levels: Vec<Level> = periods
             .iter()
             .enumerate()
             .map(|(i, &q)| Level {
@@ -160,7 +162,6 @@ impl Coarse {
                     })
                     .collect(),
                 group: None,
-                sums: CoarseSums::default(),
                 queued: VecDeque::new(),
                 per_window: 0,
             })
@@ -179,6 +180,7 @@ impl Coarse {
             .collect();
         Coarse {
             window_precisions,
+            sums: CoarseSums::new(levels.len()),
             levels,
         }
     }
@@ -328,15 +330,17 @@ impl Closer {
                 self.end_group(i);
             }
         }
-        if let Some(first) = self.coarse.levels.first_mut() {
-            first.sums.add_stats(std::mem::take(&mut closed.stats));
+        if !self.coarse.levels.is_empty() {
+            self.coarse
+                .sums
+                .add_stats(std::mem::take(&mut closed.stats));
         }
         let mut chunks = self.chunks(&closed, &self.coarse.window_precisions);
 
         for level in &mut self.coarse.levels {
             level.group.get_or_insert(start);
-            level.sums.add_counters(&closed.counters);
         }
+        self.coarse.sums.add_counters(&closed.counters);
         // Its series are in the chunks and the sums now; at many series its keys are a large
         // share of the memory a group's end needs.
         drop(closed);
@@ -390,15 +394,15 @@ impl Closer {
         let Some(group) = level.group.take() else {
             return;
         };
-        let mut sums = std::mem::take(&mut level.sums);
         let mut queued = std::mem::take(&mut level.queued);
+        let mut sums = std::mem::replace(&mut self.coarse.sums, CoarseSums::new(0));
         let precisions = &self.coarse.levels[i].precisions;
         // One chunk a part: the sums become chunks without a copy of all of them in between.
-        sums.take_parts(group, self.config.max_series_per_chunk, |part| {
+        sums.take_parts(i, group, self.config.max_series_per_chunk, |part| {
             queued.extend(self.chunks(&part, precisions));
         });
+        self.coarse.sums = sums;
         let level = &mut self.coarse.levels[i];
-        level.sums = sums;
         level.queued = queued;
         let windows = (level.period_secs / self.config.flush_interval_secs) as usize;
         level.per_window = level.queued.len().div_ceil(windows);

@@ -225,21 +225,63 @@ impl ClosedWindow {
     }
 }
 
-/// The coarse part of several closed windows (`coarse_write_secs`), summed so that it is written
-/// once per group of windows: counters added, statistics merged.
-#[derive(Debug, Default)]
+/// The coarse part of closed windows (`coarse_write_secs`), summed for several levels at once,
+/// each taken at its own group's end: counters added per level, statistics (taken with level 0
+/// only) merged.
+///
+/// A counter series is one map entry whatever the number of levels, its sums in a flat table:
+/// at many series a map (and a key) per level would be a large share of the agent's memory.
+#[derive(Debug)]
 pub struct CoarseSums {
-    counters: HashMap<Box<str>, i64>,
+    levels: usize,
+    /// Each series' row in `sums` and `seen`.
+    rows: HashMap<Box<str>, u32>,
+    /// Row-major, `levels` per row: the sum since the level's group began.
+    sums: Vec<i64>,
+    /// Whether the series was in a window since the level's group began (a sum of 0 is still
+    /// written).
+    seen: Vec<bool>,
+    /// Rows of series no level holds any more, to be reused.
+    free: Vec<u32>,
     /// Indexed by `StatKind as usize`.
     stats: [HashMap<Box<str>, Stats>; 3],
 }
 
 impl CoarseSums {
-    /// Adds a later window's counters (a key is copied only for a series new to the sums).
+    pub fn new(levels: usize) -> CoarseSums {
+        CoarseSums {
+            levels,
+            rows: HashMap::new(),
+            sums: Vec::new(),
+            seen: Vec::new(),
+            free: Vec::new(),
+            stats: Default::default(),
+        }
+    }
+
+    /// Adds a later window's counters to every level (a key is copied only for a series new to
+    /// the sums).
     pub fn add_counters(&mut self, counters: &[(Box<str>, i64)]) {
+        let levels = self.levels;
+        if levels == 0 {
+            return;
+        }
         for (series, n) in counters {
-            let total = self.counters.entry_ref(&**series).or_insert(0);
-            *total = total.saturating_add(*n);
+            let row = *self.rows.entry_ref(&**series).or_insert_with(|| {
+                match self.free.pop() {
+                    Some(row) => row,
+                    None => {
+                        self.sums.resize(self.sums.len() + levels, 0);
+                        self.seen.resize(self.seen.len() + levels, false);
+                        // Rows are bounded by the series a window can hold.
+                        (self.sums.len() / levels - 1) as u32
+                    }
+                }
+            }) as usize;
+            for i in row * levels..(row + 1) * levels {
+                self.sums[i] = self.sums[i].saturating_add(*n);
+                self.seen[i] = true;
+            }
         }
     }
 
@@ -252,30 +294,64 @@ impl CoarseSums {
         }
     }
 
-    /// Everything summed since the last take, as windows starting at `start` of at most `part`
-    /// series each, handed to `each` one at a time: the sums of many series are never copied
-    /// whole beside the chunks made of them.
-    pub fn take_parts(&mut self, start: u64, part: usize, mut each: impl FnMut(ClosedWindow)) {
+    /// What `level` summed since its last take (level 0 also takes the statistics), as windows
+    /// starting at `start` of at most `part` series each, handed to `each` one at a time: the
+    /// sums of many series are never copied whole beside the chunks made of them.
+    pub fn take_parts(
+        &mut self,
+        level: usize,
+        start: u64,
+        part: usize,
+        mut each: impl FnMut(ClosedWindow),
+    ) {
         let part = part.max(1);
-        let mut counters = self.counters.drain().peekable();
-        while counters.peek().is_some() {
-            each(ClosedWindow {
-                start,
-                counters: counters.by_ref().take(part).collect(),
-                ..ClosedWindow::default()
-            });
+        let mut current = ClosedWindow {
+            start,
+            ..ClosedWindow::default()
+        };
+        let mut hand_on_when_full = |current: &mut ClosedWindow| {
+            if current.counters.len() + current.stats.len() == part {
+                each(std::mem::replace(
+                    current,
+                    ClosedWindow {
+                        start,
+                        ..ClosedWindow::default()
+                    },
+                ));
+            }
+        };
+        let levels = self.levels;
+        self.rows.retain(|series, row| {
+            let row = *row as usize;
+            let at = row * levels + level;
+            if self.seen[at] {
+                current.counters.push((series.clone(), self.sums[at]));
+                self.sums[at] = 0;
+                self.seen[at] = false;
+                hand_on_when_full(&mut current);
+            }
+            let held = self.seen[row * levels..(row + 1) * levels].contains(&true);
+            if !held {
+                self.free.push(row as u32);
+            }
+            held
+        });
+        if self.rows.is_empty() {
+            // Nothing held: give the table back (a burst of series must not pin it).
+            self.sums = Vec::new();
+            self.seen = Vec::new();
+            self.free = Vec::new();
         }
-        let mut stats = StatKind::ALL
-            .into_iter()
-            .zip(&mut self.stats)
-            .flat_map(|(kind, map)| map.drain().map(move |(series, s)| (series, kind, s)))
-            .peekable();
-        while stats.peek().is_some() {
-            each(ClosedWindow {
-                start,
-                stats: stats.by_ref().take(part).collect(),
-                ..ClosedWindow::default()
-            });
+        if level == 0 {
+            for (kind, map) in StatKind::ALL.into_iter().zip(&mut self.stats) {
+                for (series, s) in map.drain() {
+                    current.stats.push((series, kind, s));
+                    hand_on_when_full(&mut current);
+                }
+            }
+        }
+        if !current.is_empty() {
+            each(current);
         }
     }
 }

@@ -93,7 +93,7 @@ fn empty_window_closes_empty() {
 
 #[test]
 fn coarse_sums_add_counters_and_merge_stats_across_windows() {
-    let mut sums = CoarseSums::default();
+    let mut sums = CoarseSums::new(1);
     let stat = |v: f64| Stats {
         count: 1.0,
         sum: v,
@@ -109,8 +109,12 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
         ("t".into(), StatKind::Histogram, stat(7.0)),
     ]);
     let mut parts = Vec::new();
-    sums.take_parts(100, 1, |part| parts.push(part));
-    assert_eq!(parts.len(), 4, "one series a part");
+    sums.take_parts(0, 100, 3, |part| parts.push(part));
+    let sizes: Vec<_> = parts
+        .iter()
+        .map(|p| p.counters.len() + p.stats.len())
+        .collect();
+    assert_eq!(sizes, [3, 1], "parts fill across counters and stats");
     assert!(parts.iter().all(|p| p.start == 100));
     let mut taken = parts
         .into_iter()
@@ -137,6 +141,45 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
         ]
     );
     let mut parts = 0;
-    sums.take_parts(105, 100, |_| parts += 1);
+    sums.take_parts(0, 105, 100, |_| parts += 1);
     assert_eq!(parts, 0, "a take empties the sums");
+}
+
+#[test]
+fn coarse_sums_keep_levels_apart_and_reuse_rows_no_level_holds() {
+    fn take(sums: &mut CoarseSums, level: usize) -> Vec<(Box<str>, i64)> {
+        let mut all = Vec::new();
+        sums.take_parts(level, 0, 2, |part| all.extend(part.counters));
+        all.sort();
+        all
+    }
+    let mut sums = CoarseSums::new(2);
+    sums.add_counters(&[("a".into(), 1), ("b".into(), 0)]);
+    assert_eq!(
+        take(&mut sums, 0),
+        [("a".into(), 1), ("b".into(), 0)],
+        "a sum of 0 is still written"
+    );
+    sums.add_counters(&[("a".into(), 2), ("c".into(), 5)]);
+    assert_eq!(take(&mut sums, 0), [("a".into(), 2), ("c".into(), 5)]);
+    sums.add_counters(&[("d".into(), 1)]);
+    assert_eq!(
+        take(&mut sums, 1),
+        [
+            ("a".into(), 3),
+            ("b".into(), 0),
+            ("c".into(), 5),
+            ("d".into(), 1)
+        ]
+    );
+    assert_eq!(sums.rows.len(), 1, "only d is still held, by level 0");
+    assert_eq!(sums.free.len(), 3);
+    sums.add_counters(&[("e".into(), 1)]);
+    assert_eq!(sums.sums.len(), 4 * 2, "e took a free row");
+    assert_eq!(take(&mut sums, 0), [("d".into(), 1), ("e".into(), 1)]);
+    assert_eq!(take(&mut sums, 1), [("e".into(), 1)]);
+    assert!(
+        sums.rows.is_empty() && sums.sums.is_empty(),
+        "nothing held, tables released"
+    );
 }

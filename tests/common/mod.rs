@@ -122,7 +122,16 @@ pub struct TestAgent {
     pub http: SocketAddr,
     pub shutdown: CancellationToken,
     pub telemetry: Arc<Telemetry>,
-    task: tokio::task::JoinHandle<()>,
+    /// Taken by [`TestAgent::stop`].
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A test that fails before it stops its agent must still end: the runtime waits for the
+/// agent's blocking readers, which stop only when told to.
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
 }
 
 impl TestAgent {
@@ -146,7 +155,7 @@ impl TestAgent {
             http,
             shutdown,
             telemetry,
-            task,
+            task: Some(task),
         }
     }
 
@@ -162,9 +171,11 @@ impl TestAgent {
     }
 
     /// Stops the agent and waits for its final flush.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         self.shutdown.cancel();
-        self.task.await.unwrap();
+        if let Some(task) = self.task.take() {
+            task.await.unwrap();
+        }
     }
 
     /// One metric's value from `/metrics` (0 when absent), e.g. `bad_lines_total{reason="x"}`.

@@ -273,7 +273,7 @@ impl CoarseSums {
                     None => {
                         self.sums.resize(self.sums.len() + levels, 0);
                         self.seen.resize(self.seen.len() + levels, false);
-                        // Rows are bounded by the series a window can hold.
+                        // One row per series held at once: far below u32::MAX.
                         (self.sums.len() / levels - 1) as u32
                     }
                 }

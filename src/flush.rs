@@ -90,7 +90,7 @@ struct Coarse {
     sums: CoarseSums,
 }
 
-/// The precisions written once per `period_secs`, and what is summed for them.
+/// The precisions written once per `period_secs`; their sums are `Coarse::sums` at this level's index.
 struct Level {
     period_secs: u64,
     /// What this level's chunks do with counters at each precision.

@@ -43,18 +43,26 @@ impl LineHandler {
             }
             body = whole;
         }
-        for line in protocol::lines(body) {
-            self.tally.lines += 1;
-            self.handle_line(line, window);
+        // The common line is split and parsed in one pass; anything else is split off and
+        // goes through the full parser.
+        while !body.is_empty() {
+            if let Some((series, sample, used)) = protocol::parse_plain(body) {
+                self.tally.lines += 1;
+                self.tally.samples[sample.kind as usize] += 1;
+                window.record(series, &sample);
+                body = &body[used..];
+                continue;
+            }
+            let (line, rest) = protocol::first_line(body);
+            body = rest;
+            if !line.is_empty() {
+                self.tally.lines += 1;
+                self.handle_line(line, window);
+            }
         }
     }
 
     fn handle_line(&mut self, line: &[u8], window: &mut Window) {
-        if let Some((series, sample)) = protocol::parse_plain(line) {
-            window.record(series, &sample);
-            self.tally.samples[sample.kind as usize] += 1;
-            return;
-        }
         match protocol::parse_line(line) {
             Ok(Line::Metric(m)) => {
                 // Naming fails only for the name itself (tags can't make it fail), so it fails
@@ -90,6 +98,66 @@ impl LineHandler {
         if self.bad_example.is_none() {
             let shown = &line[..line.len().min(BAD_LINE_LOG_BYTES)];
             self.bad_example = Some((reason, String::from_utf8_lossy(shown).into_owned()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every line through the full parser alone, one at a time: what the one-pass split and
+    /// parse of whole datagrams must agree with.
+    fn line_by_line(datagram: &[u8]) -> (Window, Tally) {
+        let mut handler = LineHandler::new(true);
+        let mut window = Window::default();
+        for line in protocol::lines(datagram) {
+            handler.tally.lines += 1;
+            handler.handle_line(line, &mut window);
+        }
+        (window, handler.tally)
+    }
+
+    fn assert_same(datagram: &[u8]) {
+        let mut handler = LineHandler::new(true);
+        let mut window = Window::default();
+        handler.handle_datagram(datagram, false, &mut window);
+        let (want, tally) = line_by_line(datagram);
+        let text = String::from_utf8_lossy(datagram);
+        assert_eq!(window.counters, want.counters, "{text:?}");
+        assert_eq!(window.stats, want.stats, "{text:?}");
+        assert_eq!(window.gauges, want.gauges, "{text:?}");
+        assert_eq!(window.sets, want.sets, "{text:?}");
+        assert_eq!(window.logs.len(), want.logs.len(), "{text:?}");
+        assert_eq!(handler.tally.lines, tally.lines, "{text:?}");
+        assert_eq!(handler.tally.bad, tally.bad, "{text:?}");
+        assert_eq!(handler.tally.samples, tally.samples, "{text:?}");
+    }
+
+    #[test]
+    fn datagrams_of_mixed_lines() {
+        for d in [
+            &b"a:1|c\nb:2|ms|@0.5\nq:+3|g\nq:-1|g\n\nc:1|c\r\nd:1|c|#t:1\ne:1|h\nf:2|d"[..],
+            b"a:1|c\n",
+            b"\n\n\r\n",
+            b"a:1|c\r",
+            b"a:1|c|@0.5\nb:1|c|@0.5:2|c\nb:1|c:2|c\nu:x|s\nbad\n:1|c\na:1|x\na:1|c",
+        ] {
+            assert_same(d);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn one_pass_agrees_with_line_by_line(
+            lines in proptest::collection::vec(
+                "[a-z._ ,=]{0,4}:[-+0-9.e:]{0,4}\\|(c|ms|g|s|h|d|x|)(\\|@[0-9.:e]{0,4}|\\|#[a-z:]{0,3}|:[0-9]\\|c|)\r?",
+                0..6,
+            )
+        ) {
+            assert_same(lines.join("\n").as_bytes());
         }
     }
 }

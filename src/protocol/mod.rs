@@ -166,15 +166,26 @@ pub enum Line<'a> {
 
 /// Splits a datagram into its lines: `\n` separated, a trailing `\r` removed, empty lines skipped.
 pub fn lines(datagram: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut start = 0;
-    memchr::memchr_iter(b'\n', datagram)
-        .chain(std::iter::once(datagram.len()))
-        .map(move |end| {
-            let line = &datagram[start..end];
-            start = end + 1;
-            line.strip_suffix(b"\r").unwrap_or(line)
-        })
-        .filter(|l| !l.is_empty())
+    let mut rest = datagram;
+    std::iter::from_fn(move || {
+        while !rest.is_empty() {
+            let (line, next) = first_line(rest);
+            rest = next;
+            if !line.is_empty() {
+                return Some(line);
+            }
+        }
+        None
+    })
+}
+
+/// The first line of `input` (a trailing `\r` removed, possibly empty) and what follows its `\n`.
+pub fn first_line(input: &[u8]) -> (&[u8], &[u8]) {
+    let (line, rest) = match memchr::memchr(b'\n', input) {
+        Some(end) => (&input[..end], &input[end + 1..]),
+        None => (input, &input[input.len()..]),
+    };
+    (line.strip_suffix(b"\r").unwrap_or(line), rest)
 }
 
 /// The part of a truncated datagram that holds whole lines, and whether a partial line was cut.
@@ -208,37 +219,54 @@ const PLAIN_NAME: [bool; 256] = {
 };
 
 /// The common line `name:value|type` or `name:value|type|@rate`, with a plain name (nothing to
-/// sanitize, no tags), in one pass and without building a [`MetricLine`]: its name, which is
-/// also its series name, and its one sample. `None` for anything else, including every bad
-/// line: [`parse_line`] then gives the full answer.
-pub fn parse_plain(line: &[u8]) -> Option<(&str, Sample<'_>)> {
-    let colon = line.iter().position(|&b| !PLAIN_NAME[usize::from(b)])?;
-    if colon == 0 || line[colon] != b':' {
+/// sanitize, no tags), read from the front of `input` in one pass and without building a
+/// [`MetricLine`]: its name, which is also its series name, its one sample, and how many bytes
+/// the line took with its `\n`. `None` for anything else, including every bad line and a line
+/// ending in `\r\n`: [`parse_line`] then gives the full answer.
+///
+/// A reader runs this over a whole datagram, line after line, so the common line is split from
+/// the next one by the same scan that parses it.
+pub fn parse_plain(input: &[u8]) -> Option<(&str, Sample<'_>, usize)> {
+    let colon = input.iter().position(|&b| !PLAIN_NAME[usize::from(b)])?;
+    if colon == 0 || input[colon] != b':' {
         return None;
     }
-    let rest = &line[colon + 1..];
-    let bar = rest.iter().position(|&b| b == b'|' || b == b':')?;
-    if rest[bar] != b'|' {
+    let text_start = colon + 1;
+    let bar = text_start
+        + input[text_start..]
+            .iter()
+            .position(|&b| matches!(b, b'|' | b':' | b'\n'))?;
+    if input[bar] != b'|' {
         return None;
     }
-    let (text, rest) = (&rest[..bar], &rest[bar + 1..]);
-    let type_end = rest
-        .iter()
-        .position(|&b| b == b'|' || b == b':')
-        .unwrap_or(rest.len());
-    let kind = MetricType::from_wire(&rest[..type_end])?;
-    let rate = match &rest[type_end..] {
-        [] => 1.0,
-        [b'|', b'@', r @ ..] if !r.contains(&b':') => value::parse_sample_rate(r).ok()?,
+    let text = &input[text_start..bar];
+    let (kind, rest) = match &input[bar + 1..] {
+        [b'c', rest @ ..] => (MetricType::Counter, rest),
+        [b'm', b's', rest @ ..] => (MetricType::Timer, rest),
+        [b'g', rest @ ..] => (MetricType::Gauge, rest),
+        [b'h', rest @ ..] => (MetricType::Histogram, rest),
+        [b'd', rest @ ..] => (MetricType::Distribution, rest),
+        // Sets, unknown types, a missing type.
+        _ => return None,
+    };
+    let (rate, end) = match rest {
+        [] | [b'\n', ..] => (1.0, rest),
+        [b'|', b'@', r @ ..] => {
+            let (r, end) = r.split_at(memchr::memchr(b'\n', r).unwrap_or(r.len()));
+            if r.contains(&b':') {
+                return None;
+            }
+            (value::parse_sample_rate(r).ok()?, end)
+        }
         _ => return None,
     };
     let value = match (kind, text.first()?) {
-        (MetricType::Set, _) => return None,
         (MetricType::Gauge, b'+' | b'-') => Value::GaugeDelta(value::parse_number(text).ok()?),
         _ => Value::Number(value::parse_number(text).ok()?),
     };
+    let used = input.len() - end.len() + usize::from(!end.is_empty());
     // SAFETY: every byte before `colon` passed the PLAIN_NAME table, which admits ASCII only.
-    let name = unsafe { std::str::from_utf8_unchecked(&line[..colon]) };
+    let name = unsafe { std::str::from_utf8_unchecked(&input[..colon]) };
     Some((
         name,
         Sample {
@@ -247,6 +275,7 @@ pub fn parse_plain(line: &[u8]) -> Option<(&str, Sample<'_>)> {
             rate,
             tags: None,
         },
+        used,
     ))
 }
 

@@ -206,7 +206,8 @@ mod never_panics {
         #[test]
         fn plain_fast_path_agrees_with_the_full_parser(data in "[a-z.=; _,/-]{0,6}:[-+0-9.ea:]{0,5}\\|(c|ms|g|s|h|d|x|)(\\|@[0-9.:e]{0,4}|\\|#[a-z:]{0,4}|:[0-9]\\|c|\\|T[0-9]{0,3}|\\|c:x|)") {
             for line in lines(data.as_bytes()) {
-                if let Some((name, sample)) = parse_plain(line) {
+                if let Some((name, sample, used)) = parse_plain(line) {
+                    prop_assert_eq!(used, line.len());
                     let Ok(Line::Metric(m)) = parse_line(line) else {
                         return Err(TestCaseError::fail(format!("{line:?}: fast path accepted a line the parser rejects")));
                     };
@@ -239,7 +240,7 @@ mod never_panics {
 #[test]
 fn plain_fast_path_takes_the_common_lines_and_leaves_the_rest() {
     fn plain(l: &[u8]) -> Option<(String, MetricType, Value<'_>, f64)> {
-        parse_plain(l).map(|(n, s)| (n.to_string(), s.kind, s.value, s.rate))
+        parse_plain(l).map(|(n, s, _)| (n.to_string(), s.kind, s.value, s.rate))
     }
     assert_eq!(
         plain(b"web.requests:1|c"),
@@ -263,6 +264,13 @@ fn plain_fast_path_takes_the_common_lines_and_leaves_the_rest() {
         plain(b"q:-3|g"),
         Some(("q".into(), MetricType::Gauge, Value::GaugeDelta(-3.0), 1.0))
     );
+    // On a datagram: the first line, and the bytes it took with its newline.
+    let used = |d: &[u8]| parse_plain(d).map(|(_, _, used)| used);
+    assert_eq!(used(b"a:1|c\nb:2|c"), Some(6));
+    assert_eq!(used(b"api.latency:12.5|ms|@0.5\nb:2|c"), Some(25));
+    assert_eq!(used(b"a:1|c"), Some(5));
+    assert_eq!(used(b"a:1|c\r\nb:2|c"), None);
+    assert_eq!(used(b"a:1\nb:2|c"), None);
     for other in [
         &b"web.requests:1|c|#env:prod"[..],
         b"web.requests,env=prod:1|c",

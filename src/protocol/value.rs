@@ -17,12 +17,18 @@ const POW10: [f64; 23] = [
 /// of ten up to 22 both the mantissa and the power are exact doubles, so one multiplication or
 /// division rounds correctly (Clinger's fast path). Anything longer goes to `str::parse`, after
 /// the same grammar check.
+#[inline]
 fn parse_decimal(b: &[u8], allow_sign: bool) -> Option<f64> {
     // The usual value, a small whole number (`1`, `250`): exact as a double up to 15 digits.
     if !b.is_empty() && b.len() <= 15 && b.iter().all(u8::is_ascii_digit) {
         let whole = b.iter().fold(0u64, |m, d| m * 10 + u64::from(d - b'0'));
         return Some(whole as f64);
     }
+    parse_fraction(b, allow_sign)
+}
+
+/// [`parse_decimal`] for anything but a short whole number.
+fn parse_fraction(b: &[u8], allow_sign: bool) -> Option<f64> {
     let mut i = 0;
     let negative = allow_sign && b.first() == Some(&b'-');
     if allow_sign && matches!(b.first(), Some(b'+' | b'-')) {
@@ -100,6 +106,7 @@ fn push_digit(mantissa: &mut u64, significant: &mut usize, d: u8) {
 }
 
 /// A metric value: a finite decimal, optionally signed.
+#[inline]
 pub fn parse_number(b: &[u8]) -> Result<f64, BadLine> {
     parse_decimal(b, true).ok_or(BadLine::InvalidValue)
 }

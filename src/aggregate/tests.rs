@@ -183,3 +183,48 @@ fn coarse_sums_keep_levels_apart_and_reuse_rows_no_level_holds() {
         "nothing held, tables released"
     );
 }
+
+#[test]
+fn series_names_compare_whole() {
+    let names = [
+        "",
+        "a",
+        "ab",
+        "abcdefg",
+        "abcdefgh",
+        "abcdefghi",
+        "load.1.c",
+        "load.1.d",
+    ];
+    let long = [
+        "web.checkout.requests",
+        "web.checkout.requestz",
+        "xeb.checkout.requests",
+    ];
+    for a in names.iter().chain(&long) {
+        for b in names.iter().chain(&long) {
+            assert_eq!(
+                same_bytes(a.as_bytes(), b.as_bytes()),
+                a == b,
+                "{a:?} {b:?}"
+            );
+        }
+    }
+    for len in 0..40 {
+        let a: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        assert!(same_bytes(&a, &a.clone()));
+        for at in 0..len {
+            let mut b = a.clone();
+            b[at] = b'.';
+            assert!(!same_bytes(&a, &b), "{len} {at}");
+        }
+    }
+    // One series per name, found again by its name.
+    let mut w = Window::default();
+    for name in names.iter().chain(&long).skip(1) {
+        w.record(name, &sample(MetricType::Counter, Value::Number(1.0)));
+        w.record(name, &sample(MetricType::Counter, Value::Number(2.0)));
+    }
+    assert_eq!(w.counters.len(), names.len() + long.len() - 1);
+    assert!(w.counters.values().all(|v| *v == 3.0));
+}

@@ -222,6 +222,12 @@ mod never_panics {
         }
 
         #[test]
+        fn plain_name_len_agrees_with_the_table(data in proptest::collection::vec(any::<u8>(), 0..70)) {
+            let want = data.iter().position(|&b| !PLAIN_NAME[usize::from(b)]).unwrap_or(data.len());
+            prop_assert_eq!(plain_name_len(&data), want);
+        }
+
+        #[test]
         fn on_protocol_shaped_bytes(data in "[a-z_:|@#,=.\\-+0-9ecgmshdT{}\n\r ]{0,120}") {
             let mut namer = SeriesNamer::new(true);
             for line in lines(data.as_bytes()) {
@@ -233,6 +239,25 @@ mod never_panics {
                     }
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn plain_names_of_every_length() {
+    // Long enough for whole 16-byte blocks, the first non-name byte at every position.
+    for len in 0..40 {
+        for stop in [b':', b' ', b'\n', b'|', b',', b'#', 0x80, 0xff] {
+            let mut line = "a.b-c_d;e=f9Z".repeat(4).into_bytes();
+            line.truncate(len);
+            line.push(stop);
+            line.extend_from_slice(b"xyz:1|c");
+            assert_eq!(
+                plain_name_len(&line),
+                len,
+                "{:?}",
+                String::from_utf8_lossy(&line)
+            );
         }
     }
 }

@@ -17,7 +17,7 @@ const POW10: [f64; 23] = [
 /// of ten up to 22 both the mantissa and the power are exact doubles, so one multiplication or
 /// division rounds correctly (Clinger's fast path). Anything longer goes to `str::parse`, after
 /// the same grammar check.
-#[inline]
+#[inline(always)]
 fn parse_decimal(b: &[u8], allow_sign: bool) -> Option<f64> {
     // The usual value, a small whole number (`1`, `250`): exact as a double up to 15 digits.
     if !b.is_empty() && b.len() <= 15 && b.iter().all(u8::is_ascii_digit) {
@@ -28,6 +28,7 @@ fn parse_decimal(b: &[u8], allow_sign: bool) -> Option<f64> {
 }
 
 /// [`parse_decimal`] for anything but a short whole number.
+#[inline(never)]
 fn parse_fraction(b: &[u8], allow_sign: bool) -> Option<f64> {
     let mut i = 0;
     let negative = allow_sign && b.first() == Some(&b'-');

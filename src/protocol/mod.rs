@@ -289,11 +289,11 @@ pub fn parse_plain(input: &[u8]) -> Option<(&str, Sample<'_>, usize)> {
         return None;
     }
     let text_start = colon + 1;
-    let bar = text_start
-        + input[text_start..]
-            .iter()
-            .position(|&b| matches!(b, b'|' | b':' | b'\n'))?;
-    if input[bar] != b'|' {
+    let mut bar = text_start;
+    while bar < input.len() && !matches!(input[bar], b'|' | b':' | b'\n') {
+        bar += 1;
+    }
+    if input.get(bar) != Some(&b'|') {
         return None;
     }
     let text = &input[text_start..bar];

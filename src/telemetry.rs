@@ -14,9 +14,11 @@ use crate::protocol::{BadLine, MetricType};
 const PREFIX: &str = "statsd_redis_";
 
 /// Flush duration buckets: a healthy flush takes milliseconds; the upper buckets show a Redis
-/// that is slow or timing out.
-const FLUSH_BUCKETS: [f64; 15] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+/// that is slow or timing out. Between 0.1 and 1 s, where a busy agent's flushes fall against
+/// its 1 s window, they are 100 ms apart, so a p99 read from them is within 0.1 s.
+const FLUSH_BUCKETS: [f64; 20] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Counts of what the readers received; one per reader, added to the shared handles after each

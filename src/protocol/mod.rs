@@ -1,7 +1,8 @@
 //! The StatsD / DogStatsD line protocol (SPEC §2), as pure functions over bytes.
 //!
 //! [`lines`] splits a datagram, [`parse_line`] turns one line into a [`Line`] that borrows from
-//! the datagram, and [`SeriesNamer`] folds a metric's name and tags into its series name. No
+//! the datagram, and [`SeriesNamer`] folds a metric's name and tags into its series name;
+//! [`parse_plain`] reads the common untagged line straight off the datagram instead. No
 //! clock, socket or metric lives here: bad input is a [`BadLine`] value, never a panic.
 
 mod event;

@@ -298,6 +298,8 @@ pub fn parse_plain(input: &[u8]) -> Option<(&str, Sample<'_>, usize)> {
         return None;
     }
     let text = &input[text_start..bar];
+    // `MetricType::from_wire` as a byte match: finding the type's end first and looking it up
+    // cost 4 ns a line. The proptest against the full parser holds the two together.
     let (kind, rest) = match &input[bar + 1..] {
         [b'c', rest @ ..] => (MetricType::Counter, rest),
         [b'm', b's', rest @ ..] => (MetricType::Timer, rest),

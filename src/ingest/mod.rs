@@ -159,5 +159,10 @@ mod tests {
         ) {
             assert_same(lines.join("\n").as_bytes());
         }
+
+        #[test]
+        fn one_pass_agrees_on_arbitrary_bytes(data in proptest::collection::vec(any::<u8>(), 0..120)) {
+            assert_same(&data);
+        }
     }
 }

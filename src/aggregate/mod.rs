@@ -12,6 +12,7 @@ pub use log::{LogEntry, Severity};
 
 use std::hash::{Hash, Hasher};
 
+use compact_str::CompactString;
 use hashbrown::{Equivalent, HashMap, HashSet};
 
 use crate::protocol::{MetricType, Sample, Value};
@@ -99,9 +100,14 @@ impl GaugeUpdate {
     }
 }
 
+/// A series name as the aggregation keeps it: up to 24 bytes inside the map's own slot, so a
+/// lookup reads the name where it finds the slot, and a typical name costs no allocation of its
+/// own; longer ones go to the heap.
+pub type SeriesName = CompactString;
+
 /// A series name as a window looks it up: hashed like the `str` it wraps, so it finds the
-/// `Box<str>` keys, and compared without a call into `memcmp`, which costs more than the compare
-/// for names this short.
+/// [`SeriesName`] keys, and compared without a call into `memcmp`, which costs more than the
+/// compare for names this short.
 struct Name<'a>(&'a str);
 
 impl Hash for Name<'_> {
@@ -110,15 +116,15 @@ impl Hash for Name<'_> {
     }
 }
 
-impl Equivalent<Box<str>> for Name<'_> {
-    fn equivalent(&self, key: &Box<str>) -> bool {
+impl Equivalent<SeriesName> for Name<'_> {
+    fn equivalent(&self, key: &SeriesName) -> bool {
         same_bytes(self.0.as_bytes(), key.as_bytes())
     }
 }
 
-impl From<&Name<'_>> for Box<str> {
-    fn from(name: &Name<'_>) -> Box<str> {
-        name.0.into()
+impl From<&Name<'_>> for SeriesName {
+    fn from(name: &Name<'_>) -> SeriesName {
+        SeriesName::new(name.0)
     }
 }
 
@@ -146,11 +152,11 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 /// Everything received in one window, keyed by series name.
 #[derive(Debug, Default)]
 pub struct Window {
-    pub counters: HashMap<Box<str>, f64>,
+    pub counters: HashMap<SeriesName, f64>,
     /// Indexed by `StatKind as usize`.
-    pub stats: [HashMap<Box<str>, Stats>; 3],
-    pub gauges: HashMap<Box<str>, GaugeUpdate>,
-    pub sets: HashMap<Box<str>, HashSet<Member>>,
+    pub stats: [HashMap<SeriesName, Stats>; 3],
+    pub gauges: HashMap<SeriesName, GaugeUpdate>,
+    pub sets: HashMap<SeriesName, HashSet<Member>>,
     pub logs: Vec<LogEntry>,
 }
 
@@ -253,11 +259,11 @@ pub type Member = Box<[u8]>;
 pub struct ClosedWindow {
     /// Start of the window, epoch seconds.
     pub start: u64,
-    pub counters: Vec<(Box<str>, i64)>,
-    pub stats: Vec<(Box<str>, StatKind, Stats)>,
+    pub counters: Vec<(SeriesName, i64)>,
+    pub stats: Vec<(SeriesName, StatKind, Stats)>,
     /// The gauges this window touched, with their value after it.
-    pub gauges: Vec<(Box<str>, f64)>,
-    pub sets: Vec<(Box<str>, Vec<Member>)>,
+    pub gauges: Vec<(SeriesName, f64)>,
+    pub sets: Vec<(SeriesName, Vec<Member>)>,
     pub logs: Vec<LogEntry>,
 }
 
@@ -281,7 +287,7 @@ impl ClosedWindow {
 pub struct CoarseSums {
     levels: usize,
     /// Each series' row in `sums` and `seen`.
-    rows: HashMap<Box<str>, u32>,
+    rows: HashMap<SeriesName, u32>,
     /// Row-major, `levels` per row: the sum since the level's group began.
     sums: Vec<i64>,
     /// Whether the series was in a window since the level's group began (a sum of 0 is still
@@ -290,7 +296,7 @@ pub struct CoarseSums {
     /// Rows of series no level holds any more, to be reused.
     free: Vec<u32>,
     /// Indexed by `StatKind as usize`.
-    stats: [HashMap<Box<str>, Stats>; 3],
+    stats: [HashMap<SeriesName, Stats>; 3],
 }
 
 impl CoarseSums {
@@ -307,7 +313,7 @@ impl CoarseSums {
 
     /// Adds a later window's counters to every level (a key is copied only for a series new to
     /// the sums).
-    pub fn add_counters(&mut self, counters: &[(Box<str>, i64)]) {
+    pub fn add_counters(&mut self, counters: &[(SeriesName, i64)]) {
         let levels = self.levels;
         if levels == 0 {
             return;
@@ -331,7 +337,7 @@ impl CoarseSums {
         }
     }
 
-    pub fn add_stats(&mut self, stats: Vec<(Box<str>, StatKind, Stats)>) {
+    pub fn add_stats(&mut self, stats: Vec<(SeriesName, StatKind, Stats)>) {
         for (series, kind, s) in stats {
             self.stats[kind as usize]
                 .entry(series)
@@ -409,8 +415,8 @@ const WHOLE_EPSILON: f64 = 1e-9;
 /// What lives across windows: each counter's carried fraction and each gauge's value.
 #[derive(Debug, Default)]
 pub struct Ledger {
-    carries: HashMap<Box<str>, f64>,
-    gauges: HashMap<Box<str>, f64>,
+    carries: HashMap<SeriesName, f64>,
+    gauges: HashMap<SeriesName, f64>,
 }
 
 impl Ledger {

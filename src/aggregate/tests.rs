@@ -147,7 +147,7 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
 
 #[test]
 fn coarse_sums_keep_levels_apart_and_reuse_rows_no_level_holds() {
-    fn take(sums: &mut CoarseSums, level: usize) -> Vec<(Box<str>, i64)> {
+    fn take(sums: &mut CoarseSums, level: usize) -> Vec<(SeriesName, i64)> {
         let mut all = Vec::new();
         sums.take_parts(level, 0, 2, |part| all.extend(part.counters));
         all.sort();

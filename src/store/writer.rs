@@ -9,7 +9,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{Client, RedisWrite, Script, ToRedisArgs};
 
 use super::{Keys, StoreError, clock, keys};
-use crate::aggregate::ClosedWindow;
+use crate::aggregate::{ClosedWindow, SeriesName};
 use crate::telemetry::Telemetry;
 
 const FLUSH_SCRIPT: &str = include_str!("flush.lua");
@@ -196,7 +196,7 @@ pub fn build_chunks(
     let asctime = clock::asctime(window.start);
     // Counters that no listed precision takes (all of them coarse) are left out, not sent.
     let counted = precisions.iter().any(|(_, c)| *c != CounterWrite::Skip);
-    let all_counters: &[(Box<str>, i64)] = if counted { &window.counters } else { &[] };
+    let all_counters: &[(SeriesName, i64)] = if counted { &window.counters } else { &[] };
     plan(window, all_counters.len(), max_series)
         .into_iter()
         .enumerate()

@@ -223,8 +223,8 @@ const PLAIN_NAME: [bool; 256] = {
 fn plain_name_len(input: &[u8]) -> usize {
     let mut at = 0;
     #[cfg(target_arch = "x86_64")]
-    while let Some(block) = input.get(at..at + 16) {
-        let not_plain = simd::not_plain(block.try_into().unwrap_or(&[0; 16]));
+    while let Some(block) = input[at..].first_chunk::<16>() {
+        let not_plain = simd::not_plain(block);
         if not_plain != 0 {
             return at + not_plain.trailing_zeros() as usize;
         }

@@ -91,34 +91,37 @@ local function zadder(key)
   return z
 end
 
--- The index of counters or gauges: members `<precision>:<series>`, score 0.
-local function indexer(key)
-  local z = zadder(key)
-  return { flush = z.flush, add = function(member) z.add(0, member) end }
-end
-
--- Counters (update_counter): count:<p>:<series> and the known: index.
-local known = indexer(prefix .. 'known:')
-local count_keys = {}
-for _, p in ipairs(written) do
-  count_keys[p] = prefix .. 'count:' .. precisions[p] .. ':'
-end
+-- Counters (update_counter): count:<p>:<series> and the known: index (members
+-- `<precision>:<series>`, score 0). One loop per precision over the chunk's series: the body
+-- is a single call, which is most of a flush's work.
 -- An index member is added only with a new slice (the slice's total equals this increment): a
 -- slice that existed means its hash existed, and an existing hash keeps its member (the cleaner
 -- removes a member only with its emptied hash, atomically). For the coarse precisions that
 -- skips all but the first write of a slice, and most of the index work.
-for _ = 1, count() do
-  local series, n = ARGV[i], ARGV[i + 1]
-  i = i + 2
-  local increment = tonumber(n)
-  for _, p in ipairs(written) do
-    local total = redis.call('HINCRBY', count_keys[p] .. series, slices[p], n)
-    if total == increment and index_new[p] then
-      known.add(precisions[p] .. ':' .. series)
+local known = zadder(prefix .. 'known:')
+local series_count = count()
+local first = i
+i = first + 2 * series_count
+for _, p in ipairs(written) do
+  local key, slice = prefix .. 'count:' .. precisions[p] .. ':', slices[p]
+  if index_new[p] then
+    local member = precisions[p] .. ':'
+    for j = first, i - 1, 2 do
+      local n = ARGV[j + 1]
+      if redis.call('HINCRBY', key .. ARGV[j], slice, n) == tonumber(n) then
+        known.add(0, member .. ARGV[j])
+      end
+    end
+  else
+    for j = first, i - 1, 2 do
+      redis.call('HINCRBY', key .. ARGV[j], slice, ARGV[j + 1])
     end
   end
-  for _, p in ipairs(index_all) do
-    known.add(precisions[p] .. ':' .. series)
+end
+for _, p in ipairs(index_all) do
+  local member = precisions[p] .. ':'
+  for j = first, i - 1, 2 do
+    known.add(0, member .. ARGV[j])
   end
 end
 known.flush()
@@ -152,7 +155,7 @@ if timers > 0 then
 end
 
 -- Gauges: the current value, and the value per slice indexed like counters.
-local known_gauges = indexer(prefix .. 'known:gauge:')
+local known_gauges = zadder(prefix .. 'known:gauge:')
 local gauges = prefix .. 'gauges:'
 for _ = 1, count() do
   local series, value = ARGV[i], ARGV[i + 1]
@@ -162,7 +165,7 @@ for _ = 1, count() do
     local member = precisions[p] .. ':' .. series
     -- Indexed with a new slice only, as the counters are.
     if redis.call('HSET', prefix .. 'gauge:' .. member, slices[p], value) == 1 then
-      known_gauges.add(member)
+      known_gauges.add(0, member)
     end
   end
 end

@@ -470,11 +470,12 @@ async fn write_backlog(
                 };
                 front.next += chunks.len();
                 if front.next == front.chunks.len() {
+                    let chunks = front.next;
                     queue.pop_front();
                     telemetry.backlog_windows.set(queue.len() as f64);
-                    telemetry
-                        .flush_duration
-                        .record(started.elapsed().as_secs_f64());
+                    let seconds = started.elapsed().as_secs_f64();
+                    telemetry.flush_duration.record(seconds);
+                    tracing::debug!(window = start, chunks, seconds, "window written");
                     telemetry.flushes_ok.increment(1);
                     telemetry.last_flush.set(unix_now().as_secs_f64());
                 }

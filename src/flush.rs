@@ -394,17 +394,17 @@ impl Closer {
         let Some(group) = level.group.take() else {
             return;
         };
-        let mut queued = std::mem::take(&mut level.queued);
+        let windows = (level.period_secs / self.config.flush_interval_secs).max(1) as usize;
+        let mut fresh = Vec::new();
         let mut sums = std::mem::replace(&mut self.coarse.sums, CoarseSums::new(0));
         let precisions = &self.coarse.levels[i].precisions;
         // One chunk a part: the sums become chunks without a copy of all of them in between.
         sums.take_parts(i, group, self.config.max_series_per_chunk, |part| {
-            queued.extend(self.chunks(&part, precisions));
+            fresh.extend(self.chunks(&part, precisions));
         });
         self.coarse.sums = sums;
         let level = &mut self.coarse.levels[i];
-        level.queued = queued;
-        let windows = (level.period_secs / self.config.flush_interval_secs) as usize;
+        level.queued.extend(deal(fresh, windows));
         level.per_window = level.queued.len().div_ceil(windows);
     }
 
@@ -419,6 +419,18 @@ impl Closer {
             self.config.max_series_per_chunk,
         )
     }
+}
+
+/// Orders a group's chunks for `windows` windows that take them in turn, as many each: chunk
+/// `j` goes to the `j % windows`th. A group's chunks of one kind come together (its timers'
+/// stats after its counters) and cost Redis more or less than the others; taken in blocks,
+/// they made one window of every period the slowest.
+fn deal<T>(chunks: Vec<T>, windows: usize) -> impl Iterator<Item = T> {
+    let mut hands: Vec<Vec<T>> = (0..windows).map(|_| Vec::new()).collect();
+    for (j, chunk) in chunks.into_iter().enumerate() {
+        hands[j % windows].push(chunk);
+    }
+    hands.into_iter().flatten()
 }
 
 /// Writes queued windows oldest first, retrying a failed chunk with backoff, until the queue is
@@ -547,6 +559,17 @@ mod tests {
             closer.close(start, false, &backlog);
         }
         backlog.lock().iter().map(|w| w.chunks.len()).collect()
+    }
+
+    #[test]
+    fn a_group_is_dealt_so_that_each_window_gets_a_share_of_every_kind() {
+        // Nine counter chunks, then three costlier stats chunks, over three windows of four.
+        let group = (0..12).map(|j| if j < 9 { 'c' } else { 's' }).collect();
+        let dealt: Vec<char> = deal(group, 3).collect();
+        for take in dealt.chunks(4) {
+            assert_eq!(take.iter().filter(|&&k| k == 's').count(), 1, "{dealt:?}");
+        }
+        assert_eq!(deal(vec![1, 2], 5).collect::<Vec<_>>(), [1, 2]);
     }
 
     #[test]

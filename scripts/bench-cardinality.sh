@@ -6,7 +6,9 @@
 #
 #   scripts/bench-cardinality.sh [seconds=60] [counters=100000] [timers=10000] [precisions=1,5,60,300,3600,18000,86400]
 #
-# AGENT_ARGS adds agent flags, e.g. AGENT_ARGS='--coarse-write-secs 5'.
+# AGENT_ARGS adds agent flags, e.g. AGENT_ARGS='--coarse-write-secs 5'. AGENT_LOG=file keeps the
+# agent's log; with RUST_LOG=statsd_redis=debug it has a line per window written, with its
+# duration.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}; counters=${2:-100000}; timers=${3:-10000}; precisions=${4:-1,5,60,300,3600,18000,86400}
@@ -21,7 +23,7 @@ redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir
 until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
 udp=$(free_port); http=$(free_port)
 target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
-  --precisions "$precisions" --cleaner-enabled false ${AGENT_ARGS:-} 2>"$dir/agent.log" &
+  --precisions "$precisions" --cleaner-enabled false ${AGENT_ARGS:-} 2>"${AGENT_LOG:-$dir/agent.log}" &
 pid=$!
 until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
 sleep 1

@@ -95,6 +95,9 @@ struct Level {
     period_secs: u64,
     /// What this level's chunks do with counters at each precision.
     precisions: Vec<(u64, CounterWrite)>,
+    /// The same without index members, for series this level wrote in the group before too;
+    /// `None` where that is not safe (see [`Coarse::new`]).
+    continuing: Option<Vec<(u64, CounterWrite)>>,
     /// The current group's first window.
     group: Option<u64>,
     /// Chunks of finished groups, spread over the following period's windows so that a group's
@@ -136,12 +139,12 @@ impl Coarse {
                 sums: CoarseSums::new(0),
             };
         }
+        let longest = periods.last().copied().unwrap_or(interval);
         let levels: Vec<Level> = periods
             .iter()
             .enumerate()
-            .map(|(i, &q)| Level {
-                period_secs: q,
-                precisions: config
+            .map(|(i, &q)| {
+                let precisions: Vec<(u64, CounterWrite)> = config
                     .precisions
                     .iter()
                     .map(|&p| {
@@ -160,10 +163,35 @@ impl Coarse {
                         };
                         (p, write)
                     })
-                    .collect(),
-                group: None,
-                queued: VecDeque::new(),
-                per_window: 0,
+                    .collect();
+                // A series written in two groups in a row has, at each of the level's
+                // precisions, a hash holding a slice from the group before, which the cleaner
+                // keeps for sample_count slices: the hash was never emptied, so the index member
+                // added with it is still there and is not sent again. Only where that slice
+                // outlives the group by a wide margin, and not at the longest level, whose
+                // groups add every member once per its period: after a loss of Redis's data,
+                // members come back within that period.
+                let kept = |&(p, c): &(u64, CounterWrite)| {
+                    c == CounterWrite::Skip || config.sample_count.saturating_mul(p) >= 3 * q
+                };
+                let continuing = (q < longest && precisions.iter().all(kept)).then(|| {
+                    precisions
+                        .iter()
+                        .map(|&(p, c)| match c {
+                            CounterWrite::IndexOnly => (p, CounterWrite::Skip),
+                            CounterWrite::Write => (p, CounterWrite::WriteUnindexed),
+                            other => (p, other),
+                        })
+                        .collect()
+                });
+                Level {
+                    period_secs: q,
+                    precisions,
+                    continuing,
+                    group: None,
+                    queued: VecDeque::new(),
+                    per_window: 0,
+                }
             })
             .collect();
         let window_precisions = config
@@ -397,11 +425,25 @@ impl Closer {
         let windows = (level.period_secs / self.config.flush_interval_secs).max(1) as usize;
         let mut fresh = Vec::new();
         let mut sums = std::mem::replace(&mut self.coarse.sums, CoarseSums::new(0));
-        let precisions = &self.coarse.levels[i].precisions;
+        let level = &self.coarse.levels[i];
+        // Every index member once per longest period, the first group in it: what a loss of
+        // Redis's data took comes back.
+        let longest = self.coarse.levels.last().map_or(1, |l| l.period_secs);
+        let all_new = level.continuing.is_none() || group % longest < level.period_secs;
         // One chunk a part: the sums become chunks without a copy of all of them in between.
-        sums.take_parts(i, group, self.config.max_series_per_chunk, |part| {
-            fresh.extend(self.chunks(&part, precisions));
-        });
+        sums.take_parts(
+            i,
+            group,
+            self.config.max_series_per_chunk,
+            all_new,
+            |part, continuing| {
+                let precisions = match &level.continuing {
+                    Some(unindexed) if continuing => unindexed,
+                    _ => &level.precisions,
+                };
+                fresh.extend(self.chunks(&part, precisions));
+            },
+        );
         self.coarse.sums = sums;
         let level = &mut self.coarse.levels[i];
         level.queued.extend(deal(fresh, windows));
@@ -646,6 +688,27 @@ mod tests {
                 ),
             ]
         );
+        // Series of two 5 s groups in a row write without index members; the longest level
+        // always adds them.
+        assert_eq!(
+            coarse.levels[0].continuing,
+            Some(precisions([
+                Skip,
+                WriteUnindexed,
+                Skip,
+                Skip,
+                Skip,
+                Skip,
+                Skip
+            ]))
+        );
+        assert_eq!(coarse.levels[1].continuing, None);
+        // Unless the cleaner may empty a hash between two groups: 4 slices of 1 s < 3 × 5 s.
+        let few_slices = Coarse::new(&Config {
+            sample_count: 4,
+            ..config
+        });
+        assert_eq!(few_slices.levels[0].continuing, None);
     }
 
     #[test]

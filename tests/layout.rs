@@ -549,3 +549,48 @@ async fn coarse_writes_keep_every_precision_and_the_stats_exact() {
     let lat = get_stats(&redis, "stats:grouped.lat:AccessTime");
     assert_eq!((lat["count"], lat["max"]), (timed as f64 + 1.0, 50.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_members_lost_with_redis_data_come_back_within_the_longest_period() {
+    let redis = RedisServer::start();
+    // 1 s every window; 2 s once per 2 s (with the 1 s index); 6 s once per 6 s.
+    let precisions = [1, 2, 6];
+    let agent = TestAgent::start(Config {
+        coarse_write_secs: 6,
+        precisions: precisions.to_vec(),
+        ..test_config(&redis)
+    });
+    let members: Vec<String> = precisions.iter().map(|p| format!("{p}:steady")).collect();
+    let indexed = || {
+        let known = redis.known("known:");
+        members.iter().all(|m| known.contains(m))
+    };
+    let sending = async {
+        loop {
+            agent.send(b"steady:1|c");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let checks = async {
+        eventually(
+            Duration::from_secs(15),
+            "indexed at every precision",
+            indexed,
+        )
+        .await;
+        // The index lost, as with a Redis restarted without its data: the series goes on being
+        // written in group after group, which alone would not add its members again.
+        let _: () = get(&redis, redis::cmd("DEL").arg("known:"));
+        eventually(
+            Duration::from_secs(15),
+            "indexed again within the longest period",
+            indexed,
+        )
+        .await;
+    };
+    tokio::select! {
+        _ = sending => unreachable!("sends until the checks end"),
+        _ = checks => {}
+    }
+    agent.stop().await;
+}

@@ -293,6 +293,9 @@ pub struct CoarseSums {
     /// Whether the series was in a window since the level's group began (a sum of 0 is still
     /// written).
     seen: Vec<bool>,
+    /// Whether the level's last take had the series: seen in the group before the current one.
+    /// A row is held while any level has it seen or taken.
+    taken: Vec<bool>,
     /// Rows of series no level holds any more, to be reused.
     free: Vec<u32>,
     /// Indexed by `StatKind as usize`.
@@ -306,6 +309,7 @@ impl CoarseSums {
             rows: HashMap::new(),
             sums: Vec::new(),
             seen: Vec::new(),
+            taken: Vec::new(),
             free: Vec::new(),
             stats: Default::default(),
         }
@@ -325,6 +329,7 @@ impl CoarseSums {
                     None => {
                         self.sums.resize(self.sums.len() + levels, 0);
                         self.seen.resize(self.seen.len() + levels, false);
+                        self.taken.resize(self.taken.len() + levels, false);
                         // One row per series held at once: far below u32::MAX.
                         (self.sums.len() / levels - 1) as u32
                     }
@@ -349,40 +354,47 @@ impl CoarseSums {
     /// What `level` summed since its last take (level 0 also takes the statistics), as windows
     /// starting at `start` of at most `part` series each, handed to `each` one at a time: the
     /// sums of many series are never copied whole beside the chunks made of them.
+    ///
+    /// Series the level's previous take had too (seen in two groups in a row) come in parts of
+    /// their own, handed with `continuing` true unless `all_new`; the others, and the
+    /// statistics, with it false.
     pub fn take_parts(
         &mut self,
         level: usize,
         start: u64,
         part: usize,
-        mut each: impl FnMut(ClosedWindow),
+        all_new: bool,
+        mut each: impl FnMut(ClosedWindow, bool),
     ) {
         let part = part.max(1);
-        let mut current = ClosedWindow {
+        let empty = || ClosedWindow {
             start,
             ..ClosedWindow::default()
         };
-        let mut hand_on_when_full = |current: &mut ClosedWindow| {
+        // Indexed by `continuing as usize`.
+        let mut current = [empty(), empty()];
+        let mut hand_on_when_full = |current: &mut ClosedWindow, continuing: bool| {
             if current.counters.len() + current.stats.len() == part {
-                each(std::mem::replace(
-                    current,
-                    ClosedWindow {
-                        start,
-                        ..ClosedWindow::default()
-                    },
-                ));
+                each(std::mem::replace(current, empty()), continuing);
             }
         };
         let levels = self.levels;
         self.rows.retain(|series, row| {
             let row = *row as usize;
             let at = row * levels + level;
-            if self.seen[at] {
+            let seen = self.seen[at];
+            if seen {
+                let continuing = self.taken[at] && !all_new;
+                let current = &mut current[continuing as usize];
                 current.counters.push((series.clone(), self.sums[at]));
                 self.sums[at] = 0;
                 self.seen[at] = false;
-                hand_on_when_full(&mut current);
+                hand_on_when_full(current, continuing);
             }
-            let held = self.seen[row * levels..(row + 1) * levels].contains(&true);
+            self.taken[at] = seen;
+            let row_levels = row * levels..(row + 1) * levels;
+            let held = self.seen[row_levels.clone()].contains(&true)
+                || self.taken[row_levels].contains(&true);
             if !held {
                 self.free.push(row as u32);
             }
@@ -392,18 +404,21 @@ impl CoarseSums {
             // Nothing held: give the table back (a burst of series must not pin it).
             self.sums = Vec::new();
             self.seen = Vec::new();
+            self.taken = Vec::new();
             self.free = Vec::new();
         }
         if level == 0 {
             for (kind, map) in StatKind::ALL.into_iter().zip(&mut self.stats) {
                 for (series, s) in map.drain() {
-                    current.stats.push((series, kind, s));
-                    hand_on_when_full(&mut current);
+                    current[0].stats.push((series, kind, s));
+                    hand_on_when_full(&mut current[0], false);
                 }
             }
         }
-        if !current.is_empty() {
-            each(current);
+        for (continuing, window) in current.into_iter().enumerate() {
+            if !window.is_empty() {
+                each(window, continuing == 1);
+            }
         }
     }
 }

@@ -109,7 +109,13 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
         ("t".into(), StatKind::Histogram, stat(7.0)),
     ]);
     let mut parts = Vec::new();
-    sums.take_parts(0, 100, 3, |part| parts.push(part));
+    sums.take_parts(0, 100, 3, false, |part, continuing| {
+        assert!(
+            !continuing,
+            "a first take has no series from the group before"
+        );
+        parts.push(part)
+    });
     let sizes: Vec<_> = parts
         .iter()
         .map(|p| p.counters.len() + p.stats.len())
@@ -141,7 +147,7 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
         ]
     );
     let mut parts = 0;
-    sums.take_parts(0, 105, 100, |_| parts += 1);
+    sums.take_parts(0, 105, 100, false, |_, _| parts += 1);
     assert_eq!(parts, 0, "a take empties the sums");
 }
 
@@ -149,7 +155,7 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
 fn coarse_sums_keep_levels_apart_and_reuse_rows_no_level_holds() {
     fn take(sums: &mut CoarseSums, level: usize) -> Vec<(SeriesName, i64)> {
         let mut all = Vec::new();
-        sums.take_parts(level, 0, 2, |part| all.extend(part.counters));
+        sums.take_parts(level, 0, 2, false, |part, _| all.extend(part.counters));
         all.sort();
         all
     }
@@ -172,15 +178,59 @@ fn coarse_sums_keep_levels_apart_and_reuse_rows_no_level_holds() {
             ("d".into(), 1)
         ]
     );
-    assert_eq!(sums.rows.len(), 1, "only d is still held, by level 0");
+    assert_eq!(take(&mut sums, 0), [("d".into(), 1)]);
+    assert_eq!(take(&mut sums, 1), []);
+    assert_eq!(
+        sums.rows.len(),
+        1,
+        "only d is still held: level 0's last take had it"
+    );
     assert_eq!(sums.free.len(), 3);
     sums.add_counters(&[("e".into(), 1)]);
     assert_eq!(sums.sums.len(), 4 * 2, "e took a free row");
-    assert_eq!(take(&mut sums, 0), [("d".into(), 1), ("e".into(), 1)]);
+    assert_eq!(take(&mut sums, 0), [("e".into(), 1)]);
     assert_eq!(take(&mut sums, 1), [("e".into(), 1)]);
+    assert_eq!(take(&mut sums, 0), []);
+    assert_eq!(take(&mut sums, 1), []);
     assert!(
         sums.rows.is_empty() && sums.sums.is_empty(),
         "nothing held, tables released"
+    );
+}
+
+#[test]
+fn coarse_sums_tell_series_of_two_groups_in_a_row_apart() {
+    fn take(sums: &mut CoarseSums, all_new: bool) -> [Vec<SeriesName>; 2] {
+        let mut by_kind: [Vec<SeriesName>; 2] = Default::default();
+        sums.take_parts(0, 0, 2, all_new, |part, continuing| {
+            assert!(
+                part.stats.is_empty() || !continuing,
+                "statistics go with the new"
+            );
+            by_kind[continuing as usize].extend(part.counters.into_iter().map(|c| c.0));
+        });
+        by_kind.iter_mut().for_each(|names| names.sort());
+        by_kind
+    }
+    let names = |n: &[&str]| n.iter().map(|&s| SeriesName::from(s)).collect::<Vec<_>>();
+    let mut sums = CoarseSums::new(1);
+    sums.add_counters(&[("a".into(), 1), ("b".into(), 1)]);
+    assert_eq!(take(&mut sums, false), [names(&["a", "b"]), names(&[])]);
+    sums.add_counters(&[("a".into(), 1), ("c".into(), 1), ("d".into(), 1)]);
+    sums.add_stats(vec![("t".into(), StatKind::Timer, Stats::new())]);
+    assert_eq!(
+        take(&mut sums, false),
+        [names(&["c", "d"]), names(&["a"])],
+        "a was in the group before; c and d are new"
+    );
+    // b skipped a group: new again.
+    sums.add_counters(&[("a".into(), 1), ("b".into(), 1), ("c".into(), 1)]);
+    assert_eq!(take(&mut sums, false), [names(&["b"]), names(&["a", "c"])]);
+    sums.add_counters(&[("a".into(), 1), ("c".into(), 1)]);
+    assert_eq!(
+        take(&mut sums, true),
+        [names(&["a", "c"]), names(&[])],
+        "all new when asked"
     );
 }
 

@@ -139,7 +139,6 @@ impl Coarse {
                 sums: CoarseSums::new(0),
             };
         }
-        let longest = periods.last().copied().unwrap_or(interval);
         let levels: Vec<Level> = periods
             .iter()
             .enumerate()
@@ -174,7 +173,8 @@ impl Coarse {
                 let kept = |&(p, c): &(u64, CounterWrite)| {
                     c == CounterWrite::Skip || config.sample_count.saturating_mul(p) >= 3 * q
                 };
-                let continuing = (q < longest && precisions.iter().all(kept)).then(|| {
+                let longest = i + 1 == periods.len();
+                let continuing = (!longest && precisions.iter().all(kept)).then(|| {
                     precisions
                         .iter()
                         .map(|&(p, c)| match c {

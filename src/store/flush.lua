@@ -73,7 +73,7 @@ end
 -- ZADD members collected and added in few calls: one redis.call costs about as much as the
 -- write it carries. At most 1000 members a call (Lua's unpack has a stack limit).
 -- Scores are best given as strings: Redis formats a number argument anew on every call, which
--- cost the index (score '0') a sixth of its time (scripts/script-cost.sh, mode 3).
+-- cost the index (score '0') a sixth of its time (scripts/script-cost.sh, modes 1:3).
 local function zadder(key)
   local args, n = {}, 0
   local z = {}

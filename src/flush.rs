@@ -422,13 +422,14 @@ impl Closer {
         let Some(group) = level.group.take() else {
             return;
         };
-        let windows = (level.period_secs / self.config.flush_interval_secs).max(1) as usize;
+        // At least one: a level's period is longer than a window.
+        let windows = (level.period_secs / self.config.flush_interval_secs) as usize;
         let mut fresh = Vec::new();
         let mut sums = std::mem::replace(&mut self.coarse.sums, CoarseSums::new(0));
         let level = &self.coarse.levels[i];
         // Every index member once per longest period, the first group in it: what a loss of
         // Redis's data took comes back.
-        let longest = self.coarse.levels.last().map_or(1, |l| l.period_secs);
+        let longest = self.coarse.levels[self.coarse.levels.len() - 1].period_secs;
         let all_new = level.continuing.is_none() || group % longest < level.period_secs;
         // One chunk a part: the sums become chunks without a copy of all of them in between.
         sums.take_parts(

@@ -286,7 +286,7 @@ impl ClosedWindow {
 #[derive(Debug)]
 pub struct CoarseSums {
     levels: usize,
-    /// Each series' row in `sums` and `seen`.
+    /// Each series' row in `sums`, `seen` and `taken`.
     rows: HashMap<SeriesName, u32>,
     /// Row-major, `levels` per row: the sum since the level's group began.
     sums: Vec<i64>,

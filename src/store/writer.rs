@@ -163,8 +163,9 @@ pub enum CounterWrite {
     Skip = 0,
     /// `HINCRBY`, and the index member with a new slice.
     Write = 1,
-    /// `HINCRBY` only: a later chunk of this agent adds the index member (`coarse_write_secs`,
-    /// where the index of the 1 s precision is written once per period, not every second).
+    /// `HINCRBY` only (`coarse_write_secs`): a later chunk of this agent adds the index member
+    /// (the 1 s precision, indexed once per period, not every second), or it is there already
+    /// (a series a coarse level wrote in the group before too).
     WriteUnindexed = 2,
     /// The index member only, for counters that earlier chunks wrote unindexed.
     IndexOnly = 3,

@@ -8,7 +8,7 @@
 #
 # AGENT_ARGS adds agent flags, e.g. AGENT_ARGS='--coarse-write-secs 5'. AGENT_LOG=file keeps the
 # agent's log; with RUST_LOG=statsd_redis=debug it has a line per window written, with its
-# duration.
+# duration. REDIS_COMMANDSTATS=1 also prints Redis's `INFO commandstats` for the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}; counters=${2:-100000}; timers=${3:-10000}; precisions=${4:-1,5,60,300,3600,18000,86400}
@@ -27,7 +27,7 @@ target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --re
 pid=$!
 until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
 sleep 1
-idle_kb=$(rss_kb $pid); cpu0=$(redis_cpu)
+idle_kb=$(rss_kb $pid); cpu0=$(redis_cpu); redis-cli -s "$sock" config resetstat >/dev/null
 target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$counters" --prefix hc \
   --lines-per-datagram 20 --lines $((counters * secs)) --rate "$counters" >/dev/null &
 gen1=$!
@@ -60,3 +60,6 @@ for q in (0.5, 0.99):
     print("flush p%d <= %s s (of %d flushes)" % (q * 100, next(le for le, c in b if c >= q * total), total))'
 echo "agent RSS: idle $idle_kb KiB, under load $peak_kb KiB: $(( (peak_kb - idle_kb) * 1024 / (counters + timers) )) bytes per active series"
 echo "Redis CPU for the run: $(python3 -c "print(round($cpu1 - $cpu0, 2))") s over ${secs} s"
+if [ -n "${REDIS_COMMANDSTATS:-}" ]; then
+  redis-cli -s "$sock" info commandstats | awk -F'[:=,]' '/^cmdstat_/ && $3 > 1000 {printf "%-22s %10d calls %8.2f s %6.2f us/call\n", $1, $3, $5 / 1e6, $7}'
+fi

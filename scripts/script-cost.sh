@@ -12,6 +12,9 @@
 #
 #   scripts/script-cost.sh [script=src/store/flush.lua] [series=110000] [slices=60] [chunk=100] [windows=10] [modes=1:2]
 #
+# REDIS_ARGS adds redis-server flags (e.g. '--hash-max-listpack-entries 0'); PERF=file records
+# Redis's profile (perf record -g) over the timed windows, for `perf report -i file`.
+#
 # To compare two versions of the script, run it on each, alternately:
 #   git show HEAD~1:src/store/flush.lua > /tmp/old.lua; scripts/script-cost.sh /tmp/old.lua
 set -euo pipefail
@@ -20,7 +23,8 @@ script=${1:-src/store/flush.lua}; series=${2:-110000}; slices=${3:-60}; chunk=${
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 sock="$dir/r.sock"
-redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir" --daemonize no >/dev/null &
+redis-server --port 0 --unixsocket "$sock" --save "" --appendonly no --dir "$dir" --daemonize no ${REDIS_ARGS:-} >/dev/null &
+redis_pid=$!
 until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
 redis_cpu() { redis-cli -s "$sock" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
 for pm in ${modes//,/ }; do
@@ -56,10 +60,20 @@ for w in range(windows):
         out.write(b''.join(parts))
 PY
 redis-cli -s "$sock" config resetstat >/dev/null
+if [ -n "${PERF:-}" ]; then
+  perf record -q -g -F 2000 -o "$PERF" -p "$redis_pid" 2>/dev/null &
+  perf_pid=$!
+  sleep 0.5
+fi
 cpu0=$(redis_cpu)
 redis-cli -s "$sock" --pipe < "$dir/commands" | tail -1
 cpu1=$(redis_cpu)
+if [ -n "${PERF:-}" ]; then
+  kill -INT "$perf_pid"
+  wait "$perf_pid" || true
+fi
 hincrby_usec=$(redis-cli -s "$sock" info commandstats | awk -F'[=,]' '/^cmdstat_hincrby:/ {print $4} END {print 0}' | head -1)
 python3 -c "
 w = $windows
 print('Redis CPU per window of $series series: %.1f ms, of which HINCRBY %.1f ms' % (($cpu1 - $cpu0) * 1000 / w, $hincrby_usec / 1000 / w))"
+echo "Redis memory: $(redis-cli -s "$sock" info memory | awk -F: '/^used_memory_human:/ {print $2}' | tr -d '\r')"

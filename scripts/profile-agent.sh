@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Where the agent's CPU goes at the load generator's full speed: the agent (default
+# configuration, a private Redis, cleaner off) under `perf record -g` while `loadgen send`
+# sends `lines` lines over 1000 counter series in `lines_per_datagram`-line datagrams. Prints the
+# share of kernel and user space and the top symbols; the profile stays in `out`. FLOOR=1
+# profiles the floor receiver (examples/floor.rs) instead, for comparison.
+#
+#   scripts/profile-agent.sh [lines_per_datagram=20] [lines=20000000] [out=agent.perf]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+lpd=${1:-20}; lines=${2:-20000000}; out=${3:-agent.perf}
+command -v perf >/dev/null || { echo "perf is missing: apt-get install -y linux-perf" >&2; exit 1; }
+cargo build --release --quiet --bin statsd-redis --example loadgen --example floor
+dir=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+sock="$dir/r.sock"
+redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir" --daemonize no >/dev/null &
+until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
+udp=$(free_port); http=$(free_port)
+if [ -n "${FLOOR:-}" ]; then
+  target/release/examples/floor "127.0.0.1:$udp" >/dev/null &
+  pid=$!
+  sleep 0.5
+else
+  target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
+    --cleaner-enabled false 2>"$dir/agent.log" &
+  pid=$!
+  until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+fi
+perf record -q -g -F 4000 -o "$out" -p "$pid" 2>/dev/null &
+perf_pid=$!
+sleep 0.5
+target/release/examples/loadgen send --target "127.0.0.1:$udp" --series 1000 \
+  --lines-per-datagram "$lpd" --lines "$lines"
+sleep 2
+kill -INT "$perf_pid"; wait "$perf_pid" || true
+perf report -i "$out" --no-children --sort dso 2>/dev/null | grep -E '^ +[0-9.]+%' | head -5
+perf report -i "$out" --no-children --sort symbol -g none 2>/dev/null | grep -E '^ +[0-9.]+%' | head -20

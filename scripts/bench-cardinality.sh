@@ -13,14 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}; counters=${2:-100000}; timers=${3:-10000}; precisions=${4:-1,5,60,300,3600,18000,86400}
 cargo build --release --quiet --bin statsd-redis --example loadgen
-dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. scripts/common.sh
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 redis_cpu() { redis-cli -s "$sock" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.2f", s}'; }
 sock="$dir/r.sock"
-redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir" --daemonize no >/dev/null &
-until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
+start_redis "$sock"
 udp=$(free_port); http=$(free_port)
 target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
   --precisions "$precisions" --cleaner-enabled false ${AGENT_ARGS:-} 2>"${AGENT_LOG:-$dir/agent.log}" &

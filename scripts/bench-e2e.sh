@@ -10,9 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-5}; series=${2:-1000}
 cargo build --release --quiet --bin statsd-redis --example loadgen --example floor
-dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. scripts/common.sh
 cpu_us() { awk '{ print ($14 + $15) * 1000000 / '"$(getconf CLK_TCK)"' }' "/proc/$1/stat"; }
 metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="statsd_redis_$2" '$1 == m { print $2 }'; }
 
@@ -48,9 +46,8 @@ run_floor() { # lines_per_datagram lines
 }
 run_agent() { # lines_per_datagram lines
   local sock="$dir/r.sock" udp http
-  redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir" --daemonize no >/dev/null &
-  local rpid=$!
-  until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
+  start_redis "$sock"
+  local rpid=$redis_pid
   udp=$(free_port); http=$(free_port)
   target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" \
     --redis "redis+unix://$sock" --cleaner-enabled false 2>"$dir/agent.log" &

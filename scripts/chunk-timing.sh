@@ -9,17 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 series=${1:-4000}
 cargo build --release --quiet --bin statsd-redis --example loadgen
-dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. scripts/common.sh
 
 printf '%-10s %8s %12s %12s %12s\n' chunk calls median_us p99_us max_us
 for chunk in 100 250 500 1000; do
   sock="$dir/redis-$chunk.sock"
-  redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir" \
-    --slowlog-log-slower-than 0 --slowlog-max-len 100000 --daemonize no >/dev/null &
-  redis_pid=$!
-  until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
+  start_redis "$sock" --slowlog-log-slower-than 0 --slowlog-max-len 100000
   udp=$(free_port); http=$(free_port)
   target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" \
     --redis "redis+unix://$sock" --max-series-per-chunk "$chunk" 2>"$dir/agent-$chunk.log" &

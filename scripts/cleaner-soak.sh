@@ -8,12 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${1:-10}; series=${2:-1000}; samples=${3:-10}; interval=${4:-5}
 cargo build --release --quiet --bin statsd-redis --example loadgen
-dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. scripts/common.sh
 sock="$dir/redis.sock"
-redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir" --daemonize no >/dev/null &
-until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
+start_redis "$sock"
 udp=$(free_port); http=$(free_port)
 target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
   --sample-count "$samples" --cleaner-interval-secs "$interval" 2>"$dir/agent.log" &

@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
 # Renders docs/dashboard.png: a private Redis and agent, 20 s of varied traffic, then a headless
-# Chromium screenshot of the dashboard. Needs redis-server, chromium and nc (netcat-openbsd).
+# Chromium screenshot of the dashboard. Needs redis-server and chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --bin statsd-redis
-dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --dir "$dir" --daemonize no >/dev/null &
-until redis-cli -s "$dir/r.sock" ping >/dev/null 2>&1; do sleep 0.05; done
+. scripts/common.sh
+start_redis "$dir/r.sock"
 udp=$(free_port); http=$(free_port)
 target/debug/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$dir/r.sock" 2>/dev/null &
 until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
-send() { printf '%b' "$1" | nc -u -w0 127.0.0.1 "$udp"; }
+# One datagram per call, through bash's own /dev/udp (printf writes its output at once).
+send() { printf '%b' "$1" > "/dev/udp/127.0.0.1/$udp"; }
 for s in web.checkout web.login web.search api.orders api.users; do send "$s.requests:1|c"; done
 for i in $(seq 1 20); do
   n=$(( (i * 7) % 13 + 3 ))

@@ -11,12 +11,9 @@ cd "$(dirname "$0")/.."
 lpd=${1:-20}; lines=${2:-20000000}; out=${3:-agent.perf}
 command -v perf >/dev/null || { echo "perf is missing: apt-get install -y linux-perf" >&2; exit 1; }
 cargo build --release --quiet --bin statsd-redis --example loadgen --example floor
-dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. scripts/common.sh
 sock="$dir/r.sock"
-redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$dir" --daemonize no >/dev/null &
-until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
+start_redis "$sock"
 udp=$(free_port); http=$(free_port)
 if [ -n "${FLOOR:-}" ]; then
   target/release/examples/floor "127.0.0.1:$udp" >/dev/null &

@@ -20,12 +20,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 script=${1:-src/store/flush.lua}; series=${2:-110000}; slices=${3:-60}; chunk=${4:-100}; windows=${5:-10}; modes=${6:-1:2}
-dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
+. scripts/common.sh
 sock="$dir/r.sock"
-redis-server --port 0 --unixsocket "$sock" --save "" --appendonly no --dir "$dir" --daemonize no ${REDIS_ARGS:-} >/dev/null &
-redis_pid=$!
-until redis-cli -s "$sock" ping >/dev/null 2>&1; do sleep 0.05; done
+# shellcheck disable=SC2086 # REDIS_ARGS is a list of flags.
+start_redis "$sock" ${REDIS_ARGS:-}
 redis_cpu() { redis-cli -s "$sock" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
 for pm in ${modes//,/ }; do
   p=${pm%%:*}

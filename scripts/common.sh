@@ -1,0 +1,20 @@
+# Sourced by the scripts here: a temp dir `$dir`, removed at exit with every background job
+# stopped; a free local port; a private Redis.
+
+for tool in redis-server redis-cli; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install -y redis-server redis-tools" >&2; exit 1; }
+done
+dir=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
+
+# A port free on 127.0.0.1 (TCP; the agent's UDP port is taken from the same range).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_redis SOCKET [redis-server flags...]: a Redis of our own on a unix socket (no TCP port,
+# nothing saved), ready when this returns; its pid in `redis_pid`.
+start_redis() {
+  redis-server --port 0 --unixsocket "$1" --save '' --appendonly no --dir "$dir" --daemonize no \
+    "${@:2}" >/dev/null &
+  redis_pid=$!
+  until redis-cli -s "$1" ping >/dev/null 2>&1; do sleep 0.05; done
+}

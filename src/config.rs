@@ -76,8 +76,8 @@ impl Default for Config {
             udp_readers: 1,
             // The kernel doubles the size asked for and charges about 830 bytes per small
             // datagram: 32 MiB queues ~80 000 of them, 200 ms of a stalled reader at 400 000
-            // datagrams/s. 8 MiB (50 ms) lost datagrams in 2 of 10 full-speed runs on a busy
-            // 2-core machine. Memory is charged only while datagrams wait.
+            // datagrams/s. 8 MiB (50 ms) lost datagrams in 2 of 10 full-speed single-line runs on a
+            // busy 2-core machine. Memory is charged only while datagrams wait.
             receive_buffer_bytes: 32 << 20,
             // The largest UDP payload: any datagram is read whole.
             max_datagram_bytes: 65535,

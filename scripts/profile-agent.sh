@@ -2,7 +2,8 @@
 # Where the agent's CPU goes at the load generator's full speed: the agent (default
 # configuration, a private Redis, cleaner off) under `perf record -g` while `loadgen send`
 # sends `lines` lines over 1000 counter series in `lines_per_datagram`-line datagrams. Prints the
-# share of kernel and user space and the top symbols; the profile stays in `out`. FLOOR=1
+# share of kernel and user space, the top symbols, and how often the receiver's threads blocked
+# (voluntary context switches); the profile stays in `out`. FLOOR=1
 # profiles the floor receiver (examples/floor.rs) instead, for comparison.
 #
 #   scripts/profile-agent.sh [lines_per_datagram=20] [lines=20000000] [out=agent.perf]
@@ -25,11 +26,15 @@ else
   pid=$!
   until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
 fi
+# Voluntary context switches of all the receiver's threads.
+switches() { cat /proc/"$pid"/task/*/status | awk '/^voluntary_ctxt_switches/ {n += $2} END {print n}'; }
+switches0=$(switches)
 perf record -q -g -F 4000 -o "$out" -p "$pid" 2>/dev/null &
 perf_pid=$!
 sleep 0.5
 target/release/examples/loadgen send --target "127.0.0.1:$udp" --series 1000 \
   --lines-per-datagram "$lpd" --lines "$lines"
+echo "the receiver's threads blocked $(( $(switches) - switches0 )) times"
 sleep 2
 kill -INT "$perf_pid"; wait "$perf_pid" || true
 perf report -i "$out" --no-children --sort dso 2>/dev/null | grep -E '^ +[0-9.]+%' | head -5

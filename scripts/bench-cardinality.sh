@@ -15,7 +15,6 @@ secs=${1:-60}; counters=${2:-100000}; timers=${3:-10000}; precisions=${4:-1,5,60
 cargo build --release --quiet --bin statsd-redis --example loadgen
 . scripts/common.sh
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
-redis_cpu() { redis-cli -s "$sock" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.2f", s}'; }
 sock="$dir/r.sock"
 start_redis "$sock"
 udp=$(free_port); http=$(free_port)
@@ -24,7 +23,7 @@ target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --re
 pid=$!
 until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
 sleep 1
-idle_kb=$(rss_kb $pid); cpu0=$(redis_cpu); redis-cli -s "$sock" config resetstat >/dev/null
+idle_kb=$(rss_kb $pid); cpu0=$(redis_cpu "$sock"); redis-cli -s "$sock" config resetstat >/dev/null
 target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$counters" --prefix hc \
   --lines-per-datagram 20 --lines $((counters * secs)) --rate "$counters" >/dev/null &
 gen1=$!
@@ -47,7 +46,7 @@ echo "backlog after sending: ${backlog:-?} windows; windows dropped: $(curl -s "
 peak_kb=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status")
 wait $gen1 $gen2 || true
 sleep 2
-cpu1=$(redis_cpu)
+cpu1=$(redis_cpu "$sock")
 curl -s "127.0.0.1:$http/metrics" | python3 -c '
 import sys
 b = [(float(l.split("le=\"")[1].split("\"")[0].replace("+Inf", "inf")), float(l.split()[-1]))

@@ -1,5 +1,5 @@
 # Sourced by the scripts here: a temp dir `$dir`, removed at exit with every background job
-# stopped; a free local port; a private Redis.
+# stopped; a free local port; a private Redis and the CPU time it used.
 
 for tool in redis-server redis-cli; do
   command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install -y redis-server redis-tools" >&2; exit 1; }
@@ -18,3 +18,6 @@ start_redis() {
   redis_pid=$!
   until redis-cli -s "$1" ping >/dev/null 2>&1; do sleep 0.05; done
 }
+
+# redis_cpu SOCKET: the CPU seconds (user + system) that Redis has used so far.
+redis_cpu() { redis-cli -s "$1" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }

@@ -24,7 +24,6 @@ script=${1:-src/store/flush.lua}; series=${2:-110000}; slices=${3:-60}; chunk=${
 sock="$dir/r.sock"
 # shellcheck disable=SC2086 # REDIS_ARGS is a list of flags.
 start_redis "$sock" ${REDIS_ARGS:-}
-redis_cpu() { redis-cli -s "$sock" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
 for pm in ${modes//,/ }; do
   p=${pm%%:*}
   redis-cli -s "$sock" eval "for i = 0, $series - 1 do for t = 1, $slices do
@@ -63,9 +62,9 @@ if [ -n "${PERF:-}" ]; then
   perf_pid=$!
   sleep 0.5
 fi
-cpu0=$(redis_cpu)
+cpu0=$(redis_cpu "$sock")
 redis-cli -s "$sock" --pipe < "$dir/commands" | tail -1
-cpu1=$(redis_cpu)
+cpu1=$(redis_cpu "$sock")
 if [ -n "${PERF:-}" ]; then
   kill -INT "$perf_pid"
   wait "$perf_pid" || true

@@ -47,7 +47,6 @@ run_floor() { # lines_per_datagram lines
 run_agent() { # lines_per_datagram lines
   local sock="$dir/r.sock" udp http
   start_redis "$sock"
-  local rpid=$redis_pid
   udp=$(free_port); http=$(free_port)
   target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" \
     --redis "redis+unix://$sock" --cleaner-enabled false 2>"$dir/agent.log" &
@@ -71,7 +70,7 @@ run_agent() { # lines_per_datagram lines
   check=$(target/release/examples/loadgen check --redis "redis+unix://$sock" --totals "$dir/totals.tsv" 2>&1 | tail -1 || true)
   printf 'agent\t%s\t%s\t%s\t%s\t%s\tkernel_drops=%s\t%s\n' "$1" "$2" "$now" "$((after - before))" \
     "$(cat "$dir/send.out")" "$drops" "$check" >> "$results"
-  kill $rpid; wait $rpid 2>/dev/null || true
+  kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
   rm -f "$sock"
 }
 

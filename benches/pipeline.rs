@@ -9,7 +9,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use statsd_redis::aggregate::{ClosedWindow, Ledger, Window};
 use statsd_redis::ingest::LineHandler;
 use statsd_redis::protocol::{parse_line, parse_plain};
-use statsd_redis::store::{CounterWrite, Keys, build_chunks};
+use statsd_redis::store::{ChunkSettings, CounterWrite, Keys, build_chunks};
 
 const LINES: [&[u8]; 4] = [
     b"web.checkout.requests:1|c",
@@ -54,7 +54,7 @@ fn parse_and_record(c: &mut Criterion) {
         .iter()
         .zip(LINES)
     {
-        let mut handler = LineHandler::new(true);
+        let mut handler = LineHandler::new(true, usize::MAX);
         let mut window = Window::default();
         g.bench_function(*name, |b| {
             b.iter(|| handler.handle_datagram(black_box(line), false, &mut window))
@@ -67,7 +67,7 @@ fn datagrams(c: &mut Criterion) {
     let mut g = c.benchmark_group("datagram");
     let batch: Vec<Vec<u8>> = (0..50).map(|i| datagram(i * 20)).collect();
     g.throughput(Throughput::Elements(20 * batch.len() as u64));
-    let mut handler = LineHandler::new(true);
+    let mut handler = LineHandler::new(true, usize::MAX);
     let mut window = Window::default();
     g.bench_function("20_lines_1000_series_known", |b| {
         b.iter(|| {
@@ -81,24 +81,25 @@ fn datagrams(c: &mut Criterion) {
 
 fn chunks(c: &mut Criterion) {
     let mut window = Window::default();
-    let mut handler = LineHandler::new(true);
+    let mut handler = LineHandler::new(true, usize::MAX);
     for i in 0..50 {
         handler.handle_datagram(&datagram(i * 20), false, &mut window);
     }
     let closed: ClosedWindow = Ledger::default().close(1_795_320_000, window);
-    let keys = Keys::new("");
+    let settings = ChunkSettings {
+        keys: Keys::new(""),
+        sample_count: 120,
+        log_ttl_secs: 0,
+        max_series: 100,
+    };
     let mut g = c.benchmark_group("flush");
     g.throughput(Throughput::Elements(closed.counters.len() as u64));
     g.bench_function("build_chunks_1000_counters", |b| {
         b.iter(|| {
             build_chunks(
                 black_box(&closed),
-                &keys,
                 &CounterWrite::everywhere(&[1, 5, 60, 300, 3600, 18000, 86400]),
-                120,
-                "a",
-                3670,
-                100,
+                &settings,
             )
         })
     });

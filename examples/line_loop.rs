@@ -37,7 +37,7 @@ fn main() {
         })
         .collect();
     let lines = (PASSES * 50 * 20) as f64;
-    let mut handler = LineHandler::new(true);
+    let mut handler = LineHandler::new(true, usize::MAX);
     let mut window = Window::default();
     let mut per_line: Vec<f64> = (0..runs)
         .map(|_| {

@@ -36,14 +36,16 @@ import sys
 sha, windows, series, chunk, slices = sys.argv[1], *map(int, sys.argv[2:6])
 modes = [tuple(map(int, pm.split(':'))) for pm in sys.argv[6].split(',')]
 out = sys.stdout.buffer
+seq = 0
 for w in range(windows):
     for c in range(0, series, chunk):
         end = min(c + chunk, series)
-        # flush.lua's ARGV: token lifetime, prefix, sample count, hour, asctime; the precisions
-        # (each with this window's new slice and its mode); the counters; no stats, gauges,
-        # sets or logs.
-        args = ['EVALSHA', sha, 1, 'flush:bench:%d:%d' % (w, c), 600, '', 120,
-                '2025-11-22T17:00:00', 'Sat Nov 22 17:00:00 2025', len(modes)]
+        # flush.lua's ARGV: chunk number, the one before it (0: none), sequence lifetime,
+        # prefix, sample count, hour, asctime, log lifetime; the precisions (each with this
+        # window's new slice and its mode); the counters; no stats, gauges, sets or logs.
+        seq += 1
+        args = ['EVALSHA', sha, 1, 'flush:bench', seq, 0, 600, '', 120,
+                '2025-11-22T17:00:00', 'Sat Nov 22 17:00:00 2025', 0, len(modes)]
         for p, mode in modes:
             args += [p, 1763829600 + p * (slices + 1 + w), mode]
         args.append(end - c)

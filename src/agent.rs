@@ -113,7 +113,7 @@ pub async fn run(
         let reader = Reader {
             socket: bound.socket,
             window,
-            handler: LineHandler::new(config.sanitize_names),
+            handler: LineHandler::new(config.sanitize_names, config.max_series_per_window),
             telemetry: telemetry.clone(),
             max_datagram_bytes: config.max_datagram_bytes,
         };
@@ -139,11 +139,11 @@ pub async fn run(
     });
     let writer = Writer::new(client.clone(), timeout, telemetry.clone());
     let flusher_stop = CancellationToken::new();
-    // Tokens name this run, not only the agent: after a restart with the same agent_id within
-    // the same window, the previous run's last tokens must not pass for this run's chunks.
-    let token_id = format!("{id}.{:08x}", rand::random::<u32>());
+    // Chunks are numbered per run, not per agent: a restart with the same agent_id starts its
+    // own sequence.
+    let run_id = format!("{id}.{:08x}", rand::random::<u32>());
     let flusher = tokio::spawn(
-        Flusher::new(windows, writer, token_id, config.clone(), telemetry.clone())
+        Flusher::new(windows, writer, &run_id, config.clone(), telemetry.clone())
             .run(flusher_stop.clone()),
     );
 

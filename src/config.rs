@@ -39,6 +39,20 @@ pub struct Config {
     pub sanitize_names: bool,
     /// Closed windows kept in memory while Redis is unavailable; the oldest is dropped past this.
     pub max_backlog_windows: usize,
+    /// The same bound in bytes of queued flush chunks (and so of the spool).
+    pub max_backlog_bytes: u64,
+    /// Directory where closed windows wait on disk until Redis has them, replayed at start-up;
+    /// empty: no spool (a crash loses the backlog).
+    pub spool_dir: PathBuf,
+    /// `fsync` each spool file (and the directory) before the window is queued.
+    pub spool_fsync: bool,
+    /// New series a window takes per type (counters, each statistics type, gauges, sets); the
+    /// samples of further new series are dropped and counted.
+    pub max_series_per_window: usize,
+    /// Gauges, and counters' carried fractions, not updated for this long are forgotten.
+    pub forget_idle_secs: u64,
+    /// Log keys (`recent:`, `common:`) nobody wrote for this long expire; 0: never.
+    pub log_idle_secs: u64,
     /// How long shutdown may spend writing the last window and the backlog.
     pub shutdown_timeout_secs: u64,
     /// How long one Redis call may take before it counts as failed.
@@ -49,7 +63,8 @@ pub struct Config {
     /// agent and written once per `min(p, K)` seconds; the hourly statistics go with the shortest
     /// such period.
     pub coarse_write_secs: u64,
-    /// This agent's name in flush tokens and the cleaner lease; empty means a random one per start.
+    /// This agent's name in flush sequence keys and the cleaner lease; empty means a random one
+    /// per start.
     pub agent_id: String,
     /// Run the cleaner that trims counters and gauges to `sample_count` slices.
     pub cleaner_enabled: bool,
@@ -84,6 +99,21 @@ impl Default for Config {
             sanitize_names: true,
             // An hour of one-second windows.
             max_backlog_windows: 3600,
+            // A window of 100 000 series queues about 4 MB of chunks: 1 GiB holds a few minutes
+            // of that, and the hour of windows above at a few thousand series.
+            max_backlog_bytes: 1 << 30,
+            spool_dir: PathBuf::new(),
+            // A spool file survives the agent's crash in the page cache; fsync is for surviving
+            // the machine's, at a disk flush per window.
+            spool_fsync: false,
+            // Four times the 110 000 series one Redis core takes at coarse_write_secs = 60; ~280
+            // bytes each at most 140 MB per type.
+            max_series_per_window: 500_000,
+            // A day: a gauge's value (the base of its deltas) outlives any pause of its sender
+            // but not the churn of names that never come back.
+            forget_idle_secs: 86_400,
+            // A week.
+            log_idle_secs: 604_800,
             shutdown_timeout_secs: 10,
             redis_timeout_ms: 2000,
             // One script call blocks Redis; at the 7 default precisions 100 series take ~2 ms
@@ -164,6 +194,15 @@ impl Config {
         }
         if self.max_backlog_windows == 0 {
             return Err(err("max_backlog_windows", "must be at least 1"));
+        }
+        if self.max_backlog_bytes < 1 << 20 {
+            return Err(err("max_backlog_bytes", "must be at least 1048576 (1 MiB)"));
+        }
+        if self.max_series_per_window == 0 {
+            return Err(err("max_series_per_window", "must be at least 1"));
+        }
+        if self.forget_idle_secs < 60 {
+            return Err(err("forget_idle_secs", "must be at least 60"));
         }
         if self.redis_timeout_ms == 0 {
             return Err(err("redis_timeout_ms", "must be at least 1"));
@@ -283,6 +322,54 @@ pub struct Args {
         value_name = "N"
     )]
     pub max_backlog_windows: Option<usize>,
+    /// Bytes of flush chunks kept while Redis is down (memory, and the spool) [default: 1073741824].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_MAX_BACKLOG_BYTES",
+        value_name = "BYTES"
+    )]
+    pub max_backlog_bytes: Option<u64>,
+    /// Directory for the crash-safe spool of unwritten windows [default: none].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_SPOOL_DIR",
+        value_name = "DIR"
+    )]
+    pub spool_dir: Option<PathBuf>,
+    /// fsync each spool file [default: false].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_SPOOL_FSYNC",
+        value_name = "BOOL"
+    )]
+    pub spool_fsync: Option<bool>,
+    /// New series per window and type; more are dropped and counted [default: 500000].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_MAX_SERIES_PER_WINDOW",
+        value_name = "N"
+    )]
+    pub max_series_per_window: Option<usize>,
+    /// Forget gauges and counter remainders idle this long [default: 86400].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_FORGET_IDLE_SECS",
+        value_name = "SECS"
+    )]
+    pub forget_idle_secs: Option<u64>,
+    /// Expire log keys idle this long; 0 never [default: 604800].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_LOG_IDLE_SECS",
+        value_name = "SECS"
+    )]
+    pub log_idle_secs: Option<u64>,
     /// Time allowed for the final flush on SIGTERM/SIGINT [default: 10].
     #[arg(
         long,
@@ -316,7 +403,7 @@ pub struct Args {
         value_name = "SECS"
     )]
     pub coarse_write_secs: Option<u64>,
-    /// Agent name in flush tokens and the cleaner lease [default: random per start].
+    /// Agent name in flush sequence keys and the cleaner lease [default: random per start].
     #[arg(long, global = true, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
     pub agent_id: Option<String>,
     /// Run the cleaner [default: true].
@@ -364,6 +451,12 @@ impl Args {
             max_datagram_bytes,
             sanitize_names,
             max_backlog_windows,
+            max_backlog_bytes,
+            spool_dir,
+            spool_fsync,
+            max_series_per_window,
+            forget_idle_secs,
+            log_idle_secs,
             shutdown_timeout_secs,
             redis_timeout_ms,
             max_series_per_chunk,
@@ -428,6 +521,9 @@ mod tests {
         bad(|c| c.udp = vec![], "udp");
         bad(|c| c.max_datagram_bytes = 100, "max_datagram_bytes");
         bad(|c| c.cleaner_interval_secs = 0, "cleaner_interval_secs");
+        bad(|c| c.max_backlog_bytes = 1000, "max_backlog_bytes");
+        bad(|c| c.max_series_per_window = 0, "max_series_per_window");
+        bad(|c| c.forget_idle_secs = 1, "forget_idle_secs");
     }
 
     #[test]

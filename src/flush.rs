@@ -5,8 +5,9 @@
 //! Closing never waits for Redis, so each window stays one window even when writes are slower
 //! than a window: overload shows as a growing `backlog_windows`, never as seconds merged into one
 //! slice. While Redis fails the queue grows up to `max_backlog_windows` (then the oldest window
-//! is dropped and counted) and is retried with backoff. Each chunk carries its token, so a retry
-//! after a lost reply never applies anything twice.
+//! is dropped and counted) and is retried with backoff. Chunks are numbered in sending order and
+//! Redis applies each number once, so neither a retry after a lost reply nor a late copy
+//! applies anything twice.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -15,10 +16,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::aggregate::{ClosedWindow, CoarseSums, Ledger, StatKind, Window};
+use crate::aggregate::{ClosedWindow, CoarseSums, DROPPED_LOGS, Ledger, StatKind, Window};
 use crate::config::Config;
 use crate::protocol::MetricType;
-use crate::store::{Applied, CounterWrite, FlushChunk, Keys, Writer, build_chunks};
+use crate::store::{Applied, ChunkSettings, CounterWrite, FlushChunk, Keys, Writer, build_chunks};
 use crate::telemetry::Telemetry;
 
 /// First wait after a failed write; doubled per failure up to [`MAX_BACKOFF`].
@@ -31,13 +32,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// clients may wait for up to this many chunks (~2 ms each at the default size).
 const PIPELINED_CHUNKS: usize = 4;
 
-/// Added to a flush token's lifetime beyond the longest retry horizon.
-const TOKEN_TTL_MARGIN_SECS: u64 = 60;
+/// Windows whose cap dropped samples are logged at most this often (all are counted).
+const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A closed window's chunks, those before `next` already applied.
 #[derive(Debug)]
 struct PendingWindow {
     start: u64,
+    /// The sequence key of the run that numbered the chunks.
+    sequence: Arc<str>,
     chunks: Vec<Arc<FlushChunk>>,
     next: usize,
 }
@@ -67,12 +70,15 @@ pub struct Flusher {
 struct Closer {
     windows: Vec<Arc<Mutex<Window>>>,
     ledger: Ledger,
-    keys: Keys,
-    agent_id: String,
-    token_ttl_secs: u64,
+    settings: ChunkSettings,
+    /// This run's sequence key, and the number of the last chunk queued.
+    sequence: Arc<str>,
+    last_seq: u64,
     config: Config,
     telemetry: Arc<Telemetry>,
     coarse: Coarse,
+    /// When samples dropped by the series cap were last logged.
+    last_drop_log: Option<Instant>,
 }
 
 /// What `coarse_write_secs` (K) takes out of the windows' own writes: the counters at every
@@ -226,29 +232,33 @@ fn window_start(now: Duration, interval: u64) -> u64 {
 }
 
 impl Flusher {
+    /// `run_id` names this run of the agent (`<agent id>.<random>`): its chunks are numbered
+    /// under the sequence key `flush:<run_id>`.
     pub fn new(
         windows: Vec<Arc<Mutex<Window>>>,
         writer: Writer,
-        agent_id: String,
+        run_id: &str,
         config: Config,
         telemetry: Arc<Telemetry>,
     ) -> Flusher {
-        // A token must outlive every retry of its chunk: a window is retried only while it is in
-        // the backlog (at most max_backlog_windows intervals), then during the shutdown; the
-        // margin covers the last backoff. Longer would only keep more token keys in Redis.
-        let backlog_secs = config.max_backlog_windows as u64 * config.flush_interval_secs;
-        let token_ttl_secs = backlog_secs + config.shutdown_timeout_secs + TOKEN_TTL_MARGIN_SECS;
+        let keys = Keys::new(&config.key_prefix);
         Flusher {
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
             telemetry: telemetry.clone(),
             writer,
             closer: Closer {
                 windows,
-                ledger: Ledger::default(),
-                keys: Keys::new(&config.key_prefix),
-                agent_id,
-                token_ttl_secs,
+                ledger: Ledger::new(config.forget_idle_secs),
+                sequence: keys.flush_sequence(run_id).into(),
+                last_seq: 0,
+                settings: ChunkSettings {
+                    keys,
+                    sample_count: config.sample_count,
+                    log_ttl_secs: config.log_idle_secs,
+                    max_series: config.max_series_per_chunk,
+                },
                 coarse: Coarse::new(&config),
+                last_drop_log: None,
                 config,
                 telemetry,
             },
@@ -278,11 +288,7 @@ impl Flusher {
                 tokio::time::sleep(shutdown_timeout).await;
             };
             tokio::select! {
-                _ = write_backlog(&mut writer, &backlog, &closed, &telemetry) => {
-                    if let Err(e) = writer.release_tokens().await {
-                        tracing::warn!(error = %e, "could not delete the last flush tokens; they expire");
-                    }
-                }
+                _ = write_backlog(&mut writer, &backlog, &closed, &telemetry) => {}
                 _ = deadline => {}
             }
         };
@@ -333,6 +339,7 @@ impl Closer {
             let taken = std::mem::take(&mut *shared.lock().unwrap_or_else(|p| p.into_inner()));
             merged.merge(taken);
         }
+        self.report_drops(&merged);
         let mut closed = self.ledger.close(start, merged);
         let stats_of = |kind| closed.stats.iter().filter(|s| s.1 == kind).count();
         let active = [
@@ -391,13 +398,15 @@ impl Closer {
         if chunks.is_empty() {
             return;
         }
-        for (i, chunk) in chunks.iter_mut().enumerate() {
-            chunk.set_token(&self.keys, &self.agent_id, start, i);
+        for chunk in &mut chunks {
+            self.last_seq += 1;
+            chunk.seq = self.last_seq;
         }
 
         let mut queue = backlog.lock();
         queue.push_back(PendingWindow {
             start,
+            sequence: self.sequence.clone(),
             chunks: chunks.into_iter().map(Arc::new).collect(),
             next: 0,
         });
@@ -413,6 +422,37 @@ impl Closer {
         self.telemetry.backlog_windows.set(queue.len() as f64);
         drop(queue);
         backlog.changed.notify_one();
+    }
+
+    /// Counts what the series cap dropped from `window`, and now and then names who filled it.
+    fn report_drops(&mut self, window: &Window) {
+        if window.dropped.iter().all(|&n| n == 0) {
+            return;
+        }
+        for (counter, n) in self.telemetry.samples_dropped.iter().zip(window.dropped) {
+            counter.increment(n);
+        }
+        self.telemetry
+            .logs_dropped
+            .increment(window.dropped[DROPPED_LOGS]);
+        let now = Instant::now();
+        if self
+            .last_drop_log
+            .is_none_or(|t| now.duration_since(t) >= DROP_LOG_INTERVAL)
+        {
+            self.last_drop_log = Some(now);
+            let busiest: Vec<String> = window
+                .busiest_prefixes(5)
+                .into_iter()
+                .map(|(prefix, series)| format!("{prefix} ({series} series)"))
+                .collect();
+            tracing::warn!(
+                dropped = window.dropped.iter().sum::<u64>(),
+                max_series_per_window = self.config.max_series_per_window,
+                busiest = busiest.join(", "),
+                "series cap reached: samples of new series dropped (counted in samples_dropped_total)"
+            );
+        }
     }
 
     /// Ends level `i`'s open group: its sums become chunks, queued to be spread over the next
@@ -452,15 +492,7 @@ impl Closer {
     }
 
     fn chunks(&self, window: &ClosedWindow, precisions: &[(u64, CounterWrite)]) -> Vec<FlushChunk> {
-        build_chunks(
-            window,
-            &self.keys,
-            precisions,
-            self.config.sample_count,
-            &self.agent_id,
-            self.token_ttl_secs,
-            self.config.max_series_per_chunk,
-        )
+        build_chunks(window, precisions, &self.settings)
     }
 }
 
@@ -490,9 +522,14 @@ async fn write_backlog(
     loop {
         let next = backlog.lock().front().map(|w| {
             let end = (w.next + PIPELINED_CHUNKS).min(w.chunks.len());
-            (w.start, w.next, w.chunks[w.next..end].to_vec())
+            (
+                w.start,
+                w.sequence.clone(),
+                w.next,
+                w.chunks[w.next..end].to_vec(),
+            )
         });
-        let Some((start, first, chunks)) = next else {
+        let Some((start, sequence, first, chunks)) = next else {
             if closed.is_cancelled() {
                 return;
             }
@@ -503,27 +540,25 @@ async fn write_backlog(
             Some((s, t)) if s == start => t,
             _ => current.insert((start, Instant::now())).1,
         };
-        match writer.write_chunks(&chunks).await {
-            Ok(applied) => {
-                backoff = MIN_BACKOFF;
-                for (i, _) in applied
-                    .iter()
-                    .enumerate()
-                    .filter(|a| *a.1 == Applied::Before)
-                {
-                    telemetry.chunks_applied_before.increment(1);
-                    tracing::info!(
-                        window = start,
-                        chunk = first + i,
-                        "chunk was applied before its reply was lost; not applied again"
-                    );
-                }
-                let mut queue = backlog.lock();
-                // The closer may have dropped this window meanwhile (backlog full).
-                let Some(front) = queue.front_mut().filter(|w| w.start == start) else {
-                    continue;
-                };
-                front.next += chunks.len();
+        let written = writer.write_chunks(&sequence, &chunks).await;
+        for (i, _) in written
+            .acknowledged
+            .iter()
+            .enumerate()
+            .filter(|a| *a.1 == Applied::Before)
+        {
+            telemetry.chunks_applied_before.increment(1);
+            tracing::info!(
+                window = start,
+                chunk = first + i,
+                "chunk was applied before (its reply was lost); not applied again"
+            );
+        }
+        if !written.acknowledged.is_empty() {
+            let mut queue = backlog.lock();
+            // The closer may have dropped this window meanwhile (backlog full).
+            if let Some(front) = queue.front_mut().filter(|w| w.start == start) {
+                front.next += written.acknowledged.len();
                 if front.next == front.chunks.len() {
                     let chunks = front.next;
                     queue.pop_front();
@@ -535,7 +570,10 @@ async fn write_backlog(
                     telemetry.last_flush.set(unix_now().as_secs_f64());
                 }
             }
-            Err(e) => {
+        }
+        match written.error {
+            None => backoff = MIN_BACKOFF,
+            Some(e) => {
                 let queued = backlog.lock().len();
                 tracing::warn!(window = start, error = %e, backlog = queued, "flush failed; will retry");
                 telemetry.flushes_failed.increment(1);
@@ -562,10 +600,16 @@ mod tests {
         let closer = Closer {
             windows: vec![window.clone()],
             ledger: Ledger::default(),
-            keys: Keys::new(""),
-            agent_id: "a".into(),
-            token_ttl_secs: 60,
+            settings: ChunkSettings {
+                keys: Keys::new(""),
+                sample_count: config.sample_count,
+                log_ttl_secs: 0,
+                max_series: config.max_series_per_chunk,
+            },
+            sequence: "flush:a".into(),
+            last_seq: 0,
             coarse: Coarse::new(&config),
+            last_drop_log: None,
             config,
             telemetry: Arc::new(Telemetry::new()),
         };
@@ -581,7 +625,7 @@ mod tests {
         };
         let mut w = window.lock().unwrap();
         for i in 0..series {
-            w.record(&format!("s{i}"), &sample);
+            w.record(&format!("s{i}"), &sample, usize::MAX);
         }
     }
 
@@ -713,7 +757,7 @@ mod tests {
     }
 
     #[test]
-    fn tokens_are_unique_across_fine_and_coarse_chunks() {
+    fn chunks_are_numbered_in_sending_order_across_fine_and_coarse_chunks() {
         let (mut closer, window) = closer(5);
         let backlog = Backlog::default();
         for start in 100..112 {
@@ -721,12 +765,11 @@ mod tests {
             closer.close(start, start == 111, &backlog);
         }
         let queue = backlog.lock();
-        let tokens: Vec<&str> = queue
+        let numbers: Vec<u64> = queue
             .iter()
-            .flat_map(|w| w.chunks.iter().map(|c| c.token()))
+            .flat_map(|w| w.chunks.iter().map(|c| c.seq))
             .collect();
-        let unique: std::collections::HashSet<_> = tokens.iter().collect();
-        assert_eq!(unique.len(), tokens.len());
+        assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
         // The last window takes every coarse chunk still held: the third of the 105..109 group's
         // and the partial group of windows 110 and 111.
         assert_eq!(queue.back().map(|w| w.chunks.len()), Some(3 + 1 + 3));

@@ -10,6 +10,7 @@ use metrics::{
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::protocol::{BadLine, MetricType};
+use crate::store::WriteFailure;
 
 const PREFIX: &str = "statsd_redis_";
 
@@ -55,6 +56,8 @@ pub struct Telemetry {
     pub unknown_fields: Counter,
     pub renamed: Counter,
     pub truncated: Counter,
+    pub samples_dropped: [Counter; MetricType::ALL.len()],
+    pub logs_dropped: Counter,
     pub kernel_drops: Counter,
     pub active_series: [Gauge; MetricType::ALL.len()],
     pub flushes_ok: Counter,
@@ -64,6 +67,7 @@ pub struct Telemetry {
     pub last_flush: Gauge,
     pub windows_dropped: Counter,
     pub chunks_applied_before: Counter,
+    pub write_failures: [Counter; WriteFailure::ALL.len()],
     pub redis_errors: Counter,
     pub cleaner_passes: Counter,
     pub cleaner_members_visited: Counter,
@@ -172,6 +176,18 @@ impl Telemetry {
                 "Datagrams larger than the read buffer; their partial last line was dropped.",
                 &[],
             ),
+            samples_dropped: MetricType::ALL.map(|t| {
+                counter(
+                    "samples_dropped_total",
+                    "Samples of new series dropped because the window already held max_series_per_window series of their type.",
+                    &[("type", t.as_str())],
+                )
+            }),
+            logs_dropped: counter(
+                "logs_dropped_total",
+                "Events and service checks dropped because the window already held max_series_per_window of them.",
+                &[],
+            ),
             kernel_drops: counter(
                 "kernel_drops_total",
                 "Datagrams the kernel dropped because a socket's receive queue was full (SO_RXQ_OVFL).",
@@ -212,9 +228,16 @@ impl Telemetry {
             ),
             chunks_applied_before: counter(
                 "chunks_applied_before_total",
-                "Flush chunks retried after a lost reply whose token showed they were already applied (so not applied again).",
+                "Copies of flush chunks (retries after a lost reply, late deliveries) that Redis had applied before, so not again.",
                 &[],
             ),
+            write_failures: WriteFailure::ALL.map(|w| {
+                counter(
+                    "write_failures_total",
+                    "Writes of applied flush chunks that Redis refused and the chunk skipped, by reason.",
+                    &[("reason", w.as_str())],
+                )
+            }),
             redis_errors: counter("redis_errors_total", "Failed Redis calls.", &[]),
             cleaner_passes: counter(
                 "cleaner_passes_total",

@@ -36,7 +36,7 @@ fn known_series_cost_no_allocation_per_line() {
         b"web.requests:1|c\napi.latency:12.5|ms|@0.5\nweb.requests:1|c|#env:prod,region:eu\n\
         web.requests,env=prod:1|c\nmy page/views:1|c\nsizes:1:2:3|h\nq:1|c:5|ms\nqueue.depth:+3|g\n\
         users:alice|s\nlat:7|d\nbad line\n_sc|db|0";
-    let mut handler = LineHandler::new(true);
+    let mut handler = LineHandler::new(true, usize::MAX);
     let mut window = Window::default();
     // The first pass creates the series (their keys are allocated once per window) and the
     // namer's buffers; a service check becomes a log entry, which owns its text.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use statsd_redis::aggregate::ClosedWindow;
-use statsd_redis::store::{Cleaner, CounterWrite, Keys, Writer, build_chunks};
+use statsd_redis::store::{ChunkSettings, Cleaner, CounterWrite, Keys, Writer, build_chunks};
 use statsd_redis::telemetry::Telemetry;
 
 fn cleaner(redis: &RedisServer, owner: &str, interval_secs: u64, sample_count: u64) -> Cleaner {
@@ -169,21 +169,22 @@ async fn a_concurrent_write_keeps_its_index_member() {
             counters: vec![("race".into(), 1)],
             ..ClosedWindow::default()
         };
-        let chunks: Vec<_> = build_chunks(
-            &window,
-            &keys,
-            &CounterWrite::everywhere(&[1]),
-            10,
-            "w",
-            3600,
-            100,
-        )
-        .into_iter()
-        .map(Arc::new)
-        .collect();
-        let (pass, write) = tokio::join!(c.pass(now), writer.write_chunks(&chunks));
+        let settings = ChunkSettings {
+            keys: keys.clone(),
+            sample_count: 10,
+            log_ttl_secs: 0,
+            max_series: 100,
+        };
+        let chunks: Vec<_> = build_chunks(&window, &CounterWrite::everywhere(&[1]), &settings)
+            .into_iter()
+            .map(|mut chunk| {
+                chunk.seq = i + 1;
+                Arc::new(chunk)
+            })
+            .collect();
+        let (pass, write) = tokio::join!(c.pass(now), writer.write_chunks("flush:w", &chunks));
         pass.unwrap();
-        write.unwrap();
+        assert!(write.error.is_none(), "{:?}", write.error);
         assert_eq!(redis.known("known:"), ["1:race"], "iteration {i}");
         assert!(cmd::<bool>(
             &redis,

@@ -344,14 +344,16 @@ async fn a_lost_reply_is_retried_without_applying_twice() {
     let proxy = LossyProxy::start(([127, 0, 0, 1], port).into()).await;
     let agent = TestAgent::start(Config {
         redis: format!("redis://{}/0", proxy.addr),
-        // The proxy cuts the first `:1` reply: let it be the flush's, not the cleaner lease's.
+        // The proxy cuts the first `[1]` reply: let it be the flush's.
         cleaner_enabled: false,
         ..test_config(&redis)
     });
     agent.send(b"once:7|c\nonce.t:5|ms\nonce.g:+3|g\n_sc|once|1|m:retried");
-    eventually(Duration::from_secs(10), "the retry found the token", || {
-        agent.metric("chunks_applied_before_total") == 1.0
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the retry found the chunk applied",
+        || agent.metric("chunks_applied_before_total") == 1.0,
+    )
     .await;
     assert_eq!(proxy.cuts.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert!(agent.metric("redis_errors_total") >= 1.0);

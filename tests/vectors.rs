@@ -51,7 +51,7 @@ impl Flushed {
 
 /// One window holding `datagrams`, closed by `ledger`.
 fn flush_with(ledger: &mut Ledger, start: u64, datagrams: &[&[u8]]) -> Flushed {
-    let mut handler = LineHandler::new(true);
+    let mut handler = LineHandler::new(true, usize::MAX);
     let mut window = Window::default();
     for d in datagrams {
         handler.handle_datagram(d, false, &mut window);
@@ -271,7 +271,7 @@ fn fractions_carry_to_the_next_window() {
 
 #[test]
 fn truncated_datagram_loses_only_its_partial_line() {
-    let mut handler = LineHandler::new(true);
+    let mut handler = LineHandler::new(true, usize::MAX);
     let mut window = Window::default();
     handler.handle_datagram(b"a:1|c\nb:1|c\nc:1", true, &mut window);
     let closed = Ledger::default().close(0, window);

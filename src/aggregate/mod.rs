@@ -13,9 +13,10 @@ pub use log::{LogEntry, Severity};
 use std::hash::{Hash, Hasher};
 
 use compact_str::CompactString;
+use hashbrown::hash_map::EntryRef;
 use hashbrown::{Equivalent, HashMap, HashSet};
 
-use crate::protocol::{MetricType, Sample, Value};
+use crate::protocol::{MAX_INCREMENT, MetricType, Sample, Value};
 
 /// Timers, histograms and distributions keep the same statistics under different ZSET names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -149,6 +150,23 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     word(a, n - 8) == word(b, n - 8)
 }
 
+/// The value of `series` in `map`, inserted with `new` unless the map already holds `max`
+/// series: then `None`, and the sample is dropped.
+#[inline(always)]
+fn slot<'m, V>(
+    map: &'m mut HashMap<SeriesName, V>,
+    series: &str,
+    max: usize,
+    new: impl FnOnce() -> V,
+) -> Option<&'m mut V> {
+    let full = map.len() >= max;
+    match map.entry_ref(&Name(series)) {
+        EntryRef::Occupied(e) => Some(e.into_mut()),
+        EntryRef::Vacant(e) if !full => Some(e.insert(new())),
+        EntryRef::Vacant(_) => None,
+    }
+}
+
 /// Everything received in one window, keyed by series name.
 #[derive(Debug, Default)]
 pub struct Window {
@@ -158,68 +176,76 @@ pub struct Window {
     pub gauges: HashMap<SeriesName, GaugeUpdate>,
     pub sets: HashMap<SeriesName, HashSet<Member>>,
     pub logs: Vec<LogEntry>,
+    /// Samples of new series dropped because their map was full, by `MetricType as usize`;
+    /// log entries dropped last.
+    pub dropped: [u64; MetricType::ALL.len() + 1],
 }
 
+/// Where [`Window::dropped`] counts log entries.
+pub const DROPPED_LOGS: usize = MetricType::ALL.len();
+
 impl Window {
-    /// Adds one sample of `series`. Known series are updated in place without allocating.
-    pub fn record(&mut self, series: &str, sample: &Sample<'_>) {
+    /// Adds one sample of `series`, unless the series is new and its type already has `max`
+    /// series in this window: then the sample is counted in [`Window::dropped`]. Known series
+    /// are updated in place without allocating.
+    pub fn record(&mut self, series: &str, sample: &Sample<'_>, max: usize) {
         let weight = 1.0 / sample.rate;
-        match (sample.kind, sample.value) {
+        let recorded = match (sample.kind, sample.value) {
             (MetricType::Counter, Value::Number(v)) => {
-                *self.counters.entry_ref(&Name(series)).or_insert(0.0) += v * weight;
+                slot(&mut self.counters, series, max, || 0.0).map(|c| *c += v * weight)
             }
             (MetricType::Gauge, Value::Number(v)) => {
                 let update = GaugeUpdate {
                     set: Some(v),
                     delta: 0.0,
                 };
-                self.record_gauge(series, update);
+                slot(&mut self.gauges, series, max, GaugeUpdate::default)
+                    .map(|g| *g = g.then(update))
             }
             (MetricType::Gauge, Value::GaugeDelta(d)) => {
                 let update = GaugeUpdate {
                     set: None,
                     delta: d,
                 };
-                self.record_gauge(series, update);
+                slot(&mut self.gauges, series, max, GaugeUpdate::default)
+                    .map(|g| *g = g.then(update))
             }
-            (MetricType::Set, Value::Member(m)) => {
-                let members = self.sets.entry_ref(&Name(series)).or_default();
-                if !members.contains(m) {
-                    members.insert(m.into());
-                }
-            }
+            (MetricType::Set, Value::Member(m)) => slot(&mut self.sets, series, max, HashSet::new)
+                .map(|members| {
+                    if !members.contains(m) {
+                        members.insert(m.into());
+                    }
+                }),
             (kind, Value::Number(v)) => {
                 let kind = match kind {
                     MetricType::Timer => StatKind::Timer,
                     MetricType::Histogram => StatKind::Histogram,
                     _ => StatKind::Distribution,
                 };
-                self.record_stat(series, kind, v, weight);
+                slot(&mut self.stats[kind as usize], series, max, Stats::new)
+                    .map(|s| s.add(v, weight))
             }
             // The parser pairs members only with sets and deltas only with gauges.
-            _ => {}
+            _ => Some(()),
+        };
+        if recorded.is_none() {
+            self.dropped[sample.kind as usize] += 1;
         }
     }
 
-    fn record_gauge(&mut self, series: &str, update: GaugeUpdate) {
-        let slot = self.gauges.entry_ref(&Name(series)).or_default();
-        *slot = slot.then(update);
+    /// Keeps a log entry unless the window already holds `max`.
+    pub fn record_log(&mut self, entry: LogEntry, max: usize) {
+        if self.logs.len() < max {
+            self.logs.push(entry);
+        } else {
+            self.dropped[DROPPED_LOGS] += 1;
+        }
     }
 
-    fn record_stat(&mut self, series: &str, kind: StatKind, value: f64, weight: f64) {
-        self.stats[kind as usize]
-            .entry_ref(&Name(series))
-            .or_insert_with(Stats::new)
-            .add(value, weight);
-    }
-
-    pub fn record_log(&mut self, entry: LogEntry) {
-        self.logs.push(entry);
-    }
-
-    /// Folds a window of the same period, received after `self`, into `self`.
+    /// Folds a window of the same period, received after `self`, into `self`. Each reader
+    /// caps its own window, so a merged window holds up to `udp_readers` times the cap.
     pub fn merge(&mut self, other: Window) {
-        if self.is_empty() {
+        if self.is_empty() && self.dropped == Window::default().dropped {
             // The usual case (one reader): take its maps instead of rebuilding them.
             *self = other;
             return;
@@ -240,6 +266,32 @@ impl Window {
             self.sets.entry(series).or_default().extend(members);
         }
         self.logs.extend(other.logs);
+        for (mine, theirs) in self.dropped.iter_mut().zip(other.dropped) {
+            *mine += theirs;
+        }
+    }
+
+    /// The `n` name prefixes (up to the first `.` or `;`) with the most series in the window,
+    /// most first: who fills the window when the cap is reached.
+    pub fn busiest_prefixes(&self, n: usize) -> Vec<(String, usize)> {
+        let names = self
+            .counters
+            .keys()
+            .chain(self.stats.iter().flat_map(HashMap::keys))
+            .chain(self.gauges.keys())
+            .chain(self.sets.keys());
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for name in names {
+            let prefix = name.split(['.', ';']).next().unwrap_or_default();
+            *counts.entry(prefix).or_default() += 1;
+        }
+        let mut busiest: Vec<(String, usize)> = counts
+            .into_iter()
+            .map(|(p, c)| (p.to_string(), c))
+            .collect();
+        busiest.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        busiest.truncate(n);
+        busiest
     }
 
     pub fn is_empty(&self) -> bool {
@@ -427,14 +479,35 @@ impl CoarseSums {
 /// not turn an exact total into a carried 0.999....
 const WHOLE_EPSILON: f64 = 1e-9;
 
-/// What lives across windows: each counter's carried fraction and each gauge's value.
-#[derive(Debug, Default)]
+/// What lives across windows: each counter's carried fraction and each gauge's value, with the
+/// window that last touched them; those idle for `forget_after` seconds are forgotten.
+#[derive(Debug)]
 pub struct Ledger {
-    carries: HashMap<SeriesName, f64>,
-    gauges: HashMap<SeriesName, f64>,
+    carries: HashMap<SeriesName, (f64, u64)>,
+    gauges: HashMap<SeriesName, (f64, u64)>,
+    forget_after: u64,
+    last_sweep: u64,
+}
+
+/// How often the ledger looks for idle entries: each look visits every entry.
+const SWEEP_SECS: u64 = 60;
+
+impl Default for Ledger {
+    fn default() -> Ledger {
+        Ledger::new(86_400)
+    }
 }
 
 impl Ledger {
+    pub fn new(forget_idle_secs: u64) -> Ledger {
+        Ledger {
+            carries: HashMap::new(),
+            gauges: HashMap::new(),
+            forget_after: forget_idle_secs,
+            last_sweep: 0,
+        }
+    }
+
     /// Turns a window into the values to write; must be called in window order.
     pub fn close(&mut self, start: u64, window: Window) -> ClosedWindow {
         // Sized up front: at many series, a doubling vector's spare half is a large share of the
@@ -446,16 +519,24 @@ impl Ledger {
             gauges: Vec::with_capacity(window.gauges.len()),
             ..ClosedWindow::default()
         };
+        if start >= self.last_sweep + SWEEP_SECS {
+            self.last_sweep = start;
+            let oldest = start.saturating_sub(self.forget_after);
+            self.carries.retain(|_, (_, at)| *at >= oldest);
+            self.gauges.retain(|_, (_, at)| *at >= oldest);
+        }
         for (series, v) in window.counters {
-            let mut total = v + self.carries.remove(&series).unwrap_or(0.0);
+            let mut total = v + self.carries.remove(&series).map_or(0.0, |c| c.0);
             if (total - total.round()).abs() < WHOLE_EPSILON {
                 total = total.round();
             }
-            let whole = total.trunc();
+            // A window writes at most MAX_INCREMENT either way and carries the rest, like a
+            // fraction: many huge increments in one window are written over the next ones,
+            // never lost to a saturated cast or an overflowing HINCRBY.
+            let whole = total.trunc().clamp(-MAX_INCREMENT, MAX_INCREMENT);
             if total != whole {
-                self.carries.insert(series.clone(), total - whole);
+                self.carries.insert(series.clone(), (total - whole, start));
             }
-            // `as` saturates: a sum beyond i64 is written as i64::MAX rather than wrapping.
             closed.counters.push((series, whole as i64));
         }
         for (kind, stats) in StatKind::ALL.into_iter().zip(window.stats) {
@@ -464,8 +545,8 @@ impl Ledger {
                 .extend(stats.into_iter().map(|(series, s)| (series, kind, s)));
         }
         for (series, update) in window.gauges {
-            let value = update.apply(self.gauges.get(&series).copied());
-            self.gauges.insert(series.clone(), value);
+            let value = update.apply(self.gauges.get(&series).map(|g| g.0));
+            self.gauges.insert(series.clone(), (value, start));
             closed.gauges.push((series, value));
         }
         closed.sets = window
@@ -479,12 +560,7 @@ impl Ledger {
 
     /// The current value of a gauge, as the agent knows it.
     pub fn gauge(&self, series: &str) -> Option<f64> {
-        self.gauges.get(series).copied()
-    }
-
-    /// Number of gauges the agent remembers.
-    pub fn gauge_count(&self) -> usize {
-        self.gauges.len()
+        self.gauges.get(series).map(|g| g.0)
     }
 }
 

@@ -14,10 +14,26 @@ fn sample(kind: MetricType, value: Value<'_>) -> Sample<'_> {
 fn merge_adds_counters_and_stats() {
     let mut a = Window::default();
     let mut b = Window::default();
-    a.record("x", &sample(MetricType::Counter, Value::Number(2.0)));
-    b.record("x", &sample(MetricType::Counter, Value::Number(3.0)));
-    a.record("t", &sample(MetricType::Timer, Value::Number(1.0)));
-    b.record("t", &sample(MetricType::Timer, Value::Number(9.0)));
+    a.record(
+        "x",
+        &sample(MetricType::Counter, Value::Number(2.0)),
+        usize::MAX,
+    );
+    b.record(
+        "x",
+        &sample(MetricType::Counter, Value::Number(3.0)),
+        usize::MAX,
+    );
+    a.record(
+        "t",
+        &sample(MetricType::Timer, Value::Number(1.0)),
+        usize::MAX,
+    );
+    b.record(
+        "t",
+        &sample(MetricType::Timer, Value::Number(9.0)),
+        usize::MAX,
+    );
     a.merge(b);
     assert_eq!(a.counters.get("x"), Some(&5.0));
     let t = a.stats[StatKind::Timer as usize].get("t").unwrap();
@@ -31,8 +47,16 @@ fn merge_adds_counters_and_stats() {
 fn merge_applies_later_gauge_updates_after_earlier_ones() {
     let mut a = Window::default();
     let mut b = Window::default();
-    a.record("g", &sample(MetricType::Gauge, Value::Number(10.0)));
-    b.record("g", &sample(MetricType::Gauge, Value::GaugeDelta(-4.0)));
+    a.record(
+        "g",
+        &sample(MetricType::Gauge, Value::Number(10.0)),
+        usize::MAX,
+    );
+    b.record(
+        "g",
+        &sample(MetricType::Gauge, Value::GaugeDelta(-4.0)),
+        usize::MAX,
+    );
     a.merge(b);
     assert_eq!(
         a.gauges.get("g"),
@@ -43,7 +67,11 @@ fn merge_applies_later_gauge_updates_after_earlier_ones() {
     );
 
     let mut c = Window::default();
-    c.record("g", &sample(MetricType::Gauge, Value::Number(1.0)));
+    c.record(
+        "g",
+        &sample(MetricType::Gauge, Value::Number(1.0)),
+        usize::MAX,
+    );
     a.merge(c);
     assert_eq!(
         a.gauges.get("g"),
@@ -58,9 +86,21 @@ fn merge_applies_later_gauge_updates_after_earlier_ones() {
 fn merge_unions_set_members() {
     let mut a = Window::default();
     let mut b = Window::default();
-    a.record("s", &sample(MetricType::Set, Value::Member(b"u1")));
-    b.record("s", &sample(MetricType::Set, Value::Member(b"u1")));
-    b.record("s", &sample(MetricType::Set, Value::Member(b"u2")));
+    a.record(
+        "s",
+        &sample(MetricType::Set, Value::Member(b"u1")),
+        usize::MAX,
+    );
+    b.record(
+        "s",
+        &sample(MetricType::Set, Value::Member(b"u1")),
+        usize::MAX,
+    );
+    b.record(
+        "s",
+        &sample(MetricType::Set, Value::Member(b"u2")),
+        usize::MAX,
+    );
     a.merge(b);
     assert_eq!(a.sets.get("s").map(|m| m.len()), Some(2));
 }
@@ -69,7 +109,11 @@ fn merge_unions_set_members() {
 fn float_noise_does_not_lose_a_unit() {
     let mut w = Window::default();
     for _ in 0..10 {
-        w.record("x", &sample(MetricType::Counter, Value::Number(0.1)));
+        w.record(
+            "x",
+            &sample(MetricType::Counter, Value::Number(0.1)),
+            usize::MAX,
+        );
     }
     let closed = Ledger::default().close(0, w);
     assert_eq!(closed.counters, [("x".into(), 1)]);
@@ -79,10 +123,18 @@ fn float_noise_does_not_lose_a_unit() {
 fn negative_fractions_carry_toward_zero() {
     let mut ledger = Ledger::default();
     let mut w = Window::default();
-    w.record("x", &sample(MetricType::Counter, Value::Number(-1.5)));
+    w.record(
+        "x",
+        &sample(MetricType::Counter, Value::Number(-1.5)),
+        usize::MAX,
+    );
     assert_eq!(ledger.close(0, w).counters, [("x".into(), -1)]);
     let mut w = Window::default();
-    w.record("x", &sample(MetricType::Counter, Value::Number(-1.5)));
+    w.record(
+        "x",
+        &sample(MetricType::Counter, Value::Number(-1.5)),
+        usize::MAX,
+    );
     assert_eq!(ledger.close(1, w).counters, [("x".into(), -2)]);
 }
 
@@ -272,8 +324,16 @@ fn series_names_compare_whole() {
     // One series per name, found again by its name.
     let mut w = Window::default();
     for name in names.iter().chain(&long).skip(1) {
-        w.record(name, &sample(MetricType::Counter, Value::Number(1.0)));
-        w.record(name, &sample(MetricType::Counter, Value::Number(2.0)));
+        w.record(
+            name,
+            &sample(MetricType::Counter, Value::Number(1.0)),
+            usize::MAX,
+        );
+        w.record(
+            name,
+            &sample(MetricType::Counter, Value::Number(2.0)),
+            usize::MAX,
+        );
     }
     assert_eq!(w.counters.len(), names.len() + long.len() - 1);
     assert!(w.counters.values().all(|v| *v == 3.0));

@@ -14,15 +14,18 @@ const BAD_LINE_LOG_BYTES: usize = 200;
 #[derive(Debug)]
 pub struct LineHandler {
     namer: SeriesNamer,
+    /// New series a window takes per type (`max_series_per_window`).
+    max_series: usize,
     pub tally: Tally,
     /// The first bad line since the reader last logged one.
     pub bad_example: Option<(BadLine, String)>,
 }
 
 impl LineHandler {
-    pub fn new(sanitize_names: bool) -> LineHandler {
+    pub fn new(sanitize_names: bool, max_series: usize) -> LineHandler {
         LineHandler {
             namer: SeriesNamer::new(sanitize_names),
+            max_series,
             tally: Tally::default(),
             bad_example: None,
         }
@@ -49,7 +52,7 @@ impl LineHandler {
             if let Some((series, sample, used)) = protocol::parse_plain(body) {
                 self.tally.lines += 1;
                 self.tally.samples[sample.kind as usize] += 1;
-                window.record(series, &sample);
+                window.record(series, &sample, self.max_series);
                 body = &body[used..];
                 continue;
             }
@@ -72,7 +75,7 @@ impl LineHandler {
                     match self.namer.series(m.name, m.influx_tags, sample.tags) {
                         Ok((series, r)) => {
                             renamed |= r;
-                            window.record(series, sample);
+                            window.record(series, sample, self.max_series);
                             self.tally.samples[sample.kind as usize] += 1;
                         }
                         Err(reason) => return self.reject(reason, line),
@@ -83,11 +86,11 @@ impl LineHandler {
             }
             Ok(Line::Event(e)) => {
                 self.tally.events += 1;
-                window.record_log(LogEntry::from_event(&e));
+                window.record_log(LogEntry::from_event(&e), self.max_series);
             }
             Ok(Line::ServiceCheck(sc)) => {
                 self.tally.service_checks += 1;
-                window.record_log(LogEntry::from_service_check(&sc));
+                window.record_log(LogEntry::from_service_check(&sc), self.max_series);
             }
             Err(reason) => self.reject(reason, line),
         }
@@ -110,7 +113,7 @@ mod tests {
     /// Every line through the full parser alone, one at a time: what the one-pass split and
     /// parse of whole datagrams must agree with.
     fn line_by_line(datagram: &[u8]) -> (Window, Tally) {
-        let mut handler = LineHandler::new(true);
+        let mut handler = LineHandler::new(true, usize::MAX);
         let mut window = Window::default();
         for line in protocol::lines(datagram) {
             handler.tally.lines += 1;
@@ -120,7 +123,7 @@ mod tests {
     }
 
     fn assert_same(datagram: &[u8]) {
-        let mut handler = LineHandler::new(true);
+        let mut handler = LineHandler::new(true, usize::MAX);
         let mut window = Window::default();
         handler.handle_datagram(datagram, false, &mut window);
         let (want, tally) = line_by_line(datagram);

@@ -9,6 +9,8 @@ mod event;
 mod series;
 mod value;
 
+pub use value::{MAX_INCREMENT, MAX_VALUE};
+
 pub use event::{AlertType, Event, ServiceCheck};
 pub use series::SeriesNamer;
 
@@ -77,6 +79,8 @@ pub enum BadLine {
     UnknownType,
     InvalidValue,
     InvalidSampleRate,
+    /// A finite value the agent cannot add exactly and safely (see [`value::in_range`]).
+    OutOfRange,
     InvalidTimestamp,
     /// InfluxDB tags in the name and DogStatsD `#tags` on the same line.
     MixedTagStyles,
@@ -88,7 +92,7 @@ pub enum BadLine {
 }
 
 impl BadLine {
-    pub const ALL: [BadLine; 13] = [
+    pub const ALL: [BadLine; 14] = [
         BadLine::MissingValue,
         BadLine::MissingType,
         BadLine::EmptyName,
@@ -96,6 +100,7 @@ impl BadLine {
         BadLine::UnknownType,
         BadLine::InvalidValue,
         BadLine::InvalidSampleRate,
+        BadLine::OutOfRange,
         BadLine::InvalidTimestamp,
         BadLine::MixedTagStyles,
         BadLine::InvalidUtf8,
@@ -113,6 +118,7 @@ impl BadLine {
             BadLine::UnknownType => "unknown_type",
             BadLine::InvalidValue => "invalid_value",
             BadLine::InvalidSampleRate => "invalid_sample_rate",
+            BadLine::OutOfRange => "out_of_range",
             BadLine::InvalidTimestamp => "invalid_timestamp",
             BadLine::MixedTagStyles => "mixed_tag_styles",
             BadLine::InvalidUtf8 => "invalid_utf8",
@@ -320,9 +326,13 @@ pub fn parse_plain(input: &[u8]) -> Option<(&str, Sample<'_>, usize)> {
         }
         _ => return None,
     };
+    let number = value::parse_number(text).ok()?;
+    if !value::in_range(kind, number, rate) {
+        return None;
+    }
     let value = match (kind, text.first()?) {
-        (MetricType::Gauge, b'+' | b'-') => Value::GaugeDelta(value::parse_number(text).ok()?),
-        _ => Value::Number(value::parse_number(text).ok()?),
+        (MetricType::Gauge, b'+' | b'-') => Value::GaugeDelta(number),
+        _ => Value::Number(number),
     };
     let used = input.len() - end.len() + usize::from(!end.is_empty());
     // SAFETY: every byte before `colon` passed the PLAIN_NAME table, which admits ASCII only.
@@ -435,10 +445,14 @@ fn parse_segment<'a>(input: &'a [u8], out: &mut MetricLine<'a>) -> Result<&'a [u
         }
     } else {
         for text in values.split(|b| *b == b':').filter(|v| !v.is_empty()) {
+            let number = value::parse_number(text)?;
+            if !value::in_range(kind, number, rate) {
+                return Err(BadLine::OutOfRange);
+            }
             let value = if kind == MetricType::Gauge && matches!(text[0], b'+' | b'-') {
-                Value::GaugeDelta(value::parse_number(text)?)
+                Value::GaugeDelta(number)
             } else {
-                Value::Number(value::parse_number(text)?)
+                Value::Number(number)
             };
             out.samples.push(Sample {
                 kind,

@@ -3,7 +3,28 @@
 //! `f64::from_str` alone accepts `inf`, `NaN` and `infinity`; StatsD values are plain decimals
 //! (`1`, `-5`, `1.5`, `1e3`, `.5`), so the text is checked against that grammar first.
 
-use super::BadLine;
+use super::{BadLine, MetricType};
+
+/// Largest counter increment, `value / rate`, in magnitude: 2^53, up to which doubles hold
+/// every whole number, so a window's total and its carried fraction stay exact. A stored count
+/// has room for 1024 such increments before it would leave the signed 64-bit range.
+pub const MAX_INCREMENT: f64 = 9_007_199_254_740_992.0;
+
+/// Largest timer, histogram, distribution or gauge value in magnitude, and largest sample
+/// weight `1 / rate`: 2^63. A sum of squares of such samples stays finite for more samples
+/// than can ever arrive, so no sum becomes infinite and no difference of two NaN.
+pub const MAX_VALUE: f64 = 9_223_372_036_854_775_808.0;
+
+/// Whether a sample of `kind` with this value and rate can be added without leaving the ranges
+/// above (sets carry no number and are always in range).
+#[inline(always)]
+pub fn in_range(kind: MetricType, value: f64, rate: f64) -> bool {
+    match kind {
+        MetricType::Counter => value.abs() <= MAX_INCREMENT * rate,
+        MetricType::Gauge | MetricType::Set => value.abs() <= MAX_VALUE,
+        _ => value.abs() <= MAX_VALUE && MAX_VALUE * rate >= 1.0,
+    }
+}
 
 /// Exact powers of ten: every one up to 1e22 is a double without rounding.
 const POW10: [f64; 23] = [
@@ -205,6 +226,26 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn values_beyond_exact_sums_are_out_of_range() {
+        use MetricType::*;
+        // 2^53 is a counter's largest increment, after the rate.
+        assert!(in_range(Counter, 9_007_199_254_740_992.0, 1.0));
+        assert!(!in_range(Counter, 9_007_199_254_740_994.0, 1.0));
+        assert!(!in_range(Counter, 9_223_372_036_854_775_807.0, 1.0));
+        assert!(!in_range(Counter, 1.0, 1e-300));
+        assert!(!in_range(Counter, -1e300, 1.0));
+        assert!(in_range(Counter, 1e-310, 1.0));
+        assert!(in_range(Timer, 9_223_372_036_854_775_807.0, 1.0));
+        assert!(!in_range(Timer, 1e300, 1.0));
+        // A weight of 1e300 (or of infinity, after a denormal rate).
+        assert!(!in_range(Histogram, 1.0, 1e-300));
+        assert!(!in_range(Distribution, 1.0, 5e-324));
+        assert!(in_range(Distribution, 1.0, 1e-18));
+        assert!(!in_range(Gauge, -1e19, 1.0));
+        assert!(in_range(Gauge, -1e18, 1e-300));
     }
 
     #[test]

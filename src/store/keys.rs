@@ -97,10 +97,10 @@ impl Keys {
         format!("{}cleaner:lock", self.prefix)
     }
 
-    /// `flush:<agent>:<window>:<chunk>`: set once a flush chunk has been applied. The agent passes
-    /// `<agent_id>.<run>` as `agent`, the run random per start.
-    pub fn flush_token(&self, agent_id: &str, window: u64, chunk: usize) -> String {
-        format!("{}flush:{agent_id}:{window}:{chunk}", self.prefix)
+    /// `flush:<agent id>.<run>`: the number of the last flush chunk of that run of the agent
+    /// that was applied (the run random per start).
+    pub fn flush_sequence(&self, run_id: &str) -> String {
+        format!("{}flush:{run_id}", self.prefix)
     }
 }
 
@@ -145,7 +145,7 @@ mod tests {
         let k = Keys::new("app1:");
         assert_eq!(k.counter(1, "hits"), "app1:count:1:hits");
         assert_eq!(k.known(), "app1:known:");
-        assert_eq!(k.flush_token("a", 10, 2), "app1:flush:a:10:2");
+        assert_eq!(k.flush_sequence("a.1f"), "app1:flush:a.1f");
         assert_eq!(k.cleaner_lock(), "app1:cleaner:lock");
         let gauges = k.gauge_index();
         assert_eq!(gauges.key, "app1:known:gauge:");

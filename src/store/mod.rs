@@ -15,7 +15,10 @@ use redis::aio::MultiplexedConnection;
 pub use cleaner::Cleaner;
 pub use keys::Keys;
 pub use reader::Reader;
-pub use writer::{Applied, CounterWrite, FlushChunk, Writer, build_chunks};
+pub use writer::{
+    Applied, ChunkSettings, CounterWrite, FlushChunk, SEQUENCE_TTL_SECS, WriteFailure, Writer,
+    Written, build_chunks,
+};
 
 /// A failed Redis call.
 #[derive(Debug, thiserror::Error)]

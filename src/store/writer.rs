@@ -1,6 +1,6 @@
 //! Writing closed windows: [`build_chunks`] turns a window into bounded [`FlushChunk`]s, each a
-//! ready `EVALSHA` of `flush.lua` with its own token; [`Writer`] sends them over one
-//! multiplexed connection, reconnecting after any failure.
+//! ready `EVALSHA` of `flush.lua`, numbered in sending order; [`Writer`] sends them over one
+//! multiplexed connection, reconnecting after any failure, and reports what Redis refused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,12 +14,14 @@ use crate::telemetry::Telemetry;
 
 const FLUSH_SCRIPT: &str = include_str!("flush.lua");
 
-/// One script call of a window: applied atomically, and at most once thanks to its token.
+/// One script call of a window: applied atomically, and at most once thanks to its number.
 #[derive(Debug, Clone)]
 pub struct FlushChunk {
     /// Series (and log entries) it carries.
     pub series: usize,
-    token: String,
+    /// Its place in the run's sending order, from 1: the script applies a chunk only above the
+    /// run's last applied number (see `flush.lua`).
+    pub seq: u64,
     /// The script's ARGV, fixed when the window closed so every retry sends the same values.
     argv: Argv,
 }
@@ -79,17 +81,6 @@ impl RedisWrite for Argv {
             }
         }
         Guard(self)
-    }
-}
-
-impl FlushChunk {
-    /// Names the chunk as the `index`th one written with `window`; its token must be unique.
-    pub fn set_token(&mut self, keys: &Keys, agent_id: &str, window: u64, index: usize) {
-        self.token = keys.flush_token(agent_id, window, index);
-    }
-
-    pub fn token(&self) -> &str {
-        &self.token
     }
 }
 
@@ -181,33 +172,39 @@ impl CounterWrite {
     }
 }
 
+/// What every chunk of an agent carries beside its window's data.
+#[derive(Debug, Clone)]
+pub struct ChunkSettings {
+    pub keys: Keys,
+    pub sample_count: u64,
+    /// Idle lifetime of the log keys (`recent:`, `common:`); 0: none.
+    pub log_ttl_secs: u64,
+    pub max_series: usize,
+}
+
 /// Splits a closed window into chunks of at most `max_series` series each, each a ready
-/// `EVALSHA` of `flush.lua` (argument layout documented there), the `i`th with the token
-/// `flush:<agent_id>:<window.start>:<i>` unless [`FlushChunk::set_token`] names it again.
+/// `EVALSHA` of `flush.lua` (argument layout documented there), numbered 0 until the flusher
+/// numbers them in sending order.
 pub fn build_chunks(
     window: &ClosedWindow,
-    keys: &Keys,
     precisions: &[(u64, CounterWrite)],
-    sample_count: u64,
-    agent_id: &str,
-    token_ttl_secs: u64,
-    max_series: usize,
+    settings: &ChunkSettings,
 ) -> Vec<FlushChunk> {
+    let keys = &settings.keys;
     let hour = clock::hour_start(window.start);
     let asctime = clock::asctime(window.start);
     // Counters that no listed precision takes (all of them coarse) are left out, not sent.
     let counted = precisions.iter().any(|(_, c)| *c != CounterWrite::Skip);
     let all_counters: &[(SeriesName, i64)] = if counted { &window.counters } else { &[] };
-    plan(window, all_counters.len(), max_series)
+    plan(window, all_counters.len(), settings.max_series)
         .into_iter()
-        .enumerate()
-        .map(|(index, part)| {
+        .map(|part| {
             let mut cmd = Argv::default();
-            cmd.arg(token_ttl_secs)
-                .arg(keys.prefix())
-                .arg(sample_count)
+            cmd.arg(keys.prefix())
+                .arg(settings.sample_count)
                 .arg(&hour)
                 .arg(&asctime)
+                .arg(settings.log_ttl_secs)
                 .arg(precisions.len());
             for &(p, counters) in precisions {
                 cmd.arg(p)
@@ -254,12 +251,17 @@ pub fn build_chunks(
             cmd.ends.shrink_to_fit();
             FlushChunk {
                 series: counters.len() + stats.len() + gauges.len() + sets.len() + logs.len(),
-                token: keys.flush_token(agent_id, window.start, index),
+                seq: 0,
                 argv: cmd,
             }
         })
         .collect()
 }
+
+/// How long a run's sequence key outlives its last write: a copy of a chunk delayed longer than
+/// this (Redis closes idle connections long before: `tcp-keepalive` 300 s) could be applied
+/// again, and so could the last pipeline of a spool replayed this long after its crash.
+pub const SEQUENCE_TTL_SECS: u64 = 7 * 24 * 3600;
 
 /// Sends flush chunks to Redis.
 pub struct Writer {
@@ -268,17 +270,74 @@ pub struct Writer {
     connected_before: bool,
     timeout: Duration,
     script: Script,
-    /// Tokens of chunks whose replies arrived: deleted by the next script call.
-    acknowledged: Vec<String>,
     telemetry: Arc<Telemetry>,
+    /// When a refused write was last logged: they are counted always, logged once per 10 s.
+    last_failure_log: Option<std::time::Instant>,
 }
 
 /// What happened to a chunk that reached Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
     Now,
-    /// Its token existed: an earlier attempt had applied it and only the reply was lost.
+    /// Its number showed an earlier copy had applied it (a lost reply, a late copy).
     Before,
+}
+
+/// Why Redis refused one write of an applied chunk (the rest of the chunk was applied).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFailure {
+    /// The key holds another type: another program's key under our names.
+    WrongType,
+    /// `HINCRBY` would leave the signed 64-bit range.
+    Overflow,
+    /// The hash field holds something that is not an integer.
+    NotInteger,
+    /// Statistics merged with stored values would be NaN.
+    NotANumber,
+    Other,
+}
+
+impl WriteFailure {
+    pub const ALL: [WriteFailure; 5] = [
+        WriteFailure::WrongType,
+        WriteFailure::Overflow,
+        WriteFailure::NotInteger,
+        WriteFailure::NotANumber,
+        WriteFailure::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteFailure::WrongType => "wrong_type",
+            WriteFailure::Overflow => "overflow",
+            WriteFailure::NotInteger => "not_integer",
+            WriteFailure::NotANumber => "not_a_number",
+            WriteFailure::Other => "other",
+        }
+    }
+
+    /// The reason of a Redis error text.
+    fn of(error: &str) -> WriteFailure {
+        if error.starts_with("WRONGTYPE") {
+            WriteFailure::WrongType
+        } else if error.contains("overflow") {
+            WriteFailure::Overflow
+        } else if error.contains("not an integer") {
+            WriteFailure::NotInteger
+        } else if error.contains("not a number") || error.contains("NaN") {
+            WriteFailure::NotANumber
+        } else {
+            WriteFailure::Other
+        }
+    }
+}
+
+/// The replies to a pipeline: the chunks acknowledged, in order, and why the rest were not.
+#[derive(Debug)]
+pub struct Written {
+    pub acknowledged: Vec<Applied>,
+    /// Set when fewer chunks than were sent are acknowledged: they are to be sent again.
+    pub error: Option<StoreError>,
 }
 
 impl Writer {
@@ -289,8 +348,8 @@ impl Writer {
             connected_before: false,
             timeout,
             script: Script::new(FLUSH_SCRIPT),
-            acknowledged: Vec::new(),
             telemetry,
+            last_failure_log: None,
         }
     }
 
@@ -307,74 +366,122 @@ impl Writer {
         Ok(connection)
     }
 
-    /// Applies chunks in one pipeline (one round trip), in order. On an error none of them
-    /// counts as acknowledged: sending them all again is safe, since their tokens stay until
-    /// acknowledged. Any error drops the connection, so the next call starts afresh.
-    pub async fn write_chunks(
-        &mut self,
-        chunks: &[Arc<FlushChunk>],
-    ) -> Result<Vec<Applied>, StoreError> {
-        let result = self.try_write(chunks).await;
-        if result.is_err() {
+    /// Applies chunks of the run whose sequence key is `sequence` in one pipeline (one round
+    /// trip), in order; every chunk before the first was acknowledged. The chunks after the
+    /// first one not acknowledged are never applied (the script sees the gap), so sending
+    /// them all again from there is safe, and so is any copy of this pipeline still on its
+    /// way. Any error drops the connection, so the next call starts afresh.
+    pub async fn write_chunks(&mut self, sequence: &str, chunks: &[Arc<FlushChunk>]) -> Written {
+        let result = self.try_write(sequence, chunks).await;
+        let written = match result {
+            Ok(written) => written,
+            Err(error) => Written {
+                acknowledged: Vec::new(),
+                error: Some(error),
+            },
+        };
+        if written.error.is_some() {
             self.connection = None;
             self.telemetry.redis_errors.increment(1);
         }
-        result
+        written
     }
 
-    /// Deletes the tokens of the chunks acknowledged last (no later call will): for a clean stop.
-    pub async fn release_tokens(&mut self) -> Result<(), StoreError> {
-        if self.acknowledged.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.connection().await?;
-        redis::cmd("DEL")
-            .arg(&self.acknowledged)
-            .query_async::<()>(&mut conn)
-            .await?;
-        self.acknowledged.clear();
-        Ok(())
-    }
-
-    async fn try_write(&mut self, chunks: &[Arc<FlushChunk>]) -> Result<Vec<Applied>, StoreError> {
+    async fn try_write(
+        &mut self,
+        sequence: &str,
+        chunks: &[Arc<FlushChunk>],
+    ) -> Result<Written, StoreError> {
         let mut conn = self.connection().await?;
         let mut pipe = redis::pipe();
-        for (i, chunk) in chunks.iter().enumerate() {
-            // The first call deletes the tokens acknowledged so far.
-            let acknowledged: &[String] = if i == 0 { &self.acknowledged } else { &[] };
+        pipe.ignore_errors();
+        let mut prev = 0;
+        for chunk in chunks {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(self.script.get_hash())
-                .arg(1 + acknowledged.len())
-                .arg(&chunk.token)
-                .arg(acknowledged);
+                .arg(1)
+                .arg(sequence)
+                .arg(chunk.seq)
+                .arg(prev)
+                .arg(SEQUENCE_TTL_SECS);
             for arg in chunk.argv.iter() {
                 cmd.arg(arg);
             }
             pipe.add_command(cmd);
+            prev = chunk.seq;
         }
-        let replies: Vec<i64> = match pipe.query_async(&mut conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.script.prepare_invoke().load_async(&mut conn).await?;
-                pipe.query_async(&mut conn).await?
-            }
-            other => other?,
-        };
-        // The calls deleted the earlier tokens; these chunks' replies arrived, so theirs are next.
-        self.acknowledged.clear();
-        self.acknowledged
-            .extend(chunks.iter().map(|c| c.token.clone()));
-        Ok(replies
-            .into_iter()
-            .map(|applied| {
-                if applied == 1 {
-                    Applied::Now
-                } else {
-                    Applied::Before
+        let mut replies: Vec<redis::RedisResult<redis::Value>> =
+            pipe.query_async(&mut conn).await?;
+        let no_script = |r: &redis::RedisResult<redis::Value>| matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript));
+        if replies.iter().any(no_script) {
+            self.script.prepare_invoke().load_async(&mut conn).await?;
+            replies = pipe.query_async(&mut conn).await?;
+        }
+        let mut acknowledged = Vec::new();
+        for reply in replies {
+            let reply: Vec<redis::Value> = match reply.and_then(|v| Ok(redis::from_redis_value(v)?))
+            {
+                Ok(reply) => reply,
+                Err(e) => {
+                    return Ok(Written {
+                        acknowledged,
+                        error: Some(e.into()),
+                    });
                 }
-            })
-            .collect())
+            };
+            let status: i64 = reply
+                .first()
+                .and_then(|v| redis::from_redis_value_ref(v).ok())
+                .unwrap_or(-1);
+            match status {
+                1 => {
+                    self.report_failures(&reply[1..]);
+                    acknowledged.push(Applied::Now);
+                }
+                0 => acknowledged.push(Applied::Before),
+                // The chunk before it was not applied: the error is that chunk's.
+                _ => break,
+            }
+        }
+        let error = (acknowledged.len() < chunks.len()).then(|| {
+            StoreError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a flush chunk was not applied after the one before it failed",
+            )))
+        });
+        Ok(Written {
+            acknowledged,
+            error,
+        })
+    }
+
+    /// Counts (and now and then logs) the writes Redis refused: `key, error` pairs.
+    fn report_failures(&mut self, pairs: &[redis::Value]) {
+        for pair in pairs.chunks(2) {
+            let text =
+                |v: &redis::Value| redis::from_redis_value_ref::<String>(v).unwrap_or_default();
+            let (key, error) = (text(&pair[0]), pair.get(1).map(text).unwrap_or_default());
+            let reason = WriteFailure::of(&error);
+            self.telemetry.write_failures[reason as usize].increment(1);
+            let now = std::time::Instant::now();
+            if self
+                .last_failure_log
+                .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_INTERVAL)
+            {
+                self.last_failure_log = Some(now);
+                tracing::warn!(
+                    key,
+                    error,
+                    reason = reason.as_str(),
+                    "Redis refused a write; the rest of its chunk was applied (more are counted in write_failures_total)"
+                );
+            }
+        }
     }
 }
+
+/// Refused writes are logged at most this often; all are counted.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
@@ -406,19 +513,42 @@ mod tests {
         }
     }
 
+    fn settings(max_series: usize) -> ChunkSettings {
+        ChunkSettings {
+            keys: Keys::new(""),
+            sample_count: 120,
+            log_ttl_secs: 0,
+            max_series,
+        }
+    }
+
     fn chunk_sizes(w: &ClosedWindow, budget: usize) -> Vec<usize> {
-        build_chunks(
-            w,
-            &Keys::new(""),
-            &CounterWrite::everywhere(&[1, 60]),
-            120,
-            "a",
-            3600,
-            budget,
-        )
-        .iter()
-        .map(|c| c.series)
-        .collect()
+        build_chunks(w, &CounterWrite::everywhere(&[1, 60]), &settings(budget))
+            .iter()
+            .map(|c| c.series)
+            .collect()
+    }
+
+    #[test]
+    fn refusals_are_named_by_reason() {
+        for (error, reason) in [
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+                WriteFailure::WrongType,
+            ),
+            (
+                "ERR increment or decrement would overflow",
+                WriteFailure::Overflow,
+            ),
+            ("ERR hash value is not an integer", WriteFailure::NotInteger),
+            (
+                "ERR statistics would not be a number (NaN)",
+                WriteFailure::NotANumber,
+            ),
+            ("ERR something else", WriteFailure::Other),
+        ] {
+            assert_eq!(WriteFailure::of(error), reason, "{error}");
+        }
     }
 
     #[test]
@@ -460,7 +590,7 @@ mod tests {
     fn counters_no_precision_takes_are_left_out() {
         let w = window(5, &[1], 0);
         let skip = [(1, CounterWrite::Skip), (60, CounterWrite::Skip)];
-        let chunks = build_chunks(&w, &Keys::new(""), &skip, 120, "a", 3600, 100);
+        let chunks = build_chunks(&w, &skip, &settings(100));
         assert_eq!(chunks.iter().map(|c| c.series).collect::<Vec<_>>(), [1]);
     }
 
@@ -473,20 +603,7 @@ mod tests {
     #[test]
     fn every_item_lands_in_exactly_one_chunk() {
         let w = window(7, &[1, 500, 2], 4);
-        let chunks = build_chunks(
-            &w,
-            &Keys::new(""),
-            &CounterWrite::everywhere(&[1]),
-            120,
-            "a",
-            3600,
-            4,
-        );
+        let chunks = build_chunks(&w, &CounterWrite::everywhere(&[1]), &settings(4));
         assert_eq!(chunks.iter().map(|c| c.series).sum::<usize>(), 7 + 3 + 4);
-        let tokens: Vec<_> = chunks.iter().map(|c| c.token()).collect();
-        let expected: Vec<_> = (0..chunks.len())
-            .map(|i| format!("flush:a:100:{i}"))
-            .collect();
-        assert_eq!(tokens, expected);
     }
 }

@@ -2,6 +2,8 @@
 //! agent running in-process on ports the kernel picked.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -275,7 +277,7 @@ pub fn spawn_redis(dir: &std::path::Path, socket: &std::path::Path, extra: &[&st
 }
 
 /// A TCP proxy of the test's own in front of Redis. While armed, the first reply that reports a
-/// flush chunk applied (`:1`) is swallowed and the client connection cut: the write happened,
+/// flush chunk applied (`[1]`) is swallowed and the client connection cut: the write happened,
 /// the agent never hears of it.
 pub struct LossyProxy {
     pub addr: SocketAddr,
@@ -314,7 +316,7 @@ impl LossyProxy {
                         if n == 0 {
                             break;
                         }
-                        if buf[..n].starts_with(b":1\r\n")
+                        if buf[..n].starts_with(b"*1\r\n:1\r\n")
                             && a.swap(false, std::sync::atomic::Ordering::SeqCst)
                         {
                             c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -1,0 +1,153 @@
+//! A TCP proxy of the test's own between the agent and Redis that delivers late, stalls and
+//! cuts: the network faults under which a flush must still be applied exactly once.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward everything.
+    Pass,
+    /// Hold the next client write that carries a flush (`EVALSHA`) until
+    /// [`FaultProxy::release`], then deliver it to Redis on its original connection, long after
+    /// the agent gave up on it.
+    HoldNextFlush,
+    /// Each client write: 1 in 10 cuts the connection (what was read is lost), 1 in 4 stalls for
+    /// up to 1.5 s and then arrives, whether the agent still waits or not.
+    Chaos,
+}
+
+pub struct FaultProxy {
+    pub addr: SocketAddr,
+    mode: Arc<Mutex<Mode>>,
+    release: Arc<Notify>,
+    /// Held writes delivered to Redis after their release.
+    pub delivered_late: Arc<AtomicUsize>,
+    /// Chaos: connections cut and writes stalled.
+    pub cuts: Arc<AtomicUsize>,
+    pub stalls: Arc<AtomicUsize>,
+}
+
+impl FaultProxy {
+    pub async fn start(upstream: SocketAddr, seed: u64) -> FaultProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = FaultProxy {
+            addr: listener.local_addr().unwrap(),
+            mode: Arc::new(Mutex::new(Mode::Pass)),
+            release: Arc::new(Notify::new()),
+            delivered_late: Arc::default(),
+            cuts: Arc::default(),
+            stalls: Arc::default(),
+        };
+        let shared = proxy.shared();
+        tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let seed = rng.random();
+                tokio::spawn(shared.clone().serve(client, server, seed));
+            }
+        });
+        proxy
+    }
+
+    fn shared(&self) -> Shared {
+        Shared {
+            mode: self.mode.clone(),
+            release: self.release.clone(),
+            delivered_late: self.delivered_late.clone(),
+            cuts: self.cuts.clone(),
+            stalls: self.stalls.clone(),
+        }
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    /// Lets a held write go to Redis.
+    pub fn release(&self) {
+        self.release.notify_one();
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    mode: Arc<Mutex<Mode>>,
+    release: Arc<Notify>,
+    delivered_late: Arc<AtomicUsize>,
+    cuts: Arc<AtomicUsize>,
+    stalls: Arc<AtomicUsize>,
+}
+
+impl Shared {
+    async fn serve(self, client: TcpStream, server: TcpStream, seed: u64) {
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        // Replies go back for as long as Redis sends them; a client that left loses them.
+        let replies = tokio::spawn(async move {
+            let mut buf = vec![0u8; 1 << 16];
+            while let Ok(n) = sr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let _ = cw.write_all(&buf[..n]).await;
+            }
+        });
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = match cr.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let data = &buf[..n];
+            let mode = *self.mode.lock().unwrap();
+            match mode {
+                Mode::HoldNextFlush if contains(data, b"EVALSHA") => {
+                    *self.mode.lock().unwrap() = Mode::Pass;
+                    self.release.notified().await;
+                    let _ = sw.write_all(data).await;
+                    // Redis must read the copy before it sees the connection end.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    self.delivered_late.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
+                Mode::Chaos => {
+                    let roll: f64 = rng.random();
+                    if roll < 0.1 {
+                        self.cuts.fetch_add(1, Ordering::SeqCst);
+                        replies.abort();
+                        return;
+                    }
+                    if roll < 0.1 + 0.25 {
+                        self.stalls.fetch_add(1, Ordering::SeqCst);
+                        let stall = rng.random_range(0..1500);
+                        tokio::time::sleep(Duration::from_millis(stall)).await;
+                    }
+                }
+                _ => {}
+            }
+            if sw.write_all(data).await.is_err() {
+                break;
+            }
+        }
+        // Keep the server side open a little: what was forwarded last is still executed and
+        // its reply still read.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        replies.abort();
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}

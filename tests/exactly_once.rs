@@ -122,3 +122,127 @@ async fn random_stalls_and_cuts_under_load_neither_lose_nor_double() {
         }
     }
 }
+
+fn query<T: redis::FromRedisValue>(redis: &RedisServer, cmd: &mut redis::Cmd) -> T {
+    cmd.query(&mut redis.conn()).unwrap()
+}
+
+/// One window whose chunk holds ordinary series beside values at the edges of their types and
+/// keys of another program's under our names: every ordinary series is exact, each refused
+/// write is counted by reason, and an item Redis refuses leaves nothing half-written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_values_and_foreign_keys_spoil_nothing_else() {
+    let redis = RedisServer::start();
+    // Another program's keys: a string where a counter hash, a stats ZSET and a log list go,
+    // and a daily count one step from the end of the 64-bit range.
+    let day = unix_now() / 86400 * 86400;
+    for key in [
+        "count:60:victim",
+        "stats:victim.t:AccessTime",
+        "recent:foreign:info",
+    ] {
+        let _: () = query(&redis, redis::cmd("SET").arg(key).arg("theirs"));
+    }
+    let _: () = query(
+        &redis,
+        redis::cmd("HSET")
+            .arg("count:86400:full")
+            .arg(day)
+            .arg(i64::MAX - 1),
+    );
+    let agent = TestAgent::start(Config {
+        // The whole window in one chunk, hostile items among ordinary ones.
+        max_series_per_chunk: 1000,
+        ..test_config(&redis)
+    });
+    let mut datagram: String = (0..50).map(|i| format!("ok.{i}:3|c\n")).collect();
+    datagram.push_str(concat!(
+        "victim:2|c\n",
+        "victim.t:5|ms\n",
+        "full:2|c\n",
+        "big:9223372036854775807|c\n",
+        "tiny:1|c|@1e-300\n",
+        "huge.t:1e300|ms\n",
+        "heavy.t:1|ms|@1e-300\n",
+        "den:1e-310|c\n",
+        "den.t:4.9e-324|ms\n",
+        "inf:1e308|c\n",
+        "inf:-1e308|c\n",
+        "g:1e19|g\n",
+        "_e{4,5}:oops|hello|s:foreign\n",
+        "_e{2,4}:ok|fine|s:fine\n",
+        "ok.t:7|ms",
+    ));
+    agent.send(datagram.as_bytes());
+    eventually(Duration::from_secs(10), "the window written", || {
+        agent.metric("last_flush_timestamp_seconds") > 0.0
+    })
+    .await;
+
+    let out_of_range = agent.metric(r#"bad_lines_total{reason="out_of_range"}"#);
+    assert_eq!(
+        out_of_range, 7.0,
+        "big, tiny, huge.t, heavy.t, inf twice, g"
+    );
+    assert_eq!(
+        agent.metric(r#"write_failures_total{reason="wrong_type"}"#),
+        3.0
+    );
+    assert_eq!(
+        agent.metric(r#"write_failures_total{reason="overflow"}"#),
+        1.0
+    );
+    assert_eq!(agent.metric("chunks_applied_before_total"), 0.0);
+    agent.stop().await;
+
+    for p in PRECISIONS {
+        for i in 0..50 {
+            assert_eq!(
+                redis.counter_total(p, &format!("ok.{i}")),
+                3,
+                "ok.{i} at {p}"
+            );
+        }
+        // Refused only where the foreign key or the full count is.
+        if p != 60 {
+            assert_eq!(redis.counter_total(p, "victim"), 2, "victim at {p}");
+        }
+        if p != 86400 {
+            assert_eq!(redis.counter_total(p, "full"), 2, "full at {p}");
+        }
+        // A denormal adds nothing, and nothing breaks.
+        assert_eq!(redis.counter_total(p, "den"), 0);
+    }
+    let full: i64 = query(&redis, redis::cmd("HGET").arg("count:86400:full").arg(day));
+    assert_eq!(full, i64::MAX - 1, "an overflowing HINCRBY changes nothing");
+    let theirs: String = query(&redis, redis::cmd("GET").arg("count:60:victim"));
+    assert_eq!(theirs, "theirs");
+    // The refused stats item wrote nothing, not even its hour.
+    let start: bool = query(
+        &redis,
+        redis::cmd("EXISTS").arg("stats:victim.t:AccessTime:start"),
+    );
+    assert!(!start);
+    let ok_count: f64 = query(
+        &redis,
+        redis::cmd("ZSCORE")
+            .arg("stats:ok.t:AccessTime")
+            .arg("count"),
+    );
+    assert_eq!(ok_count, 1.0);
+    let den: Vec<f64> = query(
+        &redis,
+        redis::cmd("ZMSCORE")
+            .arg("stats:den.t:AccessTime")
+            .arg("count")
+            .arg("sumsq"),
+    );
+    assert_eq!(den, [1.0, 0.0]);
+    // The refused log entry wrote no common: count either; the other log is whole.
+    let foreign: bool = query(&redis, redis::cmd("EXISTS").arg("common:foreign:info"));
+    assert!(!foreign);
+    let fine: i64 = query(&redis, redis::cmd("LLEN").arg("recent:fine:info"));
+    assert_eq!(fine, 1);
+    let ttl: i64 = query(&redis, redis::cmd("TTL").arg("recent:fine:info"));
+    assert!(ttl > 0, "log keys expire when idle");
+}

@@ -338,3 +338,167 @@ fn series_names_compare_whole() {
     assert_eq!(w.counters.len(), names.len() + long.len() - 1);
     assert!(w.counters.values().all(|v| *v == 3.0));
 }
+
+#[test]
+fn a_window_writes_at_most_the_largest_increment_and_carries_the_rest() {
+    let mut ledger = Ledger::default();
+    let mut w = Window::default();
+    for _ in 0..3 {
+        w.record(
+            "x",
+            &sample(MetricType::Counter, Value::Number(MAX_INCREMENT)),
+            usize::MAX,
+        );
+    }
+    let written = |c: ClosedWindow| c.counters[0].1;
+    assert_eq!(written(ledger.close(0, w)), MAX_INCREMENT as i64);
+    let mut next = Window::default();
+    next.record(
+        "x",
+        &sample(MetricType::Counter, Value::Number(0.0)),
+        usize::MAX,
+    );
+    assert_eq!(written(ledger.close(1, next)), MAX_INCREMENT as i64);
+    let mut last = Window::default();
+    last.record(
+        "x",
+        &sample(MetricType::Counter, Value::Number(-1.0)),
+        usize::MAX,
+    );
+    assert_eq!(written(ledger.close(2, last)), MAX_INCREMENT as i64 - 1);
+}
+
+#[test]
+fn idle_gauges_and_carries_are_forgotten() {
+    let mut ledger = Ledger::new(3600);
+    let mut w = Window::default();
+    w.record(
+        "g",
+        &sample(MetricType::Gauge, Value::Number(10.0)),
+        usize::MAX,
+    );
+    w.record(
+        "c",
+        &sample(MetricType::Counter, Value::Number(0.5)),
+        usize::MAX,
+    );
+    ledger.close(1000, w);
+    ledger.close(1000 + 3600, Window::default());
+    assert_eq!(ledger.gauge("g"), Some(10.0), "idle for exactly the limit");
+    ledger.close(1000 + 3601, Window::default());
+    assert_eq!(ledger.gauge("g"), Some(10.0), "looked at once a minute");
+    ledger.close(1000 + 3600 + 60, Window::default());
+    assert_eq!(ledger.gauge("g"), None);
+    // The carried half is gone too: half a count more makes no whole one.
+    let mut w = Window::default();
+    w.record(
+        "c",
+        &sample(MetricType::Counter, Value::Number(0.5)),
+        usize::MAX,
+    );
+    assert_eq!(ledger.close(1000 + 3700, w).counters[0].1, 0);
+}
+
+#[test]
+fn the_series_cap_drops_new_series_only_and_counts_their_samples() {
+    let mut w = Window::default();
+    for name in ["a", "b", "c", "a", "c"] {
+        w.record(name, &sample(MetricType::Counter, Value::Number(1.0)), 2);
+    }
+    w.record("t", &sample(MetricType::Timer, Value::Number(1.0)), 2);
+    assert_eq!(w.counters.len(), 2);
+    assert_eq!(w.counters.get("a"), Some(&2.0));
+    assert_eq!(w.dropped[MetricType::Counter as usize], 2);
+    assert_eq!(w.dropped[MetricType::Timer as usize], 0);
+    for _ in 0..3 {
+        w.record_log(
+            LogEntry {
+                name: "n".into(),
+                severity: Severity::Info,
+                message: "m".into(),
+            },
+            2,
+        );
+    }
+    assert_eq!((w.logs.len(), w.dropped[DROPPED_LOGS]), (2, 1));
+    let mut other = Window::default();
+    other.record("z", &sample(MetricType::Counter, Value::Number(1.0)), 1);
+    other.record("y", &sample(MetricType::Counter, Value::Number(1.0)), 1);
+    w.merge(other);
+    assert_eq!(w.dropped[MetricType::Counter as usize], 3);
+}
+
+#[test]
+fn busiest_prefixes_name_who_fills_a_window() {
+    let mut w = Window::default();
+    for name in ["api.a", "api.b", "api;env=x", "web.a", "db"] {
+        w.record(
+            name,
+            &sample(MetricType::Counter, Value::Number(1.0)),
+            usize::MAX,
+        );
+    }
+    w.record(
+        "web.t",
+        &sample(MetricType::Timer, Value::Number(1.0)),
+        usize::MAX,
+    );
+    assert_eq!(
+        w.busiest_prefixes(2),
+        [("api".to_string(), 3), ("web".to_string(), 2)]
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+    /// Whatever lines arrive, at the edges of every type, nothing the agent keeps or writes
+    /// is NaN or infinite.
+    #[test]
+    fn the_ledger_never_holds_nan_or_infinity(
+        datagrams in proptest::collection::vec(
+            proptest::collection::vec(
+                (
+                    "[abc]",
+                    proptest::sample::select(vec![
+                        "1", "-1", "1e308", "-1e308", "1.7976931348623157e308", "9223372036854775807",
+                        "9007199254740992", "-9007199254740993", "1e-310", "4.9e-324", "+1e300",
+                        "-1e300", "+9e18", "-9e18", "0.1", "NaN", "inf",
+                    ]),
+                    proptest::sample::select(vec!["c", "ms", "h", "d", "g"]),
+                    proptest::sample::select(vec![
+                        "", "|@1", "|@0.5", "|@1e-300", "|@4.9e-324", "|@1e-16", "|@1e-19",
+                    ]),
+                ),
+                1..20,
+            ),
+            1..6,
+        )
+    ) {
+        let mut ledger = Ledger::default();
+        let mut handler = crate::ingest::LineHandler::new(true, usize::MAX);
+        for (i, lines) in datagrams.iter().enumerate() {
+            let text: Vec<String> = lines
+                .iter()
+                .map(|(name, v, t, rate)| format!("{name}:{v}|{t}{rate}"))
+                .collect();
+            let mut w = Window::default();
+            handler.handle_datagram(text.join("\n").as_bytes(), false, &mut w);
+            let finite_window = w.counters.values().all(|v| v.is_finite())
+                && w.stats.iter().flat_map(HashMap::values).all(|s| {
+                    [s.count, s.sum, s.sumsq].iter().all(|v| v.is_finite())
+                })
+                && w.gauges.values().all(|g| g.delta.is_finite() && g.set.is_none_or(f64::is_finite));
+            proptest::prop_assert!(finite_window, "{:?}", text);
+            let closed = ledger.close(i as u64, w);
+            let finite_stats = closed.stats.iter().all(|(_, _, s)| {
+                [s.count, s.sum, s.sumsq, s.min, s.max].iter().all(|v| v.is_finite())
+            });
+            proptest::prop_assert!(finite_stats);
+            proptest::prop_assert!(closed.gauges.iter().all(|(_, v)| v.is_finite()));
+            let bounded = closed.counters.iter().all(|(_, n)| n.unsigned_abs() <= MAX_INCREMENT as u64);
+            proptest::prop_assert!(bounded);
+            proptest::prop_assert!(ledger.carries.values().all(|(c, _)| c.is_finite()));
+            proptest::prop_assert!(ledger.gauges.values().all(|(g, _)| g.is_finite()));
+        }
+    }
+}

@@ -19,10 +19,11 @@ pub const MAX_VALUE: f64 = 9_223_372_036_854_775_808.0;
 /// above (sets carry no number and are always in range).
 #[inline(always)]
 pub fn in_range(kind: MetricType, value: f64, rate: f64) -> bool {
+    let weighable = MAX_VALUE * rate >= 1.0;
     match kind {
-        MetricType::Counter => value.abs() <= MAX_INCREMENT * rate,
+        MetricType::Counter => value.abs() <= MAX_INCREMENT * rate && weighable,
         MetricType::Gauge | MetricType::Set => value.abs() <= MAX_VALUE,
-        _ => value.abs() <= MAX_VALUE && MAX_VALUE * rate >= 1.0,
+        _ => value.abs() <= MAX_VALUE && weighable,
     }
 }
 
@@ -238,6 +239,8 @@ mod tests {
         assert!(!in_range(Counter, 1.0, 1e-300));
         assert!(!in_range(Counter, -1e300, 1.0));
         assert!(in_range(Counter, 1e-310, 1.0));
+        // 1 / 4.9e-324 is infinite, whatever it multiplies.
+        assert!(!in_range(Counter, 1e-310, 4.9e-324));
         assert!(in_range(Timer, 9_223_372_036_854_775_807.0, 1.0));
         assert!(!in_range(Timer, 1e300, 1.0));
         // A weight of 1e300 (or of infinity, after a denormal rate).

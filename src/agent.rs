@@ -15,6 +15,7 @@ use crate::flush::Flusher;
 use crate::http::{AppState, router};
 use crate::ingest::LineHandler;
 use crate::ingest::udp::{self, Reader};
+use crate::spool::{Spool, SpoolError};
 use crate::store::{Cleaner, Keys, Writer};
 use crate::telemetry::Telemetry;
 
@@ -32,6 +33,8 @@ pub enum AgentError {
     },
     #[error("redis URL: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
 }
 
 /// The agent's sockets, bound but not yet read.
@@ -104,6 +107,11 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
     let client = redis::Client::open(config.redis.as_str())?;
+    let spool = if config.spool_dir.as_os_str().is_empty() {
+        None
+    } else {
+        Some(Spool::open(&config.spool_dir, config.spool_fsync)?)
+    };
     let tracker = TaskTracker::new();
 
     let mut windows = Vec::new();
@@ -143,8 +151,15 @@ pub async fn run(
     // own sequence.
     let run_id = format!("{id}.{:08x}", rand::random::<u32>());
     let flusher = tokio::spawn(
-        Flusher::new(windows, writer, &run_id, config.clone(), telemetry.clone())
-            .run(flusher_stop.clone()),
+        Flusher::new(
+            windows,
+            writer,
+            &run_id,
+            spool,
+            config.clone(),
+            telemetry.clone(),
+        )
+        .run(flusher_stop.clone()),
     );
 
     let http =

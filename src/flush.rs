@@ -10,6 +10,7 @@
 //! applies anything twice.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::aggregate::{ClosedWindow, CoarseSums, DROPPED_LOGS, Ledger, StatKind, Window};
 use crate::config::Config;
 use crate::protocol::MetricType;
+use crate::spool::Spool;
 use crate::store::{Applied, ChunkSettings, CounterWrite, FlushChunk, Keys, Writer, build_chunks};
 use crate::telemetry::Telemetry;
 
@@ -43,6 +45,14 @@ struct PendingWindow {
     sequence: Arc<str>,
     chunks: Vec<Arc<FlushChunk>>,
     next: usize,
+    /// Its spool file, removed once the window is written or dropped.
+    file: Option<PathBuf>,
+}
+
+impl PendingWindow {
+    fn bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.bytes() as u64).sum()
+    }
 }
 
 /// Closed windows not yet written, oldest first. The front one may be being written.
@@ -56,6 +66,40 @@ struct Backlog {
 impl Backlog {
     fn lock(&self) -> MutexGuard<'_, VecDeque<PendingWindow>> {
         self.windows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a window, then drops the oldest while either bound is exceeded (never the one
+    /// just queued), removing their spool files.
+    fn push(
+        &self,
+        window: PendingWindow,
+        config: &Config,
+        spool: Option<&Spool>,
+        telemetry: &Telemetry,
+    ) {
+        let mut queue = self.lock();
+        queue.push_back(window);
+        let mut bytes: u64 = queue.iter().map(PendingWindow::bytes).sum();
+        while queue.len() > config.max_backlog_windows
+            || (bytes > config.max_backlog_bytes && queue.len() > 1)
+        {
+            let Some(dropped) = queue.pop_front() else {
+                break;
+            };
+            bytes -= dropped.bytes();
+            tracing::error!(
+                window = dropped.start,
+                "backlog full: dropped the oldest unwritten window"
+            );
+            telemetry.windows_dropped.increment(1);
+            if let (Some(spool), Some(file)) = (spool, &dropped.file) {
+                spool.remove(file);
+            }
+        }
+        telemetry.backlog_windows.set(queue.len() as f64);
+        telemetry.backlog_bytes.set(bytes as f64);
+        drop(queue);
+        self.changed.notify_one();
     }
 }
 
@@ -79,6 +123,7 @@ struct Closer {
     coarse: Coarse,
     /// When samples dropped by the series cap were last logged.
     last_drop_log: Option<Instant>,
+    spool: Option<Arc<Spool>>,
 }
 
 /// What `coarse_write_secs` (K) takes out of the windows' own writes: the counters at every
@@ -238,6 +283,7 @@ impl Flusher {
         windows: Vec<Arc<Mutex<Window>>>,
         writer: Writer,
         run_id: &str,
+        spool: Option<Spool>,
         config: Config,
         telemetry: Arc<Telemetry>,
     ) -> Flusher {
@@ -259,6 +305,7 @@ impl Flusher {
                 },
                 coarse: Coarse::new(&config),
                 last_drop_log: None,
+                spool: spool.map(Arc::new),
                 config,
                 telemetry,
             },
@@ -276,6 +323,10 @@ impl Flusher {
             telemetry,
         } = self;
         let backlog = Backlog::default();
+        let spool = closer.spool.clone();
+        if let Some(spool) = &spool {
+            closer.replay(spool, &backlog);
+        }
         let closed = CancellationToken::new();
         let closing = async {
             closer.run(&backlog, &stop).await;
@@ -288,7 +339,7 @@ impl Flusher {
                 tokio::time::sleep(shutdown_timeout).await;
             };
             tokio::select! {
-                _ = write_backlog(&mut writer, &backlog, &closed, &telemetry) => {}
+                _ = write_backlog(&mut writer, &backlog, &closed, spool.as_deref(), &telemetry) => {}
                 _ = deadline => {}
             }
         };
@@ -303,11 +354,16 @@ impl Flusher {
                 .flat_map(|w| &w.chunks[w.next..])
                 .map(|c| c.series)
                 .sum();
+            let kept = if spool.is_some() {
+                "they stay in the spool and are written at the next start"
+            } else {
+                "they are lost (no spool_dir)"
+            };
             tracing::error!(
                 windows = unwritten.len(),
                 series,
                 timeout = ?shutdown_timeout,
-                "shutdown timeout: {} windows were not written to Redis",
+                "shutdown timeout: {} windows were not written to Redis; {kept}",
                 unwritten.len()
             );
         }
@@ -315,6 +371,34 @@ impl Flusher {
 }
 
 impl Closer {
+    /// Queues the windows earlier runs left in the spool, ahead of this run's.
+    fn replay(&mut self, spool: &Spool, backlog: &Backlog) {
+        let windows = match spool.load() {
+            Ok(windows) => windows,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the spool; its windows are not written");
+                return;
+            }
+        };
+        if !windows.is_empty() {
+            tracing::info!(
+                windows = windows.len(),
+                "writing the windows an earlier run left in the spool"
+            );
+        }
+        for w in windows {
+            self.telemetry.spool_windows_loaded.increment(1);
+            let pending = PendingWindow {
+                start: w.start,
+                sequence: w.sequence.into(),
+                chunks: w.chunks.into_iter().map(Arc::new).collect(),
+                next: 0,
+                file: Some(w.path),
+            };
+            backlog.push(pending, &self.config, Some(spool), &self.telemetry);
+        }
+    }
+
     /// Closes a window at every boundary until `stop`, then the partial window.
     async fn run(&mut self, backlog: &Backlog, stop: &CancellationToken) {
         let interval = self.config.flush_interval_secs;
@@ -398,30 +482,38 @@ impl Closer {
         if chunks.is_empty() {
             return;
         }
-        for chunk in &mut chunks {
-            self.last_seq += 1;
-            chunk.seq = self.last_seq;
-        }
-
-        let mut queue = backlog.lock();
-        queue.push_back(PendingWindow {
+        let chunks: Vec<Arc<FlushChunk>> = chunks
+            .into_iter()
+            .map(|mut chunk| {
+                self.last_seq += 1;
+                chunk.seq = self.last_seq;
+                Arc::new(chunk)
+            })
+            .collect();
+        // On disk before it is queued: once the writer may have sent a chunk, a crash must
+        // find the window in the spool.
+        let file = self.spool.as_ref().and_then(|spool| {
+            spool
+                .write(start, &self.sequence, &chunks)
+                .inspect_err(|e| {
+                    self.telemetry.spool_write_errors.increment(1);
+                    tracing::error!(window = start, error = %e, "cannot spool the window; it is kept in memory only");
+                })
+                .ok()
+        });
+        let pending = PendingWindow {
             start,
             sequence: self.sequence.clone(),
-            chunks: chunks.into_iter().map(Arc::new).collect(),
+            chunks,
             next: 0,
-        });
-        while queue.len() > self.config.max_backlog_windows {
-            if let Some(dropped) = queue.pop_front() {
-                tracing::error!(
-                    window = dropped.start,
-                    "backlog full: dropped the oldest unwritten window"
-                );
-                self.telemetry.windows_dropped.increment(1);
-            }
-        }
-        self.telemetry.backlog_windows.set(queue.len() as f64);
-        drop(queue);
-        backlog.changed.notify_one();
+            file,
+        };
+        backlog.push(
+            pending,
+            &self.config,
+            self.spool.as_deref(),
+            &self.telemetry,
+        );
     }
 
     /// Counts what the series cap dropped from `window`, and now and then names who filled it.
@@ -514,6 +606,7 @@ async fn write_backlog(
     writer: &mut Writer,
     backlog: &Backlog,
     closed: &CancellationToken,
+    spool: Option<&Spool>,
     telemetry: &Telemetry,
 ) {
     let mut backoff = MIN_BACKOFF;
@@ -561,8 +654,13 @@ async fn write_backlog(
                 front.next += written.acknowledged.len();
                 if front.next == front.chunks.len() {
                     let chunks = front.next;
-                    queue.pop_front();
+                    let done = queue.pop_front();
                     telemetry.backlog_windows.set(queue.len() as f64);
+                    let bytes: u64 = queue.iter().map(PendingWindow::bytes).sum();
+                    telemetry.backlog_bytes.set(bytes as f64);
+                    if let (Some(spool), Some(file)) = (spool, done.and_then(|w| w.file)) {
+                        spool.remove(&file);
+                    }
                     let seconds = started.elapsed().as_secs_f64();
                     telemetry.flush_duration.record(seconds);
                     tracing::debug!(window = start, chunks, seconds, "window written");
@@ -610,6 +708,7 @@ mod tests {
             last_seq: 0,
             coarse: Coarse::new(&config),
             last_drop_log: None,
+            spool: None,
             config,
             telemetry: Arc::new(Telemetry::new()),
         };
@@ -646,6 +745,35 @@ mod tests {
             closer.close(start, false, &backlog);
         }
         backlog.lock().iter().map(|w| w.chunks.len()).collect()
+    }
+
+    #[test]
+    fn the_backlog_is_bounded_in_bytes_and_its_spool_follows_it() {
+        let (mut closer, window) = closer(0);
+        let dir = tempfile::tempdir().unwrap();
+        closer.spool = Some(Arc::new(Spool::open(dir.path(), false).unwrap()));
+        let backlog = Backlog::default();
+        record(&window, 250);
+        closer.close(100, false, &backlog);
+        let one = backlog.lock()[0].bytes();
+        closer.config.max_backlog_bytes = 2 * one + one / 2;
+        for start in 101..105 {
+            record(&window, 250);
+            closer.close(start, false, &backlog);
+        }
+        let queued: Vec<u64> = backlog.lock().iter().map(|w| w.start).collect();
+        assert_eq!(queued, [103, 104]);
+        let files = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "window"))
+            .count();
+        assert_eq!(files, 2);
+        // One window larger than the bound is still kept.
+        closer.config.max_backlog_bytes = one / 2;
+        record(&window, 250);
+        closer.close(105, false, &backlog);
+        assert_eq!(backlog.lock().len(), 1);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!   keeps what lives across windows (counter carries, gauge values).
 //! * [`flush`]: at every window boundary, close the window and queue it; a writer works the queue
 //!   (the backlog) oldest first, with retry; `coarse_write_secs` sums for the coarse precisions.
+//! * [`spool`]: closed windows on disk until Redis has them, replayed after a crash.
 //! * [`store`]: Redis key names (one place), the flush and cleaner scripts, the writer, the
 //!   cleaner and the reader.
 //! * [`http`]: `/metrics`, `/healthz`, `/readyz`, the JSON API and the dashboard.
@@ -27,5 +28,6 @@ pub mod flush;
 pub mod http;
 pub mod ingest;
 pub mod protocol;
+pub mod spool;
 pub mod store;
 pub mod telemetry;

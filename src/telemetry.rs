@@ -66,6 +66,9 @@ pub struct Telemetry {
     pub backlog_windows: Gauge,
     pub last_flush: Gauge,
     pub windows_dropped: Counter,
+    pub backlog_bytes: Gauge,
+    pub spool_write_errors: Counter,
+    pub spool_windows_loaded: Counter,
     pub chunks_applied_before: Counter,
     pub write_failures: [Counter; WriteFailure::ALL.len()],
     pub redis_errors: Counter,
@@ -224,6 +227,21 @@ impl Telemetry {
             windows_dropped: counter(
                 "windows_dropped_total",
                 "Windows dropped unwritten because the backlog was full.",
+                &[],
+            ),
+            backlog_bytes: gauge(
+                "backlog_bytes",
+                "Bytes of flush chunks waiting to be written (bounded by max_backlog_bytes).",
+                &[],
+            ),
+            spool_write_errors: counter(
+                "spool_write_errors_total",
+                "Closed windows that could not be written to the spool (kept in memory only).",
+                &[],
+            ),
+            spool_windows_loaded: counter(
+                "spool_windows_loaded_total",
+                "Windows an earlier run left in the spool, loaded at start to be written.",
                 &[],
             ),
             chunks_applied_before: counter(

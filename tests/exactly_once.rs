@@ -246,3 +246,108 @@ async fn hostile_values_and_foreign_keys_spoil_nothing_else() {
     let ttl: i64 = query(&redis, redis::cmd("TTL").arg("recent:fine:info"));
     assert!(ttl > 0, "log keys expire when idle");
 }
+
+/// Sends `n` datagrams of `crash:1|c` over about `d`; returns `n`.
+fn send_counts(udp: u16, n: i64, d: Duration) -> i64 {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..n {
+        socket.send_to(b"crash:1|c", ("127.0.0.1", udp)).unwrap();
+        std::thread::sleep(d / n as u32);
+    }
+    n
+}
+
+fn spool_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "window"))
+        .count()
+}
+
+/// SIGKILL while Redis is down: the closed windows were in the spool, and the next start
+/// writes each of them once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_an_outage_then_restart_writes_every_closed_window_once() {
+    let mut redis = RedisServer::start();
+    let spool = tempfile::tempdir().unwrap();
+    let spool_dir = spool.path().to_str().unwrap();
+    let args = ["--spool-dir", spool_dir, "--redis-timeout-ms", "300"];
+    let (agent, udp, _) = spawn_agent(&redis.url(), &args);
+    let mut agent = Killed(agent);
+    redis.kill();
+    let sent = send_counts(udp, 300, Duration::from_secs(3));
+    // Every datagram sent is in a closed window once a boundary has passed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(spool_files(spool.path()) >= 3, "windows wait in the spool");
+    agent.kill();
+
+    redis.restart_after(Duration::ZERO, &[]);
+    let (again, _, http) = spawn_agent(&redis.url(), &args);
+    let mut again = Killed(again);
+    eventually(
+        Duration::from_secs(15),
+        "the spool written and emptied",
+        || spool_files(spool.path()) == 0,
+    )
+    .await;
+    assert!(metric_at(([127, 0, 0, 1], http).into(), "spool_windows_loaded_total") >= 3.0);
+    again.kill();
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "crash"), sent, "precision {p}");
+    }
+}
+
+/// SIGKILL at the worst moment: Redis applied the chunks but the agent never heard so. The
+/// next start replays them from the spool, and Redis answers that they were applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_redis_applied_but_before_the_reply_doubles_nothing() {
+    let (redis, port) = RedisServer::start_tcp();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 3).await;
+    let spool = tempfile::tempdir().unwrap();
+    let spool_dir = spool.path().to_str().unwrap();
+    let args = ["--spool-dir", spool_dir, "--cleaner-enabled", "false"];
+    let (agent, udp, _) = spawn_agent(&format!("redis://{}/0", proxy.addr), &args);
+    let mut agent = Killed(agent);
+    // A first flush loads the script (a NOSCRIPT reply swallowed would stop everything).
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"warm:1|c", ("127.0.0.1", udp))
+        .unwrap();
+    eventually(Duration::from_secs(10), "first flush", || {
+        redis.counter_total(1, "warm") == 1
+    })
+    .await;
+    proxy.set_mode(Mode::SwallowReplies);
+    let sent = tokio::task::spawn_blocking(move || send_counts(udp, 100, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    // The writer keeps sending its first pipeline again (each copy answered, unheard, as
+    // applied before); the later windows wait behind it. All are closed a boundary later.
+    eventually(
+        Duration::from_secs(10),
+        "Redis applied the first window",
+        || redis.counter_total(1, "crash") > 0,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(redis.counter_total(1, "crash") < sent);
+    assert!(
+        spool_files(spool.path()) >= 2,
+        "unacknowledged windows stay spooled"
+    );
+    agent.kill();
+
+    let (again, _, http) = spawn_agent(&redis.url(), &args);
+    let mut again = Killed(again);
+    eventually(Duration::from_secs(15), "the spool replayed", || {
+        spool_files(spool.path()) == 0
+    })
+    .await;
+    let http = ([127, 0, 0, 1], http).into();
+    assert!(metric_at(http, "chunks_applied_before_total") >= 1.0);
+    again.kill();
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "crash"), sent, "precision {p}");
+    }
+}

@@ -84,6 +84,35 @@ impl RedisWrite for Argv {
     }
 }
 
+impl FlushChunk {
+    /// The packed script arguments (bytes, and where each argument ends), for the spool.
+    pub fn parts(&self) -> (&[u8], &[u32]) {
+        (&self.argv.data, &self.argv.ends)
+    }
+
+    /// A chunk from its [`FlushChunk::parts`], as read back from the spool; `None` unless the
+    /// ends are in order within `data`.
+    pub fn from_parts(
+        seq: u64,
+        series: usize,
+        data: Vec<u8>,
+        ends: Vec<u32>,
+    ) -> Option<FlushChunk> {
+        let ordered = ends.windows(2).all(|w| w[0] <= w[1]);
+        let within = ends.last().is_none_or(|&e| e as usize <= data.len());
+        (ordered && within).then_some(FlushChunk {
+            series,
+            seq,
+            argv: Argv { data, ends },
+        })
+    }
+
+    /// Bytes it keeps in memory (and about as many in the spool).
+    pub fn bytes(&self) -> usize {
+        self.argv.data.len() + 4 * self.argv.ends.len()
+    }
+}
+
 /// What a chunk may hold: `max_series` series, a set costing one more per this many members.
 const SET_MEMBERS_PER_SERIES: usize = 100;
 

@@ -366,6 +366,7 @@ pub fn spawn_agent(redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
         ])
         .args(["--redis", redis_url])
         .args(extra)
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -376,6 +377,23 @@ pub fn spawn_agent(redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
         std::thread::sleep(Duration::from_millis(20));
     }
     (child, udp, http)
+}
+
+/// An agent process killed (SIGKILL) when dropped, so a failing test leaves none behind.
+pub struct Killed(pub Child);
+
+impl Killed {
+    /// SIGKILL now, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// One metric's value from the `/metrics` of the agent at `http` (0 when absent).

@@ -19,6 +19,8 @@ pub enum Mode {
     /// [`FaultProxy::release`], then deliver it to Redis on its original connection, long after
     /// the agent gave up on it.
     HoldNextFlush,
+    /// Forward the client's writes, drop every reply: Redis applies what the agent never hears of.
+    SwallowReplies,
     /// Each client write: 1 in 10 cuts the connection (what was read is lost), 1 in 4 stalls for
     /// up to 1.5 s and then arrives, whether the agent still waits or not.
     Chaos,
@@ -94,13 +96,16 @@ impl Shared {
         let (mut cr, mut cw) = client.into_split();
         let (mut sr, mut sw) = server.into_split();
         // Replies go back for as long as Redis sends them; a client that left loses them.
+        let mode = self.mode.clone();
         let replies = tokio::spawn(async move {
             let mut buf = vec![0u8; 1 << 16];
             while let Ok(n) = sr.read(&mut buf).await {
                 if n == 0 {
                     break;
                 }
-                let _ = cw.write_all(&buf[..n]).await;
+                if *mode.lock().unwrap() != Mode::SwallowReplies {
+                    let _ = cw.write_all(&buf[..n]).await;
+                }
             }
         });
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

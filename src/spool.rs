@@ -1,0 +1,298 @@
+//! The crash-safe spool (`spool_dir`): each closed window's chunks in a file of their own,
+//! written before the window is queued and deleted once Redis has all of it, so that the next
+//! start writes what a crashed (or timed-out) run had not. Replayed chunks keep their run's
+//! sequence key and numbers, so Redis answers "applied before" for those the crashed run had
+//! got in, and applies the rest once ([`Spool::load`]).
+//!
+//! A file is written whole under a temporary name and renamed into place, so a crash leaves
+//! either the whole file or none; a checksum catches what a crash of the machine (without
+//! `spool_fsync`) can leave behind.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::store::FlushChunk;
+
+const MAGIC: &[u8; 8] = b"SRSPOOL1";
+const EXTENSION: &str = "window";
+
+/// A spool directory, locked by this agent while it runs.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    fsync: bool,
+    /// Holds the directory's `flock`: two agents replaying one spool would both write it.
+    _lock: File,
+}
+
+/// A window read back from the spool.
+#[derive(Debug)]
+pub struct SpooledWindow {
+    pub start: u64,
+    /// The sequence key of the run that numbered its chunks.
+    pub sequence: String,
+    pub chunks: Vec<FlushChunk>,
+    pub path: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("spool directory {dir}: {source}")]
+    Io { dir: PathBuf, source: io::Error },
+    #[error("spool directory {0} is in use by another agent")]
+    Locked(PathBuf),
+}
+
+impl Spool {
+    /// Creates (if need be) and locks `dir`; removes what an interrupted write left.
+    pub fn open(dir: &Path, fsync: bool) -> Result<Spool, SpoolError> {
+        let io_err = |source| SpoolError::Io {
+            dir: dir.to_path_buf(),
+            source,
+        };
+        fs::create_dir_all(dir).map_err(io_err)?;
+        let lock = File::create(dir.join("lock")).map_err(io_err)?;
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(SpoolError::Locked(dir.to_path_buf()));
+        }
+        for entry in fs::read_dir(dir).map_err(io_err)?.flatten() {
+            if entry.path().extension().is_some_and(|e| e == "tmp") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        Ok(Spool {
+            dir: dir.to_path_buf(),
+            fsync,
+            _lock: lock,
+        })
+    }
+
+    /// Writes a window's chunks; returns the file to remove once they are all written.
+    pub fn write(
+        &self,
+        start: u64,
+        sequence: &str,
+        chunks: &[Arc<FlushChunk>],
+    ) -> io::Result<PathBuf> {
+        let first = chunks.first().map_or(0, |c| c.seq);
+        // Names sort as the windows must be replayed: by window, then by run, then by number.
+        let name = format!(
+            "{start:020}-{:016x}-{first:020}.{EXTENSION}",
+            fnv1a(sequence.as_bytes())
+        );
+        let path = self.dir.join(name);
+        let tmp = path.with_extension("tmp");
+        let mut file = File::create(&tmp)?;
+        file.write_all(&encode(start, sequence, chunks))?;
+        if self.fsync {
+            file.sync_all()?;
+        }
+        drop(file);
+        fs::rename(&tmp, &path)?;
+        if self.fsync {
+            File::open(&self.dir)?.sync_all()?;
+        }
+        Ok(path)
+    }
+
+    /// Removes a window's file once Redis has all of it (or the backlog dropped it).
+    pub fn remove(&self, path: &Path) {
+        if let Err(e) = fs::remove_file(path) {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove a spool file; its window would be written again (and answered as applied before) at the next start");
+        }
+    }
+
+    /// Every window spooled by earlier runs, in replay order. A file that does not read back
+    /// whole is renamed `*.bad` and logged, never replayed or deleted.
+    pub fn load(&self) -> io::Result<Vec<SpooledWindow>> {
+        let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == EXTENSION))
+            .collect();
+        paths.sort();
+        let mut windows = Vec::with_capacity(paths.len());
+        for path in paths {
+            match fs::read(&path).ok().and_then(|bytes| decode(&bytes)) {
+                Some((start, sequence, chunks)) => windows.push(SpooledWindow {
+                    start,
+                    sequence,
+                    chunks,
+                    path,
+                }),
+                None => {
+                    let bad = path.with_extension("bad");
+                    tracing::error!(path = %path.display(), kept_as = %bad.display(), "spool file does not read back whole; not replayed");
+                    let _ = fs::rename(&path, &bad);
+                }
+            }
+        }
+        Ok(windows)
+    }
+}
+
+/// `MAGIC`, start, the sequence key, the chunks (number, series, ends, data), then a checksum
+/// of all before it; integers little-endian.
+fn encode(start: u64, sequence: &str, chunks: &[Arc<FlushChunk>]) -> Vec<u8> {
+    let size: usize = chunks.iter().map(|c| c.bytes() + 20).sum();
+    let mut out = Vec::with_capacity(size + sequence.len() + 40);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&start.to_le_bytes());
+    put_bytes(&mut out, sequence.as_bytes());
+    out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+    for chunk in chunks {
+        let (data, ends) = chunk.parts();
+        out.extend_from_slice(&chunk.seq.to_le_bytes());
+        out.extend_from_slice(&(chunk.series as u32).to_le_bytes());
+        out.extend_from_slice(&(ends.len() as u32).to_le_bytes());
+        for end in ends {
+            out.extend_from_slice(&end.to_le_bytes());
+        }
+        put_bytes(&mut out, data);
+    }
+    let sum = fnv1a(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn decode(bytes: &[u8]) -> Option<(u64, String, Vec<FlushChunk>)> {
+    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
+    if fnv1a(body) != u64::from_le_bytes(sum.try_into().ok()?) {
+        return None;
+    }
+    let mut r = Reader(body.strip_prefix(MAGIC)?);
+    let start = r.u64()?;
+    let sequence = String::from_utf8(r.bytes()?.to_vec()).ok()?;
+    let count = r.u32()? as usize;
+    let mut chunks = Vec::with_capacity(count.min(1 << 20));
+    for _ in 0..count {
+        let seq = r.u64()?;
+        let series = r.u32()? as usize;
+        let n = r.u32()? as usize;
+        let ends = (0..n).map(|_| r.u32()).collect::<Option<Vec<u32>>>()?;
+        let data = r.bytes()?.to_vec();
+        chunks.push(FlushChunk::from_parts(seq, series, data, ends)?);
+    }
+    r.0.is_empty().then_some((start, sequence, chunks))
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+/// FNV-1a, 64 bits: a checksum against torn files, not against an adversary.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::ClosedWindow;
+    use crate::store::{ChunkSettings, CounterWrite, Keys, build_chunks};
+
+    fn chunks() -> Vec<Arc<FlushChunk>> {
+        let window = ClosedWindow {
+            start: 100,
+            counters: (0..250).map(|i| (format!("c{i}").into(), i)).collect(),
+            ..ClosedWindow::default()
+        };
+        let settings = ChunkSettings {
+            keys: Keys::new("p:"),
+            sample_count: 120,
+            log_ttl_secs: 0,
+            max_series: 100,
+        };
+        let mut chunks = build_chunks(&window, &CounterWrite::everywhere(&[1, 60]), &settings);
+        for (i, c) in chunks.iter_mut().enumerate() {
+            c.seq = 7 + i as u64;
+        }
+        chunks.into_iter().map(Arc::new).collect()
+    }
+
+    fn same(a: &[FlushChunk], b: &[Arc<FlushChunk>]) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| (x.seq, x.series, x.parts()) == (y.seq, y.series, y.parts()))
+    }
+
+    #[test]
+    fn a_window_reads_back_as_it_was_written_in_replay_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), false).unwrap();
+        let later = spool.write(101, "flush:a.1", &chunks()).unwrap();
+        let earlier = spool.write(100, "flush:a.1", &chunks()[..1]).unwrap();
+        let loaded = spool.load().unwrap();
+        assert_eq!(loaded.len(), 2);
+        assert_eq!((loaded[0].start, loaded[0].path.clone()), (100, earlier));
+        assert_eq!(
+            (loaded[1].start, loaded[1].path.clone()),
+            (101, later.clone())
+        );
+        assert_eq!(loaded[1].sequence, "flush:a.1");
+        assert!(same(&loaded[1].chunks, &chunks()));
+        spool.remove(&later);
+        assert_eq!(spool.load().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_damaged_file_is_kept_aside_not_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), true).unwrap();
+        let path = spool.write(100, "flush:a.1", &chunks()).unwrap();
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[40] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let short = spool.write(101, "flush:a.1", &chunks()).unwrap();
+        let len = fs::metadata(&short).unwrap().len();
+        File::options()
+            .write(true)
+            .open(&short)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        assert!(spool.load().unwrap().is_empty());
+        assert!(path.with_extension("bad").exists() && short.with_extension("bad").exists());
+    }
+
+    #[test]
+    fn one_agent_per_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = Spool::open(dir.path(), false).unwrap();
+        assert!(matches!(
+            Spool::open(dir.path(), false),
+            Err(SpoolError::Locked(_))
+        ));
+    }
+}

@@ -17,10 +17,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::aggregate::{ClosedWindow, CoarseSums, DROPPED_LOGS, Ledger, StatKind, Window};
+use crate::aggregate::{
+    ClosedWindow, CoarseSums, DROPPED_LOGS, Ledger, SeriesName, StatKind, Stats, Window,
+};
 use crate::config::Config;
 use crate::protocol::MetricType;
-use crate::spool::Spool;
+use crate::spool::{Reader, Spool, put_bytes, put_chunk};
 use crate::store::{Applied, ChunkSettings, CounterWrite, FlushChunk, Keys, Writer, build_chunks};
 use crate::telemetry::Telemetry;
 
@@ -371,15 +373,40 @@ impl Flusher {
 }
 
 impl Closer {
-    /// Queues the windows earlier runs left in the spool, ahead of this run's.
+    /// Queues the windows earlier runs left in the spool, ahead of this run's, and takes up
+    /// the coarse sums where the last run left them.
     fn replay(&mut self, spool: &Spool, backlog: &Backlog) {
-        let windows = match spool.load() {
+        let last_closed = spool.load_state().and_then(|state| {
+            let restored = self.restore(&state);
+            if restored.is_none() {
+                tracing::error!(
+                    "spool state file is not one this version wrote; the sums it held are lost"
+                );
+            }
+            restored
+        });
+        let mut windows = match spool.load() {
             Ok(windows) => windows,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the spool; its windows are not written");
-                return;
+                Vec::new()
             }
         };
+        // The last window closed before the crash, if its own file was never written. (If it
+        // was written to Redis and removed, Redis answers that its chunks were applied.)
+        if let Some(w) = last_closed.filter(|(start, sequence, chunks)| {
+            !chunks.is_empty()
+                && !windows
+                    .iter()
+                    .any(|f| f.start == *start && f.sequence == *sequence)
+        }) {
+            windows.push(crate::spool::SpooledWindow {
+                start: w.0,
+                sequence: w.1,
+                chunks: w.2,
+                path: PathBuf::new(),
+            });
+        }
         if !windows.is_empty() {
             tracing::info!(
                 windows = windows.len(),
@@ -393,7 +420,7 @@ impl Closer {
                 sequence: w.sequence.into(),
                 chunks: w.chunks.into_iter().map(Arc::new).collect(),
                 next: 0,
-                file: Some(w.path),
+                file: Some(w.path).filter(|p| !p.as_os_str().is_empty()),
             };
             backlog.push(pending, &self.config, Some(spool), &self.telemetry);
         }
@@ -479,9 +506,6 @@ impl Closer {
             };
             chunks.extend(level.queued.drain(..attach));
         }
-        if chunks.is_empty() {
-            return;
-        }
         let chunks: Vec<Arc<FlushChunk>> = chunks
             .into_iter()
             .map(|mut chunk| {
@@ -490,6 +514,20 @@ impl Closer {
                 Arc::new(chunk)
             })
             .collect();
+        // The coarse sums on disk, with this window's chunks: a crash between the two files
+        // still finds the window.
+        if let Some(spool) = self
+            .spool
+            .as_ref()
+            .filter(|_| !self.coarse.levels.is_empty())
+            && let Err(e) = spool.write_state(self.coarse_state(start, &chunks))
+        {
+            self.telemetry.spool_write_errors.increment(1);
+            tracing::error!(window = start, error = %e, "cannot spool the coarse sums");
+        }
+        if chunks.is_empty() {
+            return;
+        }
         // On disk before it is queued: once the writer may have sent a chunk, a crash must
         // find the window in the spool.
         let file = self.spool.as_ref().and_then(|spool| {
@@ -514,6 +552,120 @@ impl Closer {
             self.spool.as_deref(),
             &self.telemetry,
         );
+    }
+
+    /// What a restart needs of `coarse_write_secs` to go on where the close of window `start`
+    /// left it: the sums of the open groups, the chunks of ended groups not yet given to a
+    /// window, and the window's own chunks. Integers little-endian; [`Closer::restore`] reads it.
+    fn coarse_state(&self, start: u64, chunks: &[Arc<FlushChunk>]) -> Vec<u8> {
+        let u32_le = |n: usize| (n as u32).to_le_bytes();
+        let mut out = Vec::new();
+        out.extend_from_slice(&start.to_le_bytes());
+        put_bytes(&mut out, self.sequence.as_bytes());
+        out.extend_from_slice(&u32_le(chunks.len()));
+        for chunk in chunks {
+            put_chunk(&mut out, chunk);
+        }
+        out.extend_from_slice(&u32_le(self.coarse.levels.len()));
+        for level in &self.coarse.levels {
+            out.extend_from_slice(&level.period_secs.to_le_bytes());
+            out.extend_from_slice(&level.group.unwrap_or(u64::MAX).to_le_bytes());
+            out.extend_from_slice(&u32_le(level.per_window));
+            out.extend_from_slice(&u32_le(level.queued.len()));
+            for chunk in &level.queued {
+                put_chunk(&mut out, chunk);
+            }
+        }
+        let sums = &self.coarse.sums;
+        out.extend_from_slice(&u32_le(sums.held().count()));
+        for (series, levels, seen, taken) in sums.held() {
+            put_bytes(&mut out, series.as_bytes());
+            for i in 0..levels.len() {
+                out.extend_from_slice(&levels[i].to_le_bytes());
+                out.push(u8::from(seen[i]) | u8::from(taken[i]) << 1);
+            }
+        }
+        out.extend_from_slice(&u32_le(sums.stats().count()));
+        for (series, kind, s) in sums.stats() {
+            put_bytes(&mut out, series.as_bytes());
+            out.push(kind as u8);
+            for v in [s.count, s.sum, s.sumsq, s.min, s.max] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Takes up a [`Closer::coarse_state`]: the levels' groups and queued chunks and the sums,
+    /// if the levels are those of this configuration; returns the window written with it
+    /// (start, sequence key, chunks). `None` if it does not read.
+    fn restore(&mut self, state: &[u8]) -> Option<(u64, String, Vec<FlushChunk>)> {
+        let mut r = Reader(state);
+        let start = r.u64()?;
+        let sequence = r.string()?;
+        let n = r.u32()? as usize;
+        let chunks = (0..n).map(|_| r.chunk()).collect::<Option<Vec<_>>>()?;
+        let levels = r.u32()? as usize;
+        let mut restored = Vec::with_capacity(levels);
+        for _ in 0..levels {
+            let period = r.u64()?;
+            let group = Some(r.u64()?).filter(|&g| g != u64::MAX);
+            let per_window = r.u32()? as usize;
+            let n = r.u32()? as usize;
+            let queued = (0..n).map(|_| r.chunk()).collect::<Option<VecDeque<_>>>()?;
+            restored.push((period, group, per_window, queued));
+        }
+        let periods: Vec<u64> = self.coarse.levels.iter().map(|l| l.period_secs).collect();
+        if restored.iter().map(|l| l.0).ne(periods.iter().copied()) {
+            tracing::warn!(
+                "coarse_write_secs or the precisions changed since the spool's sums were written; they are dropped"
+            );
+            return Some((start, sequence, chunks));
+        }
+        let mut sums = CoarseSums::new(levels);
+        for _ in 0..r.u32()? {
+            let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
+            let (mut row, mut seen, mut taken) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..levels {
+                row.push(r.u64()? as i64);
+                let flags = r.u8()?;
+                seen.push(flags & 1 != 0);
+                taken.push(flags & 2 != 0);
+            }
+            sums.restore(series, &row, &seen, &taken);
+        }
+        let mut stats = Vec::new();
+        for _ in 0..r.u32()? {
+            let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
+            let kind = *StatKind::ALL.get(r.u8()? as usize)?;
+            let mut v = [0.0; 5];
+            for x in &mut v {
+                *x = f64::from_bits(r.u64()?);
+            }
+            let [count, sum, sumsq, min, max] = v;
+            stats.push((
+                series,
+                kind,
+                Stats {
+                    count,
+                    sum,
+                    sumsq,
+                    min,
+                    max,
+                },
+            ));
+        }
+        if !r.0.is_empty() {
+            return None;
+        }
+        sums.add_stats(stats);
+        self.coarse.sums = sums;
+        for (level, (_, group, per_window, queued)) in self.coarse.levels.iter_mut().zip(restored) {
+            level.group = group;
+            level.per_window = per_window;
+            level.queued = queued;
+        }
+        Some((start, sequence, chunks))
     }
 
     /// Counts what the series cap dropped from `window`, and now and then names who filled it.

@@ -18,6 +18,7 @@ use crate::store::FlushChunk;
 
 const MAGIC: &[u8; 8] = b"SRSPOOL1";
 const EXTENSION: &str = "window";
+const STATE_FILE: &str = "coarse.state";
 
 /// A spool directory, locked by this agent while it runs.
 #[derive(Debug)]
@@ -106,6 +107,35 @@ impl Spool {
         }
     }
 
+    /// Replaces the state file (`coarse_write_secs`' sums, see `flush`) with `state`, as
+    /// atomically as a window's file.
+    pub fn write_state(&self, state: Vec<u8>) -> io::Result<()> {
+        let path = self.dir.join(STATE_FILE);
+        let tmp = path.with_extension("tmp");
+        let mut file = File::create(&tmp)?;
+        file.write_all(&seal(state))?;
+        if self.fsync {
+            file.sync_all()?;
+        }
+        drop(file);
+        fs::rename(&tmp, &path)
+    }
+
+    /// The state file's contents, if there is one that reads back whole (else it is kept
+    /// aside as `*.bad`).
+    pub fn load_state(&self) -> Option<Vec<u8>> {
+        let path = self.dir.join(STATE_FILE);
+        let bytes = fs::read(&path).ok()?;
+        match unseal(&bytes) {
+            Some(state) => Some(state.to_vec()),
+            None => {
+                tracing::error!(path = %path.display(), "spool state file does not read back whole; the sums it held are lost");
+                let _ = fs::rename(&path, path.with_extension("bad"));
+                None
+            }
+        }
+    }
+
     /// Every window spooled by earlier runs, in replay order. A file that does not read back
     /// whole is renamed `*.bad` and logged, never replayed or deleted.
     pub fn load(&self) -> io::Result<Vec<SpooledWindow>> {
@@ -145,47 +175,52 @@ fn encode(start: u64, sequence: &str, chunks: &[Arc<FlushChunk>]) -> Vec<u8> {
     put_bytes(&mut out, sequence.as_bytes());
     out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
     for chunk in chunks {
-        let (data, ends) = chunk.parts();
-        out.extend_from_slice(&chunk.seq.to_le_bytes());
-        out.extend_from_slice(&(chunk.series as u32).to_le_bytes());
-        out.extend_from_slice(&(ends.len() as u32).to_le_bytes());
-        for end in ends {
-            out.extend_from_slice(&end.to_le_bytes());
-        }
-        put_bytes(&mut out, data);
+        put_chunk(&mut out, chunk);
     }
+    seal(out)
+}
+
+/// Appends the checksum of everything before it.
+fn seal(mut out: Vec<u8>) -> Vec<u8> {
     let sum = fnv1a(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     out
 }
 
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+/// What [`seal`] sealed, if the checksum holds.
+fn unseal(bytes: &[u8]) -> Option<&[u8]> {
+    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
+    (fnv1a(body) == u64::from_le_bytes(sum.try_into().ok()?)).then_some(body)
+}
+
+pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
     out.extend_from_slice(bytes);
 }
 
+/// A chunk's number, series, argument ends and bytes.
+pub(crate) fn put_chunk(out: &mut Vec<u8>, chunk: &FlushChunk) {
+    let (data, ends) = chunk.parts();
+    out.extend_from_slice(&chunk.seq.to_le_bytes());
+    out.extend_from_slice(&(chunk.series as u32).to_le_bytes());
+    out.extend_from_slice(&(ends.len() as u32).to_le_bytes());
+    for end in ends {
+        out.extend_from_slice(&end.to_le_bytes());
+    }
+    put_bytes(out, data);
+}
+
 fn decode(bytes: &[u8]) -> Option<(u64, String, Vec<FlushChunk>)> {
-    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
-    if fnv1a(body) != u64::from_le_bytes(sum.try_into().ok()?) {
-        return None;
-    }
-    let mut r = Reader(body.strip_prefix(MAGIC)?);
+    let mut r = Reader(unseal(bytes)?.strip_prefix(MAGIC)?);
     let start = r.u64()?;
-    let sequence = String::from_utf8(r.bytes()?.to_vec()).ok()?;
+    let sequence = r.string()?;
     let count = r.u32()? as usize;
-    let mut chunks = Vec::with_capacity(count.min(1 << 20));
-    for _ in 0..count {
-        let seq = r.u64()?;
-        let series = r.u32()? as usize;
-        let n = r.u32()? as usize;
-        let ends = (0..n).map(|_| r.u32()).collect::<Option<Vec<u32>>>()?;
-        let data = r.bytes()?.to_vec();
-        chunks.push(FlushChunk::from_parts(seq, series, data, ends)?);
-    }
+    let chunks = (0..count).map(|_| r.chunk()).collect::<Option<Vec<_>>>()?;
     r.0.is_empty().then_some((start, sequence, chunks))
 }
 
-struct Reader<'a>(&'a [u8]);
+/// Reads what the `put_*` functions wrote; `None` past the end.
+pub(crate) struct Reader<'a>(pub &'a [u8]);
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
@@ -194,17 +229,34 @@ impl<'a> Reader<'a> {
         Some(head)
     }
 
-    fn u32(&mut self) -> Option<u32> {
+    pub fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    pub fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
 
-    fn u64(&mut self) -> Option<u64> {
+    pub fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 
-    fn bytes(&mut self) -> Option<&'a [u8]> {
+    pub fn bytes(&mut self) -> Option<&'a [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
+    }
+
+    pub fn string(&mut self) -> Option<String> {
+        String::from_utf8(self.bytes()?.to_vec()).ok()
+    }
+
+    pub fn chunk(&mut self) -> Option<FlushChunk> {
+        let seq = self.u64()?;
+        let series = self.u32()? as usize;
+        let n = self.u32()? as usize;
+        let ends = (0..n).map(|_| self.u32()).collect::<Option<Vec<u32>>>()?;
+        let data = self.bytes()?.to_vec();
+        FlushChunk::from_parts(seq, series, data, ends)
     }
 }
 

@@ -351,3 +351,44 @@ async fn sigkill_after_redis_applied_but_before_the_reply_doubles_nothing() {
         assert_eq!(redis.counter_total(p, "crash"), sent, "precision {p}");
     }
 }
+
+/// SIGKILL with `coarse_write_secs` on: the sums of the open groups are in the spool's state
+/// file, so the coarse precisions lose nothing either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_with_coarse_writes_keeps_the_sums_it_held() {
+    let redis = RedisServer::start();
+    let spool = tempfile::tempdir().unwrap();
+    let spool_dir = spool.path().to_str().unwrap();
+    let args = ["--spool-dir", spool_dir, "--coarse-write-secs", "60"];
+    let (agent, udp, _) = spawn_agent(&redis.url(), &args);
+    let mut agent = Killed(agent);
+    let sent = tokio::task::spawn_blocking(move || send_counts(udp, 200, Duration::from_secs(3)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        redis.counter_total(1, "crash"),
+        sent,
+        "the 1 s precision is written"
+    );
+    assert!(
+        redis.counter_total(86400, "crash") < sent,
+        "the coarse precisions are still summed in the agent"
+    );
+    agent.kill();
+
+    let (again, _, _) = spawn_agent(&redis.url(), &args);
+    let mut again = Killed(again);
+    // SIGTERM: the stop writes every sum it holds.
+    // SAFETY: signalling a child this test started.
+    unsafe { libc::kill(again.0.id() as i32, libc::SIGTERM) };
+    assert!(again.0.wait().unwrap().success());
+    assert_eq!(
+        spool_files(spool.path()),
+        0,
+        "everything written at the stop"
+    );
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "crash"), sent, "precision {p}");
+    }
+}

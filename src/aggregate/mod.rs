@@ -394,6 +394,38 @@ impl CoarseSums {
         }
     }
 
+    /// Every series held, with its sum, `seen` and `taken` at each level: what a restart needs
+    /// to go on where this run stopped ([`CoarseSums::restore`]).
+    pub fn held(&self) -> impl Iterator<Item = (&SeriesName, &[i64], &[bool], &[bool])> {
+        let levels = self.levels;
+        self.rows.iter().map(move |(series, &row)| {
+            let at = row as usize * levels..(row as usize + 1) * levels;
+            (
+                series,
+                &self.sums[at.clone()],
+                &self.seen[at.clone()],
+                &self.taken[at],
+            )
+        })
+    }
+
+    /// The statistics summed since level 0's last take.
+    pub fn stats(&self) -> impl Iterator<Item = (&SeriesName, StatKind, &Stats)> {
+        StatKind::ALL
+            .into_iter()
+            .zip(&self.stats)
+            .flat_map(|(kind, map)| map.iter().map(move |(series, s)| (series, kind, s)))
+    }
+
+    /// Holds a series again as [`CoarseSums::held`] gave it (each slice `levels` long).
+    pub fn restore(&mut self, series: SeriesName, sums: &[i64], seen: &[bool], taken: &[bool]) {
+        let row = (self.sums.len() / self.levels.max(1)) as u32;
+        self.sums.extend_from_slice(sums);
+        self.seen.extend_from_slice(seen);
+        self.taken.extend_from_slice(taken);
+        self.rows.insert(series, row);
+    }
+
     pub fn add_stats(&mut self, stats: Vec<(SeriesName, StatKind, Stats)>) {
         for (series, kind, s) in stats {
             self.stats[kind as usize]

@@ -1,14 +1,16 @@
 //! The per-line path on one core, without sockets: parse, the reader's path for one line and for
-//! a whole datagram; plus building the flush chunks of a closed window.
+//! a whole datagram; plus building the flush chunks of a closed window and spooling them.
 //!
 //!     cargo bench --bench pipeline
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use statsd_redis::aggregate::{ClosedWindow, Ledger, Window};
 use statsd_redis::ingest::LineHandler;
 use statsd_redis::protocol::{parse_line, parse_plain};
+use statsd_redis::spool::Spool;
 use statsd_redis::store::{ChunkSettings, CounterWrite, Keys, build_chunks};
 
 const LINES: [&[u8]; 4] = [
@@ -103,6 +105,32 @@ fn chunks(c: &mut Criterion) {
             )
         })
     });
+    // What spool_dir costs the closer per window: the window's file written (and removed, as
+    // the writer does once Redis has it), without and with fsync, in the target directory's
+    // file system.
+    let chunks: Vec<_> = build_chunks(
+        &closed,
+        &CounterWrite::everywhere(&[1, 5, 60, 300, 3600, 18000, 86400]),
+        &settings,
+    )
+    .into_iter()
+    .map(Arc::new)
+    .collect();
+    for fsync in [false, true] {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let spool = Spool::open(dir.path(), fsync).unwrap();
+        let name = if fsync {
+            "spool_1000_counters_fsync"
+        } else {
+            "spool_1000_counters"
+        };
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let path = spool.write(1_795_320_000, "flush:a.1", &chunks).unwrap();
+                spool.remove(&path);
+            })
+        });
+    }
     g.finish();
 }
 

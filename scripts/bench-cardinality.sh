@@ -8,7 +8,8 @@
 #
 # AGENT_ARGS adds agent flags, e.g. AGENT_ARGS='--coarse-write-secs 5'. AGENT_LOG=file keeps the
 # agent's log; with RUST_LOG=statsd_redis=debug it has a line per window written, with its
-# duration. REDIS_COMMANDSTATS=1 also prints Redis's `INFO commandstats` for the run.
+# duration. REDIS_COMMANDSTATS=1 also prints Redis's `INFO commandstats` for the run. The agent's
+# own CPU for the run is printed too (e.g. to weigh AGENT_ARGS='--spool-dir DIR').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}; counters=${2:-100000}; timers=${3:-10000}; precisions=${4:-1,5,60,300,3600,18000,86400}
@@ -23,7 +24,9 @@ target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --re
 pid=$!
 until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
 sleep 1
-idle_kb=$(rss_kb $pid); cpu0=$(redis_cpu "$sock"); redis-cli -s "$sock" config resetstat >/dev/null
+# CPU seconds (user + system) of a process.
+proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
+idle_kb=$(rss_kb $pid); cpu0=$(redis_cpu "$sock"); agent0=$(proc_cpu $pid); redis-cli -s "$sock" config resetstat >/dev/null
 target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$counters" --prefix hc \
   --lines-per-datagram 20 --lines $((counters * secs)) --rate "$counters" >/dev/null &
 gen1=$!
@@ -45,6 +48,7 @@ done
 echo "backlog after sending: ${backlog:-?} windows; windows dropped: $(curl -s "127.0.0.1:$http/metrics" | awk '$1 == "statsd_redis_windows_dropped_total" {print $2}')"
 peak_kb=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status")
 wait $gen1 $gen2 || true
+agent1=$(proc_cpu $pid)
 sleep 2
 cpu1=$(redis_cpu "$sock")
 curl -s "127.0.0.1:$http/metrics" | python3 -c '
@@ -56,6 +60,7 @@ for q in (0.5, 0.99):
     print("flush p%d <= %s s (of %d flushes)" % (q * 100, next(le for le, c in b if c >= q * total), total))'
 echo "agent RSS: idle $idle_kb KiB, under load $peak_kb KiB: $(( (peak_kb - idle_kb) * 1024 / (counters + timers) )) bytes per active series"
 echo "Redis CPU for the run: $(python3 -c "print(round($cpu1 - $cpu0, 2))") s over ${secs} s"
+echo "agent CPU for the run: $(python3 -c "print(round($agent1 - $agent0, 2))") s"
 if [ -n "${REDIS_COMMANDSTATS:-}" ]; then
   redis-cli -s "$sock" info commandstats | awk -F'[:=,]' '/^cmdstat_/ && $3 > 1000 {printf "%-22s %10d calls %8.2f s %6.2f us/call\n", $1, $3, $5 / 1e6, $7}'
 fi

@@ -90,7 +90,7 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
     Ok(Listeners { udp: sockets, http })
 }
 
-/// A random id for flush tokens when the configuration names none.
+/// A random id for flush sequence keys and the cleaner lease when the configuration names none.
 fn agent_id(config: &Config) -> String {
     if config.agent_id.is_empty() {
         format!("{:016x}", rand::random::<u64>())

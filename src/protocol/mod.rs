@@ -327,7 +327,8 @@ pub fn parse_plain(input: &[u8]) -> Option<(&str, Sample<'_>, usize)> {
         _ => return None,
     };
     let number = value::parse_number(text).ok()?;
-    if !value::in_range(kind, number, rate) {
+    // Most lines have no rate and a small value: in range whatever their type.
+    if (rate != 1.0 || number.abs() > MAX_INCREMENT) && !value::in_range(kind, number, rate) {
         return None;
     }
     let value = match (kind, text.first()?) {

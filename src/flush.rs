@@ -7,7 +7,8 @@
 //! slice. While Redis fails the queue grows up to `max_backlog_windows` (then the oldest window
 //! is dropped and counted) and is retried with backoff. Chunks are numbered in sending order and
 //! Redis applies each number once, so neither a retry after a lost reply nor a late copy
-//! applies anything twice.
+//! applies anything twice. With a [`Spool`], each window is on disk before it is queued (and
+//! the coarse sums with it), and what an earlier run left there is queued first.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;

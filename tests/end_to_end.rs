@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
+use statsd_redis::config::Config;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nc_style_counter_lands_in_every_precision() {
@@ -279,4 +280,35 @@ async fn stop_flushes_the_partial_window() {
     assert_eq!(redis.counter_total(1, "last"), 5);
 }
 
-use statsd_redis::config::Config;
+/// A flood of invented names past `max_series_per_window`: each window takes the cap, the
+/// series it already has keep counting, and every dropped sample is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_series_cap_holds_and_counts_what_it_drops() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(Config {
+        max_series_per_window: 10,
+        ..test_config(&redis)
+    });
+    // In one datagram, so in one window: the first ten names, then 20 more, then the first
+    // ten again.
+    let mut datagram: String = (0..30).map(|i| format!("flood.{i}:1|c\n")).collect();
+    datagram.extend((0..10).map(|i| format!("flood.{i}:1|c\n")));
+    datagram.push_str("_e{1,1}:t|x");
+    agent.send(datagram.as_bytes());
+    eventually(Duration::from_secs(5), "the window written", || {
+        agent.metric(r#"flushes_total{outcome="ok"}"#) >= 1.0
+    })
+    .await;
+    assert_eq!(agent.metric(r#"samples_dropped_total{type="c"}"#), 20.0);
+    assert_eq!(agent.metric("logs_dropped_total"), 0.0);
+    agent.stop().await;
+    for i in 0..30 {
+        let expected = if i < 10 { 2 } else { 0 };
+        assert_eq!(
+            redis.counter_total(1, &format!("flood.{i}")),
+            expected,
+            "flood.{i}"
+        );
+    }
+    assert_eq!(redis.known("known:").len(), 10 * PRECISIONS.len());
+}

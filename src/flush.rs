@@ -394,18 +394,27 @@ impl Closer {
             }
         };
         // The last window closed before the crash, if its own file was never written. (If it
-        // was written to Redis and removed, Redis answers that its chunks were applied.)
-        if let Some(w) = last_closed.filter(|(start, sequence, chunks)| {
+        // was written to Redis and removed, Redis answers that its chunks were applied.) It gets
+        // a file now: this run's first close replaces the state file that held it.
+        if let Some((start, sequence, chunks)) = last_closed.filter(|(start, sequence, chunks)| {
             !chunks.is_empty()
                 && !windows
                     .iter()
                     .any(|f| f.start == *start && f.sequence == *sequence)
         }) {
+            let chunks: Vec<Arc<FlushChunk>> = chunks.into_iter().map(Arc::new).collect();
+            let path = spool
+                .write(start, &sequence, &chunks)
+                .inspect_err(|e| {
+                    self.telemetry.spool_write_errors.increment(1);
+                    tracing::error!(window = start, error = %e, "cannot spool the window");
+                })
+                .unwrap_or_default();
             windows.push(crate::spool::SpooledWindow {
-                start: w.0,
-                sequence: w.1,
-                chunks: w.2,
-                path: PathBuf::new(),
+                start,
+                sequence,
+                chunks,
+                path,
             });
         }
         if !windows.is_empty() {
@@ -419,7 +428,7 @@ impl Closer {
             let pending = PendingWindow {
                 start: w.start,
                 sequence: w.sequence.into(),
-                chunks: w.chunks.into_iter().map(Arc::new).collect(),
+                chunks: w.chunks,
                 next: 0,
                 file: Some(w.path).filter(|p| !p.as_os_str().is_empty()),
             };
@@ -802,8 +811,12 @@ async fn write_backlog(
         }
         if !written.acknowledged.is_empty() {
             let mut queue = backlog.lock();
-            // The closer may have dropped this window meanwhile (backlog full).
-            if let Some(front) = queue.front_mut().filter(|w| w.start == start) {
+            // The closer may have dropped this window meanwhile (backlog full). (Two runs' windows
+            // may share a start: a spool replayed after a restart within the second.)
+            if let Some(front) = queue
+                .front_mut()
+                .filter(|w| w.start == start && w.sequence == sequence)
+            {
                 front.next += written.acknowledged.len();
                 if front.next == front.chunks.len() {
                     let chunks = front.next;
@@ -927,6 +940,49 @@ mod tests {
         record(&window, 250);
         closer.close(105, false, &backlog);
         assert_eq!(backlog.lock().len(), 1);
+    }
+
+    #[test]
+    fn a_restart_takes_up_the_coarse_sums_and_the_window_only_the_state_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool_files = || {
+            let mut names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".window"))
+                .collect();
+            names.sort();
+            names
+        };
+        let (mut first, window) = closer(5);
+        first.spool = Some(Arc::new(Spool::open(dir.path(), false).unwrap()));
+        let backlog = Backlog::default();
+        for start in 100..103 {
+            record(&window, 250);
+            first.close(start, false, &backlog);
+        }
+        // The crash came between the state file and window 102's own file.
+        let last = spool_files().pop().unwrap();
+        std::fs::remove_file(dir.path().join(&last)).unwrap();
+        let held: Vec<i64> = first.coarse.sums.held().map(|(_, s, _, _)| s[0]).collect();
+        drop(first);
+
+        let (mut again, _) = closer(5);
+        let spool = Arc::new(Spool::open(dir.path(), false).unwrap());
+        again.spool = Some(spool.clone());
+        let replayed = Backlog::default();
+        again.replay(&spool, &replayed);
+        let starts: Vec<u64> = replayed.lock().iter().map(|w| w.start).collect();
+        assert_eq!(starts, [100, 101, 102]);
+        assert_eq!(spool_files().len(), 3, "window 102 has a file again");
+        let restored: Vec<i64> = again.coarse.sums.held().map(|(_, s, _, _)| s[0]).collect();
+        assert_eq!(
+            (restored.len(), restored.iter().sum::<i64>()),
+            (250, 3 * 250)
+        );
+        assert_eq!(restored.iter().sum::<i64>(), held.iter().sum::<i64>());
+        assert_eq!(again.coarse.levels[0].group, Some(100));
     }
 
     #[test]

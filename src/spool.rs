@@ -35,7 +35,7 @@ pub struct SpooledWindow {
     pub start: u64,
     /// The sequence key of the run that numbered its chunks.
     pub sequence: String,
-    pub chunks: Vec<FlushChunk>,
+    pub chunks: Vec<Arc<FlushChunk>>,
     pub path: PathBuf,
 }
 
@@ -151,7 +151,7 @@ impl Spool {
                 Some((start, sequence, chunks)) => windows.push(SpooledWindow {
                     start,
                     sequence,
-                    chunks,
+                    chunks: chunks.into_iter().map(Arc::new).collect(),
                     path,
                 }),
                 None => {
@@ -292,7 +292,7 @@ mod tests {
         chunks.into_iter().map(Arc::new).collect()
     }
 
-    fn same(a: &[FlushChunk], b: &[Arc<FlushChunk>]) -> bool {
+    fn same(a: &[Arc<FlushChunk>], b: &[Arc<FlushChunk>]) -> bool {
         a.len() == b.len()
             && a.iter()
                 .zip(b)

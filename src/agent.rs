@@ -10,13 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::aggregate::Window;
-use crate::config::Config;
+use crate::config::{Config, RedisMode};
 use crate::flush::Flusher;
 use crate::http::{AppState, router};
 use crate::ingest::LineHandler;
 use crate::ingest::udp::{self, Reader};
 use crate::spool::{Spool, SpoolError};
-use crate::store::{Cleaner, Keys, Writer};
+use crate::store::{Cleaner, Store, Writer};
 use crate::telemetry::Telemetry;
 
 #[derive(Debug, thiserror::Error)]
@@ -31,8 +31,8 @@ pub enum AgentError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("redis URL: {0}")]
-    Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Spool(#[from] SpoolError),
 }
@@ -106,7 +106,7 @@ pub async fn run(
     telemetry: Arc<Telemetry>,
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
-    let client = redis::Client::open(config.redis.as_str())?;
+    let store = Store::open(&config)?;
     let spool = if config.spool_dir.as_os_str().is_empty() {
         None
     } else {
@@ -131,13 +131,25 @@ pub async fn run(
     tracker.close();
 
     let id = agent_id(&config);
-    tracing::info!(agent_id = %id, redis = %redacted(&config.redis), "agent started");
-    let timeout = Duration::from_millis(config.redis_timeout_ms);
+    match config.redis_mode {
+        RedisMode::Standalone => {
+            tracing::info!(agent_id = %id, redis = %redacted(&config.redis), "agent started")
+        }
+        RedisMode::Sentinel => tracing::info!(
+            agent_id = %id,
+            sentinels = ?config.redis_sentinels.iter().map(|s| redacted(s)).collect::<Vec<_>>(),
+            master = %config.redis_master_name,
+            "agent started (Redis through Sentinel)"
+        ),
+        RedisMode::Cluster => tracing::info!(
+            agent_id = %id,
+            seeds = ?config.redis_cluster_nodes.iter().map(|s| redacted(s)).collect::<Vec<_>>(),
+            "agent started (Redis Cluster)"
+        ),
+    }
     let cleaner = config.cleaner_enabled.then(|| {
         let cleaner = Cleaner::new(
-            client.clone(),
-            timeout,
-            Keys::new(&config.key_prefix),
+            store.clone(),
             id.clone(),
             Duration::from_secs(config.cleaner_interval_secs),
             config.sample_count,
@@ -145,7 +157,8 @@ pub async fn run(
         );
         tokio::spawn(cleaner.run(shutdown.clone()))
     });
-    let writer = Writer::new(client.clone(), timeout, telemetry.clone());
+    let wait = (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout_ms));
+    let writer = Writer::new(store.clone(), wait, telemetry.clone());
     let flusher_stop = CancellationToken::new();
     // Chunks are numbered per run, not per agent: a restart with the same agent_id starts its
     // own sequence.
@@ -169,9 +182,7 @@ pub async fn run(
         })?;
     let app = router(AppState {
         telemetry,
-        redis: client,
-        keys: Keys::new(&config.key_prefix),
-        timeout,
+        store,
         precisions: config.precisions.clone(),
         sample_count: config.sample_count,
         connection: Default::default(),

@@ -3,14 +3,13 @@
 //! 2 bad arguments (clap), 3 Redis unreachable.
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use clap::Subcommand;
 use serde_json::json;
 
 use crate::aggregate::StatKind;
 use crate::config::Config;
-use crate::store::{self, Keys, Reader, StoreError, clock};
+use crate::store::{Store, StoreError, clock};
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum Query {
@@ -92,9 +91,15 @@ impl QueryError {
 
 /// Runs `query` against the Redis of `config`; returns what to print.
 pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String, QueryError> {
-    let client = redis::Client::open(config.redis.as_str()).map_err(StoreError::from)?;
-    let conn = store::connect(&client, Duration::from_millis(config.redis_timeout_ms)).await?;
-    let mut reader = Reader::new(conn, Keys::new(&config.key_prefix));
+    // The configuration was validated, so the store opens.
+    let store = Store::open(config).map_err(|e| {
+        StoreError::Redis(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "invalid configuration",
+            e.to_string(),
+        )))
+    })?;
+    let mut reader = store.reader().await?;
     let not_found = |what: String| Err(QueryError::NotFound(what));
     let mut out = String::new();
     match query {

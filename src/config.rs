@@ -17,7 +17,22 @@ pub struct Config {
     /// UDP addresses to receive StatsD on.
     pub udp: Vec<SocketAddr>,
     /// Redis URL: `redis://[:password@]host:port/db`, `rediss://` for TLS, `redis+unix:///path`.
+    /// With Sentinel, only its password, database and TLS are used (the sentinels name the
+    /// master); with Cluster, it is the seed node when `redis_cluster_nodes` is empty.
     pub redis: String,
+    /// How to reach Redis: one server, a master found through Sentinel, or a Redis Cluster.
+    pub redis_mode: RedisMode,
+    /// Sentinel mode: the sentinels, `host:port` or `redis://[:password@]host:port`.
+    pub redis_sentinels: Vec<String>,
+    /// Sentinel mode: the name the sentinels monitor the master under.
+    pub redis_master_name: String,
+    /// Cluster mode: seed nodes, `redis://[:password@]host:port` (any of them will do).
+    pub redis_cluster_nodes: Vec<String>,
+    /// A write counts as done only when this many replicas have it (`WAIT`); 0: when the
+    /// master has it. Standalone and Sentinel modes.
+    pub wait_replicas: u32,
+    /// How long one `WAIT` waits for the replicas.
+    pub wait_timeout_ms: u64,
     /// Address of the HTTP server (`/metrics`, `/healthz`, `/readyz`).
     pub http: SocketAddr,
     /// Prepended to every Redis key the agent writes.
@@ -73,6 +88,19 @@ pub struct Config {
     pub cleaner_interval_secs: u64,
 }
 
+/// How the agent reaches Redis (`redis_mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    /// One server at the `redis` URL.
+    #[default]
+    Standalone,
+    /// The master named `redis_master_name`, asked of `redis_sentinels` at every (re)connect.
+    Sentinel,
+    /// A Redis Cluster reached through `redis_cluster_nodes` (or `redis`).
+    Cluster,
+}
+
 pub const DEFAULT_PRECISIONS: [u64; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
 
 impl Default for Config {
@@ -80,6 +108,14 @@ impl Default for Config {
         Config {
             udp: vec![SocketAddr::from(([127, 0, 0, 1], 8125))],
             redis: "redis://127.0.0.1:6379/0".into(),
+            redis_mode: RedisMode::Standalone,
+            redis_sentinels: Vec::new(),
+            redis_master_name: "mymaster".into(),
+            redis_cluster_nodes: Vec::new(),
+            wait_replicas: 0,
+            // A replica on the same network acknowledges within a millisecond; longer means it
+            // is behind or gone, and the window waits in the backlog instead.
+            wait_timeout_ms: 500,
             http: SocketAddr::from(([127, 0, 0, 1], 9102)),
             key_prefix: String::new(),
             precisions: DEFAULT_PRECISIONS.to_vec(),
@@ -164,7 +200,7 @@ impl Config {
         if self.udp.is_empty() {
             return Err(err("udp", "at least one address is needed"));
         }
-        redis::Client::open(self.redis.as_str()).map_err(|e| err("redis", e.to_string()))?;
+        crate::store::Store::check(self)?;
         if self.precisions.is_empty() {
             return Err(err("precisions", "at least one precision is needed"));
         }
@@ -203,6 +239,9 @@ impl Config {
         }
         if self.forget_idle_secs < 60 {
             return Err(err("forget_idle_secs", "must be at least 60"));
+        }
+        if self.wait_timeout_ms == 0 {
+            return Err(err("wait_timeout_ms", "must be at least 1"));
         }
         if self.redis_timeout_ms == 0 {
             return Err(err("redis_timeout_ms", "must be at least 1"));
@@ -247,6 +286,56 @@ pub struct Args {
     /// Redis URL [default: redis://127.0.0.1:6379/0].
     #[arg(long, global = true, env = "STATSD_REDIS_REDIS", value_name = "URL")]
     pub redis: Option<String>,
+    /// standalone, sentinel or cluster [default: standalone].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_REDIS_MODE",
+        value_name = "MODE"
+    )]
+    pub redis_mode: Option<RedisMode>,
+    /// Sentinel addresses, host:port (sentinel mode).
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_REDIS_SENTINELS",
+        value_name = "ADDR",
+        value_delimiter = ','
+    )]
+    pub redis_sentinels: Option<Vec<String>>,
+    /// Master name the sentinels know [default: mymaster].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_REDIS_MASTER_NAME",
+        value_name = "NAME"
+    )]
+    pub redis_master_name: Option<String>,
+    /// Cluster seed node URLs (cluster mode) [default: the --redis URL].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_REDIS_CLUSTER_NODES",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub redis_cluster_nodes: Option<Vec<String>>,
+    /// Replicas that must have a write (WAIT) before it counts as done [default: 0].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_WAIT_REPLICAS",
+        value_name = "N"
+    )]
+    pub wait_replicas: Option<u32>,
+    /// Timeout of one WAIT for the replicas [default: 500].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_WAIT_TIMEOUT_MS",
+        value_name = "MS"
+    )]
+    pub wait_timeout_ms: Option<u64>,
     /// HTTP address for /metrics, /healthz, /readyz [default: 127.0.0.1:9102].
     #[arg(long, global = true, env = "STATSD_REDIS_HTTP", value_name = "ADDR")]
     pub http: Option<SocketAddr>,
@@ -441,6 +530,12 @@ impl Args {
         overlay!(
             udp,
             redis,
+            redis_mode,
+            redis_sentinels,
+            redis_master_name,
+            redis_cluster_nodes,
+            wait_replicas,
+            wait_timeout_ms,
             http,
             udp_readers,
             key_prefix,

@@ -22,9 +22,13 @@ use crate::aggregate::{
     ClosedWindow, CoarseSums, DROPPED_LOGS, Ledger, SeriesName, StatKind, Stats, Window,
 };
 use crate::config::Config;
+use crate::config::RedisMode;
 use crate::protocol::MetricType;
 use crate::spool::{Reader, Spool, put_bytes, put_chunk};
-use crate::store::{Applied, ChunkSettings, CounterWrite, FlushChunk, Keys, Writer, build_chunks};
+use crate::store::{
+    ChunkSettings, CounterWrite, FlushChunk, FollowUps, Keys, Writer, build_chunks,
+    build_slot_chunks,
+};
 use crate::telemetry::Telemetry;
 
 /// First wait after a failed write; doubled per failure up to [`MAX_BACKOFF`].
@@ -40,14 +44,13 @@ const PIPELINED_CHUNKS: usize = 4;
 /// Windows whose cap dropped samples are logged at most this often (all are counted).
 const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// A closed window's chunks, those before `next` already applied.
+/// A closed window's chunks not yet acknowledged.
 #[derive(Debug)]
 struct PendingWindow {
     start: u64,
     /// The sequence key of the run that numbered the chunks.
     sequence: Arc<str>,
     chunks: Vec<Arc<FlushChunk>>,
-    next: usize,
     /// Its spool file, removed once the window is written or dropped.
     file: Option<PathBuf>,
 }
@@ -121,6 +124,9 @@ struct Closer {
     /// This run's sequence key, and the number of the last chunk queued.
     sequence: Arc<str>,
     last_seq: u64,
+    /// Cluster mode: windows become slot chunks, numbered per slot (the sequence key is one per
+    /// slot: this run's name with the slot's hash tag).
+    slot_seqs: Option<std::collections::HashMap<u16, u64>>,
     config: Config,
     telemetry: Arc<Telemetry>,
     coarse: Coarse,
@@ -290,7 +296,7 @@ impl Flusher {
         config: Config,
         telemetry: Arc<Telemetry>,
     ) -> Flusher {
-        let keys = Keys::new(&config.key_prefix);
+        let keys = writer.keys().clone();
         Flusher {
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
             telemetry: telemetry.clone(),
@@ -300,6 +306,7 @@ impl Flusher {
                 ledger: Ledger::new(config.forget_idle_secs),
                 sequence: keys.flush_sequence(run_id).into(),
                 last_seq: 0,
+                slot_seqs: (config.redis_mode == RedisMode::Cluster).then(Default::default),
                 settings: ChunkSettings {
                     keys,
                     sample_count: config.sample_count,
@@ -354,7 +361,7 @@ impl Flusher {
         } else {
             let series: usize = unwritten
                 .iter()
-                .flat_map(|w| &w.chunks[w.next..])
+                .flat_map(|w| &w.chunks)
                 .map(|c| c.series)
                 .sum();
             let kept = if spool.is_some() {
@@ -423,13 +430,22 @@ impl Closer {
                 "writing the windows an earlier run left in the spool"
             );
         }
+        let cluster = self.slot_seqs.is_some();
         for w in windows {
+            if Keys::is_slot_sequence(&w.sequence) != cluster {
+                tracing::error!(
+                    window = w.start,
+                    path = %w.path.display(),
+                    "this spool file was written for another redis_mode; it is kept aside (*.bad), not replayed"
+                );
+                let _ = std::fs::rename(&w.path, w.path.with_extension("bad"));
+                continue;
+            }
             self.telemetry.spool_windows_loaded.increment(1);
             let pending = PendingWindow {
                 start: w.start,
                 sequence: w.sequence.into(),
                 chunks: w.chunks,
-                next: 0,
                 file: Some(w.path).filter(|p| !p.as_os_str().is_empty()),
             };
             backlog.push(pending, &self.config, Some(spool), &self.telemetry);
@@ -519,8 +535,12 @@ impl Closer {
         let chunks: Vec<Arc<FlushChunk>> = chunks
             .into_iter()
             .map(|mut chunk| {
-                self.last_seq += 1;
-                chunk.seq = self.last_seq;
+                let last = match &mut self.slot_seqs {
+                    Some(slots) => slots.entry(chunk.slot()).or_default(),
+                    None => &mut self.last_seq,
+                };
+                *last += 1;
+                chunk.seq = *last;
                 Arc::new(chunk)
             })
             .collect();
@@ -553,7 +573,6 @@ impl Closer {
             start,
             sequence: self.sequence.clone(),
             chunks,
-            next: 0,
             file,
         };
         backlog.push(
@@ -746,7 +765,11 @@ impl Closer {
     }
 
     fn chunks(&self, window: &ClosedWindow, precisions: &[(u64, CounterWrite)]) -> Vec<FlushChunk> {
-        build_chunks(window, precisions, &self.settings)
+        if self.slot_seqs.is_some() {
+            build_slot_chunks(window, precisions, &self.settings)
+        } else {
+            build_chunks(window, precisions, &self.settings)
+        }
     }
 }
 
@@ -763,7 +786,8 @@ fn deal<T>(chunks: Vec<T>, windows: usize) -> impl Iterator<Item = T> {
 }
 
 /// Writes queued windows oldest first, retrying a failed chunk with backoff, until the queue is
-/// empty after `closed`.
+/// empty after `closed`. One server takes a window's chunks a pipeline at a time, in order; a
+/// cluster takes all of them at once (in order within a slot), then their follow-ups.
 async fn write_backlog(
     writer: &mut Writer,
     backlog: &Backlog,
@@ -772,70 +796,92 @@ async fn write_backlog(
     telemetry: &Telemetry,
 ) {
     let mut backoff = MIN_BACKOFF;
-    // The window being written and when its first chunk was sent.
-    let mut current: Option<(u64, Instant)> = None;
+    // The window being written, when its first chunk was sent, and (cluster) its follow-ups.
+    let mut current: Option<(u64, Arc<str>, Instant, FollowUps)> = None;
     loop {
         let next = backlog.lock().front().map(|w| {
-            let end = (w.next + PIPELINED_CHUNKS).min(w.chunks.len());
-            (
-                w.start,
-                w.sequence.clone(),
-                w.next,
-                w.chunks[w.next..end].to_vec(),
-            )
+            let end = if writer.is_cluster() {
+                w.chunks.len()
+            } else {
+                PIPELINED_CHUNKS.min(w.chunks.len())
+            };
+            (w.start, w.sequence.clone(), w.chunks[..end].to_vec())
         });
-        let Some((start, sequence, first, chunks)) = next else {
+        let Some((start, sequence, chunks)) = next else {
             if closed.is_cancelled() {
                 return;
             }
             backlog.changed.notified().await;
             continue;
         };
-        let started = match current {
-            Some((s, t)) if s == start => t,
-            _ => current.insert((start, Instant::now())).1,
+        let (_, _, started, follow_ups) = match &mut current {
+            Some(c) if c.0 == start && c.1 == sequence => c,
+            _ => current.insert((
+                start,
+                sequence.clone(),
+                Instant::now(),
+                FollowUps::default(),
+            )),
         };
-        let written = writer.write_chunks(&sequence, &chunks).await;
-        for (i, _) in written
-            .acknowledged
-            .iter()
-            .enumerate()
-            .filter(|a| *a.1 == Applied::Before)
-        {
-            telemetry.chunks_applied_before.increment(1);
+        let (acknowledged, replayed, mut error) = if writer.is_cluster() {
+            let written = writer.write_slots(&sequence, &chunks, follow_ups).await;
+            (written.acknowledged, written.replayed, written.error)
+        } else {
+            let written = writer.write_chunks(&sequence, &chunks).await;
+            let mut acknowledged = vec![false; chunks.len()];
+            acknowledged[..written.acknowledged].fill(true);
+            (acknowledged, written.replayed, written.error)
+        };
+        if replayed > 0 {
+            telemetry.chunks_applied_before.increment(replayed as u64);
             tracing::info!(
                 window = start,
-                chunk = first + i,
-                "chunk was applied before (its reply was lost); not applied again"
+                chunks = replayed,
+                "chunks were applied before (a lost reply, or a window sent again); not applied again"
             );
         }
-        if !written.acknowledged.is_empty() {
+        // The closer may have dropped this window meanwhile (backlog full). (Two runs' windows may
+        // share a start: a spool replayed after a restart within the second.)
+        let front_is = |w: &PendingWindow| w.start == start && w.sequence == sequence;
+        let unwritten = {
             let mut queue = backlog.lock();
-            // The closer may have dropped this window meanwhile (backlog full). (Two runs' windows
-            // may share a start: a spool replayed after a restart within the second.)
-            if let Some(front) = queue
-                .front_mut()
-                .filter(|w| w.start == start && w.sequence == sequence)
-            {
-                front.next += written.acknowledged.len();
-                if front.next == front.chunks.len() {
-                    let chunks = front.next;
-                    let done = queue.pop_front();
-                    telemetry.backlog_windows.set(queue.len() as f64);
-                    let bytes: u64 = queue.iter().map(PendingWindow::bytes).sum();
-                    telemetry.backlog_bytes.set(bytes as f64);
-                    if let (Some(spool), Some(file)) = (spool, done.and_then(|w| w.file)) {
-                        spool.remove(&file);
-                    }
-                    let seconds = started.elapsed().as_secs_f64();
-                    telemetry.flush_duration.record(seconds);
-                    tracing::debug!(window = start, chunks, seconds, "window written");
-                    telemetry.flushes_ok.increment(1);
-                    telemetry.last_flush.set(unix_now().as_secs_f64());
+            queue.front_mut().filter(|w| front_is(w)).map(|front| {
+                let mut sent = acknowledged.iter();
+                front
+                    .chunks
+                    .retain(|_| !sent.next().copied().unwrap_or(false));
+                front.chunks.len()
+            })
+        };
+        let mut done = unwritten == Some(0);
+        if done && error.is_none() && !follow_ups.is_empty() {
+            match writer.write_follow_ups(follow_ups).await {
+                Ok(()) => *follow_ups = FollowUps::default(),
+                Err(e) => {
+                    done = false;
+                    error = Some(e);
                 }
             }
         }
-        match written.error {
+        if done {
+            let mut queue = backlog.lock();
+            if queue.front().is_some_and(front_is) {
+                let finished = queue.pop_front();
+                telemetry.backlog_windows.set(queue.len() as f64);
+                let bytes: u64 = queue.iter().map(PendingWindow::bytes).sum();
+                telemetry.backlog_bytes.set(bytes as f64);
+                drop(queue);
+                if let (Some(spool), Some(file)) = (spool, finished.and_then(|w| w.file)) {
+                    spool.remove(&file);
+                }
+                let seconds = started.elapsed().as_secs_f64();
+                telemetry.flush_duration.record(seconds);
+                tracing::debug!(window = start, seconds, "window written");
+                telemetry.flushes_ok.increment(1);
+                telemetry.last_flush.set(unix_now().as_secs_f64());
+            }
+        }
+        match error {
             None => backoff = MIN_BACKOFF,
             Some(e) => {
                 let queued = backlog.lock().len();
@@ -872,6 +918,7 @@ mod tests {
             },
             sequence: "flush:a".into(),
             last_seq: 0,
+            slot_seqs: None,
             coarse: Coarse::new(&config),
             last_drop_log: None,
             spool: None,

@@ -79,6 +79,7 @@ pub struct Telemetry {
     pub cleaner_pass_duration: Histogram,
     pub cleaner_lease_held: Gauge,
     pub redis_reconnects: Counter,
+    pub replica_waits_short: Counter,
 }
 
 fn metadata() -> Metadata<'static> {
@@ -294,6 +295,11 @@ impl Telemetry {
             redis_reconnects: counter(
                 "redis_reconnects_total",
                 "New Redis connections after the first.",
+                &[],
+            ),
+            replica_waits_short: counter(
+                "replica_waits_short_total",
+                "WAITs that saw fewer replicas than wait_replicas within wait_timeout_ms; their chunks were sent again.",
                 &[],
             ),
             handle,

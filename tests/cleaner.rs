@@ -13,9 +13,7 @@ use statsd_redis::telemetry::Telemetry;
 
 fn cleaner(redis: &RedisServer, owner: &str, interval_secs: u64, sample_count: u64) -> Cleaner {
     Cleaner::new(
-        redis.client(),
-        Duration::from_secs(2),
-        Keys::new(""),
+        redis.store(),
         owner.into(),
         Duration::from_secs(interval_secs),
         sample_count,
@@ -156,7 +154,7 @@ async fn many_index_members_are_walked_in_batches() {
 async fn a_concurrent_write_keeps_its_index_member() {
     let redis = RedisServer::start();
     let telemetry = Arc::new(Telemetry::new());
-    let mut writer = Writer::new(redis.client(), Duration::from_secs(2), telemetry);
+    let mut writer = Writer::new(redis.store(), None, telemetry);
     let mut c = cleaner(&redis, "a", 1, 10);
     assert!(c.hold_lease().await.unwrap());
     let now = unix_now();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -66,25 +66,6 @@ async fn a_copy_delivered_after_its_retry_was_acknowledged_is_not_applied_again(
         .query(&mut redis.conn())
         .unwrap();
     assert_eq!(count, 1.0);
-}
-
-/// Sends `lines` counts a datagram to `series` series, every 10 ms for `d`: about 5000 lines a
-/// second at 50. Returns the total sent to each series.
-async fn send_load(to: SocketAddr, d: Duration, lines: usize, series: usize) -> Vec<i64> {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut sent = vec![0; series];
-    let datagram: String = (0..lines)
-        .map(|i| format!("load.{}:1|c\n", i % series))
-        .collect();
-    let until = std::time::Instant::now() + d;
-    while std::time::Instant::now() < until {
-        socket.send_to(datagram.as_bytes(), to).unwrap();
-        for i in 0..lines {
-            sent[i % series] += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    sent
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

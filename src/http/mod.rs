@@ -14,9 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use redis::aio::MultiplexedConnection;
-
-use crate::store::{Keys, Reader, StoreError};
+use crate::store::{Connection, Reader, Store, StoreError};
 use crate::telemetry::Telemetry;
 
 /// Readiness must answer quickly even when Redis hangs.
@@ -25,13 +23,11 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct AppState {
     pub telemetry: Arc<Telemetry>,
-    pub redis: redis::Client,
-    pub keys: Keys,
-    pub timeout: Duration,
+    pub store: Store,
     pub precisions: Vec<u64>,
     pub sample_count: u64,
     /// One multiplexed connection shared by all API requests, made on first use.
-    pub connection: Arc<tokio::sync::Mutex<Option<MultiplexedConnection>>>,
+    pub connection: Arc<tokio::sync::Mutex<Option<Connection>>>,
 }
 
 impl AppState {
@@ -41,12 +37,12 @@ impl AppState {
         let conn = match slot.as_ref() {
             Some(c) => c.clone(),
             None => {
-                let c = crate::store::connect(&self.redis, self.timeout).await?;
+                let c = self.store.connect().await?;
                 *slot = Some(c.clone());
                 c
             }
         };
-        Ok(Reader::new(conn, self.keys.clone()))
+        Ok(Reader::new(conn, self.store.keys().clone()))
     }
 }
 
@@ -97,7 +93,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match crate::store::ping(&state.redis, READY_TIMEOUT).await {
+    match state.store.ping(READY_TIMEOUT).await {
         Ok(()) => (StatusCode::OK, "ready\n".to_string()),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -4,21 +4,25 @@
 //!
 //! Time comes in as a parameter of [`Cleaner::pass`], so tests clean "200 days later" at once.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::{Client, Script};
+use futures_util::StreamExt;
+use redis::Script;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::unix_now;
-use super::keys::Index;
-use super::{Keys, StoreError};
+use super::keys::{self, Index};
+use super::{Connection, Keys, Store, StoreError};
 use crate::telemetry::Telemetry;
 
 /// Index members per script call: each member's hash holds about `sample_count` slices, so 100
 /// members are ~12 000 fields at the default, a few milliseconds of Redis time.
 const BATCH_MEMBERS: usize = 100;
+
+/// Slots cleaned at once in a cluster.
+const CONCURRENT_SLOTS: usize = 16;
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -31,49 +35,47 @@ pub struct PassReport {
 }
 
 pub struct Cleaner {
-    client: Client,
-    connection: Option<MultiplexedConnection>,
-    timeout: Duration,
+    store: Store,
+    connection: Option<Connection>,
     keys: Keys,
     owner: String,
     interval: Duration,
     sample_count: u64,
     passes: u64,
     clean: Script,
+    clean_slot: Script,
     lease: Script,
     telemetry: Arc<Telemetry>,
 }
 
 impl Cleaner {
     pub fn new(
-        client: Client,
-        timeout: Duration,
-        keys: Keys,
+        store: Store,
         owner: String,
         interval: Duration,
         sample_count: u64,
         telemetry: Arc<Telemetry>,
     ) -> Cleaner {
         Cleaner {
-            client,
+            keys: store.keys().clone(),
+            store,
             connection: None,
-            timeout,
-            keys,
             owner,
             interval,
             sample_count,
             passes: 0,
             clean: Script::new(include_str!("clean.lua")),
+            clean_slot: Script::new(include_str!("clean_slot.lua")),
             lease: Script::new(include_str!("lease.lua")),
             telemetry,
         }
     }
 
-    async fn connection(&mut self) -> Result<MultiplexedConnection, StoreError> {
+    async fn connection(&mut self) -> Result<Connection, StoreError> {
         if let Some(c) = &self.connection {
             return Ok(c.clone());
         }
-        let c = super::connect(&self.client, self.timeout).await?;
+        let c = self.store.connect().await?;
         self.connection = Some(c.clone());
         Ok(c)
     }
@@ -185,16 +187,19 @@ impl Cleaner {
                 .filter(|m| precision_of(m).is_none_or(|p| self.due(p)))
                 .collect();
             if !due.is_empty() {
-                let r = self
-                    .clean
-                    .arg(&index.key)
-                    .arg(&index.hash_prefix)
-                    .arg(now)
-                    .arg(self.sample_count)
-                    .arg(due)
-                    .invoke_async::<(u64, u64)>(&mut conn)
-                    .await
-                    .map_err(StoreError::from);
+                let r = if self.store.is_cluster() {
+                    self.clean_slots(&mut conn, index, now, &due).await
+                } else {
+                    self.clean
+                        .arg(&index.key)
+                        .arg(&index.hash_prefix)
+                        .arg(now)
+                        .arg(self.sample_count)
+                        .arg(due)
+                        .invoke_async::<(u64, u64)>(&mut conn)
+                        .await
+                        .map_err(StoreError::from)
+                };
                 let (slices, removed) = self.failed(r)?;
                 report.slices_removed += slices;
                 report.hashes_removed += removed;
@@ -203,6 +208,72 @@ impl Cleaner {
                 return Ok(true);
             }
         }
+    }
+
+    /// `clean.lua`'s work in a cluster, where the index and the hashes live in different slots:
+    /// each slot's hashes trimmed by one `clean_slot.lua` call, the members of the hashes that
+    /// are gone removed from the index, then each such hash checked again and its member put
+    /// back if a writer made it anew meanwhile. A writer's new slice either came before that
+    /// check (seen) or after it (the writer's own follow-up adds the member, after its chunk).
+    async fn clean_slots(
+        &self,
+        conn: &mut Connection,
+        index: &Index,
+        now: u64,
+        members: &[&Vec<u8>],
+    ) -> Result<(u64, u64), StoreError> {
+        let hash = |m: &[u8]| [index.hash_prefix.as_bytes(), m].concat();
+        let mut by_slot: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
+        for m in members {
+            by_slot
+                .entry(keys::slot_of(&hash(m)))
+                .or_default()
+                .push(m.to_vec());
+        }
+        let calls = by_slot.into_values().map(|members| {
+            let hashes = members.iter().map(|m| hash(m)).collect();
+            clean_slot(
+                conn.clone(),
+                self.clean_slot.clone(),
+                hashes,
+                members,
+                now,
+                self.sample_count,
+            )
+        });
+        let results: Vec<Result<SlotCleaned, StoreError>> = futures_util::stream::iter(calls)
+            .buffer_unordered(CONCURRENT_SLOTS)
+            .collect()
+            .await;
+        let (mut slices, mut gone) = (0, Vec::new());
+        for r in results {
+            let (s, g) = r?;
+            slices += s;
+            gone.extend(g);
+        }
+        if gone.is_empty() {
+            return Ok((slices, 0));
+        }
+        redis::cmd("ZREM")
+            .arg(&index.key)
+            .arg(&gone)
+            .query_async::<()>(conn)
+            .await?;
+        let mut removed = 0;
+        for m in gone {
+            let exists: bool = redis::cmd("EXISTS").arg(hash(&m)).query_async(conn).await?;
+            if exists {
+                redis::cmd("ZADD")
+                    .arg(&index.key)
+                    .arg("0")
+                    .arg(m)
+                    .query_async::<()>(conn)
+                    .await?;
+            } else {
+                removed += 1;
+            }
+        }
+        Ok((slices, removed))
     }
 
     /// Cleans until `stop`: a pass at start-up and then about every interval while this agent
@@ -232,6 +303,32 @@ impl Cleaner {
             tracing::warn!(error = %e, "cleaner could not release its lease; it expires by itself");
         }
     }
+}
+
+/// Slices removed, and the members whose hash is gone.
+type SlotCleaned = (u64, Vec<Vec<u8>>);
+
+/// One `clean_slot.lua` call over `hashes` (of one slot, indexed as `members`); returns the
+/// slices removed and the members whose hash is gone.
+async fn clean_slot(
+    mut conn: Connection,
+    script: Script,
+    hashes: Vec<Vec<u8>>,
+    members: Vec<Vec<u8>>,
+    now: u64,
+    sample_count: u64,
+) -> Result<SlotCleaned, StoreError> {
+    let mut call = script.prepare_invoke();
+    call.arg(now).arg(sample_count);
+    for (hash, m) in hashes.iter().zip(&members) {
+        call.key(hash).arg(precision_of(m).unwrap_or(0));
+    }
+    let (slices, gone): (u64, Vec<usize>) = call.invoke_async(&mut conn).await?;
+    let gone = gone
+        .into_iter()
+        .filter_map(|k| members.get(k.checked_sub(1)?).cloned())
+        .collect();
+    Ok((slices, gone))
 }
 
 /// The precision of a `<precision>:<series>` member.

@@ -31,6 +31,9 @@
 local seq, prev = tonumber(ARGV[1]), tonumber(ARGV[2])
 local last = tonumber(redis.call('GET', KEYS[1]) or '0')
 if last >= seq then
+  -- A write all the same: a WAIT for replicas after this reply then waits for everything the
+  -- master had so far, the earlier copy of this chunk included, even on a new connection.
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
   return {0}
 end
 if prev > 0 and last ~= prev then

@@ -11,12 +11,35 @@ use crate::aggregate::StatKind;
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
+    /// Cluster mode: the families whose hourly rollover renames keys (`stats:`, `common:`) take
+    /// the series in a hash tag, so the four keys of one series share a slot.
+    tagged: bool,
 }
 
 impl Keys {
+    /// The book's names, for one server or Sentinel.
     pub fn new(prefix: &str) -> Keys {
         Keys {
             prefix: prefix.to_string(),
+            tagged: false,
+        }
+    }
+
+    /// The names in a Redis Cluster: the book's, but `stats:{<series>}:<type>` and
+    /// `common:{<name>}:<severity>`.
+    pub fn tagged(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_string(),
+            tagged: true,
+        }
+    }
+
+    /// `name`, or `{name}` in cluster mode.
+    fn tag<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.tagged {
+            format!("{{{name}}}").into()
+        } else {
+            name.into()
         }
     }
 
@@ -38,7 +61,12 @@ impl Keys {
     /// `stats:<series>:<type>`: the hour's ZSET of `min max count sum sumsq`. Its rollover keys
     /// are this name plus `:start`, `:last` and `:pstart`.
     pub fn stats(&self, series: &str, kind: StatKind) -> String {
-        format!("{}stats:{series}:{}", self.prefix, kind.redis_name())
+        format!(
+            "{}stats:{}:{}",
+            self.prefix,
+            self.tag(series),
+            kind.redis_name()
+        )
     }
 
     /// `slowest:AccessTime`: timers by the hour's average, the 100 highest kept.
@@ -73,7 +101,7 @@ impl Keys {
 
     /// `common:<name>:<severity>`: the hour's ZSET of message → count (rollover like `stats:`).
     pub fn common(&self, name: &str, severity: &str) -> String {
-        format!("{}common:{name}:{severity}", self.prefix)
+        format!("{}common:{}:{severity}", self.prefix, self.tag(name))
     }
 
     /// `known:` and the `count:` hashes it lists.
@@ -98,9 +126,17 @@ impl Keys {
     }
 
     /// `flush:<agent id>.<run>`: the number of the last flush chunk of that run of the agent
-    /// that was applied (the run random per start).
+    /// that was applied (the run random per start). In cluster mode one per slot: this name,
+    /// `:`, and a hash tag of the slot (`flush:<agent id>.<run>:{<tag>}`).
     pub fn flush_sequence(&self, run_id: &str) -> String {
-        format!("{}flush:{run_id}", self.prefix)
+        let slots = if self.tagged { ":" } else { "" };
+        format!("{}flush:{run_id}{slots}", self.prefix)
+    }
+
+    /// Whether `sequence` names the per-slot sequence keys of a cluster run: chunks written
+    /// for the other mode (a spool from before a change of `redis_mode`) cannot be sent.
+    pub fn is_slot_sequence(sequence: &str) -> bool {
+        sequence.ends_with(':')
     }
 }
 
@@ -115,6 +151,39 @@ pub struct Index {
 /// A member of `known:`: `<precision>:<series>`, as the book's `clean_counters` splits it.
 pub fn known_member(precision: u64, series: &str) -> String {
     format!("{precision}:{series}")
+}
+
+/// Hash slots of a Redis Cluster.
+pub const SLOTS: u16 = 16384;
+
+/// The cluster hash slot of `key`, as Redis computes it: CRC16 (XMODEM) of the key, or of its
+/// hash tag (what stands between the first `{` and the next `}`, when that is not empty).
+pub fn slot_of(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = key[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &key[open + 1..open + 1 + close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(key)) % SLOTS
+}
+
+/// For every slot, a short hash tag that lands in it, so that a key of ours (a flush sequence
+/// key) can be put into the slot of the data it guards.
+pub fn slot_tags() -> Vec<String> {
+    let mut tags = vec![String::new(); SLOTS as usize];
+    let mut missing = SLOTS as usize;
+    // About 170 000 candidates fill all 16 384 slots (coupon collector); a few milliseconds.
+    for n in 0u32.. {
+        let tag = format!("{n:x}");
+        let slot = &mut tags[slot_of(tag.as_bytes()) as usize];
+        if slot.is_empty() {
+            *slot = tag;
+            missing -= 1;
+            if missing == 0 {
+                break;
+            }
+        }
+    }
+    tags
 }
 
 /// The slice of `window` at `precision`: `floor(window / precision) * precision`.
@@ -141,6 +210,16 @@ mod tests {
     }
 
     #[test]
+    fn cluster_names_tag_the_rollover_families_only() {
+        let k = Keys::tagged("p:");
+        assert_eq!(k.stats("ctx", StatKind::Timer), "p:stats:{ctx}:AccessTime");
+        assert_eq!(k.common("db", "info"), "p:common:{db}:info");
+        assert_eq!(k.counter(5, "hits"), "p:count:5:hits");
+        assert_eq!(k.recent("db", "info"), "p:recent:db:info");
+        assert_eq!(k.gauge(60, "g"), "p:gauge:60:g");
+    }
+
+    #[test]
     fn prefix_goes_first() {
         let k = Keys::new("app1:");
         assert_eq!(k.counter(1, "hits"), "app1:count:1:hits");
@@ -158,6 +237,22 @@ mod tests {
             format!("{}{}", counters.hash_prefix, known_member(5, "c")),
             k.counter(5, "c")
         );
+    }
+
+    #[test]
+    fn slots_are_those_redis_computes() {
+        // CLUSTER KEYSLOT answers, from the Redis Cluster specification and a 7.0 server.
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"somekey"), 11058);
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        assert_eq!(slot_of(b"foo{}{bar}"), slot_of(b"foo{}{bar}".as_slice()));
+        assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar"));
+        assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
+        let tags = slot_tags();
+        for slot in [0, 1, 8000, SLOTS - 1] {
+            let tag = &tags[slot as usize];
+            assert_eq!(slot_of(format!("flush:a.1{{{tag}}}").as_bytes()), slot);
+        }
     }
 
     #[test]

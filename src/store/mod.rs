@@ -1,23 +1,34 @@
-//! Everything Redis: key names ([`keys`]), the flush script and the [`Writer`] that applies
-//! flush chunks exactly once, and the [`Cleaner`] that trims old slices.
+//! Everything Redis: the [`Store`] handle that owns how the agent reaches Redis (one server, a
+//! master found through Sentinel, or a Redis Cluster), key names ([`keys`]), the flush script and
+//! the [`Writer`] that applies flush chunks exactly once, the [`Cleaner`] that trims old slices,
+//! and the [`Reader`] behind the CLI and the API.
 
 pub mod cleaner;
 pub mod clock;
 pub mod keys;
 pub mod reader;
+mod slots;
 mod writer;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::AsyncConnectionConfig;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{AsyncConnectionConfig, Client, Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline};
+
+use crate::config::{Config, ConfigError, RedisMode};
 
 pub use cleaner::Cleaner;
 pub use keys::Keys;
 pub use reader::Reader;
+pub use slots::{FollowUps, SlotsWritten, build_slot_chunks};
 pub use writer::{
-    Applied, ChunkSettings, CounterWrite, FlushChunk, SEQUENCE_TTL_SECS, WriteFailure, Writer,
-    Written, build_chunks,
+    ChunkSettings, CounterWrite, FlushChunk, SEQUENCE_TTL_SECS, WriteFailure, Writer, Written,
+    build_chunks,
 };
 
 /// A failed Redis call.
@@ -25,24 +36,303 @@ pub use writer::{
 pub enum StoreError {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error("redis: no answer within {0:?}")]
+    Timeout(Duration),
 }
 
-/// A new multiplexed connection whose connect and every call time out after `timeout`.
-pub async fn connect(
-    client: &redis::Client,
+/// How the agent reaches Redis, shared by the writer, the cleaner, the readers and `/readyz`:
+/// every connection any of them opens comes from [`Store::connect`].
+#[derive(Clone)]
+pub struct Store {
+    target: Arc<Target>,
+    keys: Keys,
     timeout: Duration,
-) -> Result<MultiplexedConnection, StoreError> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout));
-    Ok(client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?)
 }
 
-/// `PING` over a fresh connection, for readiness checks.
-pub async fn ping(client: &redis::Client, timeout: Duration) -> Result<(), StoreError> {
-    let mut conn = connect(client, timeout).await?;
-    redis::cmd("PING").query_async::<()>(&mut conn).await?;
-    Ok(())
+enum Target {
+    Standalone(Client),
+    /// Asked for the master at every connect, so a failover is followed on the next reconnect.
+    Sentinel(tokio::sync::Mutex<SentinelClient>),
+    Cluster(ClusterClient),
+}
+
+/// A connection from [`Store::connect`]: one server's, or a cluster's (which routes each command
+/// by its first key and follows `MOVED` and `ASK`).
+#[derive(Clone)]
+pub enum Connection {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Connection {
+    /// Keys matching `pattern`, found with `SCAN` (on every master of a cluster), about `max`
+    /// at most.
+    pub async fn scan_keys(
+        &mut self,
+        pattern: &str,
+        max: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut found = Vec::new();
+        let nodes: Vec<Option<(String, u16)>> = match self {
+            Connection::Single(_) => vec![None],
+            Connection::Cluster(c) => {
+                // Each range: start, end, then its master as [host, port, id, ...], replicas.
+                let ranges: Vec<Vec<redis::Value>> =
+                    redis::cmd("CLUSTER").arg("SLOTS").query_async(c).await?;
+                let mut masters: Vec<(String, u16)> = ranges
+                    .iter()
+                    .filter_map(|range| {
+                        let node: Vec<redis::Value> =
+                            redis::from_redis_value_ref(range.get(2)?).ok()?;
+                        Some((
+                            redis::from_redis_value_ref(node.first()?).ok()?,
+                            redis::from_redis_value_ref(node.get(1)?).ok()?,
+                        ))
+                    })
+                    .collect();
+                masters.sort();
+                masters.dedup();
+                masters.into_iter().map(Some).collect()
+            }
+        };
+        for node in nodes {
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let reply = match (&mut *self, &node) {
+                    (Connection::Cluster(c), Some((host, port))) => {
+                        let route = SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port: *port,
+                        };
+                        c.route_command(scan, RoutingInfo::SingleNode(route))
+                            .await?
+                    }
+                    (conn, _) => conn.req_packed_command(&scan).await?,
+                };
+                let (next, keys): (u64, Vec<String>) =
+                    redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+                found.extend(keys);
+                cursor = next;
+                if cursor == 0 || found.len() >= max {
+                    break;
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Redirections a cluster call follows (a reshard answers `ASK`/`TRYAGAIN` while a slot moves,
+/// a failover refuses calls for `cluster-node-timeout` and more).
+const CLUSTER_RETRIES: u32 = 16;
+/// The first wait before a retry; the crate's default (over a second) would stall every write
+/// that meets a moving slot.
+const CLUSTER_MIN_RETRY_WAIT_MS: u64 = 10;
+
+impl Store {
+    /// The handle for `config`'s `redis*` keys; a bad value is an error naming its key.
+    pub fn open(config: &Config) -> Result<Store, ConfigError> {
+        let bad = |key: &str, e: redis::RedisError| ConfigError {
+            key: key.into(),
+            message: e.to_string(),
+        };
+        let timeout = Duration::from_millis(config.redis_timeout_ms);
+        let url = config.redis.as_str();
+        let target = match config.redis_mode {
+            RedisMode::Standalone => {
+                Target::Standalone(Client::open(url).map_err(|e| bad("redis", e))?)
+            }
+            RedisMode::Sentinel => {
+                if config.redis_sentinels.is_empty() {
+                    return Err(ConfigError {
+                        key: "redis_sentinels".into(),
+                        message: "sentinel mode needs at least one sentinel address".into(),
+                    });
+                }
+                let master = url.into_connection_info().map_err(|e| bad("redis", e))?;
+                let mut node = SentinelNodeConnectionInfo::default()
+                    .set_redis_connection_info(master.redis_settings().clone());
+                if let ConnectionAddr::TcpTls { insecure, .. } = master.addr() {
+                    node = node.set_tls_mode(if *insecure {
+                        redis::TlsMode::Insecure
+                    } else {
+                        redis::TlsMode::Secure
+                    });
+                }
+                let sentinels: Vec<String> = config
+                    .redis_sentinels
+                    .iter()
+                    .map(|a| with_scheme(a))
+                    .collect();
+                let client = SentinelClient::build(
+                    sentinels,
+                    config.redis_master_name.clone(),
+                    Some(node),
+                    SentinelServerType::Master,
+                )
+                .map_err(|e| bad("redis_sentinels", e))?;
+                Target::Sentinel(tokio::sync::Mutex::new(client))
+            }
+            RedisMode::Cluster => {
+                let (key, seeds) = if config.redis_cluster_nodes.is_empty() {
+                    ("redis", vec![config.redis.clone()])
+                } else {
+                    (
+                        "redis_cluster_nodes",
+                        config
+                            .redis_cluster_nodes
+                            .iter()
+                            .map(|a| with_scheme(a))
+                            .collect(),
+                    )
+                };
+                let client = ClusterClient::builder(seeds)
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(CLUSTER_RETRIES)
+                    .min_retry_wait(CLUSTER_MIN_RETRY_WAIT_MS)
+                    .max_retry_wait(timeout.as_millis() as u64)
+                    .build()
+                    .map_err(|e| bad(key, e))?;
+                if config.wait_replicas > 0 {
+                    return Err(ConfigError {
+                        key: "wait_replicas".into(),
+                        message:
+                            "WAIT is for standalone and sentinel modes; a cluster acknowledges \
+                                  on its masters"
+                                .into(),
+                    });
+                }
+                // Our key names put hash tags after these; a brace in them would move the tag.
+                for (key, value) in [
+                    ("key_prefix", &config.key_prefix),
+                    ("agent_id", &config.agent_id),
+                ] {
+                    if value.contains(['{', '}']) {
+                        return Err(ConfigError {
+                            key: key.into(),
+                            message: "in cluster mode it may not hold `{` or `}` (hash tags)"
+                                .into(),
+                        });
+                    }
+                }
+                Target::Cluster(client)
+            }
+        };
+        let keys = match config.redis_mode {
+            RedisMode::Cluster => Keys::tagged(&config.key_prefix),
+            _ => Keys::new(&config.key_prefix),
+        };
+        Ok(Store {
+            target: Arc::new(target),
+            keys,
+            timeout,
+        })
+    }
+
+    /// Whether `config`'s `redis*` keys make a store (nothing is connected).
+    pub fn check(config: &Config) -> Result<(), ConfigError> {
+        Store::open(config).map(drop)
+    }
+
+    /// Key names as this mode writes them.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(*self.target, Target::Cluster(_))
+    }
+
+    /// A new connection whose connect and every call time out after the configured timeout.
+    pub async fn connect(&self) -> Result<Connection, StoreError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        let connecting = async {
+            Ok::<_, StoreError>(match &*self.target {
+                Target::Standalone(client) => Connection::Single(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ),
+                Target::Sentinel(client) => Connection::Single(
+                    client
+                        .lock()
+                        .await
+                        .get_async_connection_with_config(&config)
+                        .await?,
+                ),
+                Target::Cluster(client) => {
+                    Connection::Cluster(client.get_async_connection().await?)
+                }
+            })
+        };
+        // Sentinel look-ups and a cluster's first topology read have no timeout of their own.
+        let limit = self.timeout * 2;
+        tokio::time::timeout(limit, connecting)
+            .await
+            .map_err(|_| StoreError::Timeout(limit))?
+    }
+
+    /// A reader over a new connection.
+    pub async fn reader(&self) -> Result<Reader, StoreError> {
+        Ok(Reader::new(self.connect().await?, self.keys.clone()))
+    }
+
+    /// `PING` over a fresh connection within `timeout`, for readiness checks (in a cluster,
+    /// every master answers).
+    pub async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
+        let pinging = async {
+            let mut conn = self.connect().await?;
+            redis::cmd("PING").query_async::<()>(&mut conn).await?;
+            Ok(())
+        };
+        tokio::time::timeout(timeout, pinging)
+            .await
+            .map_err(|_| StoreError::Timeout(timeout))?
+    }
+}
+
+/// `host:port` as a `redis://` URL; a URL as it is.
+fn with_scheme(addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("redis://{addr}")
+    }
 }

@@ -3,11 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 
-use super::StoreError;
 use super::keys::{self, Keys};
+use super::{Connection, StoreError};
 use crate::aggregate::StatKind;
 
 /// One hour of statistics, as the book's `get_stats` returns them.
@@ -57,12 +56,12 @@ pub struct LogView {
 }
 
 pub struct Reader {
-    conn: MultiplexedConnection,
+    conn: Connection,
     keys: Keys,
 }
 
 impl Reader {
-    pub fn new(conn: MultiplexedConnection, keys: Keys) -> Reader {
+    pub fn new(conn: Connection, keys: Keys) -> Reader {
         Reader { conn, keys }
     }
 
@@ -137,25 +136,10 @@ impl Reader {
     pub async fn log_names(&mut self, max: usize) -> Result<Vec<(String, String)>, StoreError> {
         let prefix = self.keys.recent("", "");
         let prefix = &prefix[..prefix.len() - 1]; // `recent:` (the `:` between name and severity dropped)
-        let mut cursor = 0u64;
         let mut names = Vec::new();
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{prefix}*"))
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut self.conn)
-                .await?;
-            for k in keys {
-                if let Some((name, severity)) = k[prefix.len()..].rsplit_once(':') {
-                    names.push((name.to_string(), severity.to_string()));
-                }
-            }
-            cursor = next;
-            if cursor == 0 || names.len() >= max {
-                break;
+        for key in self.conn.scan_keys(&format!("{prefix}*"), max).await? {
+            if let Some((name, severity)) = key[prefix.len()..].rsplit_once(':') {
+                names.push((name.to_string(), severity.to_string()));
             }
         }
         names.sort();
@@ -205,12 +189,14 @@ impl Reader {
             .filter_map(|i| newest.checked_sub(i * precision))
             .rev()
             .collect();
-        let mut pipe = redis::pipe();
-        for s in &slices {
-            pipe.cmd("PFCOUNT")
-                .arg(self.keys.set(precision, series, *s));
-        }
-        let counts: Vec<u64> = pipe.query_async(&mut self.conn).await?;
+        // One call per slice, all at once: in a cluster the slices' keys live in other slots,
+        // which a pipeline may not mix.
+        let counts: Vec<u64> = futures_util::future::try_join_all(slices.iter().map(|s| {
+            let mut conn = self.conn.clone();
+            let key = self.keys.set(precision, series, *s);
+            async move { redis::cmd("PFCOUNT").arg(key).query_async(&mut conn).await }
+        }))
+        .await?;
         Ok(slices
             .into_iter()
             .zip(counts)

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{Client, RedisWrite, Script, ToRedisArgs};
+use redis::{RedisWrite, Script, ToRedisArgs};
 
-use super::{Keys, StoreError, clock, keys};
+use super::{Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{ClosedWindow, SeriesName};
 use crate::telemetry::Telemetry;
 
 const FLUSH_SCRIPT: &str = include_str!("flush.lua");
+const FLUSH_SLOT_SCRIPT: &str = include_str!("flush_slot.lua");
 
 /// One script call of a window: applied atomically, and at most once thanks to its number.
 #[derive(Debug, Clone)]
@@ -31,15 +31,27 @@ pub struct FlushChunk {
 /// themselves, where a `redis::Cmd` costs 16 and grows by doubling; a `Cmd` is made from it only
 /// when the chunk is sent.
 #[derive(Debug, Clone, Default)]
-struct Argv {
+pub(super) struct Argv {
     data: Vec<u8>,
     ends: Vec<u32>,
 }
 
 impl Argv {
-    fn arg(&mut self, value: impl ToRedisArgs) -> &mut Argv {
+    pub(super) fn arg(&mut self, value: impl ToRedisArgs) -> &mut Argv {
         value.write_redis_args(self);
         self
+    }
+
+    /// The number of arguments.
+    pub(super) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Appends `other`'s arguments.
+    pub(super) fn append(&mut self, other: &Argv) {
+        let base = self.data.len() as u32;
+        self.data.extend_from_slice(&other.data);
+        self.ends.extend(other.ends.iter().map(|e| e + base));
     }
 
     fn iter(&self) -> impl Iterator<Item = &[u8]> {
@@ -85,6 +97,28 @@ impl RedisWrite for Argv {
 }
 
 impl FlushChunk {
+    /// A chunk of `series` series whose arguments are `argv`, numbered 0 until the flusher
+    /// numbers it.
+    pub(super) fn packed(series: usize, mut argv: Argv) -> FlushChunk {
+        argv.data.shrink_to_fit();
+        argv.ends.shrink_to_fit();
+        FlushChunk {
+            series,
+            seq: 0,
+            argv,
+        }
+    }
+
+    /// Its arguments one by one.
+    pub(super) fn args(&self) -> impl Iterator<Item = &[u8]> {
+        self.argv.iter()
+    }
+
+    /// The hash slot of a slot chunk (cluster mode): its first data key's, after the key count.
+    pub fn slot(&self) -> u16 {
+        keys::slot_of(self.argv.iter().nth(1).unwrap_or_default())
+    }
+
     /// The packed script arguments (bytes, and where each argument ends), for the spool.
     pub fn parts(&self) -> (&[u8], &[u32]) {
         (&self.argv.data, &self.argv.ends)
@@ -276,13 +310,10 @@ pub fn build_chunks(
                     .arg(log.severity.as_str())
                     .arg(&log.message);
             }
-            cmd.data.shrink_to_fit();
-            cmd.ends.shrink_to_fit();
-            FlushChunk {
-                series: counters.len() + stats.len() + gauges.len() + sets.len() + logs.len(),
-                seq: 0,
-                argv: cmd,
-            }
+            FlushChunk::packed(
+                counters.len() + stats.len() + gauges.len() + sets.len() + logs.len(),
+                cmd,
+            )
         })
         .collect()
 }
@@ -294,22 +325,19 @@ pub const SEQUENCE_TTL_SECS: u64 = 7 * 24 * 3600;
 
 /// Sends flush chunks to Redis.
 pub struct Writer {
-    client: Client,
-    connection: Option<MultiplexedConnection>,
+    store: Store,
+    connection: Option<Connection>,
     connected_before: bool,
-    timeout: Duration,
+    /// `wait_replicas` and `wait_timeout_ms`: chunks count as acknowledged only once `WAIT`
+    /// reports this many replicas.
+    wait: Option<(u32, u64)>,
     script: Script,
+    /// Cluster mode's per-slot script, and a hash tag for each slot (made on first use).
+    pub(super) slot_script: Script,
+    slot_tags: Option<Arc<Vec<String>>>,
     telemetry: Arc<Telemetry>,
     /// When a refused write was last logged: they are counted always, logged once per 10 s.
     last_failure_log: Option<std::time::Instant>,
-}
-
-/// What happened to a chunk that reached Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
-    Now,
-    /// Its number showed an earlier copy had applied it (a lost reply, a late copy).
-    Before,
 }
 
 /// Why Redis refused one write of an applied chunk (the rest of the chunk was applied).
@@ -364,29 +392,59 @@ impl WriteFailure {
 /// The replies to a pipeline: the chunks acknowledged, in order, and why the rest were not.
 #[derive(Debug)]
 pub struct Written {
-    pub acknowledged: Vec<Applied>,
+    /// How many of the chunks, from the first, Redis has (and, with `wait_replicas`, enough
+    /// replicas): applied now or before.
+    pub acknowledged: usize,
+    /// Of the chunks Redis answered, those it had applied before (a lost reply, a late copy).
+    pub replayed: usize,
     /// Set when fewer chunks than were sent are acknowledged: they are to be sent again.
     pub error: Option<StoreError>,
 }
 
 impl Writer {
-    pub fn new(client: Client, timeout: Duration, telemetry: Arc<Telemetry>) -> Writer {
+    /// `wait`: replicas and timeout (ms) for `WAIT` after each pipeline; `None` when the master's
+    /// reply is enough.
+    pub fn new(store: Store, wait: Option<(u32, u64)>, telemetry: Arc<Telemetry>) -> Writer {
         Writer {
-            client,
+            store,
             connection: None,
             connected_before: false,
-            timeout,
+            wait,
             script: Script::new(FLUSH_SCRIPT),
+            slot_script: Script::new(FLUSH_SLOT_SCRIPT),
+            slot_tags: None,
             telemetry,
             last_failure_log: None,
         }
     }
 
-    async fn connection(&mut self) -> Result<MultiplexedConnection, StoreError> {
+    /// Key names as the store's mode writes them.
+    pub fn keys(&self) -> &Keys {
+        self.store.keys()
+    }
+
+    /// Whether windows go out as slot chunks ([`Writer::write_slots`]).
+    pub fn is_cluster(&self) -> bool {
+        self.store.is_cluster()
+    }
+
+    pub(super) fn slot_tags(&mut self) -> Arc<Vec<String>> {
+        self.slot_tags
+            .get_or_insert_with(|| Arc::new(keys::slot_tags()))
+            .clone()
+    }
+
+    /// Drops the connection after a failure, so the next call connects afresh.
+    pub(super) fn connection_failed(&mut self) {
+        self.connection = None;
+        self.telemetry.redis_errors.increment(1);
+    }
+
+    pub(super) async fn connection(&mut self) -> Result<Connection, StoreError> {
         if let Some(c) = &self.connection {
             return Ok(c.clone());
         }
-        let connection = super::connect(&self.client, self.timeout).await?;
+        let connection = self.store.connect().await?;
         if self.connected_before {
             self.telemetry.redis_reconnects.increment(1);
         }
@@ -405,13 +463,13 @@ impl Writer {
         let written = match result {
             Ok(written) => written,
             Err(error) => Written {
-                acknowledged: Vec::new(),
+                acknowledged: 0,
+                replayed: 0,
                 error: Some(error),
             },
         };
         if written.error.is_some() {
-            self.connection = None;
-            self.telemetry.redis_errors.increment(1);
+            self.connection_failed();
         }
         written
     }
@@ -446,46 +504,63 @@ impl Writer {
             self.script.prepare_invoke().load_async(&mut conn).await?;
             replies = pipe.query_async(&mut conn).await?;
         }
-        let mut acknowledged = Vec::new();
+        let (mut acknowledged, mut replayed, mut error) = (0, 0, None);
         for reply in replies {
             let reply: Vec<redis::Value> = match reply.and_then(|v| Ok(redis::from_redis_value(v)?))
             {
                 Ok(reply) => reply,
                 Err(e) => {
-                    return Ok(Written {
-                        acknowledged,
-                        error: Some(e.into()),
-                    });
+                    error = Some(e.into());
+                    break;
                 }
             };
-            let status: i64 = reply
+            match reply
                 .first()
-                .and_then(|v| redis::from_redis_value_ref(v).ok())
-                .unwrap_or(-1);
-            match status {
-                1 => {
-                    self.report_failures(&reply[1..]);
-                    acknowledged.push(Applied::Now);
-                }
-                0 => acknowledged.push(Applied::Before),
+                .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+            {
+                Some(1) => self.report_failures(&reply[1..]),
+                Some(0) => replayed += 1,
                 // The chunk before it was not applied: the error is that chunk's.
                 _ => break,
             }
+            acknowledged += 1;
         }
-        let error = (acknowledged.len() < chunks.len()).then(|| {
-            StoreError::Redis(redis::RedisError::from((
+        if error.is_none() && acknowledged < chunks.len() {
+            error = Some(StoreError::Redis(redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "a flush chunk was not applied after the one before it failed",
-            )))
-        });
+            ))));
+        }
+        if let Some((replicas, timeout_ms)) = self.wait
+            && acknowledged > 0
+        {
+            // Every write of this connection so far, those of an earlier pipeline included: a
+            // chunk re-sent after a short WAIT answers "applied before" and is waited for again
+            // (its script makes a write for that, so a new connection waits for it too).
+            let got: u32 = redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout_ms)
+                .query_async(&mut conn)
+                .await?;
+            if got < replicas {
+                self.telemetry.replica_waits_short.increment(1);
+                acknowledged = 0;
+                error = Some(StoreError::Redis(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "fewer replicas than wait_replicas acknowledged the writes",
+                    format!("{got} of {replicas} within {timeout_ms} ms"),
+                ))));
+            }
+        }
         Ok(Written {
             acknowledged,
+            replayed,
             error,
         })
     }
 
     /// Counts (and now and then logs) the writes Redis refused: `key, error` pairs.
-    fn report_failures(&mut self, pairs: &[redis::Value]) {
+    pub(super) fn report_failures(&mut self, pairs: &[redis::Value]) {
         for pair in pairs.chunks(2) {
             let text =
                 |v: &redis::Value| redis::from_redis_value_ref::<String>(v).unwrap_or_default();

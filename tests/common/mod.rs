@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod topology;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -59,6 +60,15 @@ impl RedisServer {
 
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url()).unwrap()
+    }
+
+    /// The agent's handle on this server, as the default configuration opens it.
+    pub fn store(&self) -> statsd_redis::store::Store {
+        statsd_redis::store::Store::open(&Config {
+            redis: self.url(),
+            ..Config::default()
+        })
+        .unwrap()
     }
 
     pub fn conn(&self) -> redis::Connection {
@@ -404,4 +414,23 @@ pub fn metric_at(http: SocketAddr, name_and_labels: &str) -> f64 {
         .find_map(|l| l.strip_prefix(&wanted))
         .map(|v| v.trim().parse().unwrap())
         .unwrap_or(0.0)
+}
+
+/// Sends `lines` counts a datagram to `series` series, every 10 ms for `d`: about 5000 lines a
+/// second at 50. Returns the total sent to each series.
+pub async fn send_load(to: SocketAddr, d: Duration, lines: usize, series: usize) -> Vec<i64> {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sent = vec![0; series];
+    let datagram: String = (0..lines)
+        .map(|i| format!("load.{}:1|c\n", i % series))
+        .collect();
+    let until = std::time::Instant::now() + d;
+    while std::time::Instant::now() < until {
+        socket.send_to(datagram.as_bytes(), to).unwrap();
+        for i in 0..lines {
+            sent[i % series] += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sent
 }

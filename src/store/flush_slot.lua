@@ -1,0 +1,236 @@
+-- Applies one slot chunk of a flush in a Redis Cluster, atomically and exactly once: the writes
+-- of one window whose keys hash to one slot (README, "Redis Sentinel and Redis Cluster").
+--
+-- Every key is declared in KEYS, so the cluster routes the call and a moving slot answers ASK or
+-- TRYAGAIN before anything runs; the script builds no key name of its own.
+--
+-- KEYS[1]  this slot's sequence key, flush:<agent id>.<run>{<tag of the slot>}: the number of the
+--          run's last chunk applied in this slot. Then the data keys, taken in order by the
+--          sections below.
+-- ARGV     the chunk's number, the number of the chunk sent just before it for this slot in the
+--          same pipeline (0: every earlier one was acknowledged), the sequence key's lifetime
+--          (s), key prefix, hour (YYYY-MM-DDTHH:00:00), idle lifetime of log keys (s, 0: none),
+--          then sections, each a count followed by its items (keys taken from KEYS):
+--          counters:  slice, increment, mode (below)                       1 key  count:<p>:<s>
+--          gauges:    slice, value (a new slice reports its member)         1 key  gauge:<p>:<s>
+--          values:    series, value (the current gauge values)              1 key  gauges:
+--                     (one key for the section; the section has 0 or 1 items of m pairs:
+--                      m, then m series/value pairs)
+--          sets:      expire at, member count m, m members                  1 key  set:<p>:<s>:<slice>
+--          stats:     type, count, sum, sumsq, min, max                     4 keys stats:{<s>}:<type>,
+--                                                                                  :start, :last, :pstart
+--          recent:    entry ("<asctime> <message>")                         1 key  recent:<n>:<sev>
+--          common:    message                                               4 keys common:{<n>}:<sev>, ...
+--
+-- Returns {1, counter members, gauge members, timers, failures} when applied: the index members
+-- (`<precision>:<series>`) whose hash got a new slice, for known: and known:gauge: (other slots:
+-- the agent adds them next); for slowest:AccessTime, timer series and their hour's average;
+-- failures as key, error pairs (writes Redis refused and skipped, the rest applied).
+-- {0} when the chunk was applied before, with the three lists again when it was the slot's last
+-- chunk (the retry of a lost reply); {-1} when the chunk before it was not applied.
+--
+-- Why a copy is never applied twice and none is skipped: as flush.lua, per slot.
+
+-- The sequence key holds the number and, after it, what the chunk left for the agent to add to
+-- the hot keys: a retry after a lost reply gets it again.
+local seq, prev = tonumber(ARGV[1]), tonumber(ARGV[2])
+local stored = redis.call('GET', KEYS[1])
+local last = stored and tonumber(string.match(stored, '^%d+')) or 0
+if last >= seq then
+  if last == seq then
+    local left = cjson.decode(string.sub(stored, #tostring(last) + 2))
+    return {0, left[1], left[2], left[3]}
+  end
+  return {0}
+end
+if prev > 0 and last ~= prev then
+  return {-1}
+end
+-- The first write (an out-of-memory Redis refuses it before anything else is written), made
+-- again with the chunk's leftovers at the end.
+redis.call('SET', KEYS[1], seq, 'EX', ARGV[3])
+
+local prefix, hour, log_ttl = ARGV[4], ARGV[5], tonumber(ARGV[6])
+local i, k = 7, 2
+local function count()
+  local n = tonumber(ARGV[i])
+  i = i + 1
+  return n
+end
+local function key()
+  k = k + 1
+  return KEYS[k - 1]
+end
+
+local members, gauge_members, timers, failures = {}, {}, {}, {}
+local function failed(name, err)
+  if type(err) == 'table' then
+    err = err.err
+  end
+  failures[#failures + 1] = name
+  failures[#failures + 1] = tostring(err)
+end
+local function try(name, ...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    failed(name, r.err)
+    return nil
+  end
+  return r
+end
+
+-- The book's hourly rollover, as flush.lua: where this hour's write goes and what to roll.
+local function hourly(dest, start, lastkey, pstart)
+  local existing = redis.call('GET', start)
+  if not existing then
+    return dest, 'start'
+  elseif existing < hour then
+    return dest, 'roll'
+  elseif existing > hour and redis.call('GET', pstart) == hour then
+    return lastkey
+  end
+  return dest
+end
+local function roll(dest, start, lastkey, pstart, action)
+  if action == 'roll' then
+    if redis.call('EXISTS', dest) == 1 then
+      redis.call('RENAME', dest, lastkey)
+    else
+      redis.call('DEL', lastkey)
+    end
+    redis.call('RENAME', start, pstart)
+  end
+  if action then
+    redis.call('SET', start, hour)
+  end
+end
+
+local function apply()
+  -- Counters (modes of CounterWrite in src/store/writer.rs): 1 HINCRBY, and a new slice (the
+  -- total equals the increment) reports its index member; 2 HINCRBY only; 3 the member only.
+  local skip = #prefix + #'count:' + 1
+  for _ = 1, count() do
+    local name, slice, n, mode = key(), ARGV[i], ARGV[i + 1], ARGV[i + 2]
+    i = i + 3
+    if mode == '3' then
+      members[#members + 1] = string.sub(name, skip)
+    else
+      local r = redis.pcall('HINCRBY', name, slice, n)
+      if type(r) == 'table' then
+        failed(name, r.err)
+      elseif mode == '1' and r == tonumber(n) then
+        members[#members + 1] = string.sub(name, skip)
+      end
+    end
+  end
+
+  -- Gauges per slice: HSET; a new field reports its index member.
+  skip = #prefix + #'gauge:' + 1
+  for _ = 1, count() do
+    local name, slice, value = key(), ARGV[i], ARGV[i + 1]
+    i = i + 2
+    if try(name, 'HSET', name, slice, value) == 1 then
+      gauge_members[#gauge_members + 1] = string.sub(name, skip)
+    end
+  end
+
+  -- Current gauge values: one HSET of every pair (at most one chunk's worth).
+  for _ = 1, count() do
+    local name, m = key(), tonumber(ARGV[i])
+    local first = i + 1
+    i = first + 2 * m
+    for j = first, i - 1, 1000 do
+      try(name, 'HSET', name, unpack(ARGV, j, math.min(j + 999, i - 1)))
+    end
+  end
+
+  -- Sets: a HyperLogLog per slice, expiring with the slice's retention (not on a foreign key).
+  for _ = 1, count() do
+    local name, expire_at, m = key(), ARGV[i], tonumber(ARGV[i + 1])
+    local first = i + 2
+    i = first + m
+    local ok = true
+    for j = first, i - 1, 1000 do
+      ok = ok and try(name, 'PFADD', name, unpack(ARGV, j, math.min(j + 999, i - 1))) ~= nil
+    end
+    if ok then
+      redis.call('EXPIREAT', name, expire_at)
+    end
+  end
+
+  -- Statistics: the hour's ZSET read whole, then written whole (or not at all).
+  local function stat(dest, start, lastkey, pstart, n, sum, sumsq, min, max)
+    local target, action = hourly(dest, start, lastkey, pstart)
+    if action ~= 'roll' then
+      local old = redis.call('ZMSCORE', target, 'min', 'max', 'count', 'sum', 'sumsq')
+      if old[1] then min = math.min(min, tonumber(old[1])) end
+      if old[2] then max = math.max(max, tonumber(old[2])) end
+      if old[3] then n = n + tonumber(old[3]) end
+      if old[4] then sum = sum + tonumber(old[4]) end
+      if old[5] then sumsq = sumsq + tonumber(old[5]) end
+    end
+    if min ~= min or max ~= max or n ~= n or sum ~= sum or sumsq ~= sumsq then
+      error({err = 'ERR statistics would not be a number (NaN)'})
+    end
+    roll(dest, start, lastkey, pstart, action)
+    redis.call('ZADD', target, min, 'min', max, 'max', n, 'count', sum, 'sum', sumsq, 'sumsq')
+    return target == dest and sum / n
+  end
+  skip = #prefix + #'stats:{' + 1
+  for _ = 1, count() do
+    local dest, start, lastkey, pstart = key(), key(), key(), key()
+    local kind = ARGV[i]
+    local ok, average = pcall(stat, dest, start, lastkey, pstart, tonumber(ARGV[i + 1]),
+      tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]))
+    i = i + 6
+    if not ok then
+      failed(dest, average)
+    elseif kind == 'AccessTime' and average then
+      timers[#timers + 1] = string.sub(dest, skip, -(#kind + 3))
+      timers[#timers + 1] = tostring(average)
+    end
+  end
+
+  -- Logs: the recent list and the common ZSET live in two slots, each entry's part here whole.
+  for _ = 1, count() do
+    local name, entry = key(), ARGV[i]
+    i = i + 1
+    local ok, err = pcall(function()
+      redis.call('LPUSH', name, entry)
+      redis.call('LTRIM', name, 0, 99)
+      if log_ttl > 0 then
+        redis.call('EXPIRE', name, log_ttl)
+      end
+    end)
+    if not ok then
+      failed(name, err)
+    end
+  end
+  for _ = 1, count() do
+    local dest, start, lastkey, pstart = key(), key(), key(), key()
+    local message = ARGV[i]
+    i = i + 1
+    local ok, err = pcall(function()
+      local target, action = hourly(dest, start, lastkey, pstart)
+      if action ~= 'roll' then
+        redis.call('ZSCORE', target, message)
+      end
+      roll(dest, start, lastkey, pstart, action)
+      redis.call('ZINCRBY', target, 1, message)
+      if log_ttl > 0 then
+        for _, name in ipairs({dest, start, lastkey, pstart}) do
+          redis.call('EXPIRE', name, log_ttl)
+        end
+      end
+    end)
+    if not ok then
+      failed(dest, err)
+    end
+  end
+end
+local ok, err = pcall(apply)
+if not ok then
+  failed('(script)', err)
+end
+redis.call('SET', KEYS[1], seq .. ' ' .. cjson.encode({members, gauge_members, timers}), 'EX', ARGV[3])
+return {1, members, gauge_members, timers, failures}

@@ -1,0 +1,451 @@
+//! Cluster mode's flush: [`build_slot_chunks`] groups a closed window's writes by hash slot, one
+//! `flush_slot.lua` call per slot chunk with every key declared, and [`Writer::write_slots`]
+//! sends a window's slot chunks concurrently (in order within a slot), then the
+//! [`FollowUps`]: the writes to the single hot keys (`known:`, `known:gauge:`,
+//! `slowest:AccessTime`), which are idempotent and retried until done.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use redis::aio::ConnectionLike;
+
+use super::writer::Argv;
+use super::{
+    ChunkSettings, Connection, CounterWrite, FlushChunk, SEQUENCE_TTL_SECS, StoreError, Writer,
+    clock, keys,
+};
+use crate::aggregate::ClosedWindow;
+
+/// Slot chunks in flight at once: enough to keep every master of a large cluster busy, few
+/// enough that a failing cluster is not flooded with calls that will fail too.
+const CONCURRENT_CHUNKS: usize = 64;
+
+/// ZADD members per follow-up call.
+const FOLLOW_UP_BATCH: usize = 1000;
+
+/// One write of a slot chunk, in the order of `flush_slot.lua`'s sections.
+enum Op<'a> {
+    Counter(String, u64, i64, CounterWrite),
+    Gauge(String, u64, f64),
+    Values(String, &'a [(crate::aggregate::SeriesName, f64)]),
+    Set(String, u64, &'a [crate::aggregate::Member]),
+    Stat([String; 4], &'static str, &'a crate::aggregate::Stats),
+    Recent(String, String),
+    Common([String; 4], &'a str),
+}
+
+impl Op<'_> {
+    fn section(&self) -> usize {
+        match self {
+            Op::Counter(..) => 0,
+            Op::Gauge(..) => 1,
+            Op::Values(..) => 2,
+            Op::Set(..) => 3,
+            Op::Stat(..) => 4,
+            Op::Recent(..) => 5,
+            Op::Common(..) => 6,
+        }
+    }
+
+    fn first_key(&self) -> &str {
+        match self {
+            Op::Counter(k, ..) | Op::Gauge(k, ..) | Op::Values(k, _) | Op::Set(k, ..) => k,
+            Op::Recent(k, _) => k,
+            Op::Stat(k, ..) | Op::Common(k, _) => &k[0],
+        }
+    }
+
+    fn cost(&self) -> usize {
+        match self {
+            Op::Values(_, pairs) => pairs.len(),
+            Op::Set(_, _, members) => 1 + members.len() / 100,
+            _ => 1,
+        }
+    }
+}
+
+/// The rollover family of an hourly key: itself, `:start`, `:last`, `:pstart`.
+fn hourly(key: String) -> [String; 4] {
+    let family = [":start", ":last", ":pstart"].map(|suffix| format!("{key}{suffix}"));
+    let [start, last, pstart] = family;
+    [key, start, last, pstart]
+}
+
+/// Splits a closed window into slot chunks (argument layout in `flush_slot.lua`), each at most
+/// about `max_series × precisions` writes, numbered 0 until the flusher numbers them.
+pub fn build_slot_chunks<'a>(
+    window: &'a ClosedWindow,
+    precisions: &[(u64, CounterWrite)],
+    settings: &ChunkSettings,
+) -> Vec<FlushChunk> {
+    let keys = &settings.keys;
+    let mut slots: HashMap<u16, Vec<Op>> = HashMap::new();
+    let mut add = |op: Op<'a>| {
+        slots
+            .entry(keys::slot_of(op.first_key().as_bytes()))
+            .or_default()
+            .push(op);
+    };
+    for (series, n) in &window.counters {
+        for &(p, write) in precisions {
+            if write != CounterWrite::Skip {
+                add(Op::Counter(
+                    keys.counter(p, series),
+                    keys::slice(window.start, p),
+                    *n,
+                    write,
+                ));
+            }
+        }
+    }
+    for (series, value) in &window.gauges {
+        for &(p, _) in precisions {
+            add(Op::Gauge(
+                keys.gauge(p, series),
+                keys::slice(window.start, p),
+                *value,
+            ));
+        }
+    }
+    for part in window.gauges.chunks(settings.max_series.max(1)) {
+        add(Op::Values(keys.gauges(), part));
+    }
+    for (series, members) in &window.sets {
+        for &(p, _) in precisions {
+            let slice = keys::slice(window.start, p);
+            add(Op::Set(
+                keys.set(p, series, slice),
+                slice + settings.sample_count * p,
+                members,
+            ));
+        }
+    }
+    for (series, kind, stats) in &window.stats {
+        add(Op::Stat(
+            hourly(keys.stats(series, *kind)),
+            kind.redis_name(),
+            stats,
+        ));
+    }
+    let asctime = clock::asctime(window.start);
+    for log in &window.logs {
+        let severity = log.severity.as_str();
+        add(Op::Recent(
+            keys.recent(&log.name, severity),
+            format!("{asctime} {}", log.message),
+        ));
+        add(Op::Common(
+            hourly(keys.common(&log.name, severity)),
+            &log.message,
+        ));
+    }
+
+    let hour = clock::hour_start(window.start);
+    let budget = settings.max_series.max(1) * precisions.len().max(1);
+    let mut chunks = Vec::new();
+    let mut slots: Vec<(u16, Vec<Op>)> = slots.into_iter().collect();
+    slots.sort_unstable_by_key(|(slot, _)| *slot);
+    for (_, ops) in slots {
+        let mut start = 0;
+        let mut cost = 0;
+        for (i, op) in ops.iter().enumerate() {
+            if cost > 0 && cost + op.cost() > budget {
+                chunks.push(encode(&ops[start..i], settings, &hour));
+                start = i;
+                cost = 0;
+            }
+            cost += op.cost();
+        }
+        chunks.push(encode(&ops[start..], settings, &hour));
+    }
+    chunks
+}
+
+/// One slot chunk's arguments: the number of data keys, the keys, then `flush_slot.lua`'s ARGV
+/// after its first three (which the writer adds).
+fn encode(ops: &[Op], settings: &ChunkSettings, hour: &str) -> FlushChunk {
+    let mut keys = Argv::default();
+    let mut args = Argv::default();
+    args.arg(settings.keys.prefix())
+        .arg(hour)
+        .arg(settings.log_ttl_secs);
+    let mut series = 0;
+    for section in 0..7 {
+        let these: Vec<&Op> = ops.iter().filter(|op| op.section() == section).collect();
+        args.arg(these.len());
+        for op in these {
+            series += 1;
+            match op {
+                Op::Counter(key, slice, n, write) => {
+                    keys.arg(key);
+                    args.arg(slice).arg(n).arg(*write as u8);
+                }
+                Op::Gauge(key, slice, value) => {
+                    keys.arg(key);
+                    args.arg(slice).arg(value);
+                }
+                Op::Values(key, pairs) => {
+                    keys.arg(key);
+                    args.arg(pairs.len());
+                    for (series, value) in pairs.iter() {
+                        args.arg(&**series).arg(value);
+                    }
+                }
+                Op::Set(key, expire_at, members) => {
+                    keys.arg(key);
+                    args.arg(expire_at).arg(members.len());
+                    for m in members.iter() {
+                        args.arg(&**m);
+                    }
+                }
+                Op::Stat(family, kind, s) => {
+                    for key in family {
+                        keys.arg(key);
+                    }
+                    args.arg(*kind)
+                        .arg(s.count)
+                        .arg(s.sum)
+                        .arg(s.sumsq)
+                        .arg(s.min)
+                        .arg(s.max);
+                }
+                Op::Recent(key, entry) => {
+                    keys.arg(key);
+                    args.arg(entry);
+                }
+                Op::Common(family, message) => {
+                    for key in family {
+                        keys.arg(key);
+                    }
+                    args.arg(*message);
+                }
+            }
+        }
+    }
+    let mut argv = Argv::default();
+    argv.arg(keys.len());
+    argv.append(&keys);
+    argv.append(&args);
+    FlushChunk::packed(series, argv)
+}
+
+/// The writes a window's slot chunks leave to the single hot keys, gathered from their replies.
+#[derive(Debug, Default)]
+pub struct FollowUps {
+    /// `known:` members whose hash got a new slice.
+    pub known: Vec<Vec<u8>>,
+    /// `known:gauge:` members likewise.
+    pub known_gauges: Vec<Vec<u8>>,
+    /// Timer series and their hour's average, for `slowest:AccessTime`.
+    pub slowest: Vec<(Vec<u8>, f64)>,
+}
+
+impl FollowUps {
+    fn take(&mut self, reply: &[redis::Value]) {
+        let list = |i: usize| -> Vec<Vec<u8>> {
+            reply
+                .get(i)
+                .and_then(|v| redis::from_redis_value_ref(v).ok())
+                .unwrap_or_default()
+        };
+        self.known.extend(list(1));
+        self.known_gauges.extend(list(2));
+        let timers = list(3);
+        for pair in timers.chunks(2) {
+            if let [series, average] = pair
+                && let Some(average) = std::str::from_utf8(average)
+                    .ok()
+                    .and_then(|a| a.parse().ok())
+            {
+                self.slowest.push((series.clone(), average));
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty() && self.known_gauges.is_empty() && self.slowest.is_empty()
+    }
+}
+
+/// What became of a window's slot chunks.
+#[derive(Debug)]
+pub struct SlotsWritten {
+    /// Per chunk, in the order given: acknowledged (applied now or before).
+    pub acknowledged: Vec<bool>,
+    pub replayed: usize,
+    pub error: Option<StoreError>,
+}
+
+impl Writer {
+    /// Sends a window's slot chunks of the run whose sequence keys start with `sequence`:
+    /// the chunks of one slot one after the other (each only once the one before it is
+    /// acknowledged), different slots concurrently. Replies' index members and averages are
+    /// added to `follow_ups`.
+    pub async fn write_slots(
+        &mut self,
+        sequence: &str,
+        chunks: &[Arc<FlushChunk>],
+        follow_ups: &mut FollowUps,
+    ) -> SlotsWritten {
+        let mut acknowledged = vec![false; chunks.len()];
+        let conn = match self.connection().await {
+            Ok(c) => c,
+            Err(e) => {
+                self.connection_failed();
+                return SlotsWritten {
+                    acknowledged,
+                    replayed: 0,
+                    error: Some(e),
+                };
+            }
+        };
+        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (i, chunk) in chunks.iter().enumerate() {
+            by_slot.entry(chunk.slot()).or_default().push(i);
+        }
+        let tags = self.slot_tags();
+        let script = &self.slot_script;
+        let results: Vec<Vec<(usize, ChunkReply)>> = futures_util::stream::iter(by_slot)
+            .map(|(slot, indexes)| {
+                let mut conn = conn.clone();
+                let guard = format!("{sequence}{{{}}}", tags[slot as usize]);
+                async move {
+                    let mut out = Vec::new();
+                    for i in indexes {
+                        let r = send_slot_chunk(&mut conn, script, &guard, &chunks[i]).await;
+                        let failed = r.is_err();
+                        out.push((i, r));
+                        if failed {
+                            break;
+                        }
+                    }
+                    out
+                }
+            })
+            .buffer_unordered(CONCURRENT_CHUNKS)
+            .collect()
+            .await;
+        let mut error = None;
+        let mut replayed = 0;
+        for (i, result) in results.into_iter().flatten() {
+            match result {
+                Ok(reply) => {
+                    acknowledged[i] = true;
+                    if redis::from_redis_value_ref::<i64>(&reply[0]).ok() == Some(0) {
+                        replayed += 1;
+                    } else if let Some(redis::Value::Array(failures)) = reply.get(4) {
+                        self.report_failures(failures);
+                    }
+                    follow_ups.take(&reply);
+                }
+                Err(e) => error = Some(e),
+            }
+        }
+        if error.is_some() {
+            self.connection_failed();
+        }
+        SlotsWritten {
+            acknowledged,
+            replayed,
+            error,
+        }
+    }
+
+    /// Writes the follow-ups (ZADDs and a trim: each safe to repeat); they are kept on failure.
+    pub async fn write_follow_ups(&mut self, follow_ups: &FollowUps) -> Result<(), StoreError> {
+        let keys = self.keys().clone();
+        let result = async {
+            let mut conn = self.connection().await?;
+            for (key, members) in [
+                (keys.known(), &follow_ups.known),
+                (keys.known_gauges(), &follow_ups.known_gauges),
+            ] {
+                for batch in members.chunks(FOLLOW_UP_BATCH) {
+                    let mut cmd = redis::cmd("ZADD");
+                    cmd.arg(&key);
+                    for m in batch {
+                        cmd.arg("0").arg(m);
+                    }
+                    cmd.query_async::<()>(&mut conn).await?;
+                }
+            }
+            if !follow_ups.slowest.is_empty() {
+                let slowest = keys.slowest();
+                for batch in follow_ups.slowest.chunks(FOLLOW_UP_BATCH) {
+                    let mut cmd = redis::cmd("ZADD");
+                    cmd.arg(&slowest);
+                    for (series, average) in batch {
+                        cmd.arg(average).arg(series);
+                    }
+                    cmd.query_async::<()>(&mut conn).await?;
+                }
+                redis::cmd("ZREMRANGEBYRANK")
+                    .arg(&slowest)
+                    .arg(0)
+                    .arg(-101)
+                    .query_async::<()>(&mut conn)
+                    .await?;
+            }
+            Ok(())
+        }
+        .await;
+        if result.is_err() {
+            self.connection_failed();
+        }
+        result
+    }
+}
+
+/// A slot chunk's reply, or why it was not acknowledged.
+type ChunkReply = Result<Vec<redis::Value>, StoreError>;
+
+/// One slot chunk: `EVALSHA`, and on `NOSCRIPT` (a node that never saw it: a promoted replica,
+/// a restarted master) the script loaded on every master and sent once more. Returns the reply
+/// of a chunk that was applied now or before.
+async fn send_slot_chunk(
+    conn: &mut Connection,
+    script: &redis::Script,
+    guard: &str,
+    chunk: &FlushChunk,
+) -> ChunkReply {
+    let mut args = chunk.args();
+    let data_keys: usize = args
+        .next()
+        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
+        .unwrap_or(0);
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(data_keys + 1).arg(guard);
+    for key in args.by_ref().take(data_keys) {
+        cmd.arg(key);
+    }
+    cmd.arg(chunk.seq).arg(0).arg(SEQUENCE_TTL_SECS);
+    for arg in args {
+        cmd.arg(arg);
+    }
+    // A server error comes back inside the reply.
+    let send = |conn: &mut Connection| {
+        let cmd = &cmd;
+        let mut conn = conn.clone();
+        async move { conn.req_packed_command(cmd).await?.extract_error() }
+    };
+    let reply = match send(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            send(conn).await?
+        }
+        other => other?,
+    };
+    let reply: Vec<redis::Value> =
+        redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+    match reply
+        .first()
+        .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+    {
+        Some(0 | 1) => Ok(reply),
+        _ => Err(StoreError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "a slot chunk was not applied after the one before it failed",
+        )))),
+    }
+}

@@ -11,8 +11,10 @@
 --          same pipeline (0: every earlier one was acknowledged), the sequence key's lifetime
 --          (s), key prefix, hour (YYYY-MM-DDTHH:00:00), idle lifetime of log keys (s, 0: none),
 --          then sections, each a count followed by its items (keys taken from KEYS):
---          counters:  slice, increment, mode (below)                       1 key  count:<p>:<s>
---          gauges:    slice, value (a new slice reports its member)         1 key  gauge:<p>:<s>
+--          counters:  runs of one slice: slice, mode (below), n, then n increments
+--                                                                   n keys count:<p>:<s>
+--          gauges:    runs of one slice: slice, 0, n, then n values (a new slice reports
+--                     its member)                                   n keys gauge:<p>:<s>
 --          values:    series, value (the current gauge values)              1 key  gauges:
 --                     (one key for the section; the section has 0 or 1 items of m pairs:
 --                      m, then m series/value pairs)
@@ -110,28 +112,36 @@ local function apply()
   -- total equals the increment) reports its index member; 2 HINCRBY only; 3 the member only.
   local skip = #prefix + #'count:' + 1
   for _ = 1, count() do
-    local name, slice, n, mode = key(), ARGV[i], ARGV[i + 1], ARGV[i + 2]
+    local slice, mode, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
     i = i + 3
-    if mode == '3' then
-      members[#members + 1] = string.sub(name, skip)
-    else
-      local r = redis.pcall('HINCRBY', name, slice, n)
-      if type(r) == 'table' then
-        failed(name, r.err)
-      elseif mode == '1' and r == tonumber(n) then
+    for j = i, i + n - 1 do
+      local name = key()
+      if mode == '3' then
         members[#members + 1] = string.sub(name, skip)
+      else
+        local r = redis.pcall('HINCRBY', name, slice, ARGV[j])
+        if type(r) == 'table' then
+          failed(name, r.err)
+        elseif mode == '1' and r == tonumber(ARGV[j]) then
+          members[#members + 1] = string.sub(name, skip)
+        end
       end
     end
+    i = i + n
   end
 
   -- Gauges per slice: HSET; a new field reports its index member.
   skip = #prefix + #'gauge:' + 1
   for _ = 1, count() do
-    local name, slice, value = key(), ARGV[i], ARGV[i + 1]
-    i = i + 2
-    if try(name, 'HSET', name, slice, value) == 1 then
-      gauge_members[#gauge_members + 1] = string.sub(name, skip)
+    local slice, n = ARGV[i], tonumber(ARGV[i + 2])
+    i = i + 3
+    for j = i, i + n - 1 do
+      local name = key()
+      if try(name, 'HSET', name, slice, ARGV[j]) == 1 then
+        gauge_members[#gauge_members + 1] = string.sub(name, skip)
+      end
     end
+    i = i + n
   end
 
   -- Current gauge values: one HSET of every pair (at most one chunk's worth).

@@ -170,21 +170,45 @@ fn encode(ops: &[Op], settings: &ChunkSettings, hour: &str) -> FlushChunk {
     args.arg(settings.keys.prefix())
         .arg(hour)
         .arg(settings.log_ttl_secs);
+    // Counters and gauges in runs of one slice (and mode): the slice once per run, not per key.
+    // Each argument costs Redis a parse and a Lua string; at ~47 keys a call (110 000 series)
+    // three per counter cost a fifth of the cluster's CPU per HINCRBY.
+    let run_of = |op: &Op| match op {
+        Op::Counter(_, slice, _, write) => (*slice, *write as u8),
+        Op::Gauge(_, slice, _) => (*slice, 0),
+        _ => (0, 0),
+    };
     let mut series = 0;
     for section in 0..7 {
-        let these: Vec<&Op> = ops.iter().filter(|op| op.section() == section).collect();
+        let mut these: Vec<&Op> = ops.iter().filter(|op| op.section() == section).collect();
+        series += these.len();
+        if section < 2 {
+            these.sort_by_key(|op| run_of(op));
+            let runs = these.chunk_by(|a, b| run_of(a) == run_of(b));
+            args.arg(runs.clone().count());
+            for run in runs {
+                let (slice, mode) = run_of(run[0]);
+                args.arg(slice).arg(mode).arg(run.len());
+                for op in run {
+                    match op {
+                        Op::Counter(key, _, n, _) => {
+                            keys.arg(key);
+                            args.arg(n);
+                        }
+                        Op::Gauge(key, _, value) => {
+                            keys.arg(key);
+                            args.arg(value);
+                        }
+                        _ => unreachable!("sections 0 and 1 hold counters and gauges"),
+                    }
+                }
+            }
+            continue;
+        }
         args.arg(these.len());
         for op in these {
-            series += 1;
             match op {
-                Op::Counter(key, slice, n, write) => {
-                    keys.arg(key);
-                    args.arg(slice).arg(n).arg(*write as u8);
-                }
-                Op::Gauge(key, slice, value) => {
-                    keys.arg(key);
-                    args.arg(slice).arg(value);
-                }
+                Op::Counter(..) | Op::Gauge(..) => unreachable!("sections 0 and 1"),
                 Op::Values(key, pairs) => {
                     keys.arg(key);
                     args.arg(pairs.len());

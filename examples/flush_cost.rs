@@ -1,0 +1,113 @@
+//! Writes windows of counter series through the agent's own writer, as one server or as a Redis
+//! Cluster takes them (one script call per chunk of series, or per slot chunk and the
+//! follow-ups), without the UDP side: `scripts/cluster-cost.sh` runs it against a standalone
+//! Redis and a cluster and divides each one's CPU by its `HINCRBY` calls.
+//!
+//! cargo run --release --example flush_cost -- --redis URL [--cluster] [--series N] [--windows N] [--start SECS]
+//!
+//! `--start` is the first window's start (default: now); a second run that goes on where a first
+//! one stopped writes into the hashes the first one made, as an agent does all day.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use statsd_redis::aggregate::ClosedWindow;
+use statsd_redis::config::{Config, DEFAULT_PRECISIONS, RedisMode};
+use statsd_redis::store::{
+    ChunkSettings, CounterWrite, FollowUps, Store, Writer, build_chunks, build_slot_chunks,
+};
+use statsd_redis::telemetry::Telemetry;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let (mut redis, mut cluster, mut series, mut windows) = (String::new(), false, 20_000, 10);
+    let mut start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().expect("a value after the flag");
+        match arg.as_str() {
+            "--redis" => redis = value(),
+            "--cluster" => cluster = true,
+            "--series" => series = value().parse().expect("--series N"),
+            "--windows" => windows = value().parse().expect("--windows N"),
+            "--start" => start = value().parse().expect("--start SECS"),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let config = Config {
+        redis_cluster_nodes: if cluster { vec![redis.clone()] } else { vec![] },
+        redis,
+        redis_mode: if cluster {
+            RedisMode::Cluster
+        } else {
+            RedisMode::Standalone
+        },
+        ..Config::default()
+    };
+    let store = Store::open(&config).expect("redis settings");
+    let settings = ChunkSettings {
+        keys: store.keys().clone(),
+        sample_count: config.sample_count,
+        log_ttl_secs: 0,
+        max_series: config.max_series_per_chunk,
+    };
+    let precisions = CounterWrite::everywhere(&DEFAULT_PRECISIONS);
+    let mut writer = Writer::new(store, None, Arc::new(Telemetry::new()));
+    let sequence = format!(
+        "flush:cost.{:08x}{}",
+        rand::random::<u32>(),
+        if cluster { ":" } else { "" }
+    );
+    let mut seqs = std::collections::HashMap::<u16, u64>::new();
+    let mut last = 0;
+    let mut seconds = 0.0;
+    for w in 0..windows {
+        let window = ClosedWindow {
+            start: start + w,
+            counters: (0..series).map(|i| (format!("hc.{i}").into(), 3)).collect(),
+            ..ClosedWindow::default()
+        };
+        let began = Instant::now();
+        if cluster {
+            let chunks: Vec<_> = build_slot_chunks(&window, &precisions, &settings)
+                .into_iter()
+                .map(|mut c| {
+                    let seq = seqs.entry(c.slot()).or_default();
+                    *seq += 1;
+                    c.seq = *seq;
+                    Arc::new(c)
+                })
+                .collect();
+            let mut follow_ups = FollowUps::default();
+            let written = writer
+                .write_slots(&sequence, &chunks, &mut follow_ups)
+                .await;
+            assert!(written.error.is_none(), "{:?}", written.error);
+            writer
+                .write_follow_ups(&follow_ups)
+                .await
+                .expect("follow-ups");
+        } else {
+            let chunks: Vec<_> = build_chunks(&window, &precisions, &settings)
+                .into_iter()
+                .map(|mut c| {
+                    last += 1;
+                    c.seq = last;
+                    Arc::new(c)
+                })
+                .collect();
+            for pipeline in chunks.chunks(4) {
+                let written = writer.write_chunks(&sequence, pipeline).await;
+                assert!(written.error.is_none(), "{:?}", written.error);
+            }
+        }
+        seconds += began.elapsed().as_secs_f64();
+    }
+    println!(
+        "{windows} windows of {series} counter series: {:.3} s per window",
+        seconds / windows as f64
+    );
+}

@@ -49,6 +49,7 @@ async fn every_type_is_written_and_read_back_in_a_cluster() {
           queue:7|g\nusers:alice|s\nusers:bob|s\n\
           _e{5,4}:title|text|t:error|#service:shop\n_sc|db.up|2|m:down",
     );
+    assert_eq!(http_get(agent.http, "/readyz").0, 200);
     agent.stop().await;
 
     for p in PRECISIONS {
@@ -141,6 +142,27 @@ async fn every_type_is_written_and_read_back_in_a_cluster() {
     assert_eq!(log.common, vec![("title: text".to_string(), 1.0)]);
     let sets = reader.set("users", 60, unix_now(), 5).await.unwrap();
     assert_eq!(sets.iter().map(|s| s.1).max(), Some(2));
+
+    // The CLI, given the mode as flags.
+    let out = bin()
+        .args([
+            "get",
+            "stats",
+            "checkout",
+            "--json",
+            "--redis-mode",
+            "cluster",
+        ])
+        .args(["--redis-cluster-nodes", &cluster.seeds().join(",")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["average"], 100.0, "{stats}");
 }
 
 /// Exact totals of the `send_load` series at every precision, read from the cluster.

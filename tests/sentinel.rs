@@ -60,6 +60,24 @@ async fn a_master_killed_under_load_with_wait_loses_and_doubles_nothing() {
         }
     };
     check(&sentinels, new);
+    // The CLI finds the new master through the sentinels.
+    let out = bin()
+        .args(["get", "counter", "load.0", "--precision", "86400", "--json"])
+        .args([
+            "--redis-mode",
+            "sentinel",
+            "--redis-sentinels",
+            &sentinels.sentinel_addrs().join(","),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: Vec<(u64, i64)> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(samples.iter().map(|s| s.1).sum::<i64>(), sent[0]);
     // The old master comes back as a replica, with the master's data. (The sentinels may have
     // moved the master on meanwhile: the one they name now.)
     sentinels.restart(old);

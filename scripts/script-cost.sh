@@ -30,7 +30,8 @@ for pm in ${modes//,/ }; do
     redis.call('HINCRBY', 'count:$p:hc.series' .. i, 1763829600 + $p * t, 1) end
     redis.call('ZADD', 'known:', 0, '$p:hc.series' .. i) end" 0 >/dev/null
 done
-sha=$(redis-cli -s "$sock" script load "$(cat "$script")")
+# The script as the agent loads it: after what the flush scripts share.
+sha=$(redis-cli -s "$sock" script load "$(cat src/store/hourly.lua "$script")")
 python3 - "$sha" "$windows" "$series" "$chunk" "$slices" "$modes" > "$dir/commands" <<'PY'
 import sys
 sha, windows, series, chunk, slices = sys.argv[1], *map(int, sys.argv[2:6])

@@ -1,4 +1,5 @@
--- Trims one batch of index members (SPEC §4, the book's clean_counters).
+-- Trims one batch of index members (SPEC §4, the book's clean_counters); trim.lua is put in
+-- front of it.
 --
 -- ARGV: index key, hash prefix, now (epoch s), sample count, then members `<precision>:<series>`.
 -- For each member: delete the slices at or before `now - sample_count * precision`; if the hash
@@ -15,19 +16,7 @@ for i = 5, #ARGV do
   local hash = hash_prefix .. member
   local precision = tonumber(string.match(member, '^(%d+):'))
   if precision then
-    local cutoff = now - sample_count * precision
-    local old = {}
-    for _, slice in ipairs(redis.call('HKEYS', hash)) do
-      local t = tonumber(slice)
-      if t and t <= cutoff then
-        old[#old + 1] = slice
-      end
-    end
-    -- HDEL in bounded groups: Lua's unpack has a stack limit.
-    for j = 1, #old, 1000 do
-      redis.call('HDEL', hash, unpack(old, j, math.min(j + 999, #old)))
-    end
-    slices = slices + #old
+    slices = slices + trim(hash, precision, now, sample_count)
   end
   if redis.call('EXISTS', hash) == 0 then
     redis.call('ZREM', index, member)

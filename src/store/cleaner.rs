@@ -64,8 +64,11 @@ impl Cleaner {
             interval,
             sample_count,
             passes: 0,
-            clean: Script::new(include_str!("clean.lua")),
-            clean_slot: Script::new(include_str!("clean_slot.lua")),
+            clean: Script::new(concat!(include_str!("trim.lua"), include_str!("clean.lua"))),
+            clean_slot: Script::new(concat!(
+                include_str!("trim.lua"),
+                include_str!("clean_slot.lua")
+            )),
             lease: Script::new(include_str!("lease.lua")),
             telemetry,
         }

@@ -1,7 +1,8 @@
 -- Applies one flush chunk atomically and exactly once (the layout: README, "The Redis layout").
 --
 -- Key names follow src/store/keys.rs (the prefix, then the book's names); the tests read every
--- key back through that module.
+-- key back through that module. hourly.lua is put in front of it (failed, try, the rollover,
+-- merge_stats, log_common, log_recent).
 --
 -- KEYS[1]  the run's sequence key, flush:<agent id>.<run>: the number of the last chunk of this
 --          run that was applied. Chunks are numbered in the order the agent sends them.
@@ -43,8 +44,8 @@ end
 -- it, Redis lets the script finish.
 redis.call('SET', KEYS[1], seq, 'EX', ARGV[3])
 
-local prefix, sample_count, hour, asctime = ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
-local log_ttl = tonumber(ARGV[8])
+local prefix, sample_count, asctime = ARGV[4], tonumber(ARGV[5]), ARGV[7]
+hour, log_ttl = ARGV[6], tonumber(ARGV[8])
 local i = 9
 local function count()
   local n = tonumber(ARGV[i])
@@ -52,53 +53,8 @@ local function count()
   return n
 end
 
--- Writes Redis refused. Every write below goes through redis.pcall, or through an item whose
--- reads (which fail on a key of the wrong type) come before its writes: nothing can stop the
--- script half-way through a chunk.
-local reply = {1}
-local function failed(key, err)
-  if type(err) == 'table' then
-    err = err.err
-  end
-  reply[#reply + 1] = key
-  reply[#reply + 1] = tostring(err)
-end
-local function try(key, ...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    failed(key, r.err)
-    return nil
-  end
-  return r
-end
-
--- The book's hourly rollover (update_stats / log_common, errata applied), in two steps so that
--- an item reads everything before it writes: where a write for this hour goes (a late window of
--- the previous hour goes to :last) and what the rollover must do, then the rollover itself.
-local function hourly(dest)
-  local existing = redis.call('GET', dest .. ':start')
-  if not existing then
-    return dest, 'start'
-  elseif existing < hour then
-    return dest, 'roll'
-  elseif existing > hour and redis.call('GET', dest .. ':pstart') == hour then
-    return dest .. ':last'
-  end
-  return dest
-end
-local function roll(dest, action)
-  local start_key = dest .. ':start'
-  if action == 'roll' then
-    if redis.call('EXISTS', dest) == 1 then
-      redis.call('RENAME', dest, dest .. ':last')
-    else
-      redis.call('DEL', dest .. ':last')
-    end
-    redis.call('RENAME', start_key, dest .. ':pstart')
-  end
-  if action then
-    redis.call('SET', start_key, hour)
-  end
+local function family(key)
+  return {key, key .. ':start', key .. ':last', key .. ':pstart'}
 end
 
 -- The chunk's writes. Every error that can be foreseen is caught closer to where it happens;
@@ -183,34 +139,16 @@ local function apply()
   end
   known.flush()
 
-  -- Statistics (update_stats) and, for timers, slowest:AccessTime (access_time): one read of
-  -- the five members and one write of all five, instead of a call per member. An item reads all
-  -- it needs first (a key of the wrong type fails there), so it is written whole or not at all.
-  local function stat(series, kind, n, sum, sumsq, min, max)
-    local current = prefix .. 'stats:' .. series .. ':' .. kind
-    local dest, action = hourly(current)
-    if action ~= 'roll' then
-      local old = redis.call('ZMSCORE', dest, 'min', 'max', 'count', 'sum', 'sumsq')
-      if old[1] then min = math.min(min, tonumber(old[1])) end
-      if old[2] then max = math.max(max, tonumber(old[2])) end
-      if old[3] then n = n + tonumber(old[3]) end
-      if old[4] then sum = sum + tonumber(old[4]) end
-      if old[5] then sumsq = sumsq + tonumber(old[5]) end
-    end
-    -- Only what another writer stored can make these NaN (inf - inf): ZADD would refuse it.
-    if min ~= min or max ~= max or n ~= n or sum ~= sum or sumsq ~= sumsq then
-      error({err = 'ERR statistics would not be a number (NaN)'})
-    end
-    roll(current, action)
-    redis.call('ZADD', dest, min, 'min', max, 'max', n, 'count', sum, 'sum', sumsq, 'sumsq')
-    return dest == current and sum / n
-  end
+  -- Statistics (update_stats) and, for timers, slowest:AccessTime (access_time). An item reads
+  -- all it needs first (a key of the wrong type fails there), so it is written whole or not at
+  -- all.
   local slowest = prefix .. 'slowest:AccessTime'
   local ranked, timers = zadder(slowest), 0
   for _ = 1, count() do
     local series, kind = ARGV[i], ARGV[i + 1]
-    local ok, average = pcall(stat, series, kind, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]),
-      tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]))
+    local ok, average = pcall(merge_stats, family(prefix .. 'stats:' .. series .. ':' .. kind),
+      tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]),
+      tonumber(ARGV[i + 6]))
     i = i + 7
     if not ok then
       failed(prefix .. 'stats:' .. series .. ':' .. kind, average)
@@ -261,27 +199,14 @@ local function apply()
     end
   end
 
-  -- Logs (log_recent + log_common), each entry written whole or not at all. Keys of logs nobody
-  -- writes any more expire after log_ttl seconds (names come from events: a flood of sources
-  -- must not leave keys behind for ever).
+  -- Logs (log_recent + log_common), each entry written whole or not at all: the list's read
+  -- comes before log_common's reads and writes.
   local function log(name, severity, message)
     local base = name .. ':' .. severity
-    local common, recent = prefix .. 'common:' .. base, prefix .. 'recent:' .. base
-    local dest, action = hourly(common)
-    -- Reads that fail on a key of the wrong type, before anything is written.
-    if action ~= 'roll' then
-      redis.call('ZSCORE', dest, message)
-    end
+    local recent = prefix .. 'recent:' .. base
     redis.call('LLEN', recent)
-    roll(common, action)
-    redis.call('ZINCRBY', dest, 1, message)
-    redis.call('LPUSH', recent, asctime .. ' ' .. message)
-    redis.call('LTRIM', recent, 0, 99)
-    if log_ttl > 0 then
-      for _, key in ipairs({recent, common, common .. ':start', common .. ':last', common .. ':pstart'}) do
-        redis.call('EXPIRE', key, log_ttl)
-      end
-    end
+    log_common(family(prefix .. 'common:' .. base), message)
+    log_recent(recent, asctime .. ' ' .. message)
   end
   for _ = 1, count() do
     local name, severity, message = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -296,4 +221,5 @@ local ok, err = pcall(apply)
 if not ok then
   failed('(script)', err)
 end
-return reply
+table.insert(failures, 1, 1)
+return failures

@@ -2,7 +2,8 @@
 -- of one window whose keys hash to one slot (README, "Redis Sentinel and Redis Cluster").
 --
 -- Every key is declared in KEYS, so the cluster routes the call and a moving slot answers ASK or
--- TRYAGAIN before anything runs; the script builds no key name of its own.
+-- TRYAGAIN before anything runs; the script builds no key name of its own. hourly.lua is put in
+-- front of it (failed, try, the rollover, merge_stats, log_common, log_recent).
 --
 -- KEYS[1]  this slot's sequence key, flush:<agent id>.<run>{<tag of the slot>}: the number of the
 --          run's last chunk applied in this slot. Then the data keys, taken in order by the
@@ -52,7 +53,8 @@ end
 -- again with the chunk's leftovers at the end.
 redis.call('SET', KEYS[1], seq, 'EX', ARGV[3])
 
-local prefix, hour, log_ttl = ARGV[4], ARGV[5], tonumber(ARGV[6])
+local prefix = ARGV[4]
+hour, log_ttl = ARGV[5], tonumber(ARGV[6])
 local i, k = 7, 2
 local function count()
   local n = tonumber(ARGV[i])
@@ -63,49 +65,11 @@ local function key()
   k = k + 1
   return KEYS[k - 1]
 end
-
-local members, gauge_members, timers, failures = {}, {}, {}, {}
-local function failed(name, err)
-  if type(err) == 'table' then
-    err = err.err
-  end
-  failures[#failures + 1] = name
-  failures[#failures + 1] = tostring(err)
-end
-local function try(name, ...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    failed(name, r.err)
-    return nil
-  end
-  return r
+local function family()
+  return {key(), key(), key(), key()}
 end
 
--- The book's hourly rollover, as flush.lua: where this hour's write goes and what to roll.
-local function hourly(dest, start, lastkey, pstart)
-  local existing = redis.call('GET', start)
-  if not existing then
-    return dest, 'start'
-  elseif existing < hour then
-    return dest, 'roll'
-  elseif existing > hour and redis.call('GET', pstart) == hour then
-    return lastkey
-  end
-  return dest
-end
-local function roll(dest, start, lastkey, pstart, action)
-  if action == 'roll' then
-    if redis.call('EXISTS', dest) == 1 then
-      redis.call('RENAME', dest, lastkey)
-    else
-      redis.call('DEL', lastkey)
-    end
-    redis.call('RENAME', start, pstart)
-  end
-  if action then
-    redis.call('SET', start, hour)
-  end
-end
+local members, gauge_members, timers = {}, {}, {}
 
 local function apply()
   -- Counters (modes of CounterWrite in src/store/writer.rs): 1 HINCRBY, and a new slice (the
@@ -169,34 +133,16 @@ local function apply()
   end
 
   -- Statistics: the hour's ZSET read whole, then written whole (or not at all).
-  local function stat(dest, start, lastkey, pstart, n, sum, sumsq, min, max)
-    local target, action = hourly(dest, start, lastkey, pstart)
-    if action ~= 'roll' then
-      local old = redis.call('ZMSCORE', target, 'min', 'max', 'count', 'sum', 'sumsq')
-      if old[1] then min = math.min(min, tonumber(old[1])) end
-      if old[2] then max = math.max(max, tonumber(old[2])) end
-      if old[3] then n = n + tonumber(old[3]) end
-      if old[4] then sum = sum + tonumber(old[4]) end
-      if old[5] then sumsq = sumsq + tonumber(old[5]) end
-    end
-    if min ~= min or max ~= max or n ~= n or sum ~= sum or sumsq ~= sumsq then
-      error({err = 'ERR statistics would not be a number (NaN)'})
-    end
-    roll(dest, start, lastkey, pstart, action)
-    redis.call('ZADD', target, min, 'min', max, 'max', n, 'count', sum, 'sum', sumsq, 'sumsq')
-    return target == dest and sum / n
-  end
   skip = #prefix + #'stats:{' + 1
   for _ = 1, count() do
-    local dest, start, lastkey, pstart = key(), key(), key(), key()
-    local kind = ARGV[i]
-    local ok, average = pcall(stat, dest, start, lastkey, pstart, tonumber(ARGV[i + 1]),
-      tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]))
+    local keys, kind = family(), ARGV[i]
+    local ok, average = pcall(merge_stats, keys, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
+      tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]))
     i = i + 6
     if not ok then
-      failed(dest, average)
+      failed(keys[1], average)
     elseif kind == 'AccessTime' and average then
-      timers[#timers + 1] = string.sub(dest, skip, -(#kind + 3))
+      timers[#timers + 1] = string.sub(keys[1], skip, -(#kind + 3))
       timers[#timers + 1] = tostring(average)
     end
   end
@@ -205,36 +151,17 @@ local function apply()
   for _ = 1, count() do
     local name, entry = key(), ARGV[i]
     i = i + 1
-    local ok, err = pcall(function()
-      redis.call('LPUSH', name, entry)
-      redis.call('LTRIM', name, 0, 99)
-      if log_ttl > 0 then
-        redis.call('EXPIRE', name, log_ttl)
-      end
-    end)
+    local ok, err = pcall(log_recent, name, entry)
     if not ok then
       failed(name, err)
     end
   end
   for _ = 1, count() do
-    local dest, start, lastkey, pstart = key(), key(), key(), key()
-    local message = ARGV[i]
+    local keys, message = family(), ARGV[i]
     i = i + 1
-    local ok, err = pcall(function()
-      local target, action = hourly(dest, start, lastkey, pstart)
-      if action ~= 'roll' then
-        redis.call('ZSCORE', target, message)
-      end
-      roll(dest, start, lastkey, pstart, action)
-      redis.call('ZINCRBY', target, 1, message)
-      if log_ttl > 0 then
-        for _, name in ipairs({dest, start, lastkey, pstart}) do
-          redis.call('EXPIRE', name, log_ttl)
-        end
-      end
-    end)
+    local ok, err = pcall(log_common, keys, message)
     if not ok then
-      failed(dest, err)
+      failed(keys[1], err)
     end
   end
 end

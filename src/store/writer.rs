@@ -11,8 +11,9 @@ use super::{Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{ClosedWindow, SeriesName};
 use crate::telemetry::Telemetry;
 
-const FLUSH_SCRIPT: &str = include_str!("flush.lua");
-const FLUSH_SLOT_SCRIPT: &str = include_str!("flush_slot.lua");
+/// The flush scripts, each after what they share.
+const FLUSH_SCRIPT: &str = concat!(include_str!("hourly.lua"), include_str!("flush.lua"));
+const FLUSH_SLOT_SCRIPT: &str = concat!(include_str!("hourly.lua"), include_str!("flush_slot.lua"));
 
 /// One script call of a window: applied atomically, and at most once thanks to its number.
 #[derive(Debug, Clone)]

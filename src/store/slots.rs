@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use redis::aio::ConnectionLike;
 
-use super::writer::Argv;
+use super::writer::{Argv, SET_MEMBERS_PER_SERIES};
 use super::{
     ChunkSettings, Connection, CounterWrite, FlushChunk, SEQUENCE_TTL_SECS, StoreError, Writer,
     clock, keys,
@@ -59,7 +59,7 @@ impl Op<'_> {
     fn cost(&self) -> usize {
         match self {
             Op::Values(_, pairs) => pairs.len(),
-            Op::Set(_, _, members) => 1 + members.len() / 100,
+            Op::Set(_, _, members) => 1 + members.len() / SET_MEMBERS_PER_SERIES,
             _ => 1,
         }
     }

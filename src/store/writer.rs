@@ -149,7 +149,7 @@ impl FlushChunk {
 }
 
 /// What a chunk may hold: `max_series` series, a set costing one more per this many members.
-const SET_MEMBERS_PER_SERIES: usize = 100;
+pub(super) const SET_MEMBERS_PER_SERIES: usize = 100;
 
 /// The part of a closed window that one chunk carries, as index ranges into its vectors.
 #[derive(Default)]

@@ -28,8 +28,8 @@ pub struct Config {
     pub redis_master_name: String,
     /// Cluster mode: seed nodes, `redis://[:password@]host:port` (any of them will do).
     pub redis_cluster_nodes: Vec<String>,
-    /// A write counts as done only when this many replicas have it (`WAIT`); 0: when the
-    /// master has it. Standalone and Sentinel modes.
+    /// A write counts as done only when this many replicas have it (`WAIT`; in a cluster, of
+    /// every master); 0: when the master has it.
     pub wait_replicas: u32,
     /// How long one `WAIT` waits for the replicas.
     pub wait_timeout_ms: u64,
@@ -240,8 +240,12 @@ impl Config {
         if self.forget_idle_secs < 60 {
             return Err(err("forget_idle_secs", "must be at least 60"));
         }
-        if self.wait_timeout_ms == 0 {
-            return Err(err("wait_timeout_ms", "must be at least 1"));
+        if self.wait_timeout_ms == 0 || self.wait_timeout_ms >= self.redis_timeout_ms {
+            // Longer, and a slow WAIT would end as a timed-out call and a new connection.
+            return Err(err(
+                "wait_timeout_ms",
+                "must be at least 1 and less than redis_timeout_ms",
+            ));
         }
         if self.redis_timeout_ms == 0 {
             return Err(err("redis_timeout_ms", "must be at least 1"));
@@ -619,6 +623,7 @@ mod tests {
         bad(|c| c.max_backlog_bytes = 1000, "max_backlog_bytes");
         bad(|c| c.max_series_per_window = 0, "max_series_per_window");
         bad(|c| c.forget_idle_secs = 1, "forget_idle_secs");
+        bad(|c| c.wait_timeout_ms = 2000, "wait_timeout_ms");
     }
 
     #[test]

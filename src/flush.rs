@@ -47,6 +47,9 @@ const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// A closed window's chunks not yet acknowledged.
 #[derive(Debug)]
 struct PendingWindow {
+    /// Its place in the queue, from 1 (set when queued): two windows may share a start and a
+    /// run (a clock stepped back), never this.
+    id: u64,
     start: u64,
     /// The sequence key of the run that numbered the chunks.
     sequence: Arc<str>,
@@ -65,6 +68,8 @@ impl PendingWindow {
 #[derive(Default)]
 struct Backlog {
     windows: Mutex<VecDeque<PendingWindow>>,
+    /// Windows queued so far: the id of the last one.
+    queued: std::sync::atomic::AtomicU64,
     /// A window was queued, or the closer finished.
     changed: Notify,
 }
@@ -78,11 +83,15 @@ impl Backlog {
     /// just queued), removing their spool files.
     fn push(
         &self,
-        window: PendingWindow,
+        mut window: PendingWindow,
         config: &Config,
         spool: Option<&Spool>,
         telemetry: &Telemetry,
     ) {
+        window.id = self
+            .queued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
         let mut queue = self.lock();
         queue.push_back(window);
         let mut bytes: u64 = queue.iter().map(PendingWindow::bytes).sum();
@@ -443,6 +452,7 @@ impl Closer {
             }
             self.telemetry.spool_windows_loaded.increment(1);
             let pending = PendingWindow {
+                id: 0,
                 start: w.start,
                 sequence: w.sequence.into(),
                 chunks: w.chunks,
@@ -570,6 +580,7 @@ impl Closer {
                 .ok()
         });
         let pending = PendingWindow {
+            id: 0,
             start,
             sequence: self.sequence.clone(),
             chunks,
@@ -797,7 +808,7 @@ async fn write_backlog(
 ) {
     let mut backoff = MIN_BACKOFF;
     // The window being written, when its first chunk was sent, and (cluster) its follow-ups.
-    let mut current: Option<(u64, Arc<str>, Instant, FollowUps)> = None;
+    let mut current: Option<(u64, Instant, FollowUps)> = None;
     loop {
         let next = backlog.lock().front().map(|w| {
             let end = if writer.is_cluster() {
@@ -805,25 +816,31 @@ async fn write_backlog(
             } else {
                 PIPELINED_CHUNKS.min(w.chunks.len())
             };
-            (w.start, w.sequence.clone(), w.chunks[..end].to_vec())
+            (w.id, w.start, w.sequence.clone(), w.chunks[..end].to_vec())
         });
-        let Some((start, sequence, chunks)) = next else {
+        let Some((id, start, sequence, chunks)) = next else {
             if closed.is_cancelled() {
                 return;
             }
             backlog.changed.notified().await;
             continue;
         };
-        let (_, _, started, follow_ups) = match &mut current {
-            Some(c) if c.0 == start && c.1 == sequence => c,
-            _ => current.insert((
-                start,
-                sequence.clone(),
-                Instant::now(),
-                FollowUps::default(),
-            )),
-        };
-        let (acknowledged, replayed, mut error) = if writer.is_cluster() {
+        if let Some((_, _, left)) = current.take_if(|c| c.0 != id) {
+            // A window the backlog dropped part-written: what its acknowledged chunks left for
+            // the hot keys is written all the same (once; they are only index members and
+            // averages).
+            if !left.is_empty()
+                && let Err(e) = writer.write_follow_ups(&left).await
+            {
+                tracing::warn!(error = %e, "could not write a dropped window's index members");
+            }
+        }
+        let (_, started, follow_ups) =
+            current.get_or_insert_with(|| (id, Instant::now(), FollowUps::default()));
+        // Without chunks left (all acknowledged, the follow-ups failed) only the follow-ups go.
+        let (acknowledged, replayed, mut error) = if chunks.is_empty() {
+            (Vec::new(), 0, None)
+        } else if writer.is_cluster() {
             let written = writer.write_slots(&sequence, &chunks, follow_ups).await;
             (written.acknowledged, written.replayed, written.error)
         } else {
@@ -840,12 +857,10 @@ async fn write_backlog(
                 "chunks were applied before (a lost reply, or a window sent again); not applied again"
             );
         }
-        // The closer may have dropped this window meanwhile (backlog full). (Two runs' windows may
-        // share a start: a spool replayed after a restart within the second.)
-        let front_is = |w: &PendingWindow| w.start == start && w.sequence == sequence;
+        // The closer may have dropped this window meanwhile (backlog full).
         let unwritten = {
             let mut queue = backlog.lock();
-            queue.front_mut().filter(|w| front_is(w)).map(|front| {
+            queue.front_mut().filter(|w| w.id == id).map(|front| {
                 let mut sent = acknowledged.iter();
                 front
                     .chunks
@@ -854,7 +869,7 @@ async fn write_backlog(
             })
         };
         let mut done = unwritten == Some(0);
-        if done && error.is_none() && !follow_ups.is_empty() {
+        if done && !follow_ups.is_empty() {
             match writer.write_follow_ups(follow_ups).await {
                 Ok(()) => *follow_ups = FollowUps::default(),
                 Err(e) => {
@@ -865,7 +880,7 @@ async fn write_backlog(
         }
         if done {
             let mut queue = backlog.lock();
-            if queue.front().is_some_and(front_is) {
+            if queue.front().is_some_and(|w| w.id == id) {
                 let finished = queue.pop_front();
                 telemetry.backlog_windows.set(queue.len() as f64);
                 let bytes: u64 = queue.iter().map(PendingWindow::bytes).sum();

@@ -47,12 +47,20 @@ async fn every_type_is_written_and_read_back_in_a_cluster() {
         b"hits:3|c\nhits:2|c\nweb.api:1|c|#route:cart\n\
           checkout:120|ms\ncheckout:80|ms\nsize:4|h\n\
           queue:7|g\nusers:alice|s\nusers:bob|s\n\
-          _e{5,4}:title|text|t:error|#service:shop\n_sc|db.up|2|m:down",
+          _e{5,4}:title|text|t:error|#service:shop\n_sc|db.up|2|m:down\n_sc|}x|0",
     );
+    // A window after it: a name that would make an empty hash tag holds nothing up.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    agent.send(b"after:1|c");
     assert_eq!(http_get(agent.http, "/readyz").0, 200);
     agent.stop().await;
 
+    assert_eq!(
+        cluster.zrange_withscores("common:{_}}x:info"),
+        vec![("ok".to_string(), 1.0)]
+    );
     for p in PRECISIONS {
+        assert_eq!(counter_total(&cluster, p, "after"), 1, "precision {p}");
         assert_eq!(counter_total(&cluster, p, "hits"), 5, "precision {p}");
         assert_eq!(counter_total(&cluster, p, "web.api;route=cart"), 1);
         let gauge = cluster.hgetall(&format!("gauge:{p}:queue"));
@@ -209,15 +217,22 @@ async fn a_reshard_under_load_neither_loses_nor_doubles() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_under_load_loses_and_doubles_nothing() {
     let mut cluster = Cluster::start();
-    let agent = TestAgent::start(cluster_config(&cluster));
+    // The cluster replicates asynchronously: without WAIT, chunks acknowledged an instant
+    // before the kill could be lost with the master.
+    let agent = TestAgent::start(Config {
+        wait_replicas: 1,
+        wait_timeout_ms: 200,
+        redis_timeout_ms: 500,
+        ..cluster_config(&cluster)
+    });
     let load = tokio::spawn(send_load(agent.udp[0], Duration::from_secs(10), 50, 50));
     tokio::time::sleep(Duration::from_secs(3)).await;
     let victim = cluster.masters()[0];
-    // Let the replica catch up with what was acknowledged: the cluster replicates
-    // asynchronously, so a write acknowledged an instant before the kill may be lost with
-    // the master (as with any Redis Cluster client); this test is about the agent's retries.
     cluster.kill(victim);
     cluster.wait_failover(victim, Duration::from_secs(30));
+    // The promoted replica has no replica of its own: windows wait (WAIT 1 falls short) until
+    // the old master is back as its replica.
+    cluster.restart(victim);
     let sent = load.await.unwrap();
     eventually(Duration::from_secs(30), "backlog written", || {
         agent.metric("backlog_windows") == 0.0
@@ -366,12 +381,71 @@ async fn a_chunk_sent_again_is_applied_once_and_returns_its_follow_ups_again() {
     let sorted = |f: &FollowUps| {
         let mut known = f.known.clone();
         known.sort();
-        (known, f.slowest.clone())
+        known
     };
     assert_eq!(first.known.len(), 30 * PRECISIONS.len());
     assert_eq!(first.slowest, vec![(b"again.t".to_vec(), 15.0)]);
     assert_eq!(sorted(&first), sorted(&again));
+    assert_eq!(first.slowest, again.slowest);
+
+    // Once a later chunk of each slot was applied, the first copy's reply has no lists left:
+    // the members come from its keys (the averages of its timers come with the later windows).
+    let later: Vec<Arc<_>> = chunks
+        .iter()
+        .map(|c| {
+            let mut c = (**c).clone();
+            c.seq = 2;
+            Arc::new(c)
+        })
+        .collect();
+    let mut ignored = FollowUps::default();
+    assert!(
+        writer
+            .write_slots("flush:t.1:", &later, &mut ignored)
+            .await
+            .error
+            .is_none()
+    );
+    let mut replayed = FollowUps::default();
+    let written = writer
+        .write_slots("flush:t.1:", &chunks, &mut replayed)
+        .await;
+    assert_eq!(written.replayed, chunks.len());
+    assert_eq!(sorted(&replayed), sorted(&first));
+    // Applied once each: the first chunks and the later ones (a copy of theirs, numbered 2).
     for p in PRECISIONS {
-        assert_eq!(counter_total(&cluster, p, "again.7"), 2, "precision {p}");
+        assert_eq!(counter_total(&cluster, p, "again.7"), 4, "precision {p}");
+    }
+}
+
+/// Another program's keys of the wrong type where the hot keys go: the follow-ups that Redis
+/// refuses are counted and skipped, and later windows are written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_key_at_an_index_holds_up_nothing() {
+    let cluster = Cluster::start();
+    for key in ["known:", "slowest:AccessTime"] {
+        let _: () = query(&cluster, key, redis::cmd("SET").arg(key).arg("not ours"));
+    }
+    let agent = TestAgent::start(cluster_config(&cluster));
+    agent.send(b"first:1|c\nfirst.t:5|ms");
+    eventually(Duration::from_secs(10), "refusals counted", || {
+        agent.metric("write_failures_total{reason=\"wrong_type\"}") >= 2.0
+    })
+    .await;
+    agent.send(b"second:1|c");
+    eventually(Duration::from_secs(10), "the next window written", || {
+        counter_total(&cluster, 1, "second") == 1
+    })
+    .await;
+    eventually(
+        Duration::from_secs(10),
+        "nothing left in the backlog",
+        || agent.metric("backlog_windows") == 0.0,
+    )
+    .await;
+    agent.stop().await;
+    for p in PRECISIONS {
+        assert_eq!(counter_total(&cluster, p, "first"), 1, "precision {p}");
+        assert_eq!(counter_total(&cluster, p, "second"), 1, "precision {p}");
     }
 }

@@ -5,7 +5,7 @@
 -- TRYAGAIN before anything runs; the script builds no key name of its own. hourly.lua is put in
 -- front of it (failed, try, the rollover, merge_stats, log_common, log_recent).
 --
--- KEYS[1]  this slot's sequence key, flush:<agent id>.<run>{<tag of the slot>}: the number of the
+-- KEYS[1]  this slot's sequence key, flush:<agent id>.<run>:{<tag of the slot>}: the number of the
 --          run's last chunk applied in this slot. Then the data keys, taken in order by the
 --          sections below.
 -- ARGV     the chunk's number, the number of the chunk sent just before it for this slot in the
@@ -40,6 +40,8 @@ local seq, prev = tonumber(ARGV[1]), tonumber(ARGV[2])
 local stored = redis.call('GET', KEYS[1])
 local last = stored and tonumber(string.match(stored, '^%d+')) or 0
 if last >= seq then
+  -- A write all the same, as in flush.lua: a WAIT after it covers the earlier copy.
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
   if last == seq then
     local left = cjson.decode(string.sub(stored, #tostring(last) + 2))
     return {0, left[1], left[2], left[3]}

@@ -34,12 +34,15 @@ impl Keys {
         }
     }
 
-    /// `name`, or `{name}` in cluster mode.
+    /// `name`, or `{name}` in cluster mode. The hash tag is what stands between the first `{`
+    /// and the next `}`, so the family of keys that share this name share a slot whatever the
+    /// name holds, but for a name that starts with `}` (an empty tag hashes the whole key):
+    /// that one is tagged `{_}name`.
     fn tag<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
-        if self.tagged {
-            format!("{{{name}}}").into()
-        } else {
-            name.into()
+        match (self.tagged, name.starts_with('}')) {
+            (false, _) => name.into(),
+            (true, false) => format!("{{{name}}}").into(),
+            (true, true) => format!("{{_}}{name}").into(),
         }
     }
 
@@ -217,6 +220,19 @@ mod tests {
         assert_eq!(k.counter(5, "hits"), "p:count:5:hits");
         assert_eq!(k.recent("db", "info"), "p:recent:db:info");
         assert_eq!(k.gauge(60, "g"), "p:gauge:60:g");
+        // Whatever the name holds, a family shares one slot.
+        for name in ["}x", "a}b", "{a", "a{b}c", "}", "{}"] {
+            let family = k.common(name, "info");
+            let slot = slot_of(family.as_bytes());
+            for suffix in [":start", ":last", ":pstart"] {
+                assert_eq!(
+                    slot_of(format!("{family}{suffix}").as_bytes()),
+                    slot,
+                    "{name:?}"
+                );
+            }
+        }
+        assert_eq!(k.common("}x", "info"), "p:common:{_}}x:info");
     }
 
     #[test]

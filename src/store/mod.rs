@@ -228,15 +228,6 @@ impl Store {
                     .max_retry_wait(timeout.as_millis() as u64)
                     .build()
                     .map_err(|e| bad(key, e))?;
-                if config.wait_replicas > 0 {
-                    return Err(ConfigError {
-                        key: "wait_replicas".into(),
-                        message:
-                            "WAIT is for standalone and sentinel modes; a cluster acknowledges \
-                                  on its masters"
-                                .into(),
-                    });
-                }
                 // Our key names put hash tags after these; a brace in them would move the tag.
                 for (key, value) in [
                     ("key_prefix", &config.key_prefix),

@@ -12,8 +12,8 @@ use redis::aio::ConnectionLike;
 
 use super::writer::{Argv, SET_MEMBERS_PER_SERIES};
 use super::{
-    ChunkSettings, Connection, CounterWrite, FlushChunk, SEQUENCE_TTL_SECS, StoreError, Writer,
-    clock, keys,
+    ChunkSettings, Connection, CounterWrite, FlushChunk, Keys, SEQUENCE_TTL_SECS, StoreError,
+    Writer, clock, keys,
 };
 use crate::aggregate::ClosedWindow;
 
@@ -286,6 +286,22 @@ impl FollowUps {
         }
     }
 
+    /// For a chunk applied before whose reply no longer holds its lists (a later chunk of its
+    /// slot was applied since: a spool replayed, a window sent again): the index member of
+    /// every counter and gauge hash it wrote. More than it added, which costs only a `ZADD`:
+    /// a member whose hash is gone, the cleaner removes.
+    fn take_all(&mut self, chunk: &FlushChunk, keys: &Keys) {
+        let counters = keys.counter_index().hash_prefix;
+        let gauges = keys.gauge_index().hash_prefix;
+        for key in chunk.data_keys() {
+            if let Some(member) = key.strip_prefix(counters.as_bytes()) {
+                self.known.push(member.to_vec());
+            } else if let Some(member) = key.strip_prefix(gauges.as_bytes()) {
+                self.known_gauges.push(member.to_vec());
+            }
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.known.is_empty() && self.known_gauges.is_empty() && self.slowest.is_empty()
     }
@@ -351,18 +367,59 @@ impl Writer {
             .await;
         let mut error = None;
         let mut replayed = 0;
+        let keys = self.keys().clone();
         for (i, result) in results.into_iter().flatten() {
             match result {
                 Ok(reply) => {
                     acknowledged[i] = true;
                     if redis::from_redis_value_ref::<i64>(&reply[0]).ok() == Some(0) {
                         replayed += 1;
+                        if reply.len() == 1 {
+                            follow_ups.take_all(&chunks[i], &keys);
+                        }
                     } else if let Some(redis::Value::Array(failures)) = reply.get(4) {
                         self.report_failures(failures);
                     }
                     follow_ups.take(&reply);
                 }
+                // A chunk whose keys are not in one slot would be refused for ever and hold up
+                // every window after it: counted, logged and skipped. (Key names are built so
+                // that this cannot happen: a guard against a bug, not a path.)
+                Err(StoreError::Redis(e))
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::CrossSlot) =>
+                {
+                    acknowledged[i] = true;
+                    let key = chunks[i].data_keys().next().unwrap_or_default();
+                    self.refused(&String::from_utf8_lossy(key), &server_error_text(&e));
+                }
                 Err(e) => error = Some(e),
+            }
+        }
+        if let Some((replicas, timeout_ms)) = self.wait
+            && error.is_none()
+            && acknowledged.iter().any(|a| *a)
+        {
+            // Sent to every master (the cluster connection keeps one connection a master, the
+            // one the chunks went over) and answered with the fewest replicas any of them got.
+            let mut conn = conn.clone();
+            match redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout_ms)
+                .query_async::<u32>(&mut conn)
+                .await
+            {
+                Ok(got) if got >= replicas => {}
+                Ok(got) => {
+                    self.telemetry.replica_waits_short.increment(1);
+                    acknowledged.fill(false);
+                    *follow_ups = FollowUps::default();
+                    error = Some(super::writer::short_wait(got, replicas, timeout_ms));
+                }
+                Err(e) => {
+                    acknowledged.fill(false);
+                    *follow_ups = FollowUps::default();
+                    error = Some(e.into());
+                }
             }
         }
         if error.is_some() {
@@ -380,6 +437,7 @@ impl Writer {
         let keys = self.keys().clone();
         let result = async {
             let mut conn = self.connection().await?;
+            let mut calls = Vec::new();
             for (key, members) in [
                 (keys.known(), &follow_ups.known),
                 (keys.known_gauges(), &follow_ups.known_gauges),
@@ -390,7 +448,7 @@ impl Writer {
                     for m in batch {
                         cmd.arg("0").arg(m);
                     }
-                    cmd.query_async::<()>(&mut conn).await?;
+                    calls.push((key.clone(), cmd));
                 }
             }
             if !follow_ups.slowest.is_empty() {
@@ -401,22 +459,46 @@ impl Writer {
                     for (series, average) in batch {
                         cmd.arg(average).arg(series);
                     }
-                    cmd.query_async::<()>(&mut conn).await?;
+                    calls.push((slowest.clone(), cmd));
                 }
-                redis::cmd("ZREMRANGEBYRANK")
-                    .arg(&slowest)
-                    .arg(0)
-                    .arg(-101)
-                    .query_async::<()>(&mut conn)
-                    .await?;
+                let mut trim = redis::cmd("ZREMRANGEBYRANK");
+                trim.arg(&slowest).arg(0).arg(-101);
+                calls.push((slowest, trim));
             }
-            Ok(())
+            let mut refused = Vec::new();
+            for (key, cmd) in calls {
+                match cmd.query_async::<()>(&mut conn).await {
+                    Ok(()) => {}
+                    // Another program's key of another type (or a value Redis will never take):
+                    // refused for good, so counted and skipped like a chunk's refused write,
+                    // not retried for ever.
+                    Err(e) if matches!(e.code(), Some("WRONGTYPE" | "ERR")) => {
+                        refused.push((key, server_error_text(&e)))
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(refused)
         }
         .await;
+        let result = result.map(|refused| {
+            for (key, error) in refused {
+                self.refused(&key, &error);
+            }
+        });
         if result.is_err() {
             self.connection_failed();
         }
         result
+    }
+}
+
+/// A server's error as Redis wrote it (`WRONGTYPE Operation against…`), as the scripts report
+/// the writes they skip.
+fn server_error_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.to_string(),
     }
 }
 

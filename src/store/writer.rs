@@ -115,6 +115,16 @@ impl FlushChunk {
         self.argv.iter()
     }
 
+    /// A slot chunk's data keys (after their count).
+    pub(super) fn data_keys(&self) -> impl Iterator<Item = &[u8]> {
+        let mut args = self.argv.iter();
+        let count = args
+            .next()
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
+            .unwrap_or(0);
+        args.take(count)
+    }
+
     /// The hash slot of a slot chunk (cluster mode): its first data key's, after the key count.
     pub fn slot(&self) -> u16 {
         keys::slot_of(self.argv.iter().nth(1).unwrap_or_default())
@@ -331,12 +341,12 @@ pub struct Writer {
     connected_before: bool,
     /// `wait_replicas` and `wait_timeout_ms`: chunks count as acknowledged only once `WAIT`
     /// reports this many replicas.
-    wait: Option<(u32, u64)>,
+    pub(super) wait: Option<(u32, u64)>,
     script: Script,
     /// Cluster mode's per-slot script, and a hash tag for each slot (made on first use).
     pub(super) slot_script: Script,
     slot_tags: Option<Arc<Vec<String>>>,
-    telemetry: Arc<Telemetry>,
+    pub(super) telemetry: Arc<Telemetry>,
     /// When a refused write was last logged: they are counted always, logged once per 10 s.
     last_failure_log: Option<std::time::Instant>,
 }
@@ -546,11 +556,7 @@ impl Writer {
             if got < replicas {
                 self.telemetry.replica_waits_short.increment(1);
                 acknowledged = 0;
-                error = Some(StoreError::Redis(redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "fewer replicas than wait_replicas acknowledged the writes",
-                    format!("{got} of {replicas} within {timeout_ms} ms"),
-                ))));
+                error = Some(short_wait(got, replicas, timeout_ms));
             }
         }
         Ok(Written {
@@ -566,23 +572,37 @@ impl Writer {
             let text =
                 |v: &redis::Value| redis::from_redis_value_ref::<String>(v).unwrap_or_default();
             let (key, error) = (text(&pair[0]), pair.get(1).map(text).unwrap_or_default());
-            let reason = WriteFailure::of(&error);
-            self.telemetry.write_failures[reason as usize].increment(1);
-            let now = std::time::Instant::now();
-            if self
-                .last_failure_log
-                .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_INTERVAL)
-            {
-                self.last_failure_log = Some(now);
-                tracing::warn!(
-                    key,
-                    error,
-                    reason = reason.as_str(),
-                    "Redis refused a write; the rest of its chunk was applied (more are counted in write_failures_total)"
-                );
-            }
+            self.refused(&key, &error);
         }
     }
+
+    /// Counts (and now and then logs) one write Redis refused and the writer skipped.
+    pub(super) fn refused(&mut self, key: &str, error: &str) {
+        let reason = WriteFailure::of(error);
+        self.telemetry.write_failures[reason as usize].increment(1);
+        let now = std::time::Instant::now();
+        if self
+            .last_failure_log
+            .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_INTERVAL)
+        {
+            self.last_failure_log = Some(now);
+            tracing::warn!(
+                key,
+                error,
+                reason = reason.as_str(),
+                "Redis refused a write and it was skipped (more are counted in write_failures_total)"
+            );
+        }
+    }
+}
+
+/// The error of a `WAIT` that saw fewer replicas than asked.
+pub(super) fn short_wait(got: u32, replicas: u32, timeout_ms: u64) -> StoreError {
+    StoreError::Redis(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "fewer replicas than wait_replicas acknowledged the writes",
+        format!("{got} of {replicas} within {timeout_ms} ms"),
+    )))
 }
 
 /// Refused writes are logged at most this often; all are counted.

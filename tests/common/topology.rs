@@ -616,6 +616,15 @@ impl Cluster {
         self.node_mut(port).kill();
     }
 
+    /// Starts a killed node again, on its port and dir (its `nodes.conf` kept): a master whose
+    /// slots a replica took over comes back as that replica's replica.
+    pub fn restart(&mut self, port: u16) {
+        let node = self.node_mut(port);
+        node.kill();
+        node.spawn()
+            .unwrap_or_else(|e| panic!("cannot restart {port}: {e}"));
+    }
+
     /// Waits until a replica of the killed master `old_master` has taken over (it says it is a
     /// master) and every live node is back to `cluster_state:ok` with all slots on live nodes;
     /// returns the new master.

@@ -6,22 +6,26 @@
 #   cluster   3 masters + 3 replicas (cluster-node-timeout 2000); one master SIGKILLed ~6 s into
 #             the load (a different one each run). a: kill -> its replica is master and every live
 #             node says cluster_state:ok; b: kill -> the agent wrote a window again (the end of
-#             the longest gap in statsd_redis_last_flush_timestamp_seconds, polled every 100 ms);
-#             c: kill -> backlog_windows back to 0; d: after the load, exact totals (lost and
-#             doubled counts) for every series at every precision.
+#             the longest gap in statsd_redis_last_flush_timestamp_seconds, polled every 100 ms;
+#             `gap` is that gap, b_minus_a what the agent took once Redis was back); c: kill ->
+#             backlog_windows back to 0; d: after the load has drained and the agent stopped,
+#             exact totals (lost and doubled counts) of every series at every precision, and
+#             the agent's windows_dropped_total and chunks_applied_before_total.
 #   sentinel  1 master + 2 replicas + 3 sentinels (quorum 2, down-after 2000, failover-timeout
 #             5000), agent with --wait-replicas 1; the master SIGKILLed ~6 s in. a: kill -> every
 #             sentinel names the same new master and its ROLE is master; b, c, d as above (d
 #             read from the new master, also with `loadgen check`).
 #   reshard   the 3+3 cluster; the same load once without and once with 1024 slots moved from one
 #             master to another (`redis-cli --cluster reshard`) ~6 s in: the reshard's wall time,
-#             flush p50/p99 (histogram bucket bounds, windows of the load only) of both, exact
-#             totals of both, and `redis-cli --cluster check` after.
+#             flush p50/p99 (histogram bucket bounds, windows of the load only; inf: over 10 s)
+#             and the longest gap between two windows written, of both; exact totals of both;
+#             `redis-cli --cluster check` after.
 #
 #   scripts/failover-timing.sh [runs=3] [seconds=20] [series=2000] [rate=20000] [scenarios=cluster,sentinel,reshard]
 #
-# Load: counters only, `series` series, `rate` lines/s, 20 lines per datagram. Needs
-# target/release/statsd-redis and target/release/examples/loadgen, built by
+# Load: counters only, `series` series, `rate` lines/s, 20 lines per datagram. The agent runs
+# with --redis-timeout-ms 500 and --cleaner-enabled false; KEEP=DIR keeps every run's files
+# (logs, timelines, totals) there. Needs target/release/statsd-redis and examples/loadgen, from
 # `cargo build --release --bin statsd-redis --example loadgen` (not built here). Polls are 100 ms
 # apart, so a and c are within 0.1 s; b is the agent's own timestamp of the first window written
 # after the gap (later by up to 0.1 s when several windows were written between two polls).
@@ -132,7 +136,9 @@ def monitor(mode, url, out, max_secs, a, b):
                            errors=ms.get('statsd_redis_flushes_total{outcome="error"}', 0))
             except Exception as e:
                 row["metrics_error"] = str(e)
-            if mode == "cluster":
+            if mode == "agent":
+                pass
+            elif mode == "cluster":
                 live, replicas = [int(p) for p in a.split(",")], [int(p) for p in b.split(",")]
                 states = []
                 for p in live:
@@ -172,10 +178,24 @@ def monitor(mode, url, out, max_secs, a, b):
             f.write(json.dumps(row) + "\n")
             time.sleep(max(0, t + 0.1 - time.time()))
 
+def write_times(rows):
+    """The distinct values of last_flush_timestamp_seconds, in order."""
+    seen = []
+    for r in rows:
+        v = r.get("last")
+        if v and (not seen or v != seen[-1]):
+            seen.append(v)
+    return seen
+
 def analyze(mode, timeline, kill):
-    """a, b, c (seconds after the kill) and what else the timeline shows, as key=value."""
+    """a, b, c (seconds after the kill) and what else the timeline shows, as key=value. Mode
+    `agent`: the longest gap between two windows written until `kill` (there: the load's end)."""
     kill = float(kill)
     rows = [json.loads(l) for l in open(timeline)]
+    if mode == "agent":
+        seen = write_times(rows)
+        return {"max_write_gap": max((b - a for a, b in zip(seen, seen[1:]) if a <= kill + 1.5),
+                                     default=None)}
     after = [r for r in rows if r["t"] >= kill]
     res = {}
     if mode == "cluster":
@@ -191,14 +211,11 @@ def analyze(mode, timeline, kill):
     res["a"] = a and a - kill
     # b: the end of the longest gap between the distinct write times seen, among those after the
     # kill (a window in flight at the kill may still finish just after it).
-    seen = []
-    for r in rows:
-        v = r.get("last")
-        if v and (not seen or v != seen[-1]):
-            seen.append(v)
+    seen = write_times(rows)
     gaps = [(seen[i] - seen[i - 1], seen[i]) for i in range(1, len(seen)) if seen[i] > kill]
     resume = max(gaps)[1] if gaps else None
     res["b"] = resume and resume - kill
+    res["b_minus_a"] = res["b"] - res["a"] if res["a"] and res["b"] else None
     res["gap"] = gaps and max(gaps)[0]
     # c: the first poll from the resumption on that shows an empty backlog.
     c = next((r["t"] for r in after if resume and r["t"] >= resume and r.get("backlog") == 0), None)
@@ -239,7 +256,7 @@ def check(port, totals, precisions, cluster):
     byp = {}
     for k in bad:
         byp[k.split(":")[1]] = byp.get(k.split(":")[1], 0) + 1
-    print("lost=%d doubled=%d keys_wrong=%d/%d sent=%d%s" % (
+    print("lost=%d doubled=%d keys_wrong=%d keys=%d sent=%d%s" % (
         lost, doubled, len(bad), len(expected), sum(expected.values()),
         (" by_precision=" + ",".join("%s:%d" % kv for kv in sorted(byp.items(), key=lambda kv: int(kv[0])))) if bad else ""))
 
@@ -270,7 +287,7 @@ def main():
         check(int(args[0]), args[1], args[2], args[3] == "cluster")
     elif cmd == "owner":            # owner PORT KEY: the master port serving KEY's slot
         print(owners(int(args[0]))[slot(args[1])])
-    elif cmd == "masters":          # masters PORT: master ports (and node ids), by first slot
+    elif cmd == "masters":          # masters PORT: the master ports, by their first slot
         table = owners(int(args[0]))
         firsts = {}
         for i, p in enumerate(table):
@@ -292,7 +309,7 @@ def main():
         rows = {}
         for line in open(args[0]):
             scenario, *kv = line.split()
-            for k, v in (x.split("=", 1) for x in kv):
+            for k, v in (x.split("=", 1) for x in kv if "=" in x):
                 rows.setdefault(scenario, {}).setdefault(k, []).append(v)
         for scenario, keys in rows.items():
             parts = []
@@ -311,9 +328,11 @@ EOF
 
 # wait_for SECS WHAT CMD...: runs CMD every 0.1 s until it succeeds; after SECS gives up, saying WHAT.
 wait_for() {
-  local secs=$1 what=$2 i; shift 2
-  for ((i = 0; i < secs * 10; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "timed out after ${secs} s waiting for $what" >&2; return 1
+  local end=$((SECONDS + $1)) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$end" ] || { echo "gave up waiting for $what" >&2; return 1; }
+    sleep 0.1
+  done
 }
 
 # A port free on 127.0.0.1 whose cluster bus port (+10000) is free too.
@@ -428,10 +447,11 @@ finish_load() {
   [ -n "$gen_pid" ] && wait "$gen_pid"
   t_end=$(date +%s.%N)
   echo "t0=$t0 t_end=$t_end${t_kill:+ t_kill=$t_kill}" >>"$rdir/times"
-  wait_for 60 "the backlog to drain after the load" fo drained "$murl" "$t_end" || true
+  # long enough to see a stalled writer recover (a whole window's slot chunks timing out)
+  wait_for 150 "the backlog to drain after the load" fo drained "$murl" "$t_end" || drain="DRAIN_TIMED_OUT"
   fo buckets "$murl" "$rdir/b1"
   errors_end=$(fo metric "$murl" 'statsd_redis_flushes_total{outcome="error"}')
-  agent_notes="dropped=$(fo metric "$murl" statsd_redis_windows_dropped_total)"
+  agent_notes="${drain:-}${drain:+ }dropped=$(fo metric "$murl" statsd_redis_windows_dropped_total)"; drain=""
   agent_notes+=" backlog_left=$(fo metric "$murl" statsd_redis_backlog_windows)"
   agent_notes+=" kernel_drops=$(fo metric "$murl" statsd_redis_kernel_drops_total)"
   agent_notes+=" applied_before=$(fo metric "$murl" statsd_redis_chunks_applied_before_total)"
@@ -477,7 +497,7 @@ cluster_failover() { # run number
   echo "    totals: $check"
   [ -s "$rdir/check.err" ] && cat "$rdir/check.err"
   echo "    agent: $agent_notes"
-  echo "cluster $analysis $check" >>"$results"
+  echo "cluster $analysis $check $agent_notes" >>"$results"
   stop_all
 }
 
@@ -504,7 +524,7 @@ sentinel_failover() {
   [ -s "$rdir/check.err" ] && cat "$rdir/check.err"
   echo "    loadgen check: $loadgen_check"
   echo "    agent: $agent_notes (replica_waits_short in the log: $(grep -c 'fewer replicas' "$rdir/agent-sentinel.log" || true))"
-  echo "sentinel $analysis $check" >>"$results"
+  echo "sentinel $analysis $check $agent_notes" >>"$results"
   stop_all
 }
 
@@ -517,6 +537,7 @@ load_run() {
   fo buckets "$murl" "$rdir/b0-$label"
   errors0=$(fo metric "$murl" 'statsd_redis_flushes_total{outcome="error"}')
   start_load "$prefix"
+  monitor agent - -
   if [ "${3:-}" = reshard ]; then
     fo sleep-until "$(python3 -c "print($t0 + $kill_at)")"
     t_rs=$(date +%s.%N)
@@ -528,14 +549,16 @@ load_run() {
   fi
   wait "$gen_pid"; gen_pid=""
   finish_load
-  pct=$(fo pctl "$rdir/b0-$label" "$rdir/b1")
+  stop_monitor
+  pct="$(fo pctl "$rdir/b0-$label" "$rdir/b1") $(fo analyze agent "$rdir/timeline" "$t_end")"
+  mv "$rdir/timeline" "$rdir/timeline-$label"
   errors0=$(python3 -c "print('%d' % ($errors_end - $errors0))")
   check=$(fo check "${nodes[0]}" "$rdir/totals-$prefix" 1,5,60,300,3600,18000,86400 cluster 2>"$rdir/check.err") || true
   echo "    $label: ${rs:+$rs }$pct flush_errors=$errors0"
   echo "      totals: $check"
   [ -s "$rdir/check.err" ] && cat "$rdir/check.err"
   echo "      agent: $agent_notes"
-  echo "reshard ${rs:+$rs }$(sed -E "s/(^| )([a-z0-9_]+)=/\1${label}_\2=/g" <<<"$pct flush_errors=$errors0 $check")" >>"$results"
+  echo "reshard ${rs:+$rs }$(sed -E "s/(^| )([a-z0-9_]+)=/\1${label}_\2=/g" <<<"$pct flush_errors=$errors0 $check $agent_notes")" >>"$results"
 }
 
 reshard() {
@@ -573,4 +596,4 @@ for scenario in ${scenarios//,/ }; do
 done
 echo "== medians (seconds after the kill; p50/p99 are flush-duration bucket bounds in s)"
 fo medians "$results"
-[ -n "${KEEP:-}" ] && { rm -rf "$KEEP"; cp -r "$dir" "$KEEP"; echo "run files kept in $KEEP"; }
+if [ -n "${KEEP:-}" ]; then rm -rf "$KEEP"; cp -r "$dir" "$KEEP"; echo "run files kept in $KEEP"; fi

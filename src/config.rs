@@ -240,11 +240,13 @@ impl Config {
         if self.forget_idle_secs < 60 {
             return Err(err("forget_idle_secs", "must be at least 60"));
         }
-        if self.wait_timeout_ms == 0 || self.wait_timeout_ms >= self.redis_timeout_ms {
-            // Longer, and a slow WAIT would end as a timed-out call and a new connection.
+        // Longer, and a slow WAIT would end as a timed-out call and a new connection.
+        if self.wait_timeout_ms == 0
+            || (self.wait_replicas > 0 && self.wait_timeout_ms >= self.redis_timeout_ms)
+        {
             return Err(err(
                 "wait_timeout_ms",
-                "must be at least 1 and less than redis_timeout_ms",
+                "must be at least 1, and less than redis_timeout_ms when wait_replicas is set",
             ));
         }
         if self.redis_timeout_ms == 0 {
@@ -623,7 +625,13 @@ mod tests {
         bad(|c| c.max_backlog_bytes = 1000, "max_backlog_bytes");
         bad(|c| c.max_series_per_window = 0, "max_series_per_window");
         bad(|c| c.forget_idle_secs = 1, "forget_idle_secs");
-        bad(|c| c.wait_timeout_ms = 2000, "wait_timeout_ms");
+        bad(
+            |c| {
+                c.wait_replicas = 1;
+                c.wait_timeout_ms = 2000;
+            },
+            "wait_timeout_ms",
+        );
     }
 
     #[test]

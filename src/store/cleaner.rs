@@ -44,6 +44,8 @@ pub struct Cleaner {
     passes: u64,
     clean: Script,
     clean_slot: Script,
+    /// Cluster mode: members taken out of an index whose hash was not checked again yet.
+    recheck: Vec<(Index, Vec<u8>)>,
     lease: Script,
     telemetry: Arc<Telemetry>,
 }
@@ -65,6 +67,7 @@ impl Cleaner {
             sample_count,
             passes: 0,
             clean: Script::new(concat!(include_str!("trim.lua"), include_str!("clean.lua"))),
+            recheck: Vec::new(),
             clean_slot: Script::new(concat!(
                 include_str!("trim.lua"),
                 include_str!("clean_slot.lua")
@@ -138,6 +141,11 @@ impl Cleaner {
     pub async fn pass(&mut self, now: u64) -> Result<PassReport, StoreError> {
         let started = Instant::now();
         let mut report = PassReport::default();
+        if !self.recheck.is_empty() {
+            let mut conn = self.connection().await?;
+            let r = self.recheck(&mut conn).await;
+            report.hashes_removed += self.failed(r)?;
+        }
         report.completed = self
             .clean_index(&self.keys.counter_index(), now, &mut report)
             .await?
@@ -219,7 +227,7 @@ impl Cleaner {
     /// back if a writer made it anew meanwhile. A writer's new slice either came before that
     /// check (seen) or after it (the writer's own follow-up adds the member, after its chunk).
     async fn clean_slots(
-        &self,
+        &mut self,
         conn: &mut Connection,
         index: &Index,
         now: u64,
@@ -257,26 +265,38 @@ impl Cleaner {
         if gone.is_empty() {
             return Ok((slices, 0));
         }
+        // Remembered before they leave the index: a re-check cut short (an error, a lost
+        // connection) goes on at the next pass instead of leaving a live hash unindexed.
+        self.recheck
+            .extend(gone.iter().map(|m| (index.clone(), m.clone())));
         redis::cmd("ZREM")
             .arg(&index.key)
             .arg(&gone)
             .query_async::<()>(conn)
             .await?;
+        Ok((slices, self.recheck(conn).await?))
+    }
+
+    /// Checks each member taken out of its index again: its hash made anew meanwhile puts it
+    /// back. Returns how many stay out.
+    async fn recheck(&mut self, conn: &mut Connection) -> Result<u64, StoreError> {
         let mut removed = 0;
-        for m in gone {
-            let exists: bool = redis::cmd("EXISTS").arg(hash(&m)).query_async(conn).await?;
+        while let Some((index, member)) = self.recheck.last() {
+            let hash = [index.hash_prefix.as_bytes(), member].concat();
+            let exists: bool = redis::cmd("EXISTS").arg(hash).query_async(conn).await?;
             if exists {
                 redis::cmd("ZADD")
                     .arg(&index.key)
                     .arg("0")
-                    .arg(m)
+                    .arg(member)
                     .query_async::<()>(conn)
                     .await?;
             } else {
                 removed += 1;
             }
+            self.recheck.pop();
         }
-        Ok((slices, removed))
+        Ok(removed)
     }
 
     /// Cleans until `stop`: a pass at start-up and then about every interval while this agent

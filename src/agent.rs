@@ -141,11 +141,17 @@ pub async fn run(
             master = %config.redis_master_name,
             "agent started (Redis through Sentinel)"
         ),
-        RedisMode::Cluster => tracing::info!(
-            agent_id = %id,
-            seeds = ?config.redis_cluster_nodes.iter().map(|s| redacted(s)).collect::<Vec<_>>(),
-            "agent started (Redis Cluster)"
-        ),
+        RedisMode::Cluster => {
+            let seeds = match config.redis_cluster_nodes.as_slice() {
+                [] => std::slice::from_ref(&config.redis),
+                seeds => seeds,
+            };
+            tracing::info!(
+                agent_id = %id,
+                seeds = ?seeds.iter().map(|s| redacted(s)).collect::<Vec<_>>(),
+                "agent started (Redis Cluster)"
+            )
+        }
     }
     let cleaner = config.cleaner_enabled.then(|| {
         let cleaner = Cleaner::new(

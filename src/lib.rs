@@ -12,7 +12,8 @@
 //! * [`flush`]: at every window boundary, close the window and queue it; a writer works the queue
 //!   (the backlog) oldest first, with retry; `coarse_write_secs` sums for the coarse precisions.
 //! * [`spool`]: closed windows on disk until Redis has them, replayed after a crash.
-//! * [`store`]: Redis key names (one place), the flush and cleaner scripts, the writer, the
+//! * [`store`]: the [`store::Store`] handle (one server, Sentinel or Redis Cluster), Redis key
+//!   names (one place), the flush and cleaner scripts, the writer (per slot in a cluster), the
 //!   cleaner and the reader.
 //! * [`http`]: `/metrics`, `/healthz`, `/readyz`, the JSON API and the dashboard.
 //! * [`telemetry`]: every self-metric, named and described in one place.

@@ -328,9 +328,9 @@ EOF
 
 # wait_for SECS WHAT CMD...: runs CMD every 0.1 s until it succeeds; after SECS gives up, saying WHAT.
 wait_for() {
-  local end=$((SECONDS + $1)) what=$2; shift 2
+  local secs=$1 what=$2 end=$((SECONDS + $1)); shift 2
   until "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$end" ] || { echo "gave up waiting for $what" >&2; return 1; }
+    [ "$SECONDS" -lt "$end" ] || { echo "timed out after ${secs} s waiting for $what" >&2; return 1; }
     sleep 0.1
   done
 }

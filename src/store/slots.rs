@@ -345,6 +345,12 @@ impl Writer {
         }
         let tags = self.slot_tags();
         let script = &self.slot_script;
+        // After the first failure nothing more is sent: the rest would most likely fail too,
+        // each after a whole timeout (a cluster connection whose slot refresh hung after a
+        // failover kept every call waiting out its timeout: thousands of calls a window, over a
+        // minute), and the retry goes over a new connection.
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        let failed = &failed;
         let results: Vec<Vec<(usize, ChunkReply)>> = futures_util::stream::iter(by_slot)
             .map(|(slot, indexes)| {
                 let mut conn = conn.clone();
@@ -352,10 +358,14 @@ impl Writer {
                 async move {
                     let mut out = Vec::new();
                     for i in indexes {
+                        if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                            break;
+                        }
                         let r = send_slot_chunk(&mut conn, script, &guard, &chunks[i]).await;
-                        let failed = r.is_err();
+                        let error = r.is_err();
                         out.push((i, r));
-                        if failed {
+                        if error {
+                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
                             break;
                         }
                     }

@@ -66,7 +66,7 @@ impl Op<'_> {
 }
 
 /// The rollover family of an hourly key: itself, `:start`, `:last`, `:pstart`.
-fn hourly(key: String) -> [String; 4] {
+fn family(key: String) -> [String; 4] {
     let family = [":start", ":last", ":pstart"].map(|suffix| format!("{key}{suffix}"));
     let [start, last, pstart] = family;
     [key, start, last, pstart]
@@ -123,7 +123,7 @@ pub fn build_slot_chunks<'a>(
     }
     for (series, kind, stats) in &window.stats {
         add(Op::Stat(
-            hourly(keys.stats(series, *kind)),
+            family(keys.stats(series, *kind)),
             kind.redis_name(),
             stats,
         ));
@@ -136,7 +136,7 @@ pub fn build_slot_chunks<'a>(
             format!("{asctime} {}", log.message),
         ));
         add(Op::Common(
-            hourly(keys.common(&log.name, severity)),
+            family(keys.common(&log.name, severity)),
             &log.message,
         ));
     }
@@ -524,11 +524,8 @@ async fn send_slot_chunk(
     guard: &str,
     chunk: &FlushChunk,
 ) -> ChunkReply {
-    let mut args = chunk.args();
-    let data_keys: usize = args
-        .next()
-        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
-        .unwrap_or(0);
+    let data_keys = chunk.data_key_count();
+    let mut args = chunk.args().skip(1);
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(data_keys + 1).arg(guard);
     for key in args.by_ref().take(data_keys) {

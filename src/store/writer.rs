@@ -117,17 +117,21 @@ impl FlushChunk {
 
     /// A slot chunk's data keys (after their count).
     pub(super) fn data_keys(&self) -> impl Iterator<Item = &[u8]> {
-        let mut args = self.argv.iter();
-        let count = args
+        self.argv.iter().skip(1).take(self.data_key_count())
+    }
+
+    /// A slot chunk's number of data keys: its first argument.
+    pub(super) fn data_key_count(&self) -> usize {
+        self.argv
+            .iter()
             .next()
             .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
-            .unwrap_or(0);
-        args.take(count)
+            .unwrap_or(0)
     }
 
     /// The hash slot of a slot chunk (cluster mode): its first data key's, after the key count.
     pub fn slot(&self) -> u16 {
-        keys::slot_of(self.argv.iter().nth(1).unwrap_or_default())
+        keys::slot_of(self.data_keys().next().unwrap_or_default())
     }
 
     /// The packed script arguments (bytes, and where each argument ends), for the spool.

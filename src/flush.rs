@@ -130,9 +130,11 @@ struct Closer {
     windows: Vec<Arc<Mutex<Window>>>,
     ledger: Ledger,
     settings: ChunkSettings,
-    /// This run's sequence key, and the number of the last chunk queued.
+    /// This run's sequence key, the number of the last chunk queued, and of the last window
+    /// spooled (its file's place in the replay order).
     sequence: Arc<str>,
     last_seq: u64,
+    last_window: u64,
     /// Cluster mode: windows become slot chunks, numbered per slot (the sequence key is one per
     /// slot: this run's name with the slot's hash tag).
     slot_seqs: Option<std::collections::HashMap<u16, u64>>,
@@ -315,6 +317,7 @@ impl Flusher {
                 ledger: Ledger::new(config.forget_idle_secs),
                 sequence: keys.flush_sequence(run_id).into(),
                 last_seq: 0,
+                last_window: 0,
                 slot_seqs: (config.redis_mode == RedisMode::Cluster).then(Default::default),
                 settings: ChunkSettings {
                     keys,
@@ -412,15 +415,25 @@ impl Closer {
         // The last window closed before the crash, if its own file was never written. (If it
         // was written to Redis and removed, Redis answers that its chunks were applied.) It gets
         // a file now: this run's first close replaces the state file that held it.
+        // It was its run's last window to close, so it goes after that run's files.
         if let Some((start, sequence, chunks)) = last_closed.filter(|(start, sequence, chunks)| {
             !chunks.is_empty()
-                && !windows
-                    .iter()
-                    .any(|f| f.start == *start && f.sequence == *sequence)
+                && !windows.iter().any(|f| {
+                    f.start == *start
+                        && f.sequence == *sequence
+                        && f.chunks.first().map(|c| (c.seq, c.slot()))
+                            == chunks.first().map(|c| (c.seq, c.slot()))
+                })
         }) {
             let chunks: Vec<Arc<FlushChunk>> = chunks.into_iter().map(Arc::new).collect();
+            let number = 1 + windows
+                .iter()
+                .filter(|w| w.sequence == sequence)
+                .map(|w| w.number)
+                .max()
+                .unwrap_or(0);
             let path = spool
-                .write(start, &sequence, &chunks)
+                .write(start, number, &sequence, &chunks)
                 .inspect_err(|e| {
                     self.telemetry.spool_write_errors.increment(1);
                     tracing::error!(window = start, error = %e, "cannot spool the window");
@@ -428,6 +441,7 @@ impl Closer {
                 .unwrap_or_default();
             windows.push(crate::spool::SpooledWindow {
                 start,
+                number,
                 sequence,
                 chunks,
                 path,
@@ -570,9 +584,10 @@ impl Closer {
         }
         // On disk before it is queued: once the writer may have sent a chunk, a crash must
         // find the window in the spool.
+        self.last_window += 1;
         let file = self.spool.as_ref().and_then(|spool| {
             spool
-                .write(start, &self.sequence, &chunks)
+                .write(start, self.last_window, &self.sequence, &chunks)
                 .inspect_err(|e| {
                     self.telemetry.spool_write_errors.increment(1);
                     tracing::error!(window = start, error = %e, "cannot spool the window; it is kept in memory only");
@@ -933,6 +948,7 @@ mod tests {
             },
             sequence: "flush:a".into(),
             last_seq: 0,
+            last_window: 0,
             slot_seqs: None,
             coarse: Coarse::new(&config),
             last_drop_log: None,

@@ -8,6 +8,7 @@
 //! either the whole file or none; a checksum catches what a crash of the machine (without
 //! `spool_fsync`) can leave behind.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -33,6 +34,9 @@ pub struct Spool {
 #[derive(Debug)]
 pub struct SpooledWindow {
     pub start: u64,
+    /// Its place among its run's windows, from 1: the order they were closed in, which is the
+    /// order their chunks were numbered in even if the clock stepped back between them.
+    pub number: u64,
     /// The sequence key of the run that numbered its chunks.
     pub sequence: String,
     pub chunks: Vec<Arc<FlushChunk>>,
@@ -72,17 +76,17 @@ impl Spool {
         })
     }
 
-    /// Writes a window's chunks; returns the file to remove once they are all written.
+    /// Writes a window's chunks, `number` being its place among its run's windows; returns
+    /// the file to remove once they are all written.
     pub fn write(
         &self,
         start: u64,
+        number: u64,
         sequence: &str,
         chunks: &[Arc<FlushChunk>],
     ) -> io::Result<PathBuf> {
-        let first = chunks.first().map_or(0, |c| c.seq);
-        // Names sort as the windows must be replayed: by window, then by run, then by number.
         let name = format!(
-            "{start:020}-{:016x}-{first:020}.{EXTENSION}",
+            "{start:020}-{:016x}-{number:020}.{EXTENSION}",
             fnv1a(sequence.as_bytes())
         );
         let path = self.dir.join(name);
@@ -136,20 +140,26 @@ impl Spool {
         }
     }
 
-    /// Every window spooled by earlier runs, in replay order. A file that does not read back
-    /// whole is renamed `*.bad` and logged, never replayed or deleted.
+    /// Every window spooled by earlier runs, in replay order: a run's windows in the order it
+    /// closed them (its chunk numbers only grow in that order, and Redis takes a number below
+    /// the last applied one as applied before), the runs by their earliest window. A file that
+    /// does not read back whole is renamed `*.bad` and logged, never replayed or deleted.
     pub fn load(&self) -> io::Result<Vec<SpooledWindow>> {
-        let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)?
+        let paths: Vec<PathBuf> = fs::read_dir(&self.dir)?
             .flatten()
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|e| e == EXTENSION))
             .collect();
-        paths.sort();
         let mut windows = Vec::with_capacity(paths.len());
         for path in paths {
-            match fs::read(&path).ok().and_then(|bytes| decode(&bytes)) {
-                Some((start, sequence, chunks)) => windows.push(SpooledWindow {
+            let number = path
+                .file_stem()
+                .and_then(|stem| stem.to_str()?.rsplit('-').next()?.parse().ok());
+            let decoded = fs::read(&path).ok().and_then(|bytes| decode(&bytes));
+            match number.zip(decoded) {
+                Some((number, (start, sequence, chunks))) => windows.push(SpooledWindow {
                     start,
+                    number,
                     sequence,
                     chunks: chunks.into_iter().map(Arc::new).collect(),
                     path,
@@ -161,6 +171,12 @@ impl Spool {
                 }
             }
         }
+        let mut first_start: HashMap<String, u64> = HashMap::new();
+        for w in &windows {
+            let start = first_start.entry(w.sequence.clone()).or_insert(w.start);
+            *start = (*start).min(w.start);
+        }
+        windows.sort_by_cached_key(|w| (first_start[&w.sequence], w.sequence.clone(), w.number));
         Ok(windows)
     }
 }
@@ -303,8 +319,8 @@ mod tests {
     fn a_window_reads_back_as_it_was_written_in_replay_order() {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path(), false).unwrap();
-        let later = spool.write(101, "flush:a.1", &chunks()).unwrap();
-        let earlier = spool.write(100, "flush:a.1", &chunks()[..1]).unwrap();
+        let later = spool.write(101, 2, "flush:a.1", &chunks()).unwrap();
+        let earlier = spool.write(100, 1, "flush:a.1", &chunks()[..1]).unwrap();
         let loaded = spool.load().unwrap();
         assert_eq!(loaded.len(), 2);
         assert_eq!((loaded[0].start, loaded[0].path.clone()), (100, earlier));
@@ -318,15 +334,50 @@ mod tests {
         assert_eq!(spool.load().unwrap().len(), 1);
     }
 
+    /// A clock stepped back gives a run two windows with one start, and a later window an
+    /// earlier start: each keeps a file, and a run's windows replay in the order they closed.
+    #[test]
+    fn a_clock_stepped_back_changes_neither_the_files_nor_the_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), false).unwrap();
+        let one = chunks();
+        for (start, number, sequence, chunks) in [
+            (300, 1, "flush:a.2", &one[..1]),
+            (200, 1, "flush:a.1", &one[..]),
+            (150, 2, "flush:a.1", &one[..1]),
+            (150, 3, "flush:a.1", &one[..2]),
+            (100, 1, "flush:a.0", &one[..1]),
+        ] {
+            spool.write(start, number, sequence, chunks).unwrap();
+        }
+        let loaded: Vec<_> = spool
+            .load()
+            .unwrap()
+            .into_iter()
+            .map(|w| (w.sequence, w.number, w.start, w.chunks.len()))
+            .collect();
+        let expected = [
+            ("flush:a.0", 1, 100, 1),
+            ("flush:a.1", 1, 200, one.len()),
+            ("flush:a.1", 2, 150, 1),
+            ("flush:a.1", 3, 150, 2),
+            ("flush:a.2", 1, 300, 1),
+        ];
+        assert_eq!(
+            loaded,
+            expected.map(|(q, n, s, c)| (q.to_string(), n, s, c))
+        );
+    }
+
     #[test]
     fn a_damaged_file_is_kept_aside_not_replayed() {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path(), true).unwrap();
-        let path = spool.write(100, "flush:a.1", &chunks()).unwrap();
+        let path = spool.write(100, 1, "flush:a.1", &chunks()).unwrap();
         let mut bytes = fs::read(&path).unwrap();
         bytes[40] ^= 1;
         fs::write(&path, &bytes).unwrap();
-        let short = spool.write(101, "flush:a.1", &chunks()).unwrap();
+        let short = spool.write(101, 2, "flush:a.1", &chunks()).unwrap();
         let len = fs::metadata(&short).unwrap().len();
         File::options()
             .write(true)

@@ -126,7 +126,7 @@ fn chunks(c: &mut Criterion) {
         };
         g.bench_function(name, |b| {
             b.iter(|| {
-                let path = spool.write(1_795_320_000, "flush:a.1", &chunks).unwrap();
+                let path = spool.write(1_795_320_000, 1, "flush:a.1", &chunks).unwrap();
                 spool.remove(&path);
             })
         });

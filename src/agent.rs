@@ -13,8 +13,9 @@ use crate::aggregate::Window;
 use crate::config::{Config, RedisMode};
 use crate::flush::Flusher;
 use crate::http::{AppState, router};
-use crate::ingest::LineHandler;
-use crate::ingest::udp::{self, Reader};
+use crate::ingest::datagram::{self, Reader};
+use crate::ingest::stream;
+use crate::ingest::{BadLineLog, LineHandler, SocketFile, Transport};
 use crate::spool::{Spool, SpoolError};
 use crate::store::{Cleaner, Store, Writer};
 use crate::telemetry::Telemetry;
@@ -24,6 +25,11 @@ pub enum AgentError {
     #[error("cannot listen on UDP {addr}: {source}")]
     Udp {
         addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {what}: {source}")]
+    Listen {
+        what: String,
         source: std::io::Error,
     },
     #[error("cannot listen on HTTP {addr}: {source}")]
@@ -40,11 +46,24 @@ pub enum AgentError {
 /// The agent's sockets, bound but not yet read.
 #[derive(Debug)]
 pub struct Listeners {
-    pub udp: Vec<udp::BoundUdp>,
+    pub udp: Vec<datagram::BoundUdp>,
+    pub unix_datagram: Vec<(std::os::unix::net::UnixDatagram, SocketFile)>,
+    /// TCP and unix stream listeners.
+    pub streams: Vec<stream::Listener>,
     pub http: std::net::TcpListener,
 }
 
 impl Listeners {
+    pub fn tcp_addrs(&self) -> Vec<SocketAddr> {
+        self.streams
+            .iter()
+            .filter_map(|s| match s {
+                stream::Listener::Tcp(l) => l.local_addr().ok(),
+                stream::Listener::Unix(..) => None,
+            })
+            .collect()
+    }
+
     pub fn udp_addrs(&self) -> Vec<SocketAddr> {
         self.udp
             .iter()
@@ -63,7 +82,7 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
     let shared = config.udp_readers > 1;
     for &addr in &config.udp {
         let bind = |addr| {
-            udp::bind(addr, config.receive_buffer_bytes, shared)
+            datagram::bind(addr, config.receive_buffer_bytes, shared)
                 .map_err(|source| AgentError::Udp { addr, source })
         };
         let first = bind(addr)?;
@@ -81,13 +100,41 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
             sockets.push(bind(port_addr)?);
         }
     }
+    let listen_err = |what: String| move |source| AgentError::Listen { what, source };
+    let mode = config.socket_mode()?;
+    let mut unix_datagram = Vec::new();
+    for path in &config.unix_datagram {
+        let bound = datagram::bind_unix(path, mode, config.receive_buffer_bytes).map_err(
+            listen_err(format!("unix datagram socket {}", path.display())),
+        )?;
+        tracing::info!(path = %path.display(), "listening for StatsD (unix datagrams)");
+        unix_datagram.push(bound);
+    }
+    let mut streams = Vec::new();
+    for &addr in &config.tcp {
+        let listener =
+            stream::Listener::bind_tcp(addr).map_err(listen_err(format!("TCP {addr}")))?;
+        tracing::info!(addr = %addr, "listening for StatsD (TCP)");
+        streams.push(listener);
+    }
+    for path in &config.unix_stream {
+        let listener = stream::Listener::bind_unix(path, mode)
+            .map_err(listen_err(format!("unix stream socket {}", path.display())))?;
+        tracing::info!(path = %path.display(), "listening for StatsD (unix stream)");
+        streams.push(listener);
+    }
     let http_err = |source| AgentError::Http {
         addr: config.http,
         source,
     };
     let http = std::net::TcpListener::bind(config.http).map_err(http_err)?;
     http.set_nonblocking(true).map_err(http_err)?;
-    Ok(Listeners { udp: sockets, http })
+    Ok(Listeners {
+        udp: sockets,
+        unix_datagram,
+        streams,
+        http,
+    })
 }
 
 /// A random id for flush sequence keys and the cleaner lease when the configuration names none.
@@ -115,18 +162,55 @@ pub async fn run(
     let tracker = TaskTracker::new();
 
     let mut windows = Vec::new();
-    for bound in listeners.udp {
+    let mut new_window = || {
         let window = Arc::new(Mutex::new(Window::default()));
         windows.push(window.clone());
+        window
+    };
+    let datagram_sockets = listeners
+        .udp
+        .into_iter()
+        .map(|bound| (Transport::Udp, bound.socket.into(), None))
+        .chain(
+            listeners
+                .unix_datagram
+                .into_iter()
+                .map(|(socket, file)| (Transport::Unixgram, socket.into(), Some(file))),
+        );
+    for (transport, socket, file) in datagram_sockets {
         let reader = Reader {
-            socket: bound.socket,
-            window,
+            socket,
+            transport,
+            window: new_window(),
             handler: LineHandler::new(config.sanitize_names, config.max_series_per_window),
             telemetry: telemetry.clone(),
             max_datagram_bytes: config.max_datagram_bytes,
         };
         let stop = shutdown.clone();
-        tracker.spawn_blocking(move || reader.run(stop));
+        tracker.spawn_blocking(move || {
+            reader.run(stop);
+            drop::<Option<SocketFile>>(file);
+        });
+    }
+    for listener in listeners.streams {
+        let settings = stream::Settings {
+            window: new_window(),
+            telemetry: telemetry.clone(),
+            sanitize_names: config.sanitize_names,
+            max_series: config.max_series_per_window,
+            max_line_bytes: config.max_datagram_bytes,
+            max_connections: config.max_connections,
+            idle_timeout: (config.stream_idle_timeout_secs > 0)
+                .then(|| Duration::from_secs(config.stream_idle_timeout_secs)),
+            bad_lines: Arc::new(BadLineLog::default()),
+        };
+        let transport = listener.transport();
+        let serve = stream::serve(listener, settings, tracker.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            if let Err(e) = serve.await {
+                tracing::error!(transport = transport.as_str(), error = %e, "stream listener failed");
+            }
+        });
     }
     tracker.close();
 

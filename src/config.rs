@@ -16,6 +16,18 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// UDP addresses to receive StatsD on.
     pub udp: Vec<SocketAddr>,
+    /// TCP addresses to receive newline-delimited StatsD on; none by default.
+    pub tcp: Vec<SocketAddr>,
+    /// Unix datagram sockets to create and receive StatsD on (DogStatsD's UDS transport).
+    pub unix_datagram: Vec<PathBuf>,
+    /// Unix stream sockets to create and receive newline-delimited StatsD on.
+    pub unix_stream: Vec<PathBuf>,
+    /// Permissions of the unix socket files, in octal.
+    pub unix_socket_mode: String,
+    /// Open connections each stream listener (TCP, unix stream) takes; more are closed at once.
+    pub max_connections: usize,
+    /// A stream connection that sends nothing for this long is closed; 0: never.
+    pub stream_idle_timeout_secs: u64,
     /// Redis URL: `redis://[:password@]host:port/db`, `rediss://` for TLS, `redis+unix:///path`.
     /// With Sentinel, only its password, database and TLS are used (the sentinels name the
     /// master); with Cluster, it is the seed node when `redis_cluster_nodes` is empty.
@@ -107,6 +119,17 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             udp: vec![SocketAddr::from(([127, 0, 0, 1], 8125))],
+            tcp: Vec::new(),
+            unix_datagram: Vec::new(),
+            unix_stream: Vec::new(),
+            // Any local user may send, as over UDP on loopback; only the agent's user may
+            // replace the file. (Sending needs write permission; reading is never asked for.)
+            unix_socket_mode: "0622".into(),
+            max_connections: 1024,
+            // Off: a client library keeps its connection for the life of the process and may
+            // send rarely; one closed under it loses the next line it writes. Dead peers are
+            // found by TCP keepalive instead.
+            stream_idle_timeout_secs: 0,
             redis: "redis://127.0.0.1:6379/0".into(),
             redis_mode: RedisMode::Standalone,
             redis_sentinels: Vec::new(),
@@ -182,6 +205,14 @@ fn err(key: &str, message: impl Into<String>) -> ConfigError {
 }
 
 impl Config {
+    /// `unix_socket_mode` as permission bits.
+    pub fn socket_mode(&self) -> Result<u32, ConfigError> {
+        u32::from_str_radix(self.unix_socket_mode.trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o777)
+            .ok_or_else(|| err("unix_socket_mode", "must be octal permissions, 0 to 0777"))
+    }
+
     /// Parses a TOML document; unknown keys and mistyped values are errors naming the key.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let de =
@@ -197,8 +228,27 @@ impl Config {
 
     /// Checks the values that types alone don't.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.udp.is_empty() {
-            return Err(err("udp", "at least one address is needed"));
+        if self.udp.is_empty()
+            && self.tcp.is_empty()
+            && self.unix_datagram.is_empty()
+            && self.unix_stream.is_empty()
+        {
+            return Err(err(
+                "udp",
+                "at least one listener (udp, tcp, unix_datagram or unix_stream) is needed",
+            ));
+        }
+        for (key, paths) in [
+            ("unix_datagram", &self.unix_datagram),
+            ("unix_stream", &self.unix_stream),
+        ] {
+            if paths.iter().any(|p| p.as_os_str().is_empty()) {
+                return Err(err(key, "a socket path may not be empty"));
+            }
+        }
+        self.socket_mode()?;
+        if self.max_connections == 0 {
+            return Err(err("max_connections", "must be at least 1"));
         }
         crate::store::Store::check(self)?;
         if self.precisions.is_empty() {
@@ -289,6 +339,43 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub udp: Option<Vec<SocketAddr>>,
+    /// TCP address to receive newline-delimited StatsD on; repeat for several [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_TCP",
+        value_name = "ADDR",
+        value_delimiter = ','
+    )]
+    pub tcp: Option<Vec<SocketAddr>>,
+    /// Unix datagram socket to create and receive on; repeat for several [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_UNIX_DATAGRAM",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    pub unix_datagram: Option<Vec<PathBuf>>,
+    /// Unix stream socket to create and receive on; repeat for several [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_UNIX_STREAM",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    pub unix_stream: Option<Vec<PathBuf>>,
+    /// Permissions of the unix socket files, octal [default: 0622].
+    #[arg(long, env = "STATSD_REDIS_UNIX_SOCKET_MODE", value_name = "MODE")]
+    pub unix_socket_mode: Option<String>,
+    /// Open connections per stream listener [default: 1024].
+    #[arg(long, env = "STATSD_REDIS_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Close stream connections silent this long; 0 never [default: 0].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_STREAM_IDLE_TIMEOUT_SECS",
+        value_name = "SECS"
+    )]
+    pub stream_idle_timeout_secs: Option<u64>,
     /// Redis URL [default: redis://127.0.0.1:6379/0].
     #[arg(long, global = true, env = "STATSD_REDIS_REDIS", value_name = "URL")]
     pub redis: Option<String>,
@@ -535,6 +622,12 @@ impl Args {
         }
         overlay!(
             udp,
+            tcp,
+            unix_datagram,
+            unix_stream,
+            unix_socket_mode,
+            max_connections,
+            stream_idle_timeout_secs,
             redis,
             redis_mode,
             redis_sentinels,
@@ -620,6 +713,9 @@ mod tests {
         bad(|c| c.flush_interval_secs = 0, "flush_interval_secs");
         bad(|c| c.redis = "http://x".into(), "redis");
         bad(|c| c.udp = vec![], "udp");
+        bad(|c| c.unix_socket_mode = "0999".into(), "unix_socket_mode");
+        bad(|c| c.unix_stream = vec![PathBuf::new()], "unix_stream");
+        bad(|c| c.max_connections = 0, "max_connections");
         bad(|c| c.max_datagram_bytes = 100, "max_datagram_bytes");
         bad(|c| c.cleaner_interval_secs = 0, "cleaner_interval_secs");
         bad(|c| c.max_backlog_bytes = 1000, "max_backlog_bytes");

@@ -5,10 +5,12 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::Parser;
 use statsd_redis::config::{Args, Config};
 use statsd_redis::telemetry::Telemetry;
 use statsd_redis::{agent, cli};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -127,22 +129,24 @@ async fn get(config: &Config, query: &cli::Query, json: bool) -> ExitCode {
 #[tokio::main]
 async fn run(config: Config) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let listeners = agent::bind(&config)?;
+    // Before the sockets are bound: a SIGTERM right after the "listening" log line must find
+    // the handler in place, not end the process unflushed.
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    tokio::spawn(cancel_on_signal(signals()?, shutdown.clone()));
+    let listeners = agent::bind(&config)?;
     agent::run(config, listeners, Arc::new(Telemetry::new()), shutdown).await?;
     Ok(())
 }
 
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
+fn signals() -> anyhow::Result<(Signal, Signal)> {
+    let handler = |kind| signal(kind).context("cannot install signal handlers");
+    Ok((
+        handler(SignalKind::terminate())?,
+        handler(SignalKind::interrupt())?,
+    ))
+}
+
+async fn cancel_on_signal((mut term, mut int): (Signal, Signal), shutdown: CancellationToken) {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM"),
         _ = int.recv() => tracing::info!("SIGINT"),

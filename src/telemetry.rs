@@ -9,6 +9,7 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::ingest::Transport;
 use crate::protocol::{BadLine, MetricType};
 use crate::store::WriteFailure;
 
@@ -44,8 +45,8 @@ impl Tally {
     }
 }
 
-pub struct Telemetry {
-    handle: PrometheusHandle,
+/// What one transport's readers received (labelled `transport`).
+pub struct Received {
     pub datagrams: Counter,
     pub bytes: Counter,
     pub lines: Counter,
@@ -56,6 +57,20 @@ pub struct Telemetry {
     pub unknown_fields: Counter,
     pub renamed: Counter,
     pub truncated: Counter,
+}
+
+/// A stream transport's connections (labelled `transport`).
+pub struct Connections {
+    pub open: Gauge,
+    pub accepted: Counter,
+    pub refused: Counter,
+    pub idle_closed: Counter,
+}
+
+pub struct Telemetry {
+    handle: PrometheusHandle,
+    received: [Received; Transport::ALL.len()],
+    connections: [Connections; 2],
     pub samples_dropped: [Counter; MetricType::ALL.len()],
     pub logs_dropped: Counter,
     pub kernel_drops: Counter,
@@ -137,49 +152,81 @@ impl Telemetry {
             Some(Unit::Seconds),
             SharedString::const_str("Time to write one window (all its chunks) to Redis."),
         );
+        let received = |t: Transport| {
+            let l = ("transport", t.as_str());
+            Received {
+                datagrams: counter(
+                    "packets_received_total",
+                    "Datagrams received (UDP, unix datagram sockets).",
+                    &[l],
+                ),
+                bytes: counter("bytes_received_total", "Payload bytes received.", &[l]),
+                lines: counter(
+                    "lines_received_total",
+                    "Non-empty lines received, good and bad.",
+                    &[l],
+                ),
+                bad: BadLine::ALL.map(|b| {
+                    counter(
+                        "bad_lines_total",
+                        "Lines rejected, by reason.",
+                        &[("reason", b.as_str()), l],
+                    )
+                }),
+                samples: MetricType::ALL.map(|m| {
+                    counter(
+                        "samples_total",
+                        "Samples accepted, by StatsD type.",
+                        &[("type", m.as_str()), l],
+                    )
+                }),
+                events: counter("events_total", "DogStatsD events accepted.", &[l]),
+                service_checks: counter(
+                    "service_checks_total",
+                    "DogStatsD service checks accepted.",
+                    &[l],
+                ),
+                unknown_fields: counter(
+                    "unknown_fields_total",
+                    "Optional line fields that were not understood and ignored (the sample was kept).",
+                    &[l],
+                ),
+                renamed: counter(
+                    "names_sanitized_total",
+                    "Lines whose metric name or tags were changed by sanitizing.",
+                    &[l],
+                ),
+                truncated: counter(
+                    "truncated_datagrams_total",
+                    "Datagrams larger than the read buffer; their partial last line was dropped.",
+                    &[l],
+                ),
+            }
+        };
+        let connections = |t: Transport| {
+            let l = ("transport", t.as_str());
+            Connections {
+                open: gauge("connections_open", "Stream connections open now.", &[l]),
+                accepted: counter(
+                    "connections_accepted_total",
+                    "Stream connections accepted.",
+                    &[l],
+                ),
+                refused: counter(
+                    "connections_refused_total",
+                    "Stream connections closed at once because max_connections were open.",
+                    &[l],
+                ),
+                idle_closed: counter(
+                    "connections_idle_closed_total",
+                    "Stream connections closed after stream_idle_timeout_secs without data.",
+                    &[l],
+                ),
+            }
+        };
         Telemetry {
-            datagrams: counter("packets_received_total", "UDP datagrams received.", &[]),
-            bytes: counter("bytes_received_total", "UDP payload bytes received.", &[]),
-            lines: counter(
-                "lines_received_total",
-                "Non-empty lines received, good and bad.",
-                &[],
-            ),
-            bad: BadLine::ALL.map(|b| {
-                counter(
-                    "bad_lines_total",
-                    "Lines rejected, by reason.",
-                    &[("reason", b.as_str())],
-                )
-            }),
-            samples: MetricType::ALL.map(|t| {
-                counter(
-                    "samples_total",
-                    "Samples accepted, by StatsD type.",
-                    &[("type", t.as_str())],
-                )
-            }),
-            events: counter("events_total", "DogStatsD events accepted.", &[]),
-            service_checks: counter(
-                "service_checks_total",
-                "DogStatsD service checks accepted.",
-                &[],
-            ),
-            unknown_fields: counter(
-                "unknown_fields_total",
-                "Optional line fields that were not understood and ignored (the sample was kept).",
-                &[],
-            ),
-            renamed: counter(
-                "names_sanitized_total",
-                "Lines whose metric name or tags were changed by sanitizing.",
-                &[],
-            ),
-            truncated: counter(
-                "truncated_datagrams_total",
-                "Datagrams larger than the read buffer; their partial last line was dropped.",
-                &[],
-            ),
+            received: Transport::ALL.map(received),
+            connections: [Transport::Tcp, Transport::Unix].map(connections),
             samples_dropped: MetricType::ALL.map(|t| {
                 counter(
                     "samples_dropped_total",
@@ -306,26 +353,32 @@ impl Telemetry {
         }
     }
 
-    /// Adds a reader's tally to the shared counters.
-    pub fn publish(&self, t: &Tally) {
-        self.datagrams.increment(t.datagrams);
-        self.bytes.increment(t.bytes);
-        self.lines.increment(t.lines);
-        for (c, n) in self.bad.iter().zip(t.bad) {
+    /// Adds a reader's tally to its transport's counters.
+    pub fn publish(&self, transport: Transport, t: &Tally) {
+        let r = &self.received[transport as usize];
+        r.datagrams.increment(t.datagrams);
+        r.bytes.increment(t.bytes);
+        r.lines.increment(t.lines);
+        for (c, n) in r.bad.iter().zip(t.bad) {
             if n > 0 {
                 c.increment(n);
             }
         }
-        for (c, n) in self.samples.iter().zip(t.samples) {
+        for (c, n) in r.samples.iter().zip(t.samples) {
             if n > 0 {
                 c.increment(n);
             }
         }
-        self.events.increment(t.events);
-        self.service_checks.increment(t.service_checks);
-        self.unknown_fields.increment(t.unknown_fields);
-        self.renamed.increment(t.renamed);
-        self.truncated.increment(t.truncated);
+        r.events.increment(t.events);
+        r.service_checks.increment(t.service_checks);
+        r.unknown_fields.increment(t.unknown_fields);
+        r.renamed.increment(t.renamed);
+        r.truncated.increment(t.truncated);
+    }
+
+    /// A stream transport's connection counts (`Tcp` or `Unix`).
+    pub fn connections(&self, transport: Transport) -> &Connections {
+        &self.connections[usize::from(transport == Transport::Unix)]
     }
 
     /// The Prometheus text exposition of every metric.

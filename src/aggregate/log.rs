@@ -74,7 +74,7 @@ impl LogEntry {
         LogEntry {
             name: check.name.to_string(),
             severity,
-            message: check.message.unwrap_or(word).to_string(),
+            message: check.message.as_deref().unwrap_or(word).to_string(),
         }
     }
 }

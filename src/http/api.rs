@@ -216,7 +216,7 @@ async fn vitals(State(s): State<AppState>) -> ApiResult {
             .sum()
     };
     Ok(Json(json!({
-        "lines_received": value("lines_received_total "),
+        "lines_received": value("lines_received_total{"),
         "bad_lines": value("bad_lines_total{"),
         "backlog_windows": value("backlog_windows "),
         "windows_dropped": value("windows_dropped_total "),

@@ -1,7 +1,15 @@
-//! Receiving StatsD: sockets in [`udp`], and [`LineHandler`], which takes one datagram through
-//! the parser into a reader's [`Window`] and tallies what it saw.
+//! Receiving StatsD: datagram sockets (UDP, unix) in [`udp`], streams (TCP, unix) in
+//! [`stream`], and [`LineHandler`], which takes datagrams and whole lines through the parser
+//! into a reader's [`Window`] and tallies what it saw.
 
-pub mod udp;
+pub mod datagram;
+pub mod stream;
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::aggregate::{LogEntry, Window};
 use crate::protocol::{self, BadLine, Line, SeriesNamer};
@@ -9,6 +17,115 @@ use crate::telemetry::Tally;
 
 /// Bad lines kept for the log: the longest prefix of a line worth printing.
 const BAD_LINE_LOG_BYTES: usize = 200;
+
+/// How lines arrive; the label of the receive metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+    /// Unix datagram socket.
+    Unixgram,
+    /// Unix stream socket.
+    Unix,
+}
+
+impl Transport {
+    pub const ALL: [Transport; 4] = [
+        Transport::Udp,
+        Transport::Tcp,
+        Transport::Unixgram,
+        Transport::Unix,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+            Transport::Unixgram => "unixgram",
+            Transport::Unix => "unix",
+        }
+    }
+}
+
+/// At most one bad-line log message per listener per this period; the metrics count them all.
+const BAD_LINE_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// The rate limit of one listener's bad-line log messages, shared by its readers.
+#[derive(Debug, Default)]
+pub struct BadLineLog {
+    last: Mutex<Option<Instant>>,
+}
+
+impl BadLineLog {
+    /// Logs the handler's first bad line since the last message, unless one was logged less
+    /// than [`BAD_LINE_LOG_PERIOD`] ago.
+    pub fn log(&self, handler: &mut LineHandler, transport: Transport) {
+        if handler.bad_example.is_none() {
+            return;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|t| t.elapsed() < BAD_LINE_LOG_PERIOD) {
+            return;
+        }
+        if let Some((reason, line)) = handler.bad_example.take() {
+            tracing::warn!(
+                transport = transport.as_str(),
+                reason = reason.as_str(),
+                line,
+                "bad line (further ones are only counted for the next 10 s)"
+            );
+        }
+        *last = Some(Instant::now());
+    }
+}
+
+/// A unix socket file of ours: made with the configured permissions, removed when dropped
+/// (at a clean stop, once its listener has stopped).
+#[derive(Debug)]
+pub struct SocketFile(PathBuf);
+
+impl SocketFile {
+    /// Claims `path` for a new socket: a socket file nobody listens on (`alive` says whether
+    /// something answers there) is a crashed run's and is removed; a live socket or any other
+    /// kind of file is an error, never removed.
+    pub fn claim(path: &Path, alive: impl Fn(&Path) -> bool) -> io::Result<SocketFile> {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_socket() => {
+                if alive(path) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        "another process listens on this socket",
+                    ));
+                }
+                tracing::info!(path = %path.display(), "replacing a stale socket file");
+                std::fs::remove_file(path)?;
+            }
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "a file that is not a socket is in the way",
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(SocketFile(path.to_path_buf()))
+    }
+
+    pub fn set_mode(&self, mode: u32) -> io::Result<()> {
+        std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(mode))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
 
 /// Turns datagrams into window updates; one per reader, its buffers reused across datagrams.
 #[derive(Debug)]
@@ -46,6 +163,11 @@ impl LineHandler {
             }
             body = whole;
         }
+        self.handle_lines(body, window);
+    }
+
+    /// Records every good line of `body` (whole lines; the last needs no newline).
+    pub fn handle_lines(&mut self, mut body: &[u8], window: &mut Window) {
         // The common line is split and parsed in one pass; anything else is split off and
         // goes through the full parser.
         while !body.is_empty() {
@@ -86,17 +208,19 @@ impl LineHandler {
             }
             Ok(Line::Event(e)) => {
                 self.tally.events += 1;
+                self.tally.unknown_fields += u64::from(e.unknown_fields);
                 window.record_log(LogEntry::from_event(&e), self.max_series);
             }
             Ok(Line::ServiceCheck(sc)) => {
                 self.tally.service_checks += 1;
+                self.tally.unknown_fields += u64::from(sc.unknown_fields);
                 window.record_log(LogEntry::from_service_check(&sc), self.max_series);
             }
             Err(reason) => self.reject(reason, line),
         }
     }
 
-    fn reject(&mut self, reason: BadLine, line: &[u8]) {
+    pub fn reject(&mut self, reason: BadLine, line: &[u8]) {
         self.tally.bad[reason as usize] += 1;
         if self.bad_example.is_none() {
             let shown = &line[..line.len().min(BAD_LINE_LOG_BYTES)];

@@ -1,5 +1,13 @@
 //! DogStatsD events (`_e{<title len>,<text len>}:<title>|<text>|...`) and service checks
-//! (`_sc|<name>|<status>|...`), parsed with their lengths and fields checked.
+//! (`_sc|<name>|<status>|...`), parsed with their lengths checked.
+//!
+//! As datadog-agent and Telegraf do: every optional field is one `|`-separated field, the
+//! message `m:` too (what a client puts after it, `|c:<container>` or `|#tags`, is not part of
+//! it); an optional field that does not parse (`|t:test`, `|d:abc`) or is not known is ignored
+//! and counted, the rest kept; the escaped newline `\n` that clients send in an event's text and
+//! a check's message is a newline.
+
+use std::borrow::Cow;
 
 use super::{BadLine, utf8, value};
 
@@ -15,7 +23,7 @@ pub enum AlertType {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event<'a> {
     pub title: &'a str,
-    pub text: &'a str,
+    pub text: Cow<'a, str>,
     pub timestamp: Option<u64>,
     pub host: Option<&'a str>,
     pub aggregation_key: Option<&'a str>,
@@ -23,6 +31,8 @@ pub struct Event<'a> {
     pub source: Option<&'a str>,
     pub alert_type: AlertType,
     pub tags: Option<&'a str>,
+    /// Optional fields not understood, or whose value did not parse; ignored.
+    pub unknown_fields: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -33,7 +43,18 @@ pub struct ServiceCheck<'a> {
     pub timestamp: Option<u64>,
     pub host: Option<&'a str>,
     pub tags: Option<&'a str>,
-    pub message: Option<&'a str>,
+    pub message: Option<Cow<'a, str>>,
+    /// Optional fields not understood, or whose value did not parse; ignored.
+    pub unknown_fields: u32,
+}
+
+/// The text with each escaped newline (`\n`, two bytes) as a newline.
+fn unescape(text: &str) -> Cow<'_, str> {
+    if text.contains("\\n") {
+        Cow::Owned(text.replace("\\n", "\n"))
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 fn parse_len(b: &[u8]) -> Option<usize> {
@@ -69,7 +90,7 @@ pub fn parse_event(line: &[u8]) -> Result<Event<'_>, BadLine> {
     }
     let mut event = Event {
         title: utf8(title).map_err(|_| bad)?,
-        text: utf8(text).map_err(|_| bad)?,
+        text: unescape(utf8(text).map_err(|_| bad)?),
         timestamp: None,
         host: None,
         aggregation_key: None,
@@ -77,6 +98,7 @@ pub fn parse_event(line: &[u8]) -> Result<Event<'_>, BadLine> {
         source: None,
         alert_type: AlertType::Info,
         tags: None,
+        unknown_fields: 0,
     };
     for field in rest.split(|b| *b == b'|').skip(1) {
         let field = utf8(field).map_err(|_| bad)?;
@@ -84,37 +106,56 @@ pub fn parse_event(line: &[u8]) -> Result<Event<'_>, BadLine> {
             event.tags = Some(tags);
             continue;
         }
-        match field.split_at_checked(2) {
-            Some(("d:", v)) => {
-                event.timestamp = Some(value::parse_timestamp(v.as_bytes()).map_err(|_| bad)?)
+        let known = match field.split_at_checked(2) {
+            Some(("d:", v)) => value::parse_timestamp(v.as_bytes())
+                .map(|ts| event.timestamp = Some(ts))
+                .is_ok(),
+            Some(("h:", v)) => {
+                event.host = Some(v);
+                true
             }
-            Some(("h:", v)) => event.host = Some(v),
-            Some(("k:", v)) => event.aggregation_key = Some(v),
-            Some(("p:", v)) => event.priority = Some(v),
-            Some(("s:", v)) => event.source = Some(v),
-            Some(("t:", v)) => {
-                event.alert_type = match v {
-                    "error" => AlertType::Error,
-                    "warning" => AlertType::Warning,
-                    "info" => AlertType::Info,
-                    "success" => AlertType::Success,
-                    _ => return Err(bad),
-                }
+            Some(("k:", v)) => {
+                event.aggregation_key = Some(v);
+                true
             }
-            _ => {}
-        }
+            Some(("p:", v)) => {
+                event.priority = Some(v);
+                true
+            }
+            Some(("s:", v)) => {
+                event.source = Some(v);
+                true
+            }
+            Some(("t:", v)) => alert_type(v)
+                .map(|t| event.alert_type = t)
+                .is_some(),
+            // The origin of the sender (container id, cardinality): not stored.
+            Some(("c:", _)) => true,
+            _ => field.starts_with("card:"),
+        };
+        event.unknown_fields += u32::from(!known);
     }
     Ok(event)
 }
 
-/// `_sc|name|status[|d:ts][|h:host][|#tags][|m:message]`; the message runs to the end of line.
+fn alert_type(v: &str) -> Option<AlertType> {
+    Some(match v {
+        "error" => AlertType::Error,
+        "warning" => AlertType::Warning,
+        "info" => AlertType::Info,
+        "success" => AlertType::Success,
+        _ => return None,
+    })
+}
+
+/// `_sc|name|status[|d:ts][|h:host][|#tags][|m:message][|c:container]...`.
 pub fn parse_service_check(line: &[u8]) -> Result<ServiceCheck<'_>, BadLine> {
     let bad = BadLine::InvalidServiceCheck;
     let line = utf8(line).map_err(|_| bad)?;
     let mut parts = line.splitn(3, '|').skip(1);
     let name = parts.next().filter(|n| !n.is_empty()).ok_or(bad)?;
     let rest = parts.next().ok_or(bad)?;
-    let (status, mut fields) = rest.split_once('|').unwrap_or((rest, ""));
+    let (status, fields) = rest.split_once('|').unwrap_or((rest, ""));
     let status = match status {
         "0" => 0,
         "1" => 1,
@@ -129,21 +170,26 @@ pub fn parse_service_check(line: &[u8]) -> Result<ServiceCheck<'_>, BadLine> {
         host: None,
         tags: None,
         message: None,
+        unknown_fields: 0,
     };
-    while !fields.is_empty() {
-        if let Some(message) = fields.strip_prefix("m:") {
-            check.message = Some(message);
-            break;
-        }
-        let (field, rest) = fields.split_once('|').unwrap_or((fields, ""));
-        fields = rest;
-        if let Some(tags) = field.strip_prefix('#') {
+    for field in fields.split('|').filter(|f| !f.is_empty()) {
+        let known = if let Some(tags) = field.strip_prefix('#') {
             check.tags = Some(tags);
+            true
+        } else if let Some(message) = field.strip_prefix("m:") {
+            check.message = Some(unescape(message));
+            true
         } else if let Some(ts) = field.strip_prefix("d:") {
-            check.timestamp = Some(value::parse_timestamp(ts.as_bytes()).map_err(|_| bad)?);
+            value::parse_timestamp(ts.as_bytes())
+                .map(|ts| check.timestamp = Some(ts))
+                .is_ok()
         } else if let Some(host) = field.strip_prefix("h:") {
             check.host = Some(host);
-        }
+            true
+        } else {
+            field.starts_with("c:") || field.starts_with("card:")
+        };
+        check.unknown_fields += u32::from(!known);
     }
     Ok(check)
 }

@@ -87,12 +87,14 @@ pub enum BadLine {
     InvalidUtf8,
     InvalidEvent,
     InvalidServiceCheck,
-    /// The partial last line of a datagram the kernel truncated.
+    /// The partial last line of a datagram the kernel truncated, or of a stream cut by a stop.
     Truncated,
+    /// A stream line longer than `max_datagram_bytes` (dropped up to its newline).
+    LineTooLong,
 }
 
 impl BadLine {
-    pub const ALL: [BadLine; 14] = [
+    pub const ALL: [BadLine; 15] = [
         BadLine::MissingValue,
         BadLine::MissingType,
         BadLine::EmptyName,
@@ -107,6 +109,7 @@ impl BadLine {
         BadLine::InvalidEvent,
         BadLine::InvalidServiceCheck,
         BadLine::Truncated,
+        BadLine::LineTooLong,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -125,6 +128,7 @@ impl BadLine {
             BadLine::InvalidEvent => "invalid_event",
             BadLine::InvalidServiceCheck => "invalid_service_check",
             BadLine::Truncated => "truncated",
+            BadLine::LineTooLong => "line_too_long",
         }
     }
 }

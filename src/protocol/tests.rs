@@ -139,7 +139,7 @@ fn event_with_fields() {
         panic!()
     };
     assert_eq!(
-        (e.title, e.text, e.alert_type),
+        (e.title, &*e.text, e.alert_type),
         ("title", "text", AlertType::Error)
     );
     assert_eq!((e.source, e.tags), (Some("db"), Some("service:api,x")));
@@ -159,7 +159,6 @@ fn event_lengths_are_checked() {
         b"_e{x,4}:title|text",
         b"_e{5,4}title|text",
         b"_e{0,4}:|text",
-        b"_e{5,4}:title|text|t:panic",
     ] {
         assert_eq!(
             bad(line),
@@ -172,17 +171,104 @@ fn event_lengths_are_checked() {
 
 #[test]
 fn service_checks() {
-    let Ok(Line::ServiceCheck(sc)) = parse_line(b"_sc|db|2|h:host1|#env:prod|m:down | hard") else {
+    let Ok(Line::ServiceCheck(sc)) = parse_line(b"_sc|db|2|h:host1|#env:prod|m:down hard") else {
         panic!()
     };
     assert_eq!((sc.name, sc.status), ("db", 2));
     assert_eq!(
-        (sc.host, sc.tags, sc.message),
-        (Some("host1"), Some("env:prod"), Some("down | hard"))
+        (sc.host, sc.tags, sc.message.as_deref()),
+        (Some("host1"), Some("env:prod"), Some("down hard"))
     );
     for line in [&b"_sc|db|4"[..], b"_sc||0", b"_sc|db", b"_sc|db|x|m:y"] {
         assert_eq!(bad(line), BadLine::InvalidServiceCheck);
     }
+}
+
+/// The DogStatsD details the reference parsers (datadog-agent, Telegraf) agree on, a case each:
+/// the line, then what is kept: message (or event text), tags, unknown fields.
+#[test]
+fn dogstatsd_event_and_service_check_cases() {
+    let cases: [(&str, &[u8], &str, Option<&str>, u32); 9] = [
+        (
+            "fields after the message are not part of it",
+            b"_sc|db|1|m:slow|c:abc123|card:high|#env:prod",
+            "slow",
+            Some("env:prod"),
+            0,
+        ),
+        (
+            "the message may come first",
+            b"_sc|db|1|m:slow|h:host1",
+            "slow",
+            None,
+            0,
+        ),
+        (
+            "an escaped newline in a message",
+            b"_sc|db|2|m:line one\\nline two",
+            "line one\nline two",
+            None,
+            0,
+        ),
+        (
+            "a check's unparseable timestamp is ignored and counted",
+            b"_sc|db|0|d:abc|m:fine",
+            "fine",
+            None,
+            1,
+        ),
+        (
+            "a check's unknown field is ignored and counted",
+            b"_sc|db|0|x:1|m:fine",
+            "fine",
+            None,
+            1,
+        ),
+        (
+            "an escaped newline in an event's text",
+            b"_e{5,9}:title|one\\ntwo!|#env:a",
+            "one\ntwo!",
+            Some("env:a"),
+            0,
+        ),
+        (
+            "an event's unknown alert type is ignored and counted",
+            b"_e{5,4}:title|text|t:test|s:db",
+            "text",
+            None,
+            1,
+        ),
+        (
+            "an event's unparseable timestamp is ignored and counted",
+            b"_e{5,4}:title|text|d:abc|p:low",
+            "text",
+            None,
+            1,
+        ),
+        (
+            "an event's container id is not an unknown field",
+            b"_e{5,4}:title|text|c:abc|card:low",
+            "text",
+            None,
+            0,
+        ),
+    ];
+    for (case, line, text, tags, unknown) in cases {
+        let got = match parse_line(line) {
+            Ok(Line::ServiceCheck(sc)) => (
+                sc.message.unwrap_or_default().into_owned(),
+                sc.tags,
+                sc.unknown_fields,
+            ),
+            Ok(Line::Event(e)) => (e.text.into_owned(), e.tags, e.unknown_fields),
+            other => panic!("{case}: {other:?}"),
+        };
+        assert_eq!(got, (text.to_string(), tags, unknown), "{case}");
+    }
+    let Ok(Line::Event(e)) = parse_line(b"_e{5,4}:title|text|t:test|t:error") else {
+        panic!()
+    };
+    assert_eq!(e.alert_type, AlertType::Error, "a later good field still counts");
 }
 
 mod never_panics {

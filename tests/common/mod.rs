@@ -131,6 +131,7 @@ pub fn test_config(redis: &RedisServer) -> Config {
 /// An agent running on the current tokio runtime.
 pub struct TestAgent {
     pub udp: Vec<SocketAddr>,
+    pub tcp: Vec<SocketAddr>,
     pub http: SocketAddr,
     pub shutdown: CancellationToken,
     pub telemetry: Arc<Telemetry>,
@@ -150,6 +151,7 @@ impl TestAgent {
     pub fn start(config: Config) -> TestAgent {
         let listeners = agent::bind(&config).expect("bind");
         let udp = listeners.udp_addrs();
+        let tcp = listeners.tcp_addrs();
         let http = listeners.http_addr().unwrap();
         let shutdown = CancellationToken::new();
         let telemetry = Arc::new(Telemetry::new());
@@ -164,6 +166,7 @@ impl TestAgent {
         });
         TestAgent {
             udp,
+            tcp,
             http,
             shutdown,
             telemetry,
@@ -190,7 +193,8 @@ impl TestAgent {
         }
     }
 
-    /// One metric's value from `/metrics` (0 when absent), e.g. `bad_lines_total{reason="x"}`.
+    /// One metric's value from `/metrics` (0 when absent), e.g. `bad_lines_total{reason="x"}`:
+    /// the sum over the series that carry at least the labels given.
     pub fn metric(&self, name_and_labels: &str) -> f64 {
         metric_at(self.http, name_and_labels)
     }
@@ -409,11 +413,31 @@ impl Drop for Killed {
 /// One metric's value from the `/metrics` of the agent at `http` (0 when absent).
 pub fn metric_at(http: SocketAddr, name_and_labels: &str) -> f64 {
     let text = http_get(http, "/metrics").1;
-    let wanted = format!("statsd_redis_{name_and_labels} ");
+    let (name, wanted) = split_labels(name_and_labels);
     text.lines()
-        .find_map(|l| l.strip_prefix(&wanted))
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or(0.0)
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, labels) = split_labels(series.strip_prefix("statsd_redis_")?);
+            (n == name && wanted.iter().all(|w| labels.contains(w)))
+                .then(|| value.parse::<f64>().unwrap())
+        })
+        .sum()
+}
+
+/// `name{a="x",b="y"}` as the name and its labels.
+fn split_labels(series: &str) -> (&str, Vec<&str>) {
+    match series.split_once('{') {
+        Some((name, labels)) => (
+            name,
+            labels
+                .trim_end_matches('}')
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .collect(),
+        ),
+        None => (series, Vec::new()),
+    }
 }
 
 /// Sends `lines` counts a datagram to `series` series, every 10 ms for `d`: about 5000 lines a

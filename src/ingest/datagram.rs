@@ -1,26 +1,27 @@
-//! UDP listeners: bind with the configured receive buffer, then read datagrams whole, 64 per
-//! `recvmmsg`, which also reports truncation (`MSG_TRUNC`) and the kernel's drop counter for the
-//! socket (`SO_RXQ_OVFL`). Each reader is a thread of its own that blocks in `recvmmsg`: one
-//! syscall per batch, where an async reader pays a readiness wait and an extra empty read too.
+//! Datagram listeners, UDP and unix: bind with the configured receive buffer, then read
+//! datagrams whole, 64 per `recvmmsg`, which also reports truncation (`MSG_TRUNC`) and, for UDP,
+//! the kernel's drop counter for the socket (`SO_RXQ_OVFL`; a unix datagram sender waits for
+//! room instead of losing the datagram). Each reader is a thread of its own that blocks in
+//! `recvmmsg`: one syscall per batch, where an async reader pays a readiness wait and an extra
+//! empty read too.
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
-use super::LineHandler;
+use super::{BadLineLog, LineHandler, SocketFile, Transport};
 use crate::aggregate::Window;
 use crate::telemetry::Telemetry;
 
 /// How often a reader blocked in `recvmmsg` looks whether it should stop.
 const STOP_CHECK: Duration = Duration::from_millis(100);
-
-/// At most one bad-line log message per reader per this period; the metrics count them all.
-const BAD_LINE_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// A bound UDP socket and the receive buffer the kernel granted.
 #[derive(Debug)]
@@ -53,6 +54,27 @@ pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize, shared: bool) -> io::
         socket: socket.into(),
         receive_buffer_bytes,
     })
+}
+
+/// Creates the unix datagram socket `path` (a stale one is replaced) with `mode` permissions,
+/// asking for `receive_buffer_bytes` of kernel buffer.
+pub fn bind_unix(
+    path: &Path,
+    mode: u32,
+    receive_buffer_bytes: usize,
+) -> io::Result<(UnixDatagram, SocketFile)> {
+    let file = SocketFile::claim(path, |p| {
+        UnixDatagram::unbound().and_then(|s| s.connect(p)).is_ok()
+    })?;
+    let socket = UnixDatagram::bind(path)?;
+    file.set_mode(mode)?;
+    if receive_buffer_bytes > 0
+        && force_recv_buffer(socket.as_raw_fd(), receive_buffer_bytes).is_err()
+    {
+        SockRef::from(&socket).set_recv_buffer_size(receive_buffer_bytes)?;
+    }
+    socket.set_read_timeout(Some(STOP_CHECK))?;
+    Ok((socket, file))
 }
 
 /// Sets an integer `SOL_SOCKET` option.
@@ -182,7 +204,9 @@ impl Batch {
 
 /// A reader: one thread per socket, recording into its own window.
 pub struct Reader {
-    pub socket: std::net::UdpSocket,
+    /// A bound datagram socket with a read timeout (UDP or unix).
+    pub socket: OwnedFd,
+    pub transport: Transport,
     pub window: Arc<Mutex<Window>>,
     pub handler: LineHandler,
     pub telemetry: Arc<Telemetry>,
@@ -195,19 +219,10 @@ impl Reader {
     pub fn run(mut self, stop: CancellationToken) {
         let mut batch = Batch::new(self.max_datagram_bytes);
         let mut last_drops = 0u32;
-        let mut last_log = Instant::now() - BAD_LINE_LOG_PERIOD;
+        let bad_lines = BadLineLog::default();
         while !stop.is_cancelled() {
             self.read_batch(&mut batch, &mut last_drops, libc::MSG_WAITFORONE);
-            if self.handler.bad_example.is_some() && last_log.elapsed() >= BAD_LINE_LOG_PERIOD {
-                if let Some((reason, line)) = self.handler.bad_example.take() {
-                    tracing::warn!(
-                        reason = reason.as_str(),
-                        line,
-                        "bad line (further ones are only counted for the next 10 s)"
-                    );
-                }
-                last_log = Instant::now();
-            }
+            bad_lines.log(&mut self.handler, self.transport);
         }
         // Whatever arrived before the stop is still ours to record.
         while self.read_batch(&mut batch, &mut last_drops, libc::MSG_DONTWAIT) > 0 {}
@@ -229,7 +244,7 @@ impl Reader {
                     return 0;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "UDP receive failed");
+                    tracing::warn!(transport = self.transport.as_str(), error = %e, "receive failed");
                     std::thread::sleep(STOP_CHECK);
                     return 0;
                 }
@@ -249,7 +264,7 @@ impl Reader {
                     .handle_datagram(batch.datagram(i), r.truncated, &mut window);
             }
         }
-        self.telemetry.publish(&self.handler.tally);
+        self.telemetry.publish(self.transport, &self.handler.tally);
         self.handler.tally = Default::default();
         read
     }

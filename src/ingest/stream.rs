@@ -1,0 +1,398 @@
+//! Stream listeners, TCP and unix: newline-delimited lines over many connections, each read by
+//! a task of its own into its listener's window.
+//!
+//! Bounds, so that no client can take the agent's memory or descriptors: a line longer than
+//! `max_datagram_bytes` is dropped up to its newline and counted (`line_too_long`), the
+//! connection going on; at most `max_connections` are open per listener (one more is closed at
+//! once and counted); `stream_idle_timeout_secs` closes a silent one (off by default).
+//!
+//! What a connection delivers is recorded line by line: a line split across reads is joined,
+//! `\r\n` is accepted, and the last line of a connection the client closes needs no newline.
+//! On a stop the listener stops accepting and every connection records what it has already
+//! received (a partial last line is counted as `truncated`, since the rest may still be on its
+//! way), before the final flush.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{BadLineLog, LineHandler, SocketFile, Transport};
+use crate::aggregate::Window;
+use crate::protocol::BadLine;
+use crate::telemetry::Telemetry;
+
+/// Bytes asked of the socket per read.
+const READ_BYTES: usize = 64 << 10;
+
+/// A bound stream listener.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(std::net::TcpListener),
+    /// The socket file is removed when the listener's task ends.
+    Unix(std::os::unix::net::UnixListener, SocketFile),
+}
+
+impl Listener {
+    pub fn bind_tcp(addr: std::net::SocketAddr) -> io::Result<Listener> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        Ok(Listener::Tcp(listener))
+    }
+
+    /// Creates the unix stream socket `path` (a stale one is replaced) with `mode` permissions.
+    pub fn bind_unix(path: &std::path::Path, mode: u32) -> io::Result<Listener> {
+        let file = SocketFile::claim(path, |p| std::os::unix::net::UnixStream::connect(p).is_ok())?;
+        let listener = std::os::unix::net::UnixListener::bind(path)?;
+        file.set_mode(mode)?;
+        listener.set_nonblocking(true)?;
+        Ok(Listener::Unix(listener, file))
+    }
+
+    pub fn transport(&self) -> Transport {
+        match self {
+            Listener::Tcp(_) => Transport::Tcp,
+            Listener::Unix(..) => Transport::Unix,
+        }
+    }
+}
+
+/// What every connection of a listener shares.
+#[derive(Clone)]
+pub struct Settings {
+    pub window: Arc<Mutex<Window>>,
+    pub telemetry: Arc<Telemetry>,
+    pub sanitize_names: bool,
+    pub max_series: usize,
+    pub max_line_bytes: usize,
+    pub max_connections: usize,
+    /// None: never.
+    pub idle_timeout: Option<Duration>,
+    pub bad_lines: Arc<BadLineLog>,
+}
+
+/// Accepts connections until `stop`, each read by a task on `tracker`; the stop reaches them
+/// through the same token. Returns once the listener is closed (connections may still be
+/// draining: wait on the tracker).
+pub async fn serve(
+    listener: Listener,
+    settings: Settings,
+    tracker: TaskTracker,
+    stop: CancellationToken,
+) -> io::Result<()> {
+    let transport = listener.transport();
+    match listener {
+        Listener::Tcp(l) => {
+            let l = tokio::net::TcpListener::from_std(l)?;
+            accept_loop(
+                || async {
+                    let (s, _) = l.accept().await?;
+                    // Finds peers that vanished without a FIN (no idle timeout by default).
+                    let keepalive = socket2::TcpKeepalive::new()
+                        .with_time(Duration::from_secs(60))
+                        .with_interval(Duration::from_secs(10));
+                    let _ = socket2::SockRef::from(&s).set_tcp_keepalive(&keepalive);
+                    Ok(s)
+                },
+                transport,
+                settings,
+                tracker,
+                stop,
+            )
+            .await;
+        }
+        Listener::Unix(l, file) => {
+            let l = tokio::net::UnixListener::from_std(l)?;
+            accept_loop(
+                || async { Ok(l.accept().await?.0) },
+                transport,
+                settings,
+                tracker,
+                stop,
+            )
+            .await;
+            drop(file);
+        }
+    }
+    Ok(())
+}
+
+async fn accept_loop<S, F, Fut>(
+    accept: F,
+    transport: Transport,
+    settings: Settings,
+    tracker: TaskTracker,
+    stop: CancellationToken,
+) where
+    S: AsyncRead + Unpin + Send + 'static,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = io::Result<S>>,
+{
+    let counts = settings.telemetry.connections(transport);
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    loop {
+        let stream = tokio::select! {
+            biased;
+            // After the stop, the connections the kernel completed before it are still taken
+            // (their lines were sent), without waiting for new ones.
+            _ = stop.cancelled() => match tokio::time::timeout(Duration::ZERO, accept()).await {
+                Ok(Ok(s)) => Ok(s),
+                _ => return,
+            },
+            accepted = accept() => accepted,
+        };
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of descriptors, most likely: wait instead of spinning.
+                tracing::warn!(transport = transport.as_str(), error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if open.load(std::sync::atomic::Ordering::Relaxed) >= settings.max_connections {
+            counts.refused.increment(1);
+            drop(stream);
+            continue;
+        }
+        open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        counts.accepted.increment(1);
+        counts.open.increment(1.0);
+        let (settings, stop, open) = (settings.clone(), stop.clone(), open.clone());
+        tracker.spawn(async move {
+            read_connection(stream, transport, &settings, &stop).await;
+            open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            settings
+                .telemetry
+                .connections(transport)
+                .open
+                .decrement(1.0);
+        });
+    }
+}
+
+/// Lines of one connection: bytes after the last newline wait for the rest of their line.
+struct Framer {
+    handler: LineHandler,
+    pending: Vec<u8>,
+    /// Dropping the rest of a line that grew past the limit, up to its newline.
+    skipping: bool,
+    max_line_bytes: usize,
+}
+
+impl Framer {
+    fn new(settings: &Settings) -> Framer {
+        Framer {
+            handler: LineHandler::new(settings.sanitize_names, settings.max_series),
+            pending: Vec::with_capacity(READ_BYTES),
+            skipping: false,
+            max_line_bytes: settings.max_line_bytes,
+        }
+    }
+
+    /// Records the whole lines now in `pending` and keeps the partial last one.
+    fn take_lines(&mut self, window: &Mutex<Window>) {
+        if self.skipping {
+            match memchr::memchr(b'\n', &self.pending) {
+                Some(end) => {
+                    self.pending.drain(..=end);
+                    self.skipping = false;
+                }
+                None => return self.pending.clear(),
+            }
+        }
+        let whole = memchr::memrchr(b'\n', &self.pending).map_or(0, |end| end + 1);
+        let mut pending = std::mem::take(&mut self.pending);
+        if whole > 0 {
+            let mut window = window.lock().unwrap_or_else(|p| p.into_inner());
+            let body = &pending[..whole];
+            if body.len() <= self.max_line_bytes {
+                self.handler.handle_lines(body, &mut window);
+            } else {
+                for line in body.split_inclusive(|&b| b == b'\n') {
+                    if line.len() - 1 > self.max_line_bytes {
+                        self.too_long(line);
+                    } else {
+                        self.handler.handle_lines(line, &mut window);
+                    }
+                }
+            }
+            drop(window);
+            pending.drain(..whole);
+        }
+        if pending.len() > self.max_line_bytes {
+            self.too_long(&pending);
+            pending.clear();
+            self.skipping = true;
+        }
+        self.pending = pending;
+    }
+
+    fn too_long(&mut self, line: &[u8]) {
+        self.handler.tally.lines += 1;
+        self.handler.reject(BadLine::LineTooLong, line);
+    }
+
+    /// The connection ended: a partial last line is a line (`closed` by the client) or the
+    /// cut-off start of one (a stop).
+    fn finish(&mut self, closed: bool, window: &Mutex<Window>) {
+        if self.skipping || self.pending.is_empty() {
+            return;
+        }
+        let line = std::mem::take(&mut self.pending);
+        if closed {
+            let mut window = window.lock().unwrap_or_else(|p| p.into_inner());
+            self.handler.handle_lines(&line, &mut window);
+        } else {
+            self.handler.tally.lines += 1;
+            self.handler.reject(BadLine::Truncated, &line);
+        }
+    }
+
+    fn publish(&mut self, transport: Transport, settings: &Settings) {
+        settings.telemetry.publish(transport, &self.handler.tally);
+        self.handler.tally = Default::default();
+        settings.bad_lines.log(&mut self.handler, transport);
+    }
+}
+
+async fn read_connection<S: AsyncRead + Unpin>(
+    mut stream: S,
+    transport: Transport,
+    settings: &Settings,
+    stop: &CancellationToken,
+) {
+    let mut framer = Framer::new(settings);
+    let closed = loop {
+        framer.pending.reserve(READ_BYTES);
+        let read = tokio::select! {
+            _ = stop.cancelled() => break drain(&mut stream, &mut framer, settings).await,
+            read = read_some(&mut stream, &mut framer.pending, settings.idle_timeout) => read,
+        };
+        match read {
+            Ok(0) => break true,
+            Ok(n) => {
+                framer.handler.tally.bytes += n as u64;
+                framer.take_lines(&settings.window);
+                framer.publish(transport, settings);
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                settings
+                    .telemetry
+                    .connections(transport)
+                    .idle_closed
+                    .increment(1);
+                break true;
+            }
+            Err(_) => break true,
+        }
+    };
+    framer.finish(closed, &settings.window);
+    framer.publish(transport, settings);
+}
+
+/// One read, or `TimedOut` after `idle` without data.
+async fn read_some<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+    idle: Option<Duration>,
+) -> io::Result<usize> {
+    match idle {
+        Some(idle) => tokio::time::timeout(idle, stream.read_buf(buf))
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+        None => stream.read_buf(buf).await,
+    }
+}
+
+/// At a stop: what the kernel already holds for this connection, without waiting for more.
+/// Returns whether the client had closed it.
+async fn drain<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    framer: &mut Framer,
+    settings: &Settings,
+) -> bool {
+    loop {
+        framer.pending.reserve(READ_BYTES);
+        // A zero timeout still polls the read once: ready data is taken, none is waited for.
+        match tokio::time::timeout(Duration::ZERO, stream.read_buf(&mut framer.pending)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(n)) => {
+                framer.handler.tally.bytes += n as u64;
+                framer.take_lines(&settings.window);
+            }
+            Err(_) => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(max_line_bytes: usize) -> Settings {
+        Settings {
+            window: Default::default(),
+            telemetry: Arc::new(Telemetry::new()),
+            sanitize_names: true,
+            max_series: usize::MAX,
+            max_line_bytes,
+            max_connections: 10,
+            idle_timeout: None,
+            bad_lines: Default::default(),
+        }
+    }
+
+    /// Feeds `reads` one after the other, then ends as a client's close would.
+    fn frame(reads: &[&[u8]], max_line_bytes: usize) -> (Window, crate::telemetry::Tally) {
+        let s = settings(max_line_bytes);
+        let mut framer = Framer::new(&s);
+        for read in reads {
+            framer.pending.extend_from_slice(read);
+            framer.take_lines(&s.window);
+        }
+        framer.finish(true, &s.window);
+        let window = std::mem::take(&mut *s.window.lock().unwrap());
+        (window, framer.handler.tally)
+    }
+
+    #[test]
+    fn a_line_split_across_reads_is_joined() {
+        let (w, t) = frame(&[b"a:1|c\nb:", b"2|c\r", b"\nc:3|c"], 100);
+        assert_eq!(w.counters.len(), 3);
+        assert_eq!(t.lines, 3);
+        assert_eq!(t.bad_lines(), 0);
+    }
+
+    #[test]
+    fn a_line_past_the_limit_is_dropped_and_the_stream_goes_on() {
+        let long = vec![b'x'; 300];
+        let (w, t) = frame(&[b"a:1|c\n", &long, &long, b"x:1|c\nb:1|c\n"], 100);
+        assert_eq!(w.counters.len(), 2, "the lines either side are kept");
+        assert_eq!(t.bad[BadLine::LineTooLong as usize], 1);
+        let (w, t) = frame(&[&[&long[..], b":1|c\nb:1|c\n"].concat()], 100);
+        assert_eq!(
+            (w.counters.len(), t.bad[BadLine::LineTooLong as usize]),
+            (1, 1)
+        );
+        let (w, t) = frame(&[&long], 100);
+        assert_eq!(
+            (w.counters.len(), t.bad[BadLine::LineTooLong as usize]),
+            (0, 1)
+        );
+    }
+
+    #[test]
+    fn a_stop_counts_a_partial_line_as_truncated() {
+        let s = settings(100);
+        let mut framer = Framer::new(&s);
+        framer.pending.extend_from_slice(b"a:1|c\nb:1|c|#t");
+        framer.take_lines(&s.window);
+        framer.finish(false, &s.window);
+        assert_eq!(s.window.lock().unwrap().counters.len(), 1);
+        assert_eq!(framer.handler.tally.bad[BadLine::Truncated as usize], 1);
+    }
+}

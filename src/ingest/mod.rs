@@ -205,6 +205,9 @@ impl LineHandler {
                 }
                 self.tally.renamed += u64::from(renamed);
                 self.tally.unknown_fields += u64::from(m.unknown_fields);
+                if let Some(reason) = m.rejected {
+                    self.reject(reason, line);
+                }
             }
             Ok(Line::Event(e)) => {
                 self.tally.events += 1;

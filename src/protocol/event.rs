@@ -126,9 +126,7 @@ pub fn parse_event(line: &[u8]) -> Result<Event<'_>, BadLine> {
                 event.source = Some(v);
                 true
             }
-            Some(("t:", v)) => alert_type(v)
-                .map(|t| event.alert_type = t)
-                .is_some(),
+            Some(("t:", v)) => alert_type(v).map(|t| event.alert_type = t).is_some(),
             // The origin of the sender (container id, cardinality): not stored.
             Some(("c:", _)) => true,
             _ => field.starts_with("card:"),

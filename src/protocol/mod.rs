@@ -165,6 +165,9 @@ pub struct MetricLine<'a> {
     pub samples: SmallVec<[Sample<'a>; 4]>,
     /// Optional fields the parser did not know and ignored.
     pub unknown_fields: u32,
+    /// Why a segment after the first did not parse (`a:1|c:x|c`): the samples before it are
+    /// kept, as Etsy statsd keeps them, and the line is counted as bad for that reason too.
+    pub rejected: Option<BadLine>,
 }
 
 /// What one line of a datagram is.
@@ -384,10 +387,24 @@ fn parse_metric(line: &[u8]) -> Result<MetricLine<'_>, BadLine> {
         influx_tags,
         samples: SmallVec::new(),
         unknown_fields: 0,
+        rejected: None,
     };
     let mut input = rest;
     loop {
-        input = parse_segment(input, &mut out)?;
+        let before = out.samples.len();
+        match parse_segment(input, &mut out) {
+            Ok(rest) => input = rest,
+            Err(reason) => {
+                // A segment is taken whole or not at all; where the next one would start is
+                // not known after a bad one.
+                out.samples.truncate(before);
+                if before == 0 {
+                    return Err(reason);
+                }
+                out.rejected = Some(reason);
+                break;
+            }
+        }
         if input.is_empty() {
             break;
         }

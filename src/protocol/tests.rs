@@ -61,6 +61,48 @@ fn etsy_segments_each_have_their_type() {
     assert_eq!((m.samples[0].rate, m.samples[1].rate), (0.5, 1.0));
 }
 
+/// Each segment of a multi-value line is stored or counted as bad, never dropped unsaid: a bad
+/// or empty later segment keeps the ones before it and marks the line rejected.
+#[test]
+fn a_bad_later_segment_keeps_the_ones_before_it() {
+    for (case, line, kept, reason) in [
+        ("a bad value", "a:1|c:x|c", 1, BadLine::InvalidValue),
+        (
+            "an empty segment at the end",
+            "a:1|c:",
+            1,
+            BadLine::MissingType,
+        ),
+        (
+            "an empty value list",
+            "a:1|c:2|ms:|c",
+            2,
+            BadLine::EmptyValue,
+        ),
+        ("an unknown type", "a:1|c:2|zz", 1, BadLine::UnknownType),
+        (
+            "a bad packed value",
+            "a:1|c:2:x|ms",
+            1,
+            BadLine::InvalidValue,
+        ),
+        ("a bad rate", "a:1|c:2|ms|@2", 1, BadLine::InvalidSampleRate),
+    ] {
+        let m = metric(line);
+        assert_eq!(
+            (m.samples.len(), m.rejected),
+            (kept, Some(reason)),
+            "{case}"
+        );
+    }
+    assert_eq!(
+        bad(b"a:x|c:1|c"),
+        BadLine::InvalidValue,
+        "a bad first segment"
+    );
+    assert_eq!(metric("a:1|c:2|ms").rejected, None);
+}
+
 #[test]
 fn dogstatsd_packed_values() {
     assert_eq!(metric("a:1:2:3|ms").samples.len(), 3);
@@ -104,7 +146,7 @@ fn bad_lines_by_reason() {
         (b"a:0x10|c", BadLine::InvalidValue),
         (b"a:12abc|c", BadLine::InvalidValue),
         (b"a: 1|c", BadLine::InvalidValue),
-        (b"a:1|c:x|ms", BadLine::InvalidValue),
+        (b"a:x|c:1|ms", BadLine::InvalidValue),
         (b"a:2|c|@0", BadLine::InvalidSampleRate),
         (b"a:2|c|@1.5", BadLine::InvalidSampleRate),
         (b"a:2|c|@-0.5", BadLine::InvalidSampleRate),
@@ -268,7 +310,11 @@ fn dogstatsd_event_and_service_check_cases() {
     let Ok(Line::Event(e)) = parse_line(b"_e{5,4}:title|text|t:test|t:error") else {
         panic!()
     };
-    assert_eq!(e.alert_type, AlertType::Error, "a later good field still counts");
+    assert_eq!(
+        e.alert_type,
+        AlertType::Error,
+        "a later good field still counts"
+    );
 }
 
 mod never_panics {

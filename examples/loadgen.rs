@@ -2,25 +2,31 @@
 //!
 //! ```text
 //! cargo run --release --example loadgen -- send --target 127.0.0.1:8125 --series 1000 \
-//!     --lines-per-datagram 20 --lines 1000000 [--rate 200000] [--types c,ms,g,s] [--totals FILE]
+//!     --lines-per-datagram 20 --lines 1000000 [--rate 200000] [--types c,ms,g,s] [--totals FILE] \
+//!     [--transport udp|tcp|unixgram]
 //! cargo run --release --example loadgen -- check --redis redis://127.0.0.1:6379/0 --totals FILE
 //! ```
 //!
 //! Line `i` goes to series `<prefix>.<i % series>` with value 1, so the totals are exact and
-//! known in advance. Datagrams go out in `sendmmsg` batches of 64; `--rate` paces lines per
+//! known in advance. UDP datagrams go out in `sendmmsg` batches of 64; over `tcp` (target an
+//! address) the same datagrams are written to one connection, each ending in a newline; over
+//! `unixgram` (target a socket path) each is one blocking `send`, which waits while the
+//! socket's queue is full instead of losing the datagram. `--rate` paces lines per
 //! second (0 = as fast as the kernel takes them). `--totals` writes `series<TAB>count` for every
 //! counter series; `check` reads them back at every precision and exits 1 on any difference.
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
 const BATCH: usize = 64;
 
 struct Send {
-    target: SocketAddr,
+    transport: String,
+    target: String,
     series: u64,
     lines_per_datagram: u64,
     lines: u64,
@@ -49,10 +55,10 @@ fn main() {
     match args.first().map(|s| s.as_str()) {
         Some("send") => {
             let send = Send {
+                transport: arg(&args, "--transport").unwrap_or("udp").to_string(),
                 target: arg(&args, "--target")
                     .unwrap_or("127.0.0.1:8125")
-                    .parse()
-                    .expect("--target"),
+                    .to_string(),
                 series: num(&args, "--series", 1000).max(1),
                 lines_per_datagram: num(&args, "--lines-per-datagram", 1).max(1),
                 lines: num(&args, "--lines", 1_000_000),
@@ -84,7 +90,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: loadgen send [--target ADDR] [--series N] [--lines-per-datagram N] [--lines N] [--rate LINES/S] [--types c,ms,g,s] [--prefix P] [--totals FILE]\n       loadgen check [--redis URL] --totals FILE [--precisions LIST] [--key-prefix P]"
+                "usage: loadgen send [--transport udp|tcp|unixgram] [--target ADDR|PATH] [--series N] [--lines-per-datagram N] [--lines N] [--rate LINES/S] [--types c,ms,g,s] [--prefix P] [--totals FILE]\n       loadgen check [--redis URL] --totals FILE [--precisions LIST] [--key-prefix P]"
             );
             std::process::exit(2);
         }
@@ -98,14 +104,59 @@ fn line(send: &Send, i: u64, out: &mut Vec<u8>) {
     write!(out, "{}.{}.{kind}:{value}|{kind}", send.prefix, series).unwrap();
 }
 
+/// Where the datagrams go.
+enum Sink {
+    Udp(UdpSocket),
+    Tcp(std::io::BufWriter<TcpStream>),
+    Unixgram(UnixDatagram),
+}
+
+impl Sink {
+    fn open(send: &Send) -> Sink {
+        match send.transport.as_str() {
+            "udp" => {
+                let any = if send.target.starts_with('[') {
+                    "[::]:0"
+                } else {
+                    "0.0.0.0:0"
+                };
+                let socket = UdpSocket::bind(any).unwrap();
+                socket.connect(&send.target).unwrap();
+                Sink::Udp(socket)
+            }
+            "tcp" => Sink::Tcp(std::io::BufWriter::with_capacity(
+                1 << 16,
+                TcpStream::connect(&send.target).unwrap(),
+            )),
+            "unixgram" => {
+                let socket = UnixDatagram::unbound().unwrap();
+                socket.connect(&send.target).unwrap();
+                Sink::Unixgram(socket)
+            }
+            other => panic!("--transport: udp, tcp or unixgram, not {other}"),
+        }
+    }
+
+    fn send(&mut self, datagrams: &[Vec<u8>]) {
+        match self {
+            Sink::Udp(socket) => send_batch(socket, datagrams),
+            Sink::Tcp(stream) => {
+                for d in datagrams {
+                    stream.write_all(d).unwrap();
+                    stream.write_all(b"\n").unwrap();
+                }
+            }
+            Sink::Unixgram(socket) => {
+                for d in datagrams {
+                    socket.send(d).unwrap();
+                }
+            }
+        }
+    }
+}
+
 fn run_send(send: &Send) {
-    let socket = UdpSocket::bind(if send.target.is_ipv6() {
-        "[::]:0"
-    } else {
-        "0.0.0.0:0"
-    })
-    .unwrap();
-    socket.connect(send.target).unwrap();
+    let mut sink = Sink::open(send);
     let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
     let mut datagrams: Vec<Vec<u8>> = vec![Vec::new(); BATCH];
     let (mut sent_lines, mut sent_datagrams) = (0u64, 0u64);
@@ -131,7 +182,7 @@ fn run_send(send: &Send) {
             }
             n += 1;
         }
-        send_batch(&socket, &datagrams[..n]);
+        sink.send(&datagrams[..n]);
         sent_datagrams += n as u64;
         if send.rate > 0 {
             let due = Duration::from_secs_f64(sent_lines as f64 / send.rate as f64);
@@ -140,6 +191,10 @@ fn run_send(send: &Send) {
             }
         }
     }
+    if let Sink::Tcp(stream) = &mut sink {
+        stream.flush().unwrap();
+    }
+    drop(sink);
     let secs = started.elapsed().as_secs_f64();
     println!(
         "sent {sent_lines} lines in {sent_datagrams} datagrams in {secs:.3} s ({:.0} lines/s, {:.0} datagrams/s)",

@@ -12,7 +12,7 @@ runs=${1:-5}; series=${2:-1000}
 cargo build --release --quiet --bin statsd-redis --example loadgen --example floor
 . scripts/common.sh
 cpu_us() { awk '{ print ($14 + $15) * 1000000 / '"$(getconf CLK_TCK)"' }' "/proc/$1/stat"; }
-metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="statsd_redis_$2" '$1 == m { print $2 }'; }
+metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="statsd_redis_$2" '$1 == m || index($1, m "{") == 1 { s += $2; n++ } END { if (n) print s }'; }
 
 results="$dir/results.tsv"
 etsy=""

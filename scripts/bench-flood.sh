@@ -22,7 +22,7 @@ target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --re
 pid=$!
 until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
 sleep 1
-metric() { curl -s "127.0.0.1:$http/metrics" | awk -v m="statsd_redis_$1" '$1 == m {print $2}'; }
+metric() { curl -s "127.0.0.1:$http/metrics" | awk -v m="statsd_redis_$1" '$1 == m || index($1, m "{") == 1 { s += $2; n++ } END { if (n) print s }'; }
 idle_kb=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
 lines=$((rate * secs))
 # As many series as lines: no name comes twice.

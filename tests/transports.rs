@@ -45,7 +45,7 @@ async fn tcp_joins_lines_split_across_writes_and_takes_crlf_and_a_last_line_with
     drop(s);
     counted(&redis, "split.a", 1).await;
     counted(&redis, "split.b", 2).await;
-    counted(&redis, "split.c;route=-cart", 3).await;
+    counted(&redis, "split.c;route=/cart", 3).await;
     assert_eq!(
         agent.metric(r#"lines_received_total{transport="tcp"}"#),
         3.0

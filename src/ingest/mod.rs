@@ -194,7 +194,7 @@ impl LineHandler {
                 // on the first sample or never: a line is recorded whole or not at all.
                 let mut renamed = false;
                 for sample in &m.samples {
-                    match self.namer.series(m.name, m.influx_tags, sample.tags) {
+                    match self.namer.series(&m.name, m.influx_tags, sample.tags) {
                         Ok((series, r)) => {
                             renamed |= r;
                             window.record(series, sample, self.max_series);

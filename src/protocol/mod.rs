@@ -14,6 +14,8 @@ pub use value::{MAX_INCREMENT, MAX_VALUE};
 pub use event::{AlertType, Event, ServiceCheck};
 pub use series::SeriesNamer;
 
+use std::borrow::Cow;
+
 use nom::IResult;
 use nom::Parser;
 use nom::bytes::complete::{tag, take_till};
@@ -158,8 +160,10 @@ pub struct Sample<'a> {
 /// A parsed metric line: the name as sent, InfluxDB-style tags from the name, its samples.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MetricLine<'a> {
-    pub name: &'a str,
-    /// The `k=v,k2=v2` text after the first `,` of the name, if any.
+    /// The name without its tags (owned only when SignalFx tags stood in its middle).
+    pub name: Cow<'a, str>,
+    /// The `k=v,k2=v2` tags written in the name: InfluxDB `name,k=v`, Librato `name#k=v` or
+    /// SignalFx `name[k=v]`.
     pub influx_tags: Option<&'a str>,
     /// Most lines carry one sample; four inline keep the multi-value forms allocation-free.
     pub samples: SmallVec<[Sample<'a>; 4]>,
@@ -373,11 +377,7 @@ fn parse_metric(line: &[u8]) -> Result<MetricLine<'_>, BadLine> {
         .filter(|(rest, _)| !rest.is_empty())
         .map(|(rest, head)| (head, &rest[1..]))
         .ok_or(BadLine::MissingValue)?;
-    let head = utf8(head)?;
-    let (name, influx_tags) = match head.split_once(',') {
-        Some((n, t)) => (n, Some(t)),
-        None => (head, None),
-    };
+    let (name, influx_tags) = name_and_tags(utf8(head)?);
     if name.is_empty() {
         return Err(BadLine::EmptyName);
     }
@@ -415,6 +415,27 @@ fn parse_metric(line: &[u8]) -> Result<MetricLine<'_>, BadLine> {
         return Err(BadLine::MixedTagStyles);
     }
     Ok(out)
+}
+
+/// Splits the tags written in a metric name from it, in the forms statsd_exporter takes: SignalFx
+/// `name[k=v,k2=v2]` (the brackets anywhere; the name is what stands around them), else at the
+/// first `,` (InfluxDB `name,k=v`) or `#` (Librato `name#k=v`).
+fn name_and_tags(head: &str) -> (Cow<'_, str>, Option<&str>) {
+    if let (Some(open), Some(close)) = (head.find('['), head.find(']'))
+        && open < close
+    {
+        let (before, after) = (&head[..open], &head[close + 1..]);
+        let name = if after.is_empty() {
+            Cow::Borrowed(before)
+        } else {
+            Cow::Owned([before, after].concat())
+        };
+        return (name, Some(&head[open + 1..close]));
+    }
+    match head.find([',', '#']) {
+        Some(at) => (Cow::Borrowed(&head[..at]), Some(&head[at + 1..])),
+        None => (Cow::Borrowed(head), None),
+    }
 }
 
 /// One `values|type[|field]...` segment; returns the input after it (empty, or starting at the

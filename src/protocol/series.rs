@@ -1,6 +1,13 @@
 //! Series names: a metric's name and tags folded into one Graphite-tag string
 //! `name;k=v;k2=v2;bare`, tags sorted by key then value so tag order never splits a series.
 //!
+//! Sanitizing (on by default) treats the two parts differently. The metric name follows Etsy
+//! statsd's rule ([`name_byte_allowed`]). Tag keys and values are kept as sent, any UTF-8, as
+//! datadog-agent, statsd_exporter, Telegraf and vector keep them (`route:/cart` stays
+//! `route=/cart`), changing only what the series form cannot hold: a `;` or a run of whitespace
+//! becomes `_`, control characters are dropped, and a `=` in a key becomes `_` (a value may
+//! hold `=`: a tag splits at its first one). Each change counts the line as renamed.
+//!
 //! [`SeriesNamer`] keeps its buffers between lines, so naming a series allocates nothing once
 //! the buffers have grown; an untagged name that needs no sanitizing is returned as is.
 
@@ -13,9 +20,31 @@ pub(super) const fn name_byte_allowed(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b';' | b'=')
 }
 
-/// Tag keys and values lose `;` and `=` too: they separate the tags in the series name.
-fn tag_byte_allowed(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+/// Appends a tag key or value to `out` as sent but for what the series form cannot hold (the
+/// module's rule). Returns whether anything changed.
+fn clean_tag_into(src: &str, out: &mut String, is_key: bool) -> bool {
+    let kept = |c: char| !(c == ';' || c.is_whitespace() || c.is_control() || (is_key && c == '='));
+    if src.chars().all(kept) {
+        out.push_str(src);
+        return false;
+    }
+    let mut in_space = false;
+    for c in src.chars() {
+        if c.is_whitespace() {
+            if !in_space {
+                out.push('_');
+            }
+            in_space = true;
+            continue;
+        }
+        in_space = false;
+        match c {
+            ';' | '=' if c == ';' || is_key => out.push('_'),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    true
 }
 
 /// Appends `src` sanitized to `out`: whitespace runs become `_`, `/` becomes `-`, every other
@@ -86,7 +115,7 @@ impl SeriesNamer {
         }
 
         self.out.clear();
-        let mut renamed = self.push_part(name, true);
+        let mut renamed = self.push_name(name);
         if self.out.is_empty() {
             return Err(BadLine::EmptyName);
         }
@@ -112,18 +141,13 @@ impl SeriesNamer {
         Ok((&self.out, renamed))
     }
 
-    /// Appends a name or tag part to `out`, sanitized when switched on.
-    fn push_part(&mut self, part: &str, is_name: bool) -> bool {
+    /// Appends the metric name to `out`, sanitized when switched on.
+    fn push_name(&mut self, name: &str) -> bool {
         if !self.sanitize {
-            self.out.push_str(part);
+            self.out.push_str(name);
             return false;
         }
-        let allowed = if is_name {
-            name_byte_allowed
-        } else {
-            tag_byte_allowed
-        };
-        sanitize_into(part, &mut self.out, allowed)
+        sanitize_into(name, &mut self.out, name_byte_allowed)
     }
 
     /// Splits `k<sep>v,k2,...` into `tag_text`/`tags`; tags whose key is empty are dropped.
@@ -133,8 +157,8 @@ impl SeriesNamer {
         let mut renamed = false;
         for tag in text.split(',').filter(|t| !t.is_empty()) {
             let (key, value) = tag.split_once(kv_separator).unwrap_or((tag, ""));
-            let key_range = self.push_tag_part(key, &mut renamed);
-            let value_range = self.push_tag_part(value, &mut renamed);
+            let key_range = self.push_tag_part(key, true, &mut renamed);
+            let value_range = self.push_tag_part(value, false, &mut renamed);
             if key_range.is_empty() {
                 renamed = true;
                 continue;
@@ -144,10 +168,10 @@ impl SeriesNamer {
         renamed
     }
 
-    fn push_tag_part(&mut self, part: &str, renamed: &mut bool) -> Range<usize> {
+    fn push_tag_part(&mut self, part: &str, is_key: bool, renamed: &mut bool) -> Range<usize> {
         let start = self.tag_text.len();
         if self.sanitize {
-            *renamed |= sanitize_into(part, &mut self.tag_text, tag_byte_allowed);
+            *renamed |= clean_tag_into(part, &mut self.tag_text, is_key);
         } else {
             self.tag_text.push_str(part);
         }
@@ -223,11 +247,39 @@ mod tests {
         );
     }
 
+    /// Tag keys and values as sent, but for what the series form cannot hold; a case each.
     #[test]
-    fn tag_separators_are_removed_from_tags() {
+    fn tag_values_are_kept_as_sent() {
+        for (case, tags, want, renamed) in [
+            ("a path", "route:/cart", "a;route=/cart", false),
+            ("a URL", "url:http://a/b?x=1", "a;url=http://a/b?x=1", false),
+            ("paths that differ stay apart", "k:a/b", "a;k=a/b", false),
+            (
+                "non-ASCII letters",
+                "city:Zürich,名:値",
+                "a;city=Zürich;名=値",
+                false,
+            ),
+            ("a value may hold =", "q:x=1", "a;q=x=1", false),
+            ("; in a value", "k:x;y", "a;k=x_y", true),
+            ("whitespace runs", "k:a  b\tc", "a;k=a_b_c", true),
+            ("control characters", "k:a\u{7}b", "a;k=ab", true),
+        ] {
+            assert_eq!(
+                series(true, "a", None, Some(tags)),
+                (want.to_string(), renamed),
+                "{case}"
+            );
+        }
         assert_eq!(
-            series(true, "a", None, Some("url:/x;y=z")),
-            ("a;url=-xyz".into(), true)
+            series(true, "a", Some("k=v=w"), None),
+            ("a;k=v=w".into(), false),
+            "an InfluxDB tag splits at its first ="
+        );
+        assert_eq!(
+            series(true, "a", None, Some("k=x:v")),
+            ("a;k_x=v".into(), true),
+            "= in a key"
         );
     }
 

@@ -103,6 +103,45 @@ fn a_bad_later_segment_keeps_the_ones_before_it() {
     assert_eq!(metric("a:1|c:2|ms").rejected, None);
 }
 
+/// The tag styles statsd_exporter takes besides DogStatsD and InfluxDB, into the same series.
+#[test]
+fn librato_and_signalfx_tags() {
+    for (case, line, name, tags) in [
+        (
+            "InfluxDB",
+            "web.hits,env=prod,dc=a:1|c",
+            "web.hits",
+            "env=prod,dc=a",
+        ),
+        (
+            "Librato",
+            "web.hits#env=prod,dc=a:1|c",
+            "web.hits",
+            "env=prod,dc=a",
+        ),
+        (
+            "SignalFx",
+            "web.hits[env=prod,dc=a]:1|c",
+            "web.hits",
+            "env=prod,dc=a",
+        ),
+        (
+            "SignalFx mid-name",
+            "web[env=prod].hits:1|c",
+            "web.hits",
+            "env=prod",
+        ),
+    ] {
+        let m = metric(line);
+        assert_eq!((&*m.name, m.influx_tags), (name, Some(tags)), "{case}");
+    }
+    assert_eq!(
+        bad(b"a#k=v:1|c|#x:y"),
+        BadLine::MixedTagStyles,
+        "Librato tags and DogStatsD tags on one line"
+    );
+}
+
 #[test]
 fn dogstatsd_packed_values() {
     assert_eq!(metric("a:1:2:3|ms").samples.len(), 3);
@@ -125,7 +164,7 @@ fn gauge_sign_means_delta() {
 #[test]
 fn influx_tags_stay_in_the_name_part() {
     let m = metric("a,env=prod:1|c");
-    assert_eq!((m.name, m.influx_tags), ("a", Some("env=prod")));
+    assert_eq!((&*m.name, m.influx_tags), ("a", Some("env=prod")));
 }
 
 #[test]
@@ -230,7 +269,15 @@ fn service_checks() {
 /// the line, then what is kept: message (or event text), tags, unknown fields.
 #[test]
 fn dogstatsd_event_and_service_check_cases() {
-    let cases: [(&str, &[u8], &str, Option<&str>, u32); 9] = [
+    /// Case, line, message or text kept, tags, unknown fields.
+    type Case = (
+        &'static str,
+        &'static [u8],
+        &'static str,
+        Option<&'static str>,
+        u32,
+    );
+    let cases: [Case; 9] = [
         (
             "fields after the message are not part of it",
             b"_sc|db|1|m:slow|c:abc123|card:high|#env:prod",
@@ -329,7 +376,7 @@ mod never_panics {
             for line in lines(&data) {
                 if let Ok(Line::Metric(m)) = parse_line(line) {
                     for s in &m.samples {
-                        let _ = namer.series(m.name, m.influx_tags, s.tags);
+                        let _ = namer.series(&m.name, m.influx_tags, s.tags);
                     }
                 }
             }
@@ -343,12 +390,12 @@ mod never_panics {
                     let Ok(Line::Metric(m)) = parse_line(line) else {
                         return Err(TestCaseError::fail(format!("{line:?}: fast path accepted a line the parser rejects")));
                     };
-                    prop_assert_eq!(m.name, name);
+                    prop_assert_eq!(&*m.name, name);
                     prop_assert_eq!(m.influx_tags, None);
                     prop_assert_eq!(m.unknown_fields, 0);
                     prop_assert_eq!(&m.samples[..], &[sample][..]);
                     let mut namer = SeriesNamer::new(true);
-                    prop_assert_eq!(namer.series(m.name, None, None), Ok((name, false)));
+                    prop_assert_eq!(namer.series(&m.name, None, None), Ok((name, false)));
                 }
             }
         }
@@ -367,7 +414,7 @@ mod never_panics {
                     prop_assert!(!m.samples.is_empty());
                     for s in &m.samples {
                         prop_assert!(s.rate > 0.0 && s.rate <= 1.0);
-                        let _ = namer.series(m.name, m.influx_tags, s.tags);
+                        let _ = namer.series(&m.name, m.influx_tags, s.tags);
                     }
                 }
             }

@@ -83,6 +83,67 @@ async fn cadence_client_is_understood() {
     agent.stop().await;
 }
 
+/// Tags in every style a client sends, over real UDP and through cadence: kept as sent, folded
+/// into one series per tag set, and found by the series name a reader writes down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tag_styles_and_tag_values_as_sent() {
+    use cadence::prelude::*;
+    use cadence::{StatsdClient, UdpMetricSink};
+
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    agent.send(
+        "styles:1|c|#env:prod,dc:a\nstyles,dc=a,env=prod:1|c\nstyles#env=prod,dc=a:1|c\n\
+         styles[env=prod,dc=a]:1|c\nsty[dc=a,env=prod]les:1|c\n\
+         route:1|c|#path:/cart\nroute:2|c|#path:-cart\ncity:1|c|#name:Zürich\n\
+         odd:1|c|#note:a;b  c"
+            .as_bytes(),
+    );
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sink = UdpMetricSink::from(agent.udp[0], socket).unwrap();
+    let client = StatsdClient::from_sink("app", sink);
+    client
+        .count_with_tags("req", 4)
+        .with_tag("url", "http://a/b?x=1")
+        .send();
+    for (series, total) in [
+        ("styles;dc=a;env=prod", 5),
+        ("route;path=/cart", 1),
+        ("route;path=-cart", 2),
+        ("city;name=Zürich", 1),
+        ("odd;note=a_b_c", 1),
+        ("app.req;url=http://a/b?x=1", 4),
+    ] {
+        eventually(Duration::from_secs(3), series, || {
+            redis.counter_total(1, series) == total
+        })
+        .await;
+    }
+    assert_eq!(
+        agent.metric("names_sanitized_total"),
+        1.0,
+        "only `odd` changed"
+    );
+    assert_eq!(agent.metric("bad_lines_total"), 0.0);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_statsd-redis"))
+        .args([
+            "--redis",
+            &redis.url(),
+            "get",
+            "known",
+            "--match",
+            "route;path=/*",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.contains("route;path=/cart") && !out.contains("-cart"),
+        "{out}"
+    );
+    agent.stop().await;
+}
+
 /// 100 000 counter lines over 500 series in 20-line datagrams, with bad lines mixed in: every
 /// precision holds exactly what was sent, and /metrics counts exactly what arrived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -364,12 +364,33 @@ from datadog.dogstatsd import DogStatsd
 d = DogStatsd(socket_path="{path}", disable_telemetry=True, socket_timeout=5)
 for _ in range(20): d.increment("dd.uds", tags=["env:test"])
 d.histogram("dd.uds.h", 5, tags=["env:test"])
+d.service_check("dd.check", 1, message="slow\nsince noon", tags=["env:test"])
+d.event("deploy", "line one\nline two", alert_type="error", tags=["service:shop"])
 d.flush()
 d.close_socket()
 "#,
         path = dir.path().join("dgram.sock").display(),
     ));
     counted(&redis, "dd.uds;env=test", 20).await;
+    // The client escapes newlines as \n; the agent stores them as newlines again.
+    let recent = |key: &str| -> Vec<String> {
+        redis::cmd("LRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    eventually(Duration::from_secs(3), "the logs", || {
+        !recent("recent:dd.check:warning").is_empty() && !recent("recent:shop:error").is_empty()
+    })
+    .await;
+    assert!(
+        recent("recent:dd.check:warning")[0].ends_with(" slow\nsince noon"),
+        "{:?}",
+        recent("recent:dd.check:warning")
+    );
+    assert!(recent("recent:shop:error")[0].ends_with(" deploy: line one\nline two"));
     assert!(agent.metric(r#"packets_received_total{transport="unixgram"}"#) >= 1.0);
     assert_eq!(
         agent.metric(r#"bad_lines_total{transport="unixgram"}"#),

@@ -228,7 +228,7 @@ impl Reader {
                 continue;
             };
             let Ok(p) = p.parse() else { continue };
-            if pattern.is_none_or(|pat| glob_match(pat.as_bytes(), series.as_bytes())) {
+            if pattern.is_none_or(|pat| glob_match(pat, series)) {
                 by_series.entry(series.to_string()).or_default().push(p);
             }
         }
@@ -242,15 +242,18 @@ impl Reader {
     }
 }
 
-/// Glob matching with `*` and `?`, case sensitive (Redis's `MATCH` without character classes).
-pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+/// Glob matching with `*` and `?`, case sensitive (Redis's `MATCH` without character classes);
+/// `?` is one character, so tag values as sent (`city=Z?rich`) match as they read.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let text: Vec<char> = text.chars().collect();
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
-        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
             p += 1;
             t += 1;
-        } else if p < pattern.len() && pattern[p] == b'*' {
+        } else if p < pattern.len() && pattern[p] == '*' {
             star = Some((p, t));
             p += 1;
         } else if let Some((sp, st)) = star {
@@ -261,7 +264,7 @@ pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
             return false;
         }
     }
-    pattern[p..].iter().all(|b| *b == b'*')
+    pattern[p..].iter().all(|c| *c == '*')
 }
 
 #[cfg(test)]
@@ -270,13 +273,14 @@ mod tests {
 
     #[test]
     fn globs() {
-        assert!(glob_match(b"*", b"anything"));
-        assert!(glob_match(b"web.*", b"web.hits"));
-        assert!(glob_match(b"*hits*", b"web.hits;env=prod"));
-        assert!(glob_match(b"h?ts", b"hits"));
-        assert!(!glob_match(b"web.*", b"api.hits"));
-        assert!(!glob_match(b"hits", b"hits2"));
-        assert!(glob_match(b"", b""));
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("web.*", "web.hits"));
+        assert!(glob_match("*hits*", "web.hits;env=prod"));
+        assert!(glob_match("h?ts", "hits"));
+        assert!(!glob_match("web.*", "api.hits"));
+        assert!(!glob_match("hits", "hits2"));
+        assert!(glob_match("", ""));
+        assert!(glob_match("city;name=Z?rich", "city;name=Zürich"));
     }
 
     #[test]

@@ -93,6 +93,7 @@ fn chunks(c: &mut Criterion) {
         sample_count: 120,
         log_ttl_secs: 0,
         max_series: 100,
+        quantiles: Default::default(),
     };
     let mut g = c.benchmark_group("flush");
     g.throughput(Throughput::Elements(closed.counters.len() as u64));

@@ -53,6 +53,7 @@ async fn main() {
         sample_count: config.sample_count,
         log_ttl_secs: 0,
         max_series: config.max_series_per_chunk,
+        quantiles: Default::default(),
     };
     let precisions = CounterWrite::everywhere(&DEFAULT_PRECISIONS);
     let mut writer = Writer::new(store, None, Arc::new(Telemetry::new()));

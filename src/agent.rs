@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::aggregate::Window;
+use crate::aggregate::{Mapping, Window};
 use crate::config::{Config, RedisMode};
 use crate::flush::Flusher;
 use crate::http::{AppState, router};
@@ -163,7 +163,9 @@ pub async fn run(
 
     let mut windows = Vec::new();
     let mut new_window = || {
-        let window = Arc::new(Mutex::new(Window::default()));
+        let window = Arc::new(Mutex::new(Window::new(Mapping::new(
+            config.quantile_relative_accuracy,
+        ))));
         windows.push(window.clone());
         window
     };
@@ -273,8 +275,7 @@ pub async fn run(
     let app = router(AppState {
         telemetry,
         store,
-        precisions: config.precisions.clone(),
-        sample_count: config.sample_count,
+        config: Arc::new(config.clone()),
         connection: Default::default(),
     });
     let http_shutdown = shutdown.clone();

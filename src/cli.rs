@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::aggregate::StatKind;
 use crate::config::Config;
-use crate::store::{Store, StoreError, clock};
+use crate::store::{QuantileRange, Store, StoreError, clock};
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum Query {
@@ -51,6 +51,27 @@ pub enum Query {
         #[arg(long, default_value_t = 60)]
         precision: u64,
     },
+    /// Quantiles of a timer's, histogram's or distribution's values, merged from the buckets
+    /// over the range: the current hour (default), the hour before, or the last DURATION.
+    Percentiles {
+        series: String,
+        /// AccessTime (ms), Histogram (h) or Distribution (d).
+        #[arg(long = "type", default_value = "AccessTime", value_parser = parse_stat_kind)]
+        kind: StatKind,
+        /// Quantiles between 0 and 1.
+        #[arg(long, value_delimiter = ',', default_value = "0.5,0.9,0.99", value_parser = parse_quantile)]
+        quantiles: Vec<f64>,
+        /// The slices overlapping this long up to now: 90s, 15m, 6h, 2d (or seconds).
+        #[arg(long, value_parser = parse_duration, conflicts_with = "hour")]
+        last: Option<u64>,
+        /// current or last.
+        #[arg(long, value_parser = ["current", "last"])]
+        hour: Option<String>,
+        /// Slice precision for --last [default: the finest of quantile_precisions that keeps
+        /// that long].
+        #[arg(long, requires = "last")]
+        precision: Option<u64>,
+    },
     /// Known counter series (or gauges with --gauges) and their precisions.
     Known {
         /// Glob on the series name (`*` and `?`).
@@ -72,12 +93,81 @@ pub fn parse_stat_kind(s: &str) -> Result<StatKind, String> {
     }
 }
 
+pub fn parse_quantile(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|q| (0.0..=1.0).contains(q))
+        .ok_or_else(|| format!("`{s}` is not a quantile between 0 and 1"))
+}
+
+/// `90s`, `15m`, `6h`, `2d`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => s.split_at(at),
+        None => (s, "s"),
+    };
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("`{s}`: a duration is a number and s, m, h or d")),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("`{s}`: a duration is a number and s, m, h or d"))
+}
+
+/// The range of `get percentiles` and of the API's percentiles: `last` seconds at `precision`
+/// (by default the finest of `quantile_precisions` whose `sample_count` slices cover it, else
+/// the coarsest), or the current or last hour.
+pub fn quantile_range(
+    config: &Config,
+    last: Option<u64>,
+    last_hour: bool,
+    precision: Option<u64>,
+    now: u64,
+) -> Result<QuantileRange, String> {
+    let Some(secs) = last else {
+        return Ok(QuantileRange::Hour { last: last_hour });
+    };
+    let kept = &config.quantile_precisions;
+    let precision = match precision {
+        Some(p) if kept.contains(&p) => p,
+        Some(p) => {
+            return Err(format!(
+                "buckets are kept per slice at {kept:?} s (quantile_precisions), not {p}"
+            ));
+        }
+        None => {
+            let mut sorted = kept.clone();
+            sorted.sort_unstable();
+            let covering = sorted
+                .iter()
+                .find(|&&p| p.saturating_mul(config.sample_count) >= secs);
+            *covering
+                .or(sorted.last())
+                .ok_or("no buckets are kept per slice (quantile_precisions is empty): use --hour")?
+        }
+    };
+    Ok(QuantileRange::Last {
+        secs,
+        precision,
+        now,
+    })
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
     Redis(#[from] StoreError),
+    #[error("{0}")]
+    BadArgument(String),
 }
 
 impl QueryError {
@@ -85,6 +175,7 @@ impl QueryError {
         match self {
             QueryError::NotFound(_) => 1,
             QueryError::Redis(_) => 3,
+            QueryError::BadArgument(_) => 2,
         }
     }
 }
@@ -229,6 +320,57 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
                     .map(|(s, n)| vec![clock::datetime(*s), n.to_string()]),
             );
         }
+        Query::Percentiles {
+            series,
+            kind,
+            quantiles,
+            last,
+            hour,
+            precision,
+        } => {
+            let range = quantile_range(
+                config,
+                *last,
+                hour.as_deref() == Some("last"),
+                *precision,
+                clock::unix_now(),
+            )
+            .map_err(QueryError::BadArgument)?;
+            let Some(view) = reader.quantiles(series, *kind, quantiles, range).await? else {
+                return not_found(format!(
+                    "no {} values of `{series}` in that range",
+                    kind.redis_name()
+                ));
+            };
+            if as_json {
+                return Ok(json!(view).to_string());
+            }
+            let over = match (&view.hour, view.precision) {
+                (_, Some(p)) => format!(
+                    "{} slices of {p} s from {}",
+                    view.slices.len(),
+                    view.slices
+                        .first()
+                        .map_or(String::new(), |s| clock::datetime(*s))
+                ),
+                (Some(hour), None) => format!("the hour {hour}"),
+                (None, None) => "the hour".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "{series} ({}): {} values over {over}; each quantile within {}% of the exact one",
+                kind.redis_name(),
+                number(view.count),
+                number(view.relative_accuracy * 100.0)
+            );
+            table(
+                &mut out,
+                &["quantile", "value"],
+                view.quantiles
+                    .iter()
+                    .map(|(q, v)| vec![format!("p{}", number(q * 100.0)), number(*v)]),
+            );
+        }
         Query::Known { pattern, gauges } => {
             let known = reader.known(*gauges, pattern.as_deref()).await?;
             if as_json {
@@ -312,6 +454,41 @@ mod tests {
         assert_eq!(
             out,
             "slice (UTC)          count\n2026-11-22 04:00:00      5\n2026-11-22 04:00:01     12\n"
+        );
+    }
+
+    #[test]
+    fn durations_and_ranges() {
+        assert_eq!(parse_duration("15m"), Ok(900));
+        assert_eq!(parse_duration("90"), Ok(90));
+        assert_eq!(parse_duration("2d"), Ok(172_800));
+        assert!(parse_duration("5x").is_err() && parse_duration("0m").is_err());
+        let config = Config::default();
+        let last = |secs, p| quantile_range(&config, Some(secs), false, p, 1000);
+        let at = |precision| {
+            Ok(QuantileRange::Last {
+                secs: 900,
+                precision,
+                now: 1000,
+            })
+        };
+        assert_eq!(last(900, None), at(60), "120 minutes cover 15");
+        assert_eq!(
+            last(86_400, None).map(|r| matches!(
+                r,
+                QuantileRange::Last {
+                    precision: 3600,
+                    ..
+                }
+            )),
+            Ok(true),
+            "a day needs hours"
+        );
+        assert_eq!(last(900, Some(3600)), at(3600));
+        assert!(last(900, Some(5)).is_err(), "5 s slices are not kept");
+        assert_eq!(
+            quantile_range(&config, None, true, None, 0),
+            Ok(QuantileRange::Hour { last: true })
         );
     }
 

@@ -53,6 +53,12 @@ pub struct Config {
     pub precisions: Vec<u64>,
     /// Samples kept per counter at each precision (used by the cleaner).
     pub sample_count: u64,
+    /// Relative accuracy of the quantiles read back from the timer, histogram and distribution
+    /// buckets (DDSketch's α).
+    pub quantile_relative_accuracy: f64,
+    /// Precisions (seconds) at which the buckets are also kept per slice, besides per hour;
+    /// each slice expires after `sample_count` of them.
+    pub quantile_precisions: Vec<u64>,
     /// Length of an aggregation window, in seconds.
     pub flush_interval_secs: u64,
     /// Readers per UDP address: sockets sharing the port with `SO_REUSEPORT`, each with its own
@@ -144,6 +150,11 @@ impl Default for Config {
             precisions: DEFAULT_PRECISIONS.to_vec(),
             // The number of samples the chapter's text keeps.
             sample_count: 120,
+            // 1 %: a p99 of 200 ms reads back between 198 and 202 ms.
+            quantile_relative_accuracy: 0.01,
+            // "The last 15 minutes" (two hours of minutes) and "yesterday 14:00" (five days
+            // of hours).
+            quantile_precisions: vec![60, 3600],
             flush_interval_secs: 1,
             // One reader keeps the other core for the flush on a 2-core machine; a single
             // sender's datagrams always reach the same reader anyway.
@@ -268,6 +279,18 @@ impl Config {
         }
         if self.sample_count == 0 {
             return Err(err("sample_count", "must be at least 1"));
+        }
+        if !(self.quantile_relative_accuracy >= 0.0001 && self.quantile_relative_accuracy <= 0.5) {
+            return Err(err(
+                "quantile_relative_accuracy",
+                "must be between 0.0001 and 0.5",
+            ));
+        }
+        if self.quantile_precisions.contains(&0) {
+            return Err(err(
+                "quantile_precisions",
+                "precisions are whole seconds, at least 1",
+            ));
         }
         if self.flush_interval_secs == 0 || self.flush_interval_secs > 60 {
             return Err(err("flush_interval_secs", "must be between 1 and 60"));
@@ -456,6 +479,23 @@ pub struct Args {
         value_name = "N"
     )]
     pub sample_count: Option<u64>,
+    /// Relative accuracy of quantiles [default: 0.01].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_QUANTILE_RELATIVE_ACCURACY",
+        value_name = "ALPHA"
+    )]
+    pub quantile_relative_accuracy: Option<f64>,
+    /// Precisions at which quantile buckets are kept per slice [default: 60,3600].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_QUANTILE_PRECISIONS",
+        value_name = "SECS",
+        value_delimiter = ','
+    )]
+    pub quantile_precisions: Option<Vec<u64>>,
     /// Aggregation window in seconds [default: 1].
     #[arg(
         long,
@@ -640,6 +680,8 @@ impl Args {
             key_prefix,
             precisions,
             sample_count,
+            quantile_relative_accuracy,
+            quantile_precisions,
             flush_interval_secs,
             receive_buffer_bytes,
             max_datagram_bytes,
@@ -716,6 +758,15 @@ mod tests {
         bad(|c| c.unix_socket_mode = "0999".into(), "unix_socket_mode");
         bad(|c| c.unix_stream = vec![PathBuf::new()], "unix_stream");
         bad(|c| c.max_connections = 0, "max_connections");
+        bad(
+            |c| c.quantile_relative_accuracy = 0.0,
+            "quantile_relative_accuracy",
+        );
+        bad(
+            |c| c.quantile_relative_accuracy = f64::NAN,
+            "quantile_relative_accuracy",
+        );
+        bad(|c| c.quantile_precisions = vec![0], "quantile_precisions");
         bad(|c| c.max_datagram_bytes = 100, "max_datagram_bytes");
         bad(|c| c.cleaner_interval_secs = 0, "cleaner_interval_secs");
         bad(|c| c.max_backlog_bytes = 1000, "max_backlog_bytes");

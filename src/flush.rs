@@ -19,15 +19,16 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::aggregate::{
-    ClosedWindow, CoarseSums, DROPPED_LOGS, Ledger, SeriesName, StatKind, Stats, Window,
+    Bucket, Buckets, ClosedWindow, CoarseSums, DROPPED_LOGS, Ledger, SeriesName, StatKind, Stats,
+    Window,
 };
 use crate::config::Config;
 use crate::config::RedisMode;
 use crate::protocol::MetricType;
 use crate::spool::{Reader, Spool, put_bytes, put_chunk};
 use crate::store::{
-    ChunkSettings, CounterWrite, FlushChunk, FollowUps, Keys, Writer, build_chunks,
-    build_slot_chunks,
+    ChunkSettings, CounterWrite, FlushChunk, FollowUps, Keys, QuantileSettings, Writer,
+    build_chunks, build_slot_chunks,
 };
 use crate::telemetry::Telemetry;
 
@@ -324,6 +325,10 @@ impl Flusher {
                     sample_count: config.sample_count,
                     log_ttl_secs: config.log_idle_secs,
                     max_series: config.max_series_per_chunk,
+                    quantiles: QuantileSettings {
+                        alpha: config.quantile_relative_accuracy,
+                        precisions: config.quantile_precisions.clone(),
+                    },
                 },
                 coarse: Coarse::new(&config),
                 last_drop_log: None,
@@ -497,7 +502,7 @@ impl Closer {
     fn close(&mut self, start: u64, last: bool, backlog: &Backlog) {
         let mut merged = Window::default();
         for shared in &self.windows {
-            let taken = std::mem::take(&mut *shared.lock().unwrap_or_else(|p| p.into_inner()));
+            let taken = shared.lock().unwrap_or_else(|p| p.into_inner()).take();
             merged.merge(taken);
         }
         self.report_drops(&merged);
@@ -647,6 +652,17 @@ impl Closer {
             for v in [s.count, s.sum, s.sumsq, s.min, s.max] {
                 out.extend_from_slice(&v.to_le_bytes());
             }
+            out.extend_from_slice(&u32_le(s.buckets.len()));
+            for (bucket, weight) in s.buckets.iter() {
+                let (side, index) = match bucket {
+                    Bucket::Negative(i) => (0u8, i),
+                    Bucket::Zero => (1, 0),
+                    Bucket::Positive(i) => (2, i),
+                };
+                out.push(side);
+                out.extend_from_slice(&index.to_le_bytes());
+                out.extend_from_slice(&weight.to_le_bytes());
+            }
         }
         out
     }
@@ -698,6 +714,18 @@ impl Closer {
                 *x = f64::from_bits(r.u64()?);
             }
             let [count, sum, sumsq, min, max] = v;
+            let mut buckets = Buckets::default();
+            for _ in 0..r.u32()? {
+                let side = r.u8()?;
+                let index = r.u32()? as i32;
+                let bucket = match side {
+                    0 => Bucket::Negative(index),
+                    1 => Bucket::Zero,
+                    2 => Bucket::Positive(index),
+                    _ => return None,
+                };
+                buckets.add(bucket, f64::from_bits(r.u64()?));
+            }
             stats.push((
                 series,
                 kind,
@@ -707,6 +735,7 @@ impl Closer {
                     sumsq,
                     min,
                     max,
+                    buckets,
                 },
             ));
         }
@@ -945,6 +974,7 @@ mod tests {
                 sample_count: config.sample_count,
                 log_ttl_secs: 0,
                 max_series: config.max_series_per_chunk,
+                quantiles: Default::default(),
             },
             sequence: "flush:a".into(),
             last_seq: 0,

@@ -300,6 +300,7 @@ mod tests {
             sample_count: 120,
             log_ttl_secs: 0,
             max_series: 100,
+            quantiles: Default::default(),
         };
         let mut chunks = build_chunks(&window, &CounterWrite::everywhere(&[1, 60]), &settings);
         for (i, c) in chunks.iter_mut().enumerate() {

@@ -172,6 +172,7 @@ async fn a_concurrent_write_keeps_its_index_member() {
             sample_count: 10,
             log_ttl_secs: 0,
             max_series: 100,
+            quantiles: Default::default(),
         };
         let chunks: Vec<_> = build_chunks(&window, &CounterWrite::everywhere(&[1]), &settings)
             .into_iter()

@@ -108,6 +108,39 @@ async fn every_type_is_written_and_read_back_in_a_cluster() {
     );
     let slowest = cluster.zrange_withscores("slowest:AccessTime");
     assert_eq!(slowest, vec![("checkout".to_string(), 100.0)]);
+    // Quantile buckets: the hour's beside the stats (same tag), the slices in their own slots,
+    // read back through the cluster connection.
+    let buckets = |key: &str| -> f64 {
+        cluster
+            .hgetall(key)
+            .iter()
+            .filter(|(f, _)| f != "a")
+            .map(|(_, c)| c.parse::<f64>().unwrap())
+            .sum()
+    };
+    assert_eq!(buckets("hist:{checkout}:AccessTime"), 2.0);
+    let minute = [now, now + 1]
+        .map(|t| format!("hist:60:checkout:AccessTime:{}", t / 60 * 60))
+        .into_iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .iter()
+        .map(|key| buckets(key))
+        .sum::<f64>();
+    assert_eq!(minute, 2.0);
+    let mut reader = Store::open(&config).unwrap().reader().await.unwrap();
+    let p100 = reader
+        .quantiles(
+            "checkout",
+            statsd_redis::aggregate::StatKind::Timer,
+            &[1.0],
+            statsd_redis::store::QuantileRange::Hour { last: false },
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .quantiles[0]
+        .1;
+    assert!((p100 - 120.0).abs() <= 1.2, "{p100}");
     assert_eq!(cluster.zrange_withscores("stats:{size}:Histogram").len(), 5);
 
     let recent: Vec<String> = query(
@@ -352,6 +385,13 @@ async fn a_chunk_sent_again_is_applied_once_and_returns_its_follow_ups_again() {
                 sumsq: 500.0,
                 min: 10.0,
                 max: 20.0,
+                buckets: {
+                    let m = statsd_redis::aggregate::Mapping::default();
+                    let mut b = statsd_redis::aggregate::Buckets::default();
+                    b.add(m.bucket(10.0), 1.0);
+                    b.add(m.bucket(20.0), 1.0);
+                    b
+                },
             },
         )],
         ..ClosedWindow::default()
@@ -361,6 +401,7 @@ async fn a_chunk_sent_again_is_applied_once_and_returns_its_follow_ups_again() {
         sample_count: 120,
         log_ttl_secs: 0,
         max_series: 100,
+        quantiles: Default::default(),
     };
     let precisions = CounterWrite::everywhere(&PRECISIONS);
     let chunks: Vec<Arc<_>> = build_slot_chunks(&window, &precisions, &settings)

@@ -43,7 +43,7 @@ impl Flushed {
             .stats
             .iter()
             .find(|s| &*s.0 == series && s.1 == StatKind::Timer)
-            .map(|s| s.2)
+            .map(|s| s.2.clone())
             .expect("timer series");
         (s.count, s.sum, s.min, s.max)
     }

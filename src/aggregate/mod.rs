@@ -7,8 +7,10 @@
 //! exactly the values to write.
 
 mod log;
+pub mod sketch;
 
 pub use log::{LogEntry, Severity};
+pub use sketch::{Bucket, Buckets, Mapping};
 
 use std::hash::{Hash, Hasher};
 
@@ -39,33 +41,37 @@ impl StatKind {
     }
 }
 
-/// count, sum and sum of squares weighted by `1 / rate`; min and max unweighted.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// count, sum and sum of squares weighted by `1 / rate`; min and max unweighted; the values'
+/// histogram for quantiles ([`sketch`]), weighted like the count.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Stats {
     pub count: f64,
     pub sum: f64,
     pub sumsq: f64,
     pub min: f64,
     pub max: f64,
+    pub buckets: Buckets,
 }
 
 impl Stats {
-    fn new() -> Stats {
+    pub fn new() -> Stats {
         Stats {
             count: 0.0,
             sum: 0.0,
             sumsq: 0.0,
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
+            buckets: Buckets::default(),
         }
     }
 
-    fn add(&mut self, value: f64, weight: f64) {
+    fn add(&mut self, value: f64, weight: f64, mapping: &Mapping) {
         self.count += weight;
         self.sum += value * weight;
         self.sumsq += value * value * weight;
         self.min = self.min.min(value);
         self.max = self.max.max(value);
+        self.buckets.add(mapping.bucket(value), weight);
     }
 
     fn merge(&mut self, other: &Stats) {
@@ -74,6 +80,7 @@ impl Stats {
         self.sumsq += other.sumsq;
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
+        self.buckets.merge(&other.buckets);
     }
 }
 
@@ -179,12 +186,26 @@ pub struct Window {
     /// Samples of new series dropped because their map was full, by `MetricType as usize`;
     /// log entries dropped last.
     pub dropped: [u64; MetricType::ALL.len() + 1],
+    /// How timer, histogram and distribution values are bucketed.
+    pub mapping: Mapping,
 }
 
 /// Where [`Window::dropped`] counts log entries.
 pub const DROPPED_LOGS: usize = MetricType::ALL.len();
 
 impl Window {
+    pub fn new(mapping: Mapping) -> Window {
+        Window {
+            mapping,
+            ..Window::default()
+        }
+    }
+
+    /// Everything received so far, leaving an empty window of the same mapping.
+    pub fn take(&mut self) -> Window {
+        std::mem::replace(self, Window::new(self.mapping))
+    }
+
     /// Adds one sample of `series`, unless the series is new and its type already has `max`
     /// series in this window: then the sample is counted in [`Window::dropped`]. Known series
     /// are updated in place without allocating.
@@ -222,8 +243,9 @@ impl Window {
                     MetricType::Histogram => StatKind::Histogram,
                     _ => StatKind::Distribution,
                 };
+                let mapping = &self.mapping;
                 slot(&mut self.stats[kind as usize], series, max, Stats::new)
-                    .map(|s| s.add(v, weight))
+                    .map(|s| s.add(v, weight, mapping))
             }
             // The parser pairs members only with sets and deltas only with gauges.
             _ => Some(()),
@@ -245,7 +267,7 @@ impl Window {
     /// Folds a window of the same period, received after `self`, into `self`. Each reader
     /// caps its own window, so a merged window holds up to `udp_readers` times the cap.
     pub fn merge(&mut self, other: Window) {
-        if self.is_empty() && self.dropped == Window::default().dropped {
+        if self.is_empty() && self.dropped == [0; MetricType::ALL.len() + 1] {
             // The usual case (one reader): take its maps instead of rebuilding them.
             *self = other;
             return;

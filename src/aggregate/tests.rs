@@ -146,12 +146,21 @@ fn empty_window_closes_empty() {
 #[test]
 fn coarse_sums_add_counters_and_merge_stats_across_windows() {
     let mut sums = CoarseSums::new(1);
+    let m = Mapping::default();
+    let bucket_of = |values: &[f64]| {
+        let mut b = Buckets::default();
+        for &v in values {
+            b.add(m.bucket(v), 1.0);
+        }
+        b
+    };
     let stat = |v: f64| Stats {
         count: 1.0,
         sum: v,
         sumsq: v * v,
         min: v,
         max: v,
+        buckets: bucket_of(&[v]),
     };
     sums.add_counters(&[("a".into(), 2), ("b".into(), -1)]);
     sums.add_stats(vec![("t".into(), StatKind::Timer, stat(10.0))]);
@@ -190,6 +199,7 @@ fn coarse_sums_add_counters_and_merge_stats_across_windows() {
         sumsq: 116.0,
         min: 4.0,
         max: 10.0,
+        buckets: bucket_of(&[4.0, 10.0]),
     };
     assert_eq!(
         taken.stats,

@@ -13,7 +13,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::AppState;
-use crate::cli::parse_stat_kind;
+use crate::cli::{parse_duration, parse_quantile, parse_stat_kind, quantile_range};
 use crate::store::StoreError;
 
 /// Largest page of the known-series list and longest slowest/log listing.
@@ -66,6 +66,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/v1/counter/{series}", get(counter))
         .route("/api/v1/stats/{series}", get(stats))
+        .route("/api/v1/percentiles/{series}", get(percentiles))
         .route("/api/v1/slowest", get(slowest))
         .route("/api/v1/log/{name}", get(log))
         .route("/api/v1/logs", get(logs))
@@ -105,6 +106,62 @@ async fn stats(
         )),
         None => Err(not_found(format!(
             "no {} statistics for `{series}` this hour",
+            kind.redis_name()
+        ))),
+    }
+}
+
+/// Quantiles from the buckets: `type`, `quantiles` (comma separated, default 0.5,0.9,0.99), and
+/// `last` (a duration, with an optional `precision`) or `hour` (`current`, the default, or
+/// `last`).
+async fn percentiles(
+    State(s): State<AppState>,
+    Path(series): Path<String>,
+    Query(q): Params,
+) -> ApiResult {
+    let bad = |e: String| ApiError(StatusCode::BAD_REQUEST, e);
+    let kind = parse_stat_kind(q.get("type").map_or("AccessTime", String::as_str)).map_err(bad)?;
+    let quantiles = q
+        .get("quantiles")
+        .map_or("0.5,0.9,0.99", String::as_str)
+        .split(',')
+        .map(parse_quantile)
+        .collect::<Result<Vec<f64>, String>>()
+        .map_err(bad)?;
+    let last = q
+        .get("last")
+        .map(|d| parse_duration(d))
+        .transpose()
+        .map_err(bad)?;
+    let last_hour = match q.get("hour").map(String::as_str) {
+        None | Some("current") => false,
+        Some("last") => true,
+        Some(other) => return Err(bad(format!("`hour` is current or last, not {other:?}"))),
+    };
+    let precision = q
+        .get("precision")
+        .map(|_| positive(&q, "precision", 1))
+        .transpose()?;
+    let now = crate::store::clock::unix_now();
+    let range = quantile_range(&s.config, last, last_hour, precision, now).map_err(bad)?;
+    match s
+        .reader()
+        .await?
+        .quantiles(&series, kind, &quantiles, range)
+        .await?
+    {
+        Some(view) => Ok(Json(json!({
+            "series": series,
+            "type": kind.redis_name(),
+            "quantiles": view.quantiles.iter().map(|(q, v)| json!({"q": q, "value": v})).collect::<Vec<_>>(),
+            "relative_accuracy": view.relative_accuracy,
+            "count": view.count,
+            "hour": view.hour,
+            "precision": view.precision,
+            "slices": view.slices,
+        }))),
+        None => Err(not_found(format!(
+            "no {} values of `{series}` in that range",
             kind.redis_name()
         ))),
     }
@@ -157,7 +214,7 @@ async fn gauge(
     let Some(value) = reader.gauge(&series).await? else {
         return Err(not_found(format!("no gauge `{series}`")));
     };
-    let precision = positive(&q, "precision", s.precisions[0])?;
+    let precision = positive(&q, "precision", s.config.precisions[0])?;
     let samples = reader.gauge_samples(&series, precision).await?;
     Ok(Json(
         json!({ "series": series, "value": value, "precision": precision, "samples": samples }),
@@ -170,7 +227,7 @@ async fn set(State(s): State<AppState>, Path(series): Path<String>, Query(q): Pa
     let samples = s
         .reader()
         .await?
-        .set(&series, precision, now, s.sample_count)
+        .set(&series, precision, now, s.config.sample_count)
         .await?;
     if samples.is_empty() {
         return Err(not_found(format!(

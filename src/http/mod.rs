@@ -14,6 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
+use crate::config::Config;
 use crate::store::{Connection, Reader, Store, StoreError};
 use crate::telemetry::Telemetry;
 
@@ -24,8 +25,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct AppState {
     pub telemetry: Arc<Telemetry>,
     pub store: Store,
-    pub precisions: Vec<u64>,
-    pub sample_count: u64,
+    /// The agent's configuration: the precisions, sample count and quantile precisions that
+    /// say what the layout holds.
+    pub config: Arc<Config>,
     /// One multiplexed connection shared by all API requests, made on first use.
     pub connection: Arc<tokio::sync::Mutex<Option<Connection>>>,
 }

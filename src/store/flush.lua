@@ -13,8 +13,11 @@
 --          count followed by its items:
 --          precisions: precision, slice, what to do with the counters at it (below);
 --                      gauges and sets are written at every precision listed
+--          (then, not a section) the quantile buckets' relative accuracy, the most buckets a
+--          hash keeps, and a count of slice precisions, each: precision, slice, expire at
 --          counters:   series, integer increment
---          stats:      series, type (AccessTime|Histogram|Distribution), count, sum, sumsq, min, max
+--          stats:      series, type (AccessTime|Histogram|Distribution), count, sum, sumsq, min,
+--                      max, bucket count b, b pairs of bucket field and weight
 --          gauges:     series, value
 --          sets:       series, member count m, m members
 --          logs:       name, severity, message
@@ -72,6 +75,13 @@ local function apply()
     elseif mode == '3' then
       index_all[#index_all + 1] = p
     end
+    i = i + 3
+  end
+  local hist = {alpha = ARGV[i], max = tonumber(ARGV[i + 1])}
+  i = i + 2
+  local hist_precisions = {}
+  for p = 1, count() do
+    hist_precisions[p] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]}
     i = i + 3
   end
 
@@ -146,10 +156,23 @@ local function apply()
   local ranked, timers = zadder(slowest), 0
   for _ = 1, count() do
     local series, kind = ARGV[i], ARGV[i + 1]
+    local b = tonumber(ARGV[i + 7])
+    hist.fields, hist.weights = {}, {}
+    for j = 1, b do
+      hist.fields[j], hist.weights[j] = ARGV[i + 6 + 2 * j], ARGV[i + 7 + 2 * j]
+    end
+    local hour, slices = nil, {}
+    if b > 0 then
+      local name = prefix .. 'hist:' .. series .. ':' .. kind
+      hour = {name, name .. ':last'}
+      for p, h in ipairs(hist_precisions) do
+        slices[p] = {prefix .. 'hist:' .. h[1] .. ':' .. series .. ':' .. kind .. ':' .. h[2], h[3]}
+      end
+    end
     local ok, average = pcall(merge_stats, family(prefix .. 'stats:' .. series .. ':' .. kind),
       tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]),
-      tonumber(ARGV[i + 6]))
-    i = i + 7
+      tonumber(ARGV[i + 6]), hist, hour, slices)
+    i = i + 8 + 2 * b
     if not ok then
       failed(prefix .. 'stats:' .. series .. ':' .. kind, average)
     elseif kind == 'AccessTime' and average then

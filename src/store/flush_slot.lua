@@ -11,7 +11,8 @@
 -- ARGV     the chunk's number, the number of the chunk sent just before it for this slot in the
 --          same pipeline (0: every earlier one was acknowledged), the sequence key's lifetime
 --          (s), key prefix, hour (YYYY-MM-DDTHH:00:00), idle lifetime of log keys (s, 0: none),
---          then sections, each a count followed by its items (keys taken from KEYS):
+--          the quantile buckets' relative accuracy and the most buckets a hash keeps, then
+--          sections, each a count followed by its items (keys taken from KEYS):
 --          counters:  runs of one slice: slice, mode (below), n, then n increments
 --                                                                   n keys count:<p>:<s>
 --          gauges:    runs of one slice: slice, 0, n, then n values (a new slice reports
@@ -20,10 +21,12 @@
 --                     (one key for the section; the section has 0 or 1 items of m pairs:
 --                      m, then m series/value pairs)
 --          sets:      expire at, member count m, m members                  1 key  set:<p>:<s>:<slice>
---          stats:     type, count, sum, sumsq, min, max                     4 keys stats:{<s>}:<type>,
---                                                                                  :start, :last, :pstart
+--          stats:     type, count, sum, sumsq, min, max, bucket count b,    6 keys stats:{<s>}:<type>,
+--                     b pairs of bucket field and weight                          :start, :last, :pstart,
+--                                                                                  hist:{<s>}:<type>, :last
 --          recent:    entry ("<asctime> <message>")                         1 key  recent:<n>:<sev>
 --          common:    message                                               4 keys common:{<n>}:<sev>, ...
+--          buckets:   expire at, bucket count b, b pairs of field and weight  1 key hist:<p>:<s>:<type>:<slice>
 --
 -- Returns {1, counter members, gauge members, timers, failures} when applied: the index members
 -- (`<precision>:<series>`) whose hash got a new slice, for known: and known:gauge: (other slots:
@@ -57,7 +60,8 @@ redis.call('SET', KEYS[1], seq, 'EX', ARGV[3])
 
 local prefix = ARGV[4]
 hour, log_ttl = ARGV[5], tonumber(ARGV[6])
-local i, k = 7, 2
+local hist = {alpha = ARGV[7], max = tonumber(ARGV[8])}
+local i, k = 9, 2
 local function count()
   local n = tonumber(ARGV[i])
   i = i + 1
@@ -69,6 +73,16 @@ local function key()
 end
 local function family()
   return {key(), key(), key(), key()}
+end
+-- The item's bucket count and pairs into `hist`; returns the count.
+local function buckets()
+  local b = tonumber(ARGV[i])
+  hist.fields, hist.weights = {}, {}
+  for j = 1, b do
+    hist.fields[j], hist.weights[j] = ARGV[i + 2 * j - 1], ARGV[i + 2 * j]
+  end
+  i = i + 1 + 2 * b
+  return b
 end
 
 local members, gauge_members, timers = {}, {}, {}
@@ -137,10 +151,13 @@ local function apply()
   -- Statistics: the hour's ZSET read whole, then written whole (or not at all).
   skip = #prefix + #'stats:{' + 1
   for _ = 1, count() do
-    local keys, kind = family(), ARGV[i]
-    local ok, average = pcall(merge_stats, keys, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
-      tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]))
+    local keys, hour_keys, kind = family(), {key(), key()}, ARGV[i]
+    local n, sum, sumsq, min, max = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
+      tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
     i = i + 6
+    local b = buckets()
+    local ok, average = pcall(merge_stats, keys, n, sum, sumsq, min, max, hist,
+      b > 0 and hour_keys or nil, {})
     if not ok then
       failed(keys[1], average)
     elseif kind == 'AccessTime' and average then
@@ -164,6 +181,19 @@ local function apply()
     local ok, err = pcall(log_common, keys, message)
     if not ok then
       failed(keys[1], err)
+    end
+  end
+
+  -- Quantile buckets per slice (the hour's went with the stats), read, then written.
+  for _ = 1, count() do
+    local name, expire_at = key(), ARGV[i]
+    i = i + 1
+    buckets()
+    local ok, err = pcall(function()
+      write_buckets(name, read_buckets(name, hist), hist, expire_at)
+    end)
+    if not ok then
+      failed(name, err)
     end
   end
 end

@@ -55,9 +55,72 @@ local function roll(family, action)
   end
 end
 
+-- Quantile buckets (src/aggregate/sketch.rs): a HASH of bucket -> weighted count, with `a` the
+-- relative accuracy they were made with. `hist` is {alpha, max (buckets a hash keeps), fields,
+-- weights}; the chunk's header and item give them.
+local function bucket_order(field)
+  if field == 'z' then
+    return 0
+  elseif string.sub(field, 1, 1) == 'n' then
+    return -1e9 - tonumber(string.sub(field, 2))
+  end
+  return 1e9 + tonumber(field)
+end
+
+-- Reads what `key` holds of the item's buckets (fails on a key of another type, or buckets of
+-- another accuracy or not numbers): {alpha, count per field}.
+local function read_buckets(key, hist)
+  local old = redis.call('HMGET', key, 'a', unpack(hist.fields))
+  if old[1] and old[1] ~= hist.alpha then
+    error({err = 'ERR buckets of another relative accuracy (' .. old[1] .. ') at ' .. key})
+  end
+  for j = 2, #old do
+    if old[j] and not tonumber(old[j]) then
+      error({err = 'ERR bucket count is not a number at ' .. key})
+    end
+  end
+  return old
+end
+
+-- Adds the item's counts to what read_buckets found; a new key gets `expire_at` (if any). Past
+-- `hist.max` buckets the lowest are folded into the lowest one kept, as the agent does.
+local function write_buckets(key, old, hist, expire_at)
+  local args, n = {'a', hist.alpha}, 2
+  for j, field in ipairs(hist.fields) do
+    args[n + 1] = field
+    args[n + 2] = tostring((tonumber(old[j + 1]) or 0) + tonumber(hist.weights[j]))
+    n = n + 2
+  end
+  local added = redis.call('HSET', key, unpack(args, 1, n))
+  if expire_at and not old[1] then
+    redis.call('EXPIREAT', key, expire_at)
+  end
+  if added > 0 and redis.call('HLEN', key) > hist.max + 1 then
+    local all, buckets = redis.call('HGETALL', key), {}
+    for j = 1, #all, 2 do
+      if all[j] ~= 'a' then
+        buckets[#buckets + 1] = {all[j], tonumber(all[j + 1]), bucket_order(all[j])}
+      end
+    end
+    table.sort(buckets, function(x, y) return x[3] < y[3] end)
+    local excess, folded, gone = #buckets - hist.max, 0, {}
+    for j = 1, excess do
+      folded = folded + buckets[j][2]
+      gone[j] = buckets[j][1]
+    end
+    redis.call('HDEL', key, unpack(gone))
+    local kept = buckets[excess + 1]
+    redis.call('HSET', key, kept[1], tostring(kept[2] + folded))
+  end
+end
+
 -- update_stats: one read of the five members and one write of all five, instead of a call per
--- member. Returns the hour's average when the window went to the current hour.
-local function merge_stats(family, n, sum, sumsq, min, max)
+-- member, and the hour's quantile buckets beside them (`hour`: the family's hist key and its
+-- :last; nil without buckets), rolled over with them. `slices` are more bucket keys written
+-- with the item, {key, expire at} each (one server; a cluster writes them in their own slots).
+-- Everything is read before anything is written. Returns the hour's average when the window
+-- went to the current hour.
+local function merge_stats(family, n, sum, sumsq, min, max, hist, hour, slices)
   local target, action = hourly(family)
   if action ~= 'roll' then
     local old = redis.call('ZMSCORE', target, 'min', 'max', 'count', 'sum', 'sumsq')
@@ -71,8 +134,32 @@ local function merge_stats(family, n, sum, sumsq, min, max)
   if min ~= min or max ~= max or n ~= n or sum ~= sum or sumsq ~= sumsq then
     error({err = 'ERR statistics would not be a number (NaN)'})
   end
+  local hour_key, hour_old, slice_old = nil, {}, {}
+  if hour then
+    hour_key = target == family[3] and hour[2] or hour[1]
+    -- At a rollover the hour's key is renamed away first: the new hour starts empty.
+    if action ~= 'roll' then
+      hour_old = read_buckets(hour_key, hist)
+    end
+    for j, slice in ipairs(slices) do
+      slice_old[j] = read_buckets(slice[1], hist)
+    end
+  end
   roll(family, action)
+  if hour and action == 'roll' then
+    if redis.call('EXISTS', hour[1]) == 1 then
+      redis.call('RENAME', hour[1], hour[2])
+    else
+      redis.call('DEL', hour[2])
+    end
+  end
   redis.call('ZADD', target, min, 'min', max, 'max', n, 'count', sum, 'sum', sumsq, 'sumsq')
+  if hour then
+    write_buckets(hour_key, hour_old, hist)
+    for j, slice in ipairs(slices) do
+      write_buckets(slice[1], slice_old[j], hist, slice[2])
+    end
+  end
   return target == family[1] and sum / n
 end
 

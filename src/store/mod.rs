@@ -24,11 +24,11 @@ use crate::config::{Config, ConfigError, RedisMode};
 
 pub use cleaner::Cleaner;
 pub use keys::Keys;
-pub use reader::Reader;
+pub use reader::{QuantileRange, QuantilesView, Reader};
 pub use slots::{FollowUps, SlotsWritten, build_slot_chunks};
 pub use writer::{
-    ChunkSettings, CounterWrite, FlushChunk, SEQUENCE_TTL_SECS, WriteFailure, Writer, Written,
-    build_chunks,
+    ChunkSettings, CounterWrite, FlushChunk, QuantileSettings, SEQUENCE_TTL_SECS, WriteFailure,
+    Writer, Written, build_chunks,
 };
 
 /// A failed Redis call.

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::keys::{self, Keys};
 use super::{Connection, StoreError};
-use crate::aggregate::StatKind;
+use crate::aggregate::{Bucket, Buckets, Mapping, StatKind};
 
 /// One hour of statistics, as the book's `get_stats` returns them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -55,6 +55,45 @@ pub struct LogView {
     pub common: Vec<(String, f64)>,
 }
 
+/// Which buckets quantiles are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantileRange {
+    /// The hour's hash beside the stats (`hist:<series>:<type>`), or the hour before (`:last`).
+    Hour { last: bool },
+    /// The slices at `precision` that overlap the `secs` seconds up to `now` (the newest one
+    /// still filling).
+    Last { secs: u64, precision: u64, now: u64 },
+}
+
+/// Quantiles read back from the buckets.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QuantilesView {
+    /// `(q, value)`, each value within `relative_accuracy` of the exact quantile of what was
+    /// sent (relative to it; values within 1e-9 of zero read as 0).
+    pub quantiles: Vec<(f64, f64)>,
+    pub relative_accuracy: f64,
+    /// The weighted number of values (each counted `1 / rate`).
+    pub count: f64,
+    /// The hour read (`YYYY-MM-DDTHH:00:00`), for [`QuantileRange::Hour`].
+    pub hour: Option<String>,
+    /// The slices read, oldest first, for [`QuantileRange::Last`] (those without values too).
+    pub slices: Vec<u64>,
+    pub precision: Option<u64>,
+}
+
+/// A bucket hash as written by the flush: its accuracy and its buckets; `None` when it holds
+/// none.
+fn parse_buckets(fields: &[(String, String)]) -> Option<(f64, Buckets)> {
+    let alpha = fields.iter().find(|(f, _)| f == "a")?.1.parse().ok()?;
+    let mut buckets = Buckets::default();
+    for (field, count) in fields {
+        if let (Some(bucket), Ok(count)) = (Bucket::parse(field), count.parse::<f64>()) {
+            buckets.add(bucket, count);
+        }
+    }
+    Some((alpha, buckets))
+}
+
 pub struct Reader {
     conn: Connection,
     keys: Keys,
@@ -97,6 +136,87 @@ impl Reader {
             .query_async(&mut self.conn)
             .await?;
         Ok(StatsView::from_zset(&data))
+    }
+
+    /// Quantiles `qs` of a series' values over `range`, merged from its bucket hashes; `None`
+    /// when the range holds none. Hashes written at another accuracy than the first one found
+    /// are taken bucket by bucket at their estimates (their error adds to it).
+    pub async fn quantiles(
+        &mut self,
+        series: &str,
+        kind: StatKind,
+        qs: &[f64],
+        range: QuantileRange,
+    ) -> Result<Option<QuantilesView>, StoreError> {
+        let (keys, hour, slices, precision) = match range {
+            QuantileRange::Hour { last } => {
+                let (hist, start) = (self.keys.hist(series, kind), self.keys.stats(series, kind));
+                let (key, start) = if last {
+                    (format!("{hist}:last"), format!("{start}:pstart"))
+                } else {
+                    (hist, format!("{start}:start"))
+                };
+                let hour: Option<String> = redis::cmd("GET")
+                    .arg(start)
+                    .query_async(&mut self.conn)
+                    .await?;
+                (vec![key], hour, Vec::new(), None)
+            }
+            QuantileRange::Last {
+                secs,
+                precision,
+                now,
+            } => {
+                let precision = precision.max(1);
+                let newest = keys::slice(now, precision);
+                let slices: Vec<u64> = (0..)
+                    .map_while(|i| newest.checked_sub(i * precision))
+                    .take_while(|s| s + precision > now.saturating_sub(secs))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                let keys = slices
+                    .iter()
+                    .map(|s| self.keys.hist_slice(precision, series, kind, *s))
+                    .collect();
+                (keys, None, slices, Some(precision))
+            }
+        };
+        // One call per key, all at once: in a cluster the slices live in other slots.
+        let hashes: Vec<Vec<(String, String)>> =
+            futures_util::future::try_join_all(keys.into_iter().map(|key| {
+                let mut conn = self.conn.clone();
+                async move { redis::cmd("HGETALL").arg(key).query_async(&mut conn).await }
+            }))
+            .await?;
+        let mut merged: Option<(Mapping, Buckets)> = None;
+        for (alpha, buckets) in hashes.iter().filter_map(|h| parse_buckets(h)) {
+            let (mapping, all) =
+                merged.get_or_insert_with(|| (Mapping::new(alpha), Buckets::default()));
+            if alpha == mapping.alpha() {
+                all.merge(&buckets);
+            } else {
+                let theirs = Mapping::new(alpha);
+                for (b, w) in buckets.iter() {
+                    all.add(mapping.bucket(theirs.value(b)), w);
+                }
+            }
+        }
+        let Some((mapping, buckets)) = merged.filter(|(_, b)| b.total() > 0.0) else {
+            return Ok(None);
+        };
+        Ok(Some(QuantilesView {
+            quantiles: qs
+                .iter()
+                .filter_map(|&q| Some((q, buckets.quantile(&mapping, q)?)))
+                .collect(),
+            relative_accuracy: mapping.alpha(),
+            count: buckets.total(),
+            hour,
+            slices,
+            precision,
+        }))
     }
 
     /// The slowest timers by the hour's average, slowest first.

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use redis::aio::ConnectionLike;
 
-use super::writer::{Argv, SET_MEMBERS_PER_SERIES};
+use super::writer::{Argv, SET_MEMBERS_PER_SERIES, put_buckets};
 use super::{
     ChunkSettings, Connection, CounterWrite, FlushChunk, Keys, SEQUENCE_TTL_SECS, StoreError,
     Writer, clock, keys,
 };
-use crate::aggregate::ClosedWindow;
+use crate::aggregate::{ClosedWindow, sketch};
 
 /// Slot chunks in flight at once: enough to keep every master of a large cluster busy, few
 /// enough that a failing cluster is not flooded with calls that will fail too.
@@ -30,9 +30,12 @@ enum Op<'a> {
     Gauge(String, u64, f64),
     Values(String, &'a [(crate::aggregate::SeriesName, f64)]),
     Set(String, u64, &'a [crate::aggregate::Member]),
-    Stat([String; 4], &'static str, &'a crate::aggregate::Stats),
+    /// The stats family and the hour's bucket keys (`hist:{<s>}:<type>` and its `:last`).
+    Stat([String; 6], &'static str, &'a crate::aggregate::Stats),
     Recent(String, String),
     Common([String; 4], &'a str),
+    /// A slice's bucket key, when it expires, the buckets.
+    Hist(String, u64, &'a crate::aggregate::Buckets),
 }
 
 impl Op<'_> {
@@ -45,14 +48,16 @@ impl Op<'_> {
             Op::Stat(..) => 4,
             Op::Recent(..) => 5,
             Op::Common(..) => 6,
+            Op::Hist(..) => 7,
         }
     }
 
     fn first_key(&self) -> &str {
         match self {
             Op::Counter(k, ..) | Op::Gauge(k, ..) | Op::Values(k, _) | Op::Set(k, ..) => k,
-            Op::Recent(k, _) => k,
-            Op::Stat(k, ..) | Op::Common(k, _) => &k[0],
+            Op::Recent(k, _) | Op::Hist(k, ..) => k,
+            Op::Stat(k, ..) => &k[0],
+            Op::Common(k, _) => &k[0],
         }
     }
 
@@ -122,11 +127,24 @@ pub fn build_slot_chunks<'a>(
         }
     }
     for (series, kind, stats) in &window.stats {
+        let [stats_key, start, last, pstart] = family(keys.stats(series, *kind));
+        let hist = keys.hist(series, *kind);
+        let hist_last = format!("{hist}:last");
         add(Op::Stat(
-            family(keys.stats(series, *kind)),
+            [stats_key, start, last, pstart, hist, hist_last],
             kind.redis_name(),
             stats,
         ));
+        if !stats.buckets.is_empty() {
+            for &p in &settings.quantiles.precisions {
+                let slice = keys::slice(window.start, p);
+                add(Op::Hist(
+                    keys.hist_slice(p, series, *kind, slice),
+                    slice + settings.sample_count * p,
+                    &stats.buckets,
+                ));
+            }
+        }
     }
     let asctime = clock::asctime(window.start);
     for log in &window.logs {
@@ -169,7 +187,9 @@ fn encode(ops: &[Op], settings: &ChunkSettings, hour: &str) -> FlushChunk {
     let mut args = Argv::default();
     args.arg(settings.keys.prefix())
         .arg(hour)
-        .arg(settings.log_ttl_secs);
+        .arg(settings.log_ttl_secs)
+        .arg(settings.quantiles.alpha)
+        .arg(sketch::MAX_BUCKETS);
     // Counters and gauges in runs of one slice (and mode): the slice once per run, not per key,
     // as each argument costs Redis a parse and a Lua string.
     let run_of = |op: &Op| match op {
@@ -178,7 +198,7 @@ fn encode(ops: &[Op], settings: &ChunkSettings, hour: &str) -> FlushChunk {
         _ => (0, 0),
     };
     let mut series = 0;
-    for section in 0..7 {
+    for section in 0..8 {
         let mut these: Vec<&Op> = ops.iter().filter(|op| op.section() == section).collect();
         series += these.len();
         if section < 2 {
@@ -232,6 +252,7 @@ fn encode(ops: &[Op], settings: &ChunkSettings, hour: &str) -> FlushChunk {
                         .arg(s.sumsq)
                         .arg(s.min)
                         .arg(s.max);
+                    put_buckets(&mut args, &s.buckets);
                 }
                 Op::Recent(key, entry) => {
                     keys.arg(key);
@@ -242,6 +263,11 @@ fn encode(ops: &[Op], settings: &ChunkSettings, hour: &str) -> FlushChunk {
                         keys.arg(key);
                     }
                     args.arg(*message);
+                }
+                Op::Hist(key, expire_at, buckets) => {
+                    keys.arg(key);
+                    args.arg(expire_at);
+                    put_buckets(&mut args, buckets);
                 }
             }
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::{RedisWrite, Script, ToRedisArgs};
 
 use super::{Connection, Keys, Store, StoreError, clock, keys};
-use crate::aggregate::{ClosedWindow, SeriesName};
+use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
 use crate::telemetry::Telemetry;
 
 /// The flush scripts, each after what they share.
@@ -258,6 +258,25 @@ pub struct ChunkSettings {
     /// Idle lifetime of the log keys (`recent:`, `common:`); 0: none.
     pub log_ttl_secs: u64,
     pub max_series: usize,
+    pub quantiles: QuantileSettings,
+}
+
+/// How the statistics' quantile buckets are kept (`quantile_relative_accuracy`,
+/// `quantile_precisions`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantileSettings {
+    pub alpha: f64,
+    pub precisions: Vec<u64>,
+}
+
+impl Default for QuantileSettings {
+    fn default() -> Self {
+        let config = crate::config::Config::default();
+        QuantileSettings {
+            alpha: config.quantile_relative_accuracy,
+            precisions: config.quantile_precisions,
+        }
+    }
 }
 
 /// Splits a closed window into chunks of at most `max_series` series each, each a ready
@@ -289,6 +308,14 @@ pub fn build_chunks(
                     .arg(keys::slice(window.start, p))
                     .arg(counters as u8);
             }
+            let quantiles = &settings.quantiles;
+            cmd.arg(quantiles.alpha)
+                .arg(sketch::MAX_BUCKETS)
+                .arg(quantiles.precisions.len());
+            for &p in &quantiles.precisions {
+                let slice = keys::slice(window.start, p);
+                cmd.arg(p).arg(slice).arg(slice + settings.sample_count * p);
+            }
             let counters = &all_counters[part.counters.0..part.counters.1];
             cmd.arg(counters.len());
             for (series, n) in counters {
@@ -304,6 +331,7 @@ pub fn build_chunks(
                     .arg(s.sumsq)
                     .arg(s.min)
                     .arg(s.max);
+                put_buckets(&mut cmd, &s.buckets);
             }
             let gauges = &window.gauges[part.gauges.0..part.gauges.1];
             cmd.arg(gauges.len());
@@ -331,6 +359,14 @@ pub fn build_chunks(
             )
         })
         .collect()
+}
+
+/// A statistics item's buckets: their count, then field and weight of each.
+pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
+    cmd.arg(buckets.len());
+    for (bucket, weight) in buckets.iter() {
+        cmd.arg(bucket.field()).arg(weight);
+    }
 }
 
 /// How long a run's sequence key outlives its last write: a copy of a chunk delayed longer than
@@ -648,6 +684,7 @@ mod tests {
             sample_count: 120,
             log_ttl_secs: 0,
             max_series,
+            quantiles: Default::default(),
         }
     }
 

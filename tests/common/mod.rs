@@ -101,6 +101,19 @@ impl RedisServer {
             .sum()
     }
 
+    /// The weighted number of values in a quantile bucket hash (its fields but `a`).
+    pub fn hist_total(&self, key: &str) -> f64 {
+        let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(key)
+            .query(&mut self.conn())
+            .unwrap();
+        fields
+            .iter()
+            .filter(|(f, _)| f.as_str() != "a")
+            .map(|(_, c)| c.parse::<f64>().unwrap())
+            .sum()
+    }
+
     pub fn known(&self, key: &str) -> Vec<String> {
         redis::cmd("ZRANGE")
             .arg(key)

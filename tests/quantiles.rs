@@ -1,0 +1,446 @@
+//! Quantiles from the buckets in Redis: within the relative accuracy of the exact quantiles of
+//! what was sent, for several distributions and sample rates, over real UDP; merged exactly
+//! across agents and slices; rolled over with the hour; read by the CLI and the API.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use statsd_redis::aggregate::{Buckets, ClosedWindow, Mapping, StatKind, Stats};
+use statsd_redis::config::Config;
+use statsd_redis::store::{ChunkSettings, CounterWrite, QuantileRange, Writer, build_chunks};
+use statsd_redis::telemetry::Telemetry;
+
+const QS: [f64; 7] = [0.0, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0];
+
+/// A small deterministic generator (xorshift64*), so the tests need no seed handling.
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        ((self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    fn normal(&mut self) -> f64 {
+        (-2.0 * self.unit().ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
+    }
+}
+
+/// `(value, rate)` samples of one distribution.
+fn distribution(name: &str, n: usize) -> Vec<(f64, f64)> {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ name.len() as u64);
+    (0..n)
+        .map(|i| match name {
+            "uniform" => (1.0 + 999.0 * rng.unit(), 1.0),
+            "lognormal" => ((3.0 + 1.2 * rng.normal()).exp(), 1.0),
+            "bimodal" => (
+                if i % 4 == 0 {
+                    800.0 + 50.0 * rng.normal()
+                } else {
+                    20.0 + 3.0 * rng.normal()
+                },
+                1.0,
+            ),
+            // A quarter of the values sent at rate 0.1: each weighs ten.
+            _ => {
+                let v = (2.0 + 0.8 * rng.normal()).exp();
+                (v, if i % 4 == 0 { 0.1 } else { 1.0 })
+            }
+        })
+        .map(|(v, r)| ((v * 1000.0).round() / 1000.0, r))
+        .collect()
+}
+
+/// The exact weighted quantile: the value of rank `q · (n − 1)`, each value counted `1 / rate`.
+fn exact(samples: &[(f64, f64)], q: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total: f64 = sorted.iter().map(|(_, r)| 1.0 / r).sum();
+    let rank = q * (total - 1.0);
+    let mut seen = 0.0;
+    for (v, r) in &sorted {
+        seen += 1.0 / r;
+        if seen > rank {
+            return *v;
+        }
+    }
+    sorted.last().unwrap().0
+}
+
+fn assert_within(got: f64, want: f64, alpha: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= alpha * want.abs() * (1.0 + 1e-9),
+        "{what}: read {got}, exact {want}"
+    );
+}
+
+fn send_samples(agent: &TestAgent, series: &str, samples: &[(f64, f64)]) {
+    let lines: Vec<String> = samples
+        .iter()
+        .map(|(v, r)| {
+            if *r == 1.0 {
+                format!("{series}:{v}|ms")
+            } else {
+                format!("{series}:{v}|ms|@{r}")
+            }
+        })
+        .collect();
+    for chunk in lines.chunks(50) {
+        agent.send(chunk.join("\n").as_bytes());
+    }
+}
+
+fn total_weight(samples: &[(f64, f64)]) -> f64 {
+    samples.iter().map(|(_, r)| 1.0 / r).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quantiles_read_back_within_the_accuracy_for_every_distribution() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    let all: Vec<(&str, Vec<(f64, f64)>)> = ["uniform", "lognormal", "bimodal", "sampled"]
+        .into_iter()
+        .map(|d| (d, distribution(d, 4000)))
+        .collect();
+    for (name, samples) in &all {
+        send_samples(&agent, &format!("q.{name}"), samples);
+    }
+    let mut reader = redis.store().reader().await.unwrap();
+    for (name, samples) in &all {
+        let series = format!("q.{name}");
+        let want = total_weight(samples);
+        let mut view = None;
+        for _ in 0..50 {
+            view = reader
+                .quantiles(
+                    &series,
+                    StatKind::Timer,
+                    &QS,
+                    QuantileRange::Hour { last: false },
+                )
+                .await
+                .unwrap()
+                .filter(|v| (v.count - want).abs() < 1e-6);
+            if view.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let view = view.unwrap_or_else(|| panic!("{series}: not all {want} values arrived"));
+        assert_eq!(view.relative_accuracy, 0.01);
+        for (q, got) in view.quantiles {
+            assert_within(got, exact(samples, q), 0.01, &format!("{series} q={q}"));
+        }
+        // The slices of the last minutes hold the same values.
+        let now = unix_now();
+        let last = reader
+            .quantiles(
+                &series,
+                StatKind::Timer,
+                &[0.5, 0.99],
+                QuantileRange::Last {
+                    secs: 120,
+                    precision: 60,
+                    now,
+                },
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            (last.count - want).abs() < 1e-6,
+            "{series}: {} at 60 s",
+            last.count
+        );
+        for (q, got) in last.quantiles {
+            assert_within(
+                got,
+                exact(samples, q),
+                0.01,
+                &format!("{series} q={q}, 60 s slices"),
+            );
+        }
+    }
+    agent.stop().await;
+}
+
+/// Two agents sending halves of one stream into one Redis read back as the one stream: the
+/// buckets merge by Redis's addition, so the quantiles are those of all the values in one
+/// sketch, exactly, and within the accuracy of the exact ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_merge_into_the_quantiles_of_the_whole_stream() {
+    let redis = RedisServer::start();
+    let a = TestAgent::start(test_config(&redis));
+    let b = TestAgent::start(test_config(&redis));
+    let samples = distribution("lognormal", 3000);
+    let (first, second) = samples.split_at(1500);
+    send_samples(&a, "merged", first);
+    send_samples(&b, "merged", second);
+    let mapping = Mapping::default();
+    let mut one = Buckets::default();
+    for (v, _) in &samples {
+        one.add(mapping.bucket(*v), 1.0);
+    }
+    let mut reader = redis.store().reader().await.unwrap();
+    let mut read = None;
+    for _ in 0..50 {
+        read = reader
+            .quantiles(
+                "merged",
+                StatKind::Timer,
+                &QS,
+                QuantileRange::Hour { last: false },
+            )
+            .await
+            .unwrap()
+            .filter(|v| v.count == 3000.0);
+        if read.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let read = read.expect("both halves arrived");
+    for (q, got) in read.quantiles {
+        assert_eq!(Some(got), one.quantile(&mapping, q), "q={q}: as one sketch");
+        assert_within(got, exact(&samples, q), 0.01, &format!("q={q}"));
+    }
+    a.stop().await;
+    b.stop().await;
+}
+
+fn timer_window(start: u64, values: &[f64]) -> ClosedWindow {
+    let mapping = Mapping::default();
+    let mut stats = Stats::new();
+    for &v in values {
+        stats.count += 1.0;
+        stats.sum += v;
+        stats.sumsq += v * v;
+        stats.min = stats.min.min(v);
+        stats.max = stats.max.max(v);
+        stats.buckets.add(mapping.bucket(v), 1.0);
+    }
+    ClosedWindow {
+        start,
+        stats: vec![("sliced".into(), StatKind::Timer, stats)],
+        ..ClosedWindow::default()
+    }
+}
+
+/// Fifteen one-minute slices read together give the quantiles of all their values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifteen_one_minute_slices_merge_into_the_quantiles_of_all_their_values() {
+    let redis = RedisServer::start();
+    let store = redis.store();
+    let mut writer = Writer::new(store.clone(), None, Arc::new(Telemetry::new()));
+    let settings = ChunkSettings {
+        keys: store.keys().clone(),
+        sample_count: 120,
+        log_ttl_secs: 0,
+        max_series: 100,
+        quantiles: Default::default(),
+    };
+    let samples = distribution("bimodal", 1500);
+    let values: Vec<f64> = samples.iter().map(|s| s.0).collect();
+    // Fifteen minutes ending now, one window in each minute.
+    let now = unix_now();
+    let first_minute = (now / 60 - 14) * 60;
+    for (minute, part) in values.chunks(100).enumerate() {
+        let window = timer_window(first_minute + 60 * minute as u64 + 7, part);
+        let chunks: Vec<_> = build_chunks(&window, &CounterWrite::everywhere(&[60]), &settings)
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| {
+                c.seq = (minute * 10 + i + 1) as u64;
+                Arc::new(c)
+            })
+            .collect();
+        let written = writer.write_chunks("flush:slices.1", &chunks).await;
+        assert_eq!(written.acknowledged, chunks.len(), "{:?}", written.error);
+    }
+    let mut reader = store.reader().await.unwrap();
+    let view = reader
+        .quantiles(
+            "sliced",
+            StatKind::Timer,
+            &QS,
+            QuantileRange::Last {
+                secs: now - first_minute,
+                precision: 60,
+                now,
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(view.slices.len(), 15, "{:?}", view.slices);
+    assert_eq!(view.count, 1500.0);
+    for (q, got) in view.quantiles {
+        assert_within(
+            got,
+            exact(&samples.iter().map(|s| (s.0, 1.0)).collect::<Vec<_>>(), q),
+            0.01,
+            &format!("q={q}"),
+        );
+    }
+    // Every slice key expires with its retention: sample_count minutes after its start.
+    let key = store
+        .keys()
+        .hist_slice(60, "sliced", StatKind::Timer, first_minute);
+    let expire_at: i64 = redis::cmd("EXPIRETIME")
+        .arg(&key)
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(expire_at as u64, first_minute + 120 * 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hours_buckets_roll_over_with_its_stats_and_a_foreign_accuracy_is_refused() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    redis::pipe()
+        .cmd("ZADD")
+        .arg("stats:rolled:AccessTime")
+        .arg(1)
+        .arg("count")
+        .cmd("SET")
+        .arg("stats:rolled:AccessTime:start")
+        .arg("2000-01-01T00:00:00")
+        .cmd("HSET")
+        .arg("hist:rolled:AccessTime")
+        .arg("a")
+        .arg("0.01")
+        .arg("100")
+        .arg("5")
+        .cmd("HSET")
+        .arg("hist:foreign:AccessTime")
+        .arg("a")
+        .arg("0.05")
+        .arg("3")
+        .arg("1")
+        .query::<()>(&mut c)
+        .unwrap();
+    let agent = TestAgent::start(test_config(&redis));
+    agent.send(b"rolled:42|ms\nforeign:7|ms\nfine:7|ms");
+    eventually(Duration::from_secs(3), "the window", || {
+        redis::cmd("EXISTS")
+            .arg("hist:fine:AccessTime")
+            .query::<bool>(&mut redis.conn())
+            .unwrap()
+    })
+    .await;
+    assert_eq!(agent.metric("write_failures_total"), 1.0, "the foreign one");
+    let hgetall = |key: &str| -> std::collections::BTreeMap<String, String> {
+        redis::cmd("HGETALL")
+            .arg(key)
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    let last = hgetall("hist:rolled:AccessTime:last");
+    assert_eq!(last.get("100").map(String::as_str), Some("5"), "{last:?}");
+    let current = hgetall("hist:rolled:AccessTime");
+    let bucket = Mapping::default().bucket(42.0).field();
+    assert_eq!(
+        current.get(&bucket).map(String::as_str),
+        Some("1"),
+        "{current:?}"
+    );
+    assert_eq!(current.len(), 2, "the accuracy and one bucket: {current:?}");
+    // The series with buckets of another accuracy keeps them, and its item is not applied
+    // (stats included), rather than mixing two mappings; other series are.
+    assert_eq!(hgetall("hist:foreign:AccessTime").len(), 2);
+    let foreign: Option<f64> = redis::cmd("ZSCORE")
+        .arg("stats:foreign:AccessTime")
+        .arg("count")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(foreign, None);
+    assert_eq!(hgetall("hist:fine:AccessTime").len(), 2);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_and_the_api_read_percentiles() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(Config {
+        quantile_relative_accuracy: 0.02,
+        ..test_config(&redis)
+    });
+    let values: Vec<(f64, f64)> = (1..=100).map(|v| (f64::from(v), 1.0)).collect();
+    send_samples(&agent, "page.time", &values);
+    eventually(Duration::from_secs(3), "stats", || {
+        redis::cmd("ZSCORE")
+            .arg("stats:page.time:AccessTime")
+            .arg("count")
+            .query::<Option<f64>>(&mut redis.conn())
+            .unwrap()
+            == Some(100.0)
+    })
+    .await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_statsd-redis"))
+        .args([
+            "--redis",
+            &redis.url(),
+            "get",
+            "percentiles",
+            "page.time",
+            "--quantiles",
+            "0.5,0.99",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["relative_accuracy"], 0.02,
+        "the hash says which accuracy: {json}"
+    );
+    assert_eq!(json["count"], 100.0);
+    let p99 = json["quantiles"][1][1].as_f64().unwrap();
+    assert_within(p99, 99.0, 0.02, "CLI p99");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_statsd-redis"))
+        .args([
+            "--redis",
+            &redis.url(),
+            "get",
+            "percentiles",
+            "page.time",
+            "--last",
+            "5m",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("within 2% of the exact one") && text.contains("p99"),
+        "{text}"
+    );
+
+    let (status, body) = http_get(
+        agent.http,
+        "/api/v1/percentiles/page.time?quantiles=0.5&last=15m",
+    );
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_within(
+        json["quantiles"][0]["value"].as_f64().unwrap(),
+        50.0,
+        0.02,
+        "API p50",
+    );
+    assert_eq!(json["precision"], 60);
+    let (status, _) = http_get(agent.http, "/api/v1/percentiles/page.time?quantiles=2");
+    assert_eq!(status, 400);
+    let (status, _) = http_get(agent.http, "/api/v1/percentiles/nothing.here");
+    assert_eq!(status, 404);
+    agent.stop().await;
+}

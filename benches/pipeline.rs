@@ -1,5 +1,6 @@
 //! The per-line path on one core, without sockets: parse, the reader's path for one line and for
-//! a whole datagram; plus building the flush chunks of a closed window and spooling them.
+//! a whole datagram, the quantile bucket of a sample; plus building the flush chunks of a closed
+//! window and spooling them.
 //!
 //!     cargo bench --bench pipeline
 
@@ -7,7 +8,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use statsd_redis::aggregate::{ClosedWindow, Ledger, Window};
+use statsd_redis::aggregate::{Buckets, ClosedWindow, Ledger, Mapping, Window};
 use statsd_redis::ingest::LineHandler;
 use statsd_redis::protocol::{parse_line, parse_plain};
 use statsd_redis::spool::Spool;
@@ -62,6 +63,24 @@ fn parse_and_record(c: &mut Criterion) {
             b.iter(|| handler.handle_datagram(black_box(line), false, &mut window))
         });
     }
+    g.finish();
+}
+
+/// What a timer sample costs the agent for its quantiles: its bucket (a logarithm) and the count
+/// added to the series' buckets (a binary search in ~20 of them).
+fn buckets(c: &mut Criterion) {
+    let mut g = c.benchmark_group("buckets");
+    g.throughput(Throughput::Elements(1));
+    let mapping = Mapping::default();
+    let values: Vec<f64> = (0..1024).map(|i| 80.0 + f64::from(i % 40)).collect();
+    let mut buckets = Buckets::default();
+    let mut i = 0;
+    g.bench_function("add_one_sample", |b| {
+        b.iter(|| {
+            i = (i + 1) % values.len();
+            buckets.add(mapping.bucket(black_box(values[i])), 1.0)
+        })
+    });
     g.finish();
 }
 
@@ -135,5 +154,5 @@ fn chunks(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, parse, parse_and_record, datagrams, chunks);
+criterion_group!(benches, parse, parse_and_record, buckets, datagrams, chunks);
 criterion_main!(benches);

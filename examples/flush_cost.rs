@@ -1,17 +1,22 @@
-//! Writes windows of counter series through the agent's own writer, as one server or as a Redis
-//! Cluster takes them (one script call per chunk of series, or per slot chunk and the
+//! Writes windows of counter (or timer) series through the agent's own writer, as one server or
+//! as a Redis Cluster takes them (one script call per chunk of series, or per slot chunk and the
 //! follow-ups), without the UDP side: `scripts/cluster-cost.sh` runs it against a standalone
-//! Redis and a cluster and divides each one's CPU by its `HINCRBY` calls.
+//! Redis and a cluster and divides each one's CPU by its `HINCRBY` calls;
+//! `scripts/quantile-cost.sh` writes timers with and without their quantile buckets.
 //!
 //! cargo run --release --example flush_cost -- --redis URL [--cluster] [--series N] [--windows N] [--start SECS]
+//!     [--timers --samples N [--no-buckets] [--quantile-precisions 60,3600]]
 //!
+//! With `--timers` each series is a timer with `--samples` values a window, spread like latencies
+//! (log-normal, median 100 ms), into the hourly stats and the quantile buckets (none with
+//! `--no-buckets`: the script then writes the stats alone, as before buckets existed).
 //! `--start` is the first window's start (default: now); a second run that goes on where a first
 //! one stopped writes into the hashes the first one made, as an agent does all day.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use statsd_redis::aggregate::ClosedWindow;
+use statsd_redis::aggregate::{ClosedWindow, Mapping, StatKind, Stats};
 use statsd_redis::config::{Config, DEFAULT_PRECISIONS, RedisMode};
 use statsd_redis::store::{
     ChunkSettings, CounterWrite, FollowUps, Store, Writer, build_chunks, build_slot_chunks,
@@ -22,6 +27,8 @@ use statsd_redis::telemetry::Telemetry;
 async fn main() {
     let mut args = std::env::args().skip(1);
     let (mut redis, mut cluster, mut series, mut windows) = (String::new(), false, 20_000, 10);
+    let (mut timers, mut samples, mut buckets) = (false, 20, true);
+    let mut quantile_precisions = Config::default().quantile_precisions;
     let mut start = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -34,6 +41,16 @@ async fn main() {
             "--series" => series = value().parse().expect("--series N"),
             "--windows" => windows = value().parse().expect("--windows N"),
             "--start" => start = value().parse().expect("--start SECS"),
+            "--timers" => timers = true,
+            "--samples" => samples = value().parse().expect("--samples N"),
+            "--no-buckets" => buckets = false,
+            "--quantile-precisions" => {
+                quantile_precisions = value()
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.parse().expect("--quantile-precisions LIST"))
+                    .collect()
+            }
             other => panic!("unknown argument {other}"),
         }
     }
@@ -53,7 +70,21 @@ async fn main() {
         sample_count: config.sample_count,
         log_ttl_secs: 0,
         max_series: config.max_series_per_chunk,
-        quantiles: Default::default(),
+        quantiles: statsd_redis::store::QuantileSettings {
+            precisions: quantile_precisions,
+            ..Default::default()
+        },
+    };
+    let mapping = Mapping::default();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut normal = move || {
+        let mut unit = || {
+            rng ^= rng >> 12;
+            rng ^= rng << 25;
+            rng ^= rng >> 27;
+            ((rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        (-2.0 * unit().ln()).sqrt() * (std::f64::consts::TAU * unit()).cos()
     };
     let precisions = CounterWrite::everywhere(&DEFAULT_PRECISIONS);
     let mut writer = Writer::new(store, None, Arc::new(Telemetry::new()));
@@ -66,10 +97,35 @@ async fn main() {
     let mut last = 0;
     let mut seconds = 0.0;
     for w in 0..windows {
-        let window = ClosedWindow {
-            start: start + w,
-            counters: (0..series).map(|i| (format!("hc.{i}").into(), 3)).collect(),
-            ..ClosedWindow::default()
+        let window = if timers {
+            let stats = (0..series)
+                .map(|i| {
+                    let mut s = Stats::new();
+                    for _ in 0..samples {
+                        let v = (100.0 * (0.5 * normal()).exp()).round();
+                        s.count += 1.0;
+                        s.sum += v;
+                        s.sumsq += v * v;
+                        s.min = s.min.min(v);
+                        s.max = s.max.max(v);
+                        if buckets {
+                            s.buckets.add(mapping.bucket(v), 1.0);
+                        }
+                    }
+                    (format!("ht.{i}").into(), StatKind::Timer, s)
+                })
+                .collect();
+            ClosedWindow {
+                start: start + w,
+                stats,
+                ..ClosedWindow::default()
+            }
+        } else {
+            ClosedWindow {
+                start: start + w,
+                counters: (0..series).map(|i| (format!("hc.{i}").into(), 3)).collect(),
+                ..ClosedWindow::default()
+            }
         };
         let began = Instant::now();
         if cluster {
@@ -108,7 +164,8 @@ async fn main() {
         seconds += began.elapsed().as_secs_f64();
     }
     println!(
-        "{windows} windows of {series} counter series: {:.3} s per window",
+        "{windows} windows of {series} {} series: {:.3} s per window",
+        if timers { "timer" } else { "counter" },
         seconds / windows as f64
     );
 }

@@ -64,8 +64,8 @@ pub enum Query {
         /// The slices overlapping this long up to now: 90s, 15m, 6h, 2d (or seconds).
         #[arg(long, value_parser = parse_duration, conflicts_with = "hour")]
         last: Option<u64>,
-        /// current or last.
-        #[arg(long, value_parser = ["current", "last"])]
+        /// current, last, or a UTC hour YYYY-MM-DDTHH [default: current].
+        #[arg(long)]
         hour: Option<String>,
         /// Slice precision for --last [default: the finest of quantile_precisions that keeps
         /// that long].
@@ -121,20 +121,33 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{s}`: a duration is a number and s, m, h or d"))
 }
 
-/// The range of `get percentiles` and of the API's percentiles: `last` seconds at `precision`
-/// (by default the finest of `quantile_precisions` whose `sample_count` slices cover it, else
-/// the coarsest), or the current or last hour.
+/// The range of `get percentiles` and of the API's percentiles: the slices overlapping the
+/// `last` seconds at `precision` (by default the finest of `quantile_precisions` whose
+/// `sample_count` slices cover it, else the coarsest), or one UTC hour (`current`, `last` or
+/// `YYYY-MM-DDTHH`, from the 3600 s slices), the current hour when neither is given.
 pub fn quantile_range(
     config: &Config,
     last: Option<u64>,
-    last_hour: bool,
+    hour: Option<&str>,
     precision: Option<u64>,
     now: u64,
 ) -> Result<QuantileRange, String> {
-    let Some(secs) = last else {
-        return Ok(QuantileRange::Hour { last: last_hour });
-    };
     let kept = &config.quantile_precisions;
+    let Some(secs) = last else {
+        if !kept.contains(&3600) {
+            return Err(format!(
+                "hours are the 3600 s slices, and quantile_precisions is {kept:?}: use --last"
+            ));
+        }
+        let at = match hour.unwrap_or("current") {
+            "current" => now,
+            "last" => now.saturating_sub(3600),
+            text => clock::parse_hour(text).ok_or_else(|| {
+                format!("`{text}`: an hour is current, last or YYYY-MM-DDTHH (UTC)")
+            })?,
+        };
+        return Ok(QuantileRange::hour(at));
+    };
     let precision = match precision {
         Some(p) if kept.contains(&p) => p,
         Some(p) => {
@@ -150,14 +163,10 @@ pub fn quantile_range(
                 .find(|&&p| p.saturating_mul(config.sample_count) >= secs);
             *covering
                 .or(sorted.last())
-                .ok_or("no buckets are kept per slice (quantile_precisions is empty): use --hour")?
+                .ok_or("no buckets are kept (quantile_precisions is empty)")?
         }
     };
-    Ok(QuantileRange::Last {
-        secs,
-        precision,
-        now,
-    })
+    Ok(QuantileRange::last(secs, precision, now))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -331,7 +340,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             let range = quantile_range(
                 config,
                 *last,
-                hour.as_deref() == Some("last"),
+                hour.as_deref(),
                 *precision,
                 clock::unix_now(),
             )
@@ -345,16 +354,18 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             if as_json {
                 return Ok(json!(view).to_string());
             }
-            let over = match (&view.hour, view.precision) {
-                (_, Some(p)) => format!(
-                    "{} slices of {p} s from {}",
-                    view.slices.len(),
-                    view.slices
+            let over = match view.slices.as_slice() {
+                [hour] if view.precision == 3600 => {
+                    format!("the hour {}", clock::hour_start(*hour))
+                }
+                slices => format!(
+                    "{} slices of {} s from {} (UTC)",
+                    slices.len(),
+                    view.precision,
+                    slices
                         .first()
                         .map_or(String::new(), |s| clock::datetime(*s))
                 ),
-                (Some(hour), None) => format!("the hour {hour}"),
-                (None, None) => "the hour".to_string(),
             };
             let _ = writeln!(
                 out,
@@ -366,9 +377,12 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             table(
                 &mut out,
                 &["quantile", "value"],
-                view.quantiles
-                    .iter()
-                    .map(|(q, v)| vec![format!("p{}", number(q * 100.0)), number(*v)]),
+                view.quantiles.iter().map(|(q, v)| {
+                    vec![
+                        format!("p{}", number(q * 100.0)),
+                        significant(*v, view.relative_accuracy),
+                    ]
+                }),
             );
         }
         Query::Known { pattern, gauges } => {
@@ -394,6 +408,17 @@ pub fn number(v: f64) -> String {
         let s = format!("{v:.6}");
         s.trim_end_matches('0').trim_end_matches('.').to_string()
     }
+}
+
+/// A value known to within `alpha` (relative), with the digits that says and no more: 4
+/// significant ones at 1 %.
+fn significant(v: f64, alpha: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return number(v);
+    }
+    let digits = (-alpha.log10()).ceil() as i32 + 2;
+    let scale = 10f64.powi(digits - 1 - v.abs().log10().floor() as i32);
+    number((v * scale).round() / scale)
 }
 
 /// Left-aligned text columns, right-aligned numeric ones.
@@ -433,6 +458,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn quantile_values_keep_the_digits_their_accuracy_gives() {
+        assert_eq!(significant(100.494568, 0.01), "100.5");
+        assert_eq!(significant(0.0123456, 0.01), "0.01235");
+        assert_eq!(significant(320583.4, 0.01), "320600");
+        assert_eq!(significant(-4.5678, 0.001), "-4.5678");
+    }
+
+    #[test]
     fn numbers() {
         assert_eq!(number(5.0), "5");
         assert_eq!(number(150.5), "150.5");
@@ -464,32 +497,32 @@ mod tests {
         assert_eq!(parse_duration("2d"), Ok(172_800));
         assert!(parse_duration("5x").is_err() && parse_duration("0m").is_err());
         let config = Config::default();
-        let last = |secs, p| quantile_range(&config, Some(secs), false, p, 1000);
-        let at = |precision| {
-            Ok(QuantileRange::Last {
-                secs: 900,
-                precision,
-                now: 1000,
-            })
-        };
-        assert_eq!(last(900, None), at(60), "120 minutes cover 15");
+        let now = 1_795_320_489;
+        let range = |last, hour, p| quantile_range(&config, last, hour, p, now);
         assert_eq!(
-            last(86_400, None).map(|r| matches!(
-                r,
-                QuantileRange::Last {
-                    precision: 3600,
-                    ..
-                }
-            )),
-            Ok(true),
+            range(Some(900), None, None),
+            Ok(QuantileRange::last(900, 60, now)),
+            "120 minutes cover 15"
+        );
+        assert_eq!(
+            range(Some(86_400), None, None),
+            Ok(QuantileRange::last(86_400, 3600, now)),
             "a day needs hours"
         );
-        assert_eq!(last(900, Some(3600)), at(3600));
-        assert!(last(900, Some(5)).is_err(), "5 s slices are not kept");
-        assert_eq!(
-            quantile_range(&config, None, true, None, 0),
-            Ok(QuantileRange::Hour { last: true })
+        assert!(
+            range(Some(900), None, Some(5)).is_err(),
+            "5 s slices are not kept"
         );
+        assert_eq!(range(None, None, None), Ok(QuantileRange::hour(now)));
+        assert_eq!(
+            range(None, Some("last"), None),
+            Ok(QuantileRange::hour(now - 3600))
+        );
+        assert_eq!(
+            range(None, Some("2026-11-21T14"), None),
+            Ok(QuantileRange::hour(1_795_320_000 - 14 * 3600))
+        );
+        assert!(range(None, Some("yesterday"), None).is_err());
     }
 
     #[test]

@@ -56,8 +56,8 @@ pub struct Config {
     /// Relative accuracy of the quantiles read back from the timer, histogram and distribution
     /// buckets (DDSketch's α).
     pub quantile_relative_accuracy: f64,
-    /// Precisions (seconds) at which the buckets are also kept per slice, besides per hour;
-    /// each slice expires after `sample_count` of them.
+    /// Precisions (seconds) of the slices the quantile buckets are kept in (3600: the hours
+    /// that `get percentiles --hour` reads); each slice expires after `sample_count` of them.
     pub quantile_precisions: Vec<u64>,
     /// Length of an aggregation window, in seconds.
     pub flush_interval_secs: u64,

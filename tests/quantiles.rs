@@ -121,7 +121,7 @@ async fn quantiles_read_back_within_the_accuracy_for_every_distribution() {
                     &series,
                     StatKind::Timer,
                     &QS,
-                    QuantileRange::Hour { last: false },
+                    QuantileRange::hour(unix_now()),
                 )
                 .await
                 .unwrap()
@@ -143,11 +143,7 @@ async fn quantiles_read_back_within_the_accuracy_for_every_distribution() {
                 &series,
                 StatKind::Timer,
                 &[0.5, 0.99],
-                QuantileRange::Last {
-                    secs: 120,
-                    precision: 60,
-                    now,
-                },
+                QuantileRange::last(120, 60, now),
             )
             .await
             .unwrap()
@@ -194,7 +190,7 @@ async fn two_agents_merge_into_the_quantiles_of_the_whole_stream() {
                 "merged",
                 StatKind::Timer,
                 &QS,
-                QuantileRange::Hour { last: false },
+                QuantileRange::hour(unix_now()),
             )
             .await
             .unwrap()
@@ -268,11 +264,7 @@ async fn fifteen_one_minute_slices_merge_into_the_quantiles_of_all_their_values(
             "sliced",
             StatKind::Timer,
             &QS,
-            QuantileRange::Last {
-                secs: now - first_minute,
-                precision: 60,
-                now,
-            },
+            QuantileRange::last(now - first_minute, 60, now),
         )
         .await
         .unwrap()
@@ -298,68 +290,50 @@ async fn fifteen_one_minute_slices_merge_into_the_quantiles_of_all_their_values(
     assert_eq!(expire_at as u64, first_minute + 120 * 60);
 }
 
+/// Buckets of another accuracy under our name are kept, not mixed with ours: that slice's write
+/// is refused and counted, the series' other slices and its stats are written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_hours_buckets_roll_over_with_its_stats_and_a_foreign_accuracy_is_refused() {
+async fn a_foreign_accuracy_is_refused_not_mixed() {
     let redis = RedisServer::start();
-    let mut c = redis.conn();
-    redis::pipe()
-        .cmd("ZADD")
-        .arg("stats:rolled:AccessTime")
-        .arg(1)
-        .arg("count")
-        .cmd("SET")
-        .arg("stats:rolled:AccessTime:start")
-        .arg("2000-01-01T00:00:00")
-        .cmd("HSET")
-        .arg("hist:rolled:AccessTime")
-        .arg("a")
-        .arg("0.01")
-        .arg("100")
-        .arg("5")
-        .cmd("HSET")
-        .arg("hist:foreign:AccessTime")
+    let hour = unix_now() / 3600 * 3600;
+    let foreign = format!("hist:3600:foreign:AccessTime:{hour}");
+    let _: () = redis::cmd("HSET")
+        .arg(&foreign)
         .arg("a")
         .arg("0.05")
         .arg("3")
         .arg("1")
-        .query::<()>(&mut c)
+        .query(&mut redis.conn())
         .unwrap();
     let agent = TestAgent::start(test_config(&redis));
-    agent.send(b"rolled:42|ms\nforeign:7|ms\nfine:7|ms");
+    agent.send(
+        b"foreign:7|ms
+fine:7|ms",
+    );
     eventually(Duration::from_secs(3), "the window", || {
-        redis::cmd("EXISTS")
-            .arg("hist:fine:AccessTime")
-            .query::<bool>(&mut redis.conn())
-            .unwrap()
+        redis.hist_total(&format!("hist:3600:fine:AccessTime:{hour}")) == 1.0
     })
     .await;
-    assert_eq!(agent.metric("write_failures_total"), 1.0, "the foreign one");
-    let hgetall = |key: &str| -> std::collections::BTreeMap<String, String> {
-        redis::cmd("HGETALL")
-            .arg(key)
-            .query(&mut redis.conn())
-            .unwrap()
-    };
-    let last = hgetall("hist:rolled:AccessTime:last");
-    assert_eq!(last.get("100").map(String::as_str), Some("5"), "{last:?}");
-    let current = hgetall("hist:rolled:AccessTime");
-    let bucket = Mapping::default().bucket(42.0).field();
     assert_eq!(
-        current.get(&bucket).map(String::as_str),
-        Some("1"),
-        "{current:?}"
+        agent.metric("write_failures_total"),
+        1.0,
+        "the foreign hash"
     );
-    assert_eq!(current.len(), 2, "the accuracy and one bucket: {current:?}");
-    // The series with buckets of another accuracy keeps them, and its item is not applied
-    // (stats included), rather than mixing two mappings; other series are.
-    assert_eq!(hgetall("hist:foreign:AccessTime").len(), 2);
-    let foreign: Option<f64> = redis::cmd("ZSCORE")
+    let kept: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg(&foreign)
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(kept.len(), 2, "untouched: {kept:?}");
+    let minute = unix_now() / 60 * 60;
+    let minutes = redis.hist_total(&format!("hist:60:foreign:AccessTime:{minute}"))
+        + redis.hist_total(&format!("hist:60:foreign:AccessTime:{}", minute - 60));
+    assert_eq!(minutes, 1.0, "the minute's slice is ours");
+    let count: f64 = redis::cmd("ZSCORE")
         .arg("stats:foreign:AccessTime")
         .arg("count")
-        .query(&mut c)
+        .query(&mut redis.conn())
         .unwrap();
-    assert_eq!(foreign, None);
-    assert_eq!(hgetall("hist:fine:AccessTime").len(), 2);
+    assert_eq!(count, 1.0);
     agent.stop().await;
 }
 

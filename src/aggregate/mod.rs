@@ -53,6 +53,12 @@ pub struct Stats {
     pub buckets: Buckets,
 }
 
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::new()
+    }
+}
+
 impl Stats {
     pub fn new() -> Stats {
         Stats {

@@ -112,8 +112,8 @@ async fn stats(
 }
 
 /// Quantiles from the buckets: `type`, `quantiles` (comma separated, default 0.5,0.9,0.99), and
-/// `last` (a duration, with an optional `precision`) or `hour` (`current`, the default, or
-/// `last`).
+/// `last` (a duration, with an optional `precision`) or `hour` (`current`, the default, `last`,
+/// or `YYYY-MM-DDTHH`).
 async fn percentiles(
     State(s): State<AppState>,
     Path(series): Path<String>,
@@ -133,17 +133,13 @@ async fn percentiles(
         .map(|d| parse_duration(d))
         .transpose()
         .map_err(bad)?;
-    let last_hour = match q.get("hour").map(String::as_str) {
-        None | Some("current") => false,
-        Some("last") => true,
-        Some(other) => return Err(bad(format!("`hour` is current or last, not {other:?}"))),
-    };
     let precision = q
         .get("precision")
         .map(|_| positive(&q, "precision", 1))
         .transpose()?;
     let now = crate::store::clock::unix_now();
-    let range = quantile_range(&s.config, last, last_hour, precision, now).map_err(bad)?;
+    let hour = q.get("hour").map(String::as_str);
+    let range = quantile_range(&s.config, last, hour, precision, now).map_err(bad)?;
     match s
         .reader()
         .await?
@@ -156,7 +152,6 @@ async fn percentiles(
             "quantiles": view.quantiles.iter().map(|(q, v)| json!({"q": q, "value": v})).collect::<Vec<_>>(),
             "relative_accuracy": view.relative_accuracy,
             "count": view.count,
-            "hour": view.hour,
             "precision": view.precision,
             "slices": view.slices,
         }))),

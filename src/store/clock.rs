@@ -23,6 +23,47 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// Days since 1970-01-01 of a (year, month 1-12, day 1-31), the inverse of `civil_from_days`.
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = year - i64::from(month <= 2);
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((month + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The start (epoch seconds) of the UTC hour written `YYYY-MM-DDTHH` (`:00:00` may follow), as
+/// [`hour_start`] writes it; `None` for anything else.
+pub fn parse_hour(text: &str) -> Option<u64> {
+    let text = text
+        .strip_suffix(":00:00")
+        .or_else(|| text.strip_suffix(":00"))
+        .unwrap_or(text);
+    let (date, hour) = text.split_once('T')?;
+    let mut parts = date.splitn(3, '-');
+    let (y, m, d) = (parts.next()?, parts.next()?, parts.next()?);
+    let (y, m, d, h): (i64, u32, u32, u64) = (
+        y.parse().ok()?,
+        m.parse().ok()?,
+        d.parse().ok()?,
+        hour.parse().ok()?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 {
+        return None;
+    }
+    let days = days_from_civil(y, m, d);
+    // A day past the month's end (02-30) would be read as one of the next month.
+    (civil_from_days(days) == (y, m, d))
+        .then(|| {
+            u64::try_from(days)
+                .ok()
+                .map(|days| days * 86_400 + h * 3600)
+        })
+        .flatten()
+}
+
 /// The UTC hour holding `secs`, as `YYYY-MM-DDTHH:00:00`.
 pub fn hour_start(secs: u64) -> String {
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
@@ -70,6 +111,12 @@ mod tests {
         assert_eq!(hour_start(1_795_320_489), "2026-11-22T04:00:00");
         assert_eq!(hour_start(951_825_600), "2000-02-29T12:00:00");
         assert_eq!(datetime(1_795_320_489), "2026-11-22 04:08:09");
+        for secs in [0, 1_795_320_489 / 3600 * 3600, 951_825_600] {
+            assert_eq!(parse_hour(&hour_start(secs)), Some(secs));
+        }
+        assert_eq!(parse_hour("2026-11-22T04"), Some(1_795_320_000));
+        assert_eq!(parse_hour("2026-02-30T04"), None);
+        assert_eq!(parse_hour("2026-11-22T24"), None);
     }
 
     #[test]

@@ -17,7 +17,8 @@
 --          hash keeps, and a count of slice precisions, each: precision, slice, expire at
 --          counters:   series, integer increment
 --          stats:      series, type (AccessTime|Histogram|Distribution), count, sum, sumsq, min,
---                      max, bucket count b, b pairs of bucket field and weight
+--                      max, bucket count b, b pairs of bucket field and weight (added to
+--                      hist:<p>:<series>:<type>:<slice> at each slice precision)
 --          gauges:     series, value
 --          sets:       series, member count m, m members
 --          logs:       name, severity, message
@@ -156,23 +157,20 @@ local function apply()
   local ranked, timers = zadder(slowest), 0
   for _ = 1, count() do
     local series, kind = ARGV[i], ARGV[i + 1]
-    local b = tonumber(ARGV[i + 7])
-    hist.fields, hist.weights = {}, {}
-    for j = 1, b do
-      hist.fields[j], hist.weights[j] = ARGV[i + 6 + 2 * j], ARGV[i + 7 + 2 * j]
-    end
-    local hour, slices = nil, {}
-    if b > 0 then
-      local name = prefix .. 'hist:' .. series .. ':' .. kind
-      hour = {name, name .. ':last'}
-      for p, h in ipairs(hist_precisions) do
-        slices[p] = {prefix .. 'hist:' .. h[1] .. ':' .. series .. ':' .. kind .. ':' .. h[2], h[3]}
-      end
-    end
     local ok, average = pcall(merge_stats, family(prefix .. 'stats:' .. series .. ':' .. kind),
       tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]),
-      tonumber(ARGV[i + 6]), hist, hour, slices)
+      tonumber(ARGV[i + 6]))
+    local b = tonumber(ARGV[i + 7])
+    set_buckets(hist, i + 8, b)
     i = i + 8 + 2 * b
+    -- The quantile buckets of each slice, a key at a time (as sets are).
+    for _, h in ipairs(b > 0 and hist_precisions or {}) do
+      local key = prefix .. 'hist:' .. h[1] .. ':' .. series .. ':' .. kind .. ':' .. h[2]
+      local written, err = pcall(add_buckets, key, hist, h[3])
+      if not written then
+        failed(key, err)
+      end
+    end
     if not ok then
       failed(prefix .. 'stats:' .. series .. ':' .. kind, average)
     elseif kind == 'AccessTime' and average then

@@ -21,9 +21,8 @@
 --                     (one key for the section; the section has 0 or 1 items of m pairs:
 --                      m, then m series/value pairs)
 --          sets:      expire at, member count m, m members                  1 key  set:<p>:<s>:<slice>
---          stats:     type, count, sum, sumsq, min, max, bucket count b,    6 keys stats:{<s>}:<type>,
---                     b pairs of bucket field and weight                          :start, :last, :pstart,
---                                                                                  hist:{<s>}:<type>, :last
+--          stats:     type, count, sum, sumsq, min, max                     4 keys stats:{<s>}:<type>,
+--                                                                                  :start, :last, :pstart
 --          recent:    entry ("<asctime> <message>")                         1 key  recent:<n>:<sev>
 --          common:    message                                               4 keys common:{<n>}:<sev>, ...
 --          buckets:   expire at, bucket count b, b pairs of field and weight  1 key hist:<p>:<s>:<type>:<slice>
@@ -74,15 +73,11 @@ end
 local function family()
   return {key(), key(), key(), key()}
 end
--- The item's bucket count and pairs into `hist`; returns the count.
+-- The item's bucket count and pairs into `hist`.
 local function buckets()
   local b = tonumber(ARGV[i])
-  hist.fields, hist.weights = {}, {}
-  for j = 1, b do
-    hist.fields[j], hist.weights[j] = ARGV[i + 2 * j - 1], ARGV[i + 2 * j]
-  end
+  set_buckets(hist, i + 1, b)
   i = i + 1 + 2 * b
-  return b
 end
 
 local members, gauge_members, timers = {}, {}, {}
@@ -151,13 +146,10 @@ local function apply()
   -- Statistics: the hour's ZSET read whole, then written whole (or not at all).
   skip = #prefix + #'stats:{' + 1
   for _ = 1, count() do
-    local keys, hour_keys, kind = family(), {key(), key()}, ARGV[i]
-    local n, sum, sumsq, min, max = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
-      tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+    local keys, kind = family(), ARGV[i]
+    local ok, average = pcall(merge_stats, keys, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
+      tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]))
     i = i + 6
-    local b = buckets()
-    local ok, average = pcall(merge_stats, keys, n, sum, sumsq, min, max, hist,
-      b > 0 and hour_keys or nil, {})
     if not ok then
       failed(keys[1], average)
     elseif kind == 'AccessTime' and average then
@@ -184,14 +176,12 @@ local function apply()
     end
   end
 
-  -- Quantile buckets per slice (the hour's went with the stats), read, then written.
+  -- Quantile buckets, a slice's hash each: read, then written.
   for _ = 1, count() do
     local name, expire_at = key(), ARGV[i]
     i = i + 1
     buckets()
-    local ok, err = pcall(function()
-      write_buckets(name, read_buckets(name, hist), hist, expire_at)
-    end)
+    local ok, err = pcall(add_buckets, name, hist, expire_at)
     if not ok then
       failed(name, err)
     end

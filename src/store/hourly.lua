@@ -57,7 +57,14 @@ end
 
 -- Quantile buckets (src/aggregate/sketch.rs): a HASH of bucket -> weighted count, with `a` the
 -- relative accuracy they were made with. `hist` is {alpha, max (buckets a hash keeps), fields,
--- weights}; the chunk's header and item give them.
+-- weights (numbers), texts (the weights as sent)}; set_buckets fills the last three.
+local function set_buckets(hist, first, b)
+  hist.fields, hist.weights, hist.texts = {}, {}, {}
+  for j = 1, b do
+    local text = ARGV[first + 2 * j - 1]
+    hist.fields[j], hist.weights[j], hist.texts[j] = ARGV[first + 2 * j - 2], tonumber(text), text
+  end
+end
 local function bucket_order(field)
   if field == 'z' then
     return 0
@@ -84,11 +91,21 @@ end
 
 -- Adds the item's counts to what read_buckets found; a new key gets `expire_at` (if any). Past
 -- `hist.max` buckets the lowest are folded into the lowest one kept, as the agent does.
+-- A count as Redis keeps it: whole counts in integer form (string.format's %d, which costs a
+-- fraction of the float formatting that tostring does), others to 14 digits.
+local function count_text(c)
+  if c == math.floor(c) and math.abs(c) < 1e15 then
+    return string.format('%d', c)
+  end
+  return tostring(c)
+end
+
 local function write_buckets(key, old, hist, expire_at)
-  local args, n = {'a', hist.alpha}, 2
+  local args, n, weights = {'a', hist.alpha}, 2, hist.weights
   for j, field in ipairs(hist.fields) do
+    local before = old[j + 1]
     args[n + 1] = field
-    args[n + 2] = tostring((tonumber(old[j + 1]) or 0) + tonumber(hist.weights[j]))
+    args[n + 2] = before and count_text(tonumber(before) + weights[j]) or hist.texts[j]
     n = n + 2
   end
   local added = redis.call('HSET', key, unpack(args, 1, n))
@@ -110,17 +127,20 @@ local function write_buckets(key, old, hist, expire_at)
     end
     redis.call('HDEL', key, unpack(gone))
     local kept = buckets[excess + 1]
-    redis.call('HSET', key, kept[1], tostring(kept[2] + folded))
+    redis.call('HSET', key, kept[1], count_text(kept[2] + folded))
   end
 end
 
+-- Adds the item's buckets (set_buckets) to the hash `key`, which expires at `expire_at` once
+-- made: read first (a key of another type, buckets of another accuracy or that are not numbers
+-- fail there, before anything is written), then written.
+local function add_buckets(key, hist, expire_at)
+  write_buckets(key, read_buckets(key, hist), hist, expire_at)
+end
+
 -- update_stats: one read of the five members and one write of all five, instead of a call per
--- member, and the hour's quantile buckets beside them (`hour`: the family's hist key and its
--- :last; nil without buckets), rolled over with them. `slices` are more bucket keys written
--- with the item, {key, expire at} each (one server; a cluster writes them in their own slots).
--- Everything is read before anything is written. Returns the hour's average when the window
--- went to the current hour.
-local function merge_stats(family, n, sum, sumsq, min, max, hist, hour, slices)
+-- member. Returns the hour's average when the window went to the current hour.
+local function merge_stats(family, n, sum, sumsq, min, max)
   local target, action = hourly(family)
   if action ~= 'roll' then
     local old = redis.call('ZMSCORE', target, 'min', 'max', 'count', 'sum', 'sumsq')
@@ -134,32 +154,8 @@ local function merge_stats(family, n, sum, sumsq, min, max, hist, hour, slices)
   if min ~= min or max ~= max or n ~= n or sum ~= sum or sumsq ~= sumsq then
     error({err = 'ERR statistics would not be a number (NaN)'})
   end
-  local hour_key, hour_old, slice_old = nil, {}, {}
-  if hour then
-    hour_key = target == family[3] and hour[2] or hour[1]
-    -- At a rollover the hour's key is renamed away first: the new hour starts empty.
-    if action ~= 'roll' then
-      hour_old = read_buckets(hour_key, hist)
-    end
-    for j, slice in ipairs(slices) do
-      slice_old[j] = read_buckets(slice[1], hist)
-    end
-  end
   roll(family, action)
-  if hour and action == 'roll' then
-    if redis.call('EXISTS', hour[1]) == 1 then
-      redis.call('RENAME', hour[1], hour[2])
-    else
-      redis.call('DEL', hour[2])
-    end
-  end
   redis.call('ZADD', target, min, 'min', max, 'max', n, 'count', sum, 'sum', sumsq, 'sumsq')
-  if hour then
-    write_buckets(hour_key, hour_old, hist)
-    for j, slice in ipairs(slices) do
-      write_buckets(slice[1], slice_old[j], hist, slice[2])
-    end
-  end
   return target == family[1] and sum / n
 end
 

@@ -72,20 +72,9 @@ impl Keys {
         )
     }
 
-    /// `hist:<series>:<type>`: the hour's HASH of quantile buckets (`aggregate::sketch`: field
-    /// per bucket, `a` the relative accuracy), beside `stats:` and rolled over with it: at a
-    /// new hour it is renamed `…:last` when `stats:` is (the `:start` key is the stats').
-    pub fn hist(&self, series: &str, kind: StatKind) -> String {
-        format!(
-            "{}hist:{}:{}",
-            self.prefix,
-            self.tag(series),
-            kind.redis_name()
-        )
-    }
-
-    /// `hist:<precision>:<series>:<type>:<slice>`: the buckets of one slice
-    /// (`quantile_precisions`), expiring `sample_count` precisions after the slice's start.
+    /// `hist:<precision>:<series>:<type>:<slice>`: a HASH of the quantile buckets of one slice
+    /// (`quantile_precisions`; 3600 s are the hours), a field per bucket and `a` the relative
+    /// accuracy (`aggregate::sketch`), expiring `sample_count` precisions after the slice's start.
     pub fn hist_slice(&self, precision: u64, series: &str, kind: StatKind, slice: u64) -> String {
         format!(
             "{}hist:{precision}:{series}:{}:{slice}",

@@ -55,14 +55,35 @@ pub struct LogView {
     pub common: Vec<(String, f64)>,
 }
 
-/// Which buckets quantiles are read from.
+/// Which buckets quantiles are read from: the slices at `precision` from `first` to `last`
+/// (slice starts, both included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuantileRange {
-    /// The hour's hash beside the stats (`hist:<series>:<type>`), or the hour before (`:last`).
-    Hour { last: bool },
+pub struct QuantileRange {
+    pub precision: u64,
+    pub first: u64,
+    pub last: u64,
+}
+
+impl QuantileRange {
     /// The slices at `precision` that overlap the `secs` seconds up to `now` (the newest one
     /// still filling).
-    Last { secs: u64, precision: u64, now: u64 },
+    pub fn last(secs: u64, precision: u64, now: u64) -> QuantileRange {
+        let precision = precision.max(1);
+        QuantileRange {
+            precision,
+            first: keys::slice(now.saturating_sub(secs), precision),
+            last: keys::slice(now, precision),
+        }
+    }
+
+    /// The UTC hour that holds `at`.
+    pub fn hour(at: u64) -> QuantileRange {
+        QuantileRange::last(0, 3600, at)
+    }
+
+    fn slices(&self) -> impl Iterator<Item = u64> {
+        (self.first..=self.last).step_by(self.precision as usize)
+    }
 }
 
 /// Quantiles read back from the buckets.
@@ -74,11 +95,9 @@ pub struct QuantilesView {
     pub relative_accuracy: f64,
     /// The weighted number of values (each counted `1 / rate`).
     pub count: f64,
-    /// The hour read (`YYYY-MM-DDTHH:00:00`), for [`QuantileRange::Hour`].
-    pub hour: Option<String>,
-    /// The slices read, oldest first, for [`QuantileRange::Last`] (those without values too).
+    pub precision: u64,
+    /// The slices read, oldest first (those without values too).
     pub slices: Vec<u64>,
-    pub precision: Option<u64>,
 }
 
 /// A bucket hash as written by the flush: its accuracy and its buckets; `None` when it holds
@@ -148,41 +167,11 @@ impl Reader {
         qs: &[f64],
         range: QuantileRange,
     ) -> Result<Option<QuantilesView>, StoreError> {
-        let (keys, hour, slices, precision) = match range {
-            QuantileRange::Hour { last } => {
-                let (hist, start) = (self.keys.hist(series, kind), self.keys.stats(series, kind));
-                let (key, start) = if last {
-                    (format!("{hist}:last"), format!("{start}:pstart"))
-                } else {
-                    (hist, format!("{start}:start"))
-                };
-                let hour: Option<String> = redis::cmd("GET")
-                    .arg(start)
-                    .query_async(&mut self.conn)
-                    .await?;
-                (vec![key], hour, Vec::new(), None)
-            }
-            QuantileRange::Last {
-                secs,
-                precision,
-                now,
-            } => {
-                let precision = precision.max(1);
-                let newest = keys::slice(now, precision);
-                let slices: Vec<u64> = (0..)
-                    .map_while(|i| newest.checked_sub(i * precision))
-                    .take_while(|s| s + precision > now.saturating_sub(secs))
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                let keys = slices
-                    .iter()
-                    .map(|s| self.keys.hist_slice(precision, series, kind, *s))
-                    .collect();
-                (keys, None, slices, Some(precision))
-            }
-        };
+        let slices: Vec<u64> = range.slices().collect();
+        let keys: Vec<String> = slices
+            .iter()
+            .map(|s| self.keys.hist_slice(range.precision, series, kind, *s))
+            .collect();
         // One call per key, all at once: in a cluster the slices live in other slots.
         let hashes: Vec<Vec<(String, String)>> =
             futures_util::future::try_join_all(keys.into_iter().map(|key| {
@@ -213,9 +202,8 @@ impl Reader {
                 .collect(),
             relative_accuracy: mapping.alpha(),
             count: buckets.total(),
-            hour,
+            precision: range.precision,
             slices,
-            precision,
         }))
     }
 

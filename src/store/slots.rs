@@ -30,8 +30,7 @@ enum Op<'a> {
     Gauge(String, u64, f64),
     Values(String, &'a [(crate::aggregate::SeriesName, f64)]),
     Set(String, u64, &'a [crate::aggregate::Member]),
-    /// The stats family and the hour's bucket keys (`hist:{<s>}:<type>` and its `:last`).
-    Stat([String; 6], &'static str, &'a crate::aggregate::Stats),
+    Stat([String; 4], &'static str, &'a crate::aggregate::Stats),
     Recent(String, String),
     Common([String; 4], &'a str),
     /// A slice's bucket key, when it expires, the buckets.
@@ -56,8 +55,7 @@ impl Op<'_> {
         match self {
             Op::Counter(k, ..) | Op::Gauge(k, ..) | Op::Values(k, _) | Op::Set(k, ..) => k,
             Op::Recent(k, _) | Op::Hist(k, ..) => k,
-            Op::Stat(k, ..) => &k[0],
-            Op::Common(k, _) => &k[0],
+            Op::Stat(k, ..) | Op::Common(k, _) => &k[0],
         }
     }
 
@@ -127,11 +125,8 @@ pub fn build_slot_chunks<'a>(
         }
     }
     for (series, kind, stats) in &window.stats {
-        let [stats_key, start, last, pstart] = family(keys.stats(series, *kind));
-        let hist = keys.hist(series, *kind);
-        let hist_last = format!("{hist}:last");
         add(Op::Stat(
-            [stats_key, start, last, pstart, hist, hist_last],
+            family(keys.stats(series, *kind)),
             kind.redis_name(),
             stats,
         ));
@@ -252,7 +247,6 @@ fn encode(ops: &[Op], settings: &ChunkSettings, hour: &str) -> FlushChunk {
                         .arg(s.sumsq)
                         .arg(s.min)
                         .arg(s.max);
-                    put_buckets(&mut args, &s.buckets);
                 }
                 Op::Recent(key, entry) => {
                     keys.arg(key);

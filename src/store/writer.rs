@@ -365,7 +365,14 @@ pub fn build_chunks(
 pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
     cmd.arg(buckets.len());
     for (bucket, weight) in buckets.iter() {
-        cmd.arg(bucket.field()).arg(weight);
+        cmd.arg(bucket.field());
+        // Whole counts (no sample rate) as integers: the script stores a new bucket's count
+        // as sent, and Redis keeps an integer string as a number.
+        if weight.fract() == 0.0 && weight.abs() < 1e15 {
+            cmd.arg(weight as i64);
+        } else {
+            cmd.arg(weight);
+        }
     }
 }
 

@@ -345,7 +345,10 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
                 clock::unix_now(),
             )
             .map_err(QueryError::BadArgument)?;
-            let Some(view) = reader.quantiles(series, *kind, quantiles, range).await? else {
+            let Some(view) = reader
+                .quantiles(series, *kind, quantiles, range, false)
+                .await?
+            else {
                 return not_found(format!(
                     "no {} values of `{series}` in that range",
                     kind.redis_name()

@@ -133,6 +133,7 @@ async fn every_type_is_written_and_read_back_in_a_cluster() {
             statsd_redis::aggregate::StatKind::Timer,
             &[1.0],
             statsd_redis::store::QuantileRange::hour(now),
+            false,
         )
         .await
         .unwrap()

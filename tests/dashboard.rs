@@ -63,6 +63,9 @@ async fn dashboard_shows_counts_stats_and_logs() {
         agent.send(b"hits:1|c");
     }
     agent.send(b"checkout:120|ms\ncheckout:80|ms\nlogin:30|ms\n_sc|db|2|m:replica down");
+    agent.send(b"queue:7|g\nusers:alice|s\nusers:bob|s");
+    let page: String = (1..=100).map(|v| format!("page.time:{v}|ms\n")).collect();
+    agent.send(page.as_bytes());
     for n in 0..30 {
         agent.send(format!("filler.{n:02}:1|c").as_bytes());
     }
@@ -100,7 +103,7 @@ async fn dashboard_shows_counts_stats_and_logs() {
 
     // Timer table: slowest first, with the hour's stats.
     let timers: Vec<String> = attribute_values(&dom, "data-timer");
-    assert_eq!(timers, ["checkout", "login"]);
+    assert_eq!(timers, ["checkout", "page.time", "login"]);
     let checkout_row = dom
         .split("data-timer=\"checkout\"")
         .nth(1)
@@ -123,6 +126,32 @@ async fn dashboard_shows_counts_stats_and_logs() {
     assert!(dom.contains("31 series · page 1/2"), "{dom}");
     assert!(dom.contains("replica down"), "logs shown");
 
+    // Every other type: a gauge's value, a set's distinct members, a timer's p99 (within the
+    // 1 % of its buckets) and its quantiles over time.
+    let dom_of = |query: &str| {
+        let url = format!("http://{}/?{query}", agent.http);
+        tokio::task::spawn_blocking(move || chromium(&url, &["--dump-dom"]))
+    };
+    let gauge = dom_of("type=gauge&series=queue&precision=1").await.unwrap();
+    assert_eq!(
+        attribute_values(&gauge, "data-gauge-value"),
+        ["7"],
+        "{gauge}"
+    );
+    let set = dom_of("type=set&series=users&precision=60").await.unwrap();
+    assert_eq!(attribute_values(&set, "data-count"), ["2"], "{set}");
+    let timer = dom_of("type=timer&series=page.time").await.unwrap();
+    let p99: f64 = attribute_values(&timer, "data-p99")[0].parse().unwrap();
+    assert!((p99 - 99.0).abs() <= 0.99, "p99 {p99}\n{timer}");
+    let lines: std::collections::BTreeSet<String> =
+        attribute_values(&timer, "data-line").into_iter().collect();
+    assert_eq!(
+        lines.into_iter().collect::<Vec<_>>(),
+        ["page.time p50", "page.time p90", "page.time p99"],
+        "quantiles over time"
+    );
+    assert!(timer.contains("page.time"), "timers are listed");
+
     let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("target")
         .join("dashboard.png");
@@ -135,6 +164,39 @@ async fn dashboard_shows_counts_stats_and_logs() {
             .map(|m| m.len() > 10_000)
             .unwrap_or(false),
         "screenshot written"
+    );
+    // The page at a phone's width, for people to look at (target/dashboard-narrow.png).
+    let narrow = shot.with_file_name("dashboard-narrow.png");
+    let arg = format!("--screenshot={}", narrow.display());
+    let url = format!("http://{}/?type=timer&series=page.time", agent.http);
+    tokio::task::spawn_blocking(move || chromium(&url, &[&arg, "--window-size=420,900"]))
+        .await
+        .unwrap();
+    assert!(narrow.exists());
+    agent.stop().await;
+}
+
+/// With Redis gone the page says so, instead of showing empty panels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_says_when_redis_is_unreachable() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(statsd_redis::config::Config {
+        redis: "redis://127.0.0.1:1/0".into(),
+        redis_timeout_ms: 300,
+        ..test_config(&redis)
+    });
+    let url = format!("http://{}/", agent.http);
+    let dom = tokio::task::spawn_blocking(move || chromium(&url, &["--dump-dom"]))
+        .await
+        .unwrap();
+    let banner = dom
+        .split("id=\"banner\"")
+        .nth(1)
+        .and_then(|b| b.split("</div>").next())
+        .unwrap_or_default();
+    assert!(
+        banner.contains("Redis is unreachable") && !banner.contains("hidden"),
+        "{banner}"
     );
     agent.stop().await;
 }

@@ -122,6 +122,7 @@ async fn quantiles_read_back_within_the_accuracy_for_every_distribution() {
                     StatKind::Timer,
                     &QS,
                     QuantileRange::hour(unix_now()),
+                    false,
                 )
                 .await
                 .unwrap()
@@ -144,6 +145,7 @@ async fn quantiles_read_back_within_the_accuracy_for_every_distribution() {
                 StatKind::Timer,
                 &[0.5, 0.99],
                 QuantileRange::last(120, 60, now),
+                false,
             )
             .await
             .unwrap()
@@ -191,6 +193,7 @@ async fn two_agents_merge_into_the_quantiles_of_the_whole_stream() {
                 StatKind::Timer,
                 &QS,
                 QuantileRange::hour(unix_now()),
+                false,
             )
             .await
             .unwrap()
@@ -265,6 +268,7 @@ async fn fifteen_one_minute_slices_merge_into_the_quantiles_of_all_their_values(
             StatKind::Timer,
             &QS,
             QuantileRange::last(now - first_minute, 60, now),
+            false,
         )
         .await
         .unwrap()
@@ -412,6 +416,23 @@ async fn the_cli_and_the_api_read_percentiles() {
         "API p50",
     );
     assert_eq!(json["precision"], 60);
+    let (_, body) = http_get(
+        agent.http,
+        "/api/v1/percentiles/page.time?quantiles=0.5&last=5m&by_slice=true",
+    );
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let per_minute: f64 = json["by_slice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["count"].as_f64().unwrap())
+        .sum();
+    assert_eq!(per_minute, 100.0, "{body}");
+    let (_, body) = http_get(agent.http, "/api/v1/series?type=timer&match=page");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["series"],
+        serde_json::json!(["page.time"])
+    );
     let (status, _) = http_get(agent.http, "/api/v1/percentiles/page.time?quantiles=2");
     assert_eq!(status, 400);
     let (status, _) = http_get(agent.http, "/api/v1/percentiles/nothing.here");

@@ -58,6 +58,17 @@ fn positive(q: &HashMap<String, String>, name: &str, default: u64) -> Result<u64
     }
 }
 
+/// The `match` parameter as a glob: a plain word matches anywhere in the name.
+fn match_pattern(q: &HashMap<String, String>) -> Option<String> {
+    q.get("match").filter(|m| !m.is_empty()).map(|m| {
+        if m.contains(['*', '?']) {
+            m.clone()
+        } else {
+            format!("*{m}*")
+        }
+    })
+}
+
 fn not_found(what: String) -> ApiError {
     ApiError(StatusCode::NOT_FOUND, what)
 }
@@ -73,6 +84,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/gauge/{series}", get(gauge))
         .route("/api/v1/set/{series}", get(set))
         .route("/api/v1/known", get(known))
+        .route("/api/v1/series", get(series))
         .route("/api/v1/vitals", get(vitals))
 }
 
@@ -140,10 +152,11 @@ async fn percentiles(
     let now = crate::store::clock::unix_now();
     let hour = q.get("hour").map(String::as_str);
     let range = quantile_range(&s.config, last, hour, precision, now).map_err(bad)?;
+    let by_slice = param(&q, "by_slice", false)?;
     match s
         .reader()
         .await?
-        .quantiles(&series, kind, &quantiles, range)
+        .quantiles(&series, kind, &quantiles, range, by_slice)
         .await?
     {
         Some(view) => Ok(Json(json!({
@@ -154,6 +167,7 @@ async fn percentiles(
             "count": view.count,
             "precision": view.precision,
             "slices": view.slices,
+            "by_slice": view.by_slice,
         }))),
         None => Err(not_found(format!(
             "no {} values of `{series}` in that range",
@@ -240,13 +254,7 @@ async fn known(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     let page = positive(&q, "page", 1)? as usize;
     let per_page = positive(&q, "per_page", 50)?.min(MAX_PAGE as u64) as usize;
     let gauges = param(&q, "gauges", false)?;
-    let pattern = q.get("match").filter(|m| !m.is_empty()).map(|m| {
-        if m.contains(['*', '?']) {
-            m.clone()
-        } else {
-            format!("*{m}*")
-        }
-    });
+    let pattern = match_pattern(&q);
     let all = s.reader().await?.known(gauges, pattern.as_deref()).await?;
     let series: Vec<_> = all
         .iter()
@@ -256,6 +264,32 @@ async fn known(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     Ok(Json(
         json!({ "total": all.len(), "page": page, "per_page": per_page, "series": series }),
     ))
+}
+
+/// Series of a type that has no index: `type=timer|histogram|distribution` (statistics this
+/// hour) or `set` (a slice at `precision`, default 60), found with a bounded `SCAN`; `match`
+/// as for `known`.
+async fn series(State(s): State<AppState>, Query(q): Params) -> ApiResult {
+    let kind = match q.get("type").map(String::as_str).unwrap_or("timer") {
+        "set" | "s" => None,
+        other => Some(parse_stat_kind(other).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?),
+    };
+    let precision = positive(&q, "precision", 60)?;
+    let pattern = match_pattern(&q);
+    let names = s
+        .reader()
+        .await?
+        .series_of(kind, precision, MAX_PAGE)
+        .await?;
+    let names: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            pattern
+                .as_deref()
+                .is_none_or(|p| crate::store::glob_match(p, n))
+        })
+        .collect();
+    Ok(Json(json!({ "series": names })))
 }
 
 /// The agent's own vitals, from its metrics.

@@ -83,6 +83,23 @@ impl Keys {
         )
     }
 
+    /// The series of a `stats:` key of `kind` (the hour's ZSET, as [`Keys::stats`] names it).
+    pub fn series_of_stats(&self, key: &str, kind: StatKind) -> Option<String> {
+        let series = key
+            .strip_prefix(&self.prefix)?
+            .strip_prefix("stats:")?
+            .strip_suffix(kind.redis_name())?
+            .strip_suffix(':')?;
+        if !self.tagged {
+            return Some(series.to_string());
+        }
+        let untagged = match series.strip_prefix("{_}") {
+            Some(rest) => rest,
+            None => series.strip_prefix('{')?.strip_suffix('}')?,
+        };
+        Some(untagged.to_string())
+    }
+
     /// `slowest:AccessTime`: timers by the hour's average, the 100 highest kept.
     pub fn slowest(&self) -> String {
         format!("{}slowest:AccessTime", self.prefix)
@@ -208,6 +225,20 @@ pub fn slice(window: u64, precision: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stats_key_gives_its_series_back() {
+        for keys in [Keys::new("p:"), Keys::tagged("p:")] {
+            for series in ["web.time", "a;b=c", "}odd"] {
+                let key = keys.stats(series, StatKind::Histogram);
+                assert_eq!(
+                    keys.series_of_stats(&key, StatKind::Histogram).as_deref(),
+                    Some(series)
+                );
+                assert_eq!(keys.series_of_stats(&key, StatKind::Timer), None);
+            }
+        }
+    }
 
     #[test]
     fn book_names_without_prefix() {

@@ -24,7 +24,7 @@ use crate::config::{Config, ConfigError, RedisMode};
 
 pub use cleaner::Cleaner;
 pub use keys::Keys;
-pub use reader::{QuantileRange, QuantilesView, Reader};
+pub use reader::{QuantileRange, QuantilesView, Reader, SliceQuantiles, glob_match};
 pub use slots::{FollowUps, SlotsWritten, build_slot_chunks};
 pub use writer::{
     ChunkSettings, CounterWrite, FlushChunk, QuantileSettings, SEQUENCE_TTL_SECS, WriteFailure,

@@ -98,6 +98,23 @@ pub struct QuantilesView {
     pub precision: u64,
     /// The slices read, oldest first (those without values too).
     pub slices: Vec<u64>,
+    /// Each slice's own count and quantiles, oldest first, slices without values left out
+    /// (only when asked for).
+    pub by_slice: Vec<SliceQuantiles>,
+}
+
+/// One slice's quantiles, for a chart over time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SliceQuantiles {
+    pub slice: u64,
+    pub count: f64,
+    pub quantiles: Vec<(f64, f64)>,
+}
+
+fn quantiles_of(buckets: &Buckets, mapping: &Mapping, qs: &[f64]) -> Vec<(f64, f64)> {
+    qs.iter()
+        .filter_map(|&q| Some((q, buckets.quantile(mapping, q)?)))
+        .collect()
 }
 
 /// A bucket hash as written by the flush: its accuracy and its buckets; `None` when it holds
@@ -160,12 +177,14 @@ impl Reader {
     /// Quantiles `qs` of a series' values over `range`, merged from its bucket hashes; `None`
     /// when the range holds none. Hashes written at another accuracy than the first one found
     /// are taken bucket by bucket at their estimates (their error adds to it).
+    /// With `by_slice`, each slice's quantiles too.
     pub async fn quantiles(
         &mut self,
         series: &str,
         kind: StatKind,
         qs: &[f64],
         range: QuantileRange,
+        by_slice: bool,
     ) -> Result<Option<QuantilesView>, StoreError> {
         let slices: Vec<u64> = range.slices().collect();
         let keys: Vec<String> = slices
@@ -180,7 +199,19 @@ impl Reader {
             }))
             .await?;
         let mut merged: Option<(Mapping, Buckets)> = None;
-        for (alpha, buckets) in hashes.iter().filter_map(|h| parse_buckets(h)) {
+        let mut each = Vec::new();
+        for (slice, hash) in slices.iter().zip(&hashes) {
+            let Some((alpha, buckets)) = parse_buckets(hash) else {
+                continue;
+            };
+            if by_slice && buckets.total() > 0.0 {
+                let mapping = Mapping::new(alpha);
+                each.push(SliceQuantiles {
+                    slice: *slice,
+                    count: buckets.total(),
+                    quantiles: quantiles_of(&buckets, &mapping, qs),
+                });
+            }
             let (mapping, all) =
                 merged.get_or_insert_with(|| (Mapping::new(alpha), Buckets::default()));
             if alpha == mapping.alpha() {
@@ -196,15 +227,43 @@ impl Reader {
             return Ok(None);
         };
         Ok(Some(QuantilesView {
-            quantiles: qs
-                .iter()
-                .filter_map(|&q| Some((q, buckets.quantile(&mapping, q)?)))
-                .collect(),
+            quantiles: quantiles_of(&buckets, &mapping, qs),
             relative_accuracy: mapping.alpha(),
             count: buckets.total(),
             precision: range.precision,
             slices,
+            by_slice: each,
         }))
+    }
+
+    /// Series with statistics of `kind` this hour (their `stats:` ZSET exists) or, with
+    /// `kind` `None`, sets with a slice at `precision`, found with a bounded `SCAN`, by name.
+    pub async fn series_of(
+        &mut self,
+        kind: Option<StatKind>,
+        precision: u64,
+        max: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let prefix = self.keys.prefix();
+        let sets = format!("{prefix}set:{precision}:");
+        let pattern = match kind {
+            Some(kind) => format!("{prefix}stats:*:{}", kind.redis_name()),
+            None => format!("{sets}*"),
+        };
+        let mut names: Vec<String> = self
+            .conn
+            .scan_keys(&pattern, max * 4)
+            .await?
+            .iter()
+            .filter_map(|key| match kind {
+                Some(kind) => self.keys.series_of_stats(key, kind),
+                None => Some(key.strip_prefix(&sets)?.rsplit_once(':')?.0.to_string()),
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names.truncate(max);
+        Ok(names)
     }
 
     /// The slowest timers by the hour's average, slowest first.

@@ -95,6 +95,32 @@ fn send_samples(agent: &TestAgent, series: &str, samples: &[(f64, f64)]) {
     }
 }
 
+/// The hour's quantiles of `series`, once Redis holds `want` values of it.
+async fn hour_once_counted(
+    reader: &mut statsd_redis::store::Reader,
+    series: &str,
+    want: f64,
+) -> statsd_redis::store::QuantilesView {
+    for _ in 0..50 {
+        let view = reader
+            .quantiles(
+                series,
+                StatKind::Timer,
+                &QS,
+                QuantileRange::hour(unix_now()),
+                false,
+            )
+            .await
+            .unwrap()
+            .filter(|v| (v.count - want).abs() < 1e-6);
+        if let Some(view) = view {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{series}: not all {want} values arrived");
+}
+
 fn total_weight(samples: &[(f64, f64)]) -> f64 {
     samples.iter().map(|(_, r)| 1.0 / r).sum()
 }
@@ -114,25 +140,7 @@ async fn quantiles_read_back_within_the_accuracy_for_every_distribution() {
     for (name, samples) in &all {
         let series = format!("q.{name}");
         let want = total_weight(samples);
-        let mut view = None;
-        for _ in 0..50 {
-            view = reader
-                .quantiles(
-                    &series,
-                    StatKind::Timer,
-                    &QS,
-                    QuantileRange::hour(unix_now()),
-                    false,
-                )
-                .await
-                .unwrap()
-                .filter(|v| (v.count - want).abs() < 1e-6);
-            if view.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let view = view.unwrap_or_else(|| panic!("{series}: not all {want} values arrived"));
+        let view = hour_once_counted(&mut reader, &series, want).await;
         assert_eq!(view.relative_accuracy, 0.01);
         for (q, got) in view.quantiles {
             assert_within(got, exact(samples, q), 0.01, &format!("{series} q={q}"));
@@ -185,25 +193,7 @@ async fn two_agents_merge_into_the_quantiles_of_the_whole_stream() {
         one.add(mapping.bucket(*v), 1.0);
     }
     let mut reader = redis.store().reader().await.unwrap();
-    let mut read = None;
-    for _ in 0..50 {
-        read = reader
-            .quantiles(
-                "merged",
-                StatKind::Timer,
-                &QS,
-                QuantileRange::hour(unix_now()),
-                false,
-            )
-            .await
-            .unwrap()
-            .filter(|v| v.count == 3000.0);
-        if read.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let read = read.expect("both halves arrived");
+    let read = hour_once_counted(&mut reader, "merged", 3000.0).await;
     for (q, got) in read.quantiles {
         assert_eq!(Some(got), one.quantile(&mapping, q), "q={q}: as one sketch");
         assert_within(got, exact(&samples, q), 0.01, &format!("q={q}"));

@@ -20,11 +20,15 @@ pub(super) const fn name_byte_allowed(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b';' | b'=')
 }
 
-/// Appends a tag key or value to `out` as sent but for what the series form cannot hold (the
-/// module's rule). Returns whether anything changed.
-fn clean_tag_into(src: &str, out: &mut String, is_key: bool) -> bool {
-    let kept = |c: char| !(c == ';' || c.is_whitespace() || c.is_control() || (is_key && c == '='));
-    if src.chars().all(kept) {
+/// Appends `src` to `out` (as it is when `unchanged`), each run of whitespace as one `_` and
+/// every other character as `map` gives it (`None`: dropped). Returns whether anything changed.
+fn rewrite_into(
+    src: &str,
+    out: &mut String,
+    unchanged: bool,
+    map: impl Fn(char) -> Option<char>,
+) -> bool {
+    if unchanged {
         out.push_str(src);
         return false;
     }
@@ -38,39 +42,33 @@ fn clean_tag_into(src: &str, out: &mut String, is_key: bool) -> bool {
             continue;
         }
         in_space = false;
-        match c {
-            ';' | '=' if c == ';' || is_key => out.push('_'),
-            c if c.is_control() => {}
-            c => out.push(c),
+        if let Some(c) = map(c) {
+            out.push(c);
         }
     }
     true
 }
 
+/// Appends a tag key or value to `out` as sent but for what the series form cannot hold (the
+/// module's rule). Returns whether anything changed.
+fn clean_tag_into(src: &str, out: &mut String, is_key: bool) -> bool {
+    let kept = |c: char| !(c == ';' || c.is_whitespace() || c.is_control() || (is_key && c == '='));
+    rewrite_into(src, out, src.chars().all(kept), |c| match c {
+        ';' => Some('_'),
+        '=' if is_key => Some('_'),
+        c if c.is_control() => None,
+        c => Some(c),
+    })
+}
+
 /// Appends `src` sanitized to `out`: whitespace runs become `_`, `/` becomes `-`, every other
 /// byte outside the allowed set is dropped. Returns whether anything changed.
 fn sanitize_into(src: &str, out: &mut String, allowed: fn(u8) -> bool) -> bool {
-    if src.bytes().all(allowed) {
-        out.push_str(src);
-        return false;
-    }
-    let mut in_space = false;
-    for c in src.chars() {
-        if c.is_whitespace() {
-            if !in_space {
-                out.push('_');
-            }
-            in_space = true;
-            continue;
-        }
-        in_space = false;
-        match c {
-            '/' => out.push('-'),
-            c if c.is_ascii() && allowed(c as u8) => out.push(c),
-            _ => {}
-        }
-    }
-    true
+    rewrite_into(src, out, src.bytes().all(allowed), |c| match c {
+        '/' => Some('-'),
+        c if c.is_ascii() && allowed(c as u8) => Some(c),
+        _ => None,
+    })
 }
 
 /// Builds series names with reusable buffers.

@@ -11,17 +11,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 lpd=${1:-20}; lines=${2:-20000000}; out=${3:-agent.perf}
 command -v perf >/dev/null || { echo "perf is missing: apt-get install -y linux-perf" >&2; exit 1; }
-cargo build --release --quiet --bin statsd-redis --example loadgen --example floor
+cargo build --profile profiling --quiet --bin statsd-redis --example loadgen --example floor
 . scripts/common.sh
 sock="$dir/r.sock"
 start_redis "$sock"
 udp=$(free_port); http=$(free_port)
 if [ -n "${FLOOR:-}" ]; then
-  target/release/examples/floor "127.0.0.1:$udp" >/dev/null &
+  target/profiling/examples/floor "127.0.0.1:$udp" >/dev/null &
   pid=$!
   sleep 0.5
 else
-  target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
+  target/profiling/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
     --cleaner-enabled false 2>"$dir/agent.log" &
   pid=$!
   until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
@@ -32,7 +32,7 @@ switches0=$(switches)
 perf record -q -g -F 4000 -o "$out" -p "$pid" 2>/dev/null &
 perf_pid=$!
 sleep 0.5
-target/release/examples/loadgen send --target "127.0.0.1:$udp" --series 1000 \
+target/profiling/examples/loadgen send --target "127.0.0.1:$udp" --series 1000 \
   --lines-per-datagram "$lpd" --lines "$lines"
 echo "the receiver's threads blocked $(( $(switches) - switches0 )) times"
 sleep 2

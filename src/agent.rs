@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::aggregate::{Mapping, Window};
-use crate::config::{Config, RedisMode};
+use crate::config::{Config, RedisMode, redacted};
 use crate::flush::Flusher;
 use crate::http::{AppState, router};
 use crate::ingest::datagram::{self, Reader};
@@ -95,6 +95,17 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
             requested = config.receive_buffer_bytes,
             "listening for StatsD (the kernel reports twice the usable buffer; raise net.core.rmem_max for more)"
         );
+        // The kernel reports twice what it grants; less than asked means net.core.rmem_max
+        // capped it (no CAP_NET_ADMIN), and bursts that the buffer was meant for are dropped.
+        if first.receive_buffer_bytes / 2 < config.receive_buffer_bytes {
+            tracing::warn!(
+                addr = %port_addr,
+                granted = first.receive_buffer_bytes / 2,
+                requested = config.receive_buffer_bytes,
+                "the kernel granted a smaller UDP receive buffer than asked: raise net.core.rmem_max (sysctl -w net.core.rmem_max={}) or give the agent CAP_NET_ADMIN",
+                config.receive_buffer_bytes
+            );
+        }
         sockets.push(first);
         for _ in 1..config.udp_readers {
             sockets.push(bind(port_addr)?);
@@ -297,14 +308,4 @@ pub async fn run(
         tracing::warn!(error = %e, "HTTP server ended with an error");
     }
     Ok(())
-}
-
-/// The Redis URL without its password, for logs.
-fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_string(),
-    }
 }

@@ -215,7 +215,31 @@ fn err(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// A Redis URL without its password, for logs and printed configurations.
+pub fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
 impl Config {
+    /// The configuration with every password replaced by `***` (`--print-config`).
+    pub fn redacted(&self) -> Config {
+        Config {
+            redis: redacted(&self.redis),
+            redis_sentinels: self.redis_sentinels.iter().map(|u| redacted(u)).collect(),
+            redis_cluster_nodes: self
+                .redis_cluster_nodes
+                .iter()
+                .map(|u| redacted(u))
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// `unix_socket_mode` as permission bits.
     pub fn socket_mode(&self) -> Result<u32, ConfigError> {
         u32::from_str_radix(self.unix_socket_mode.trim_start_matches("0o"), 8)
@@ -709,6 +733,18 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        let config = Config {
+            redis: "redis://:s3cret@db:6379/0".into(),
+            redis_sentinels: vec!["redis://user:s3cret@s1:26379".into(), "s2:26379".into()],
+            ..Config::default()
+        };
+        let printed = toml::to_string(&config.redacted()).unwrap();
+        assert!(!printed.contains("s3cret"), "{printed}");
+        assert!(printed.contains("redis://***@db:6379/0") && printed.contains("s2:26379"));
+    }
 
     #[test]
     fn example_file_parses_to_the_defaults() {

@@ -27,7 +27,7 @@ use crate::config::RedisMode;
 use crate::protocol::MetricType;
 use crate::spool::{Reader, Spool, put_bytes, put_chunk};
 use crate::store::{
-    ChunkSettings, CounterWrite, FlushChunk, FollowUps, Keys, QuantileSettings, Writer,
+    ChunkSettings, CounterWrite, FlushChunk, FollowUps, Keys, QuantileSettings, StoreError, Writer,
     build_chunks, build_slot_chunks,
 };
 use crate::telemetry::Telemetry;
@@ -36,6 +36,56 @@ use crate::telemetry::Telemetry;
 const MIN_BACKOFF: Duration = Duration::from_millis(250);
 /// Short enough that a recovered Redis is written to within seconds.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// With nothing to write, the writer checks Redis this often: `redis_up` and the heartbeat
+/// (`last_flush_timestamp_seconds`) stay true on an idle agent.
+const IDLE_PING: Duration = Duration::from_secs(5);
+
+/// Whether writes reach Redis: one log line when they stop, one when they come back, and the
+/// `redis_up` gauge, instead of a line per failed attempt.
+#[derive(Default)]
+struct RedisState {
+    /// Since when writes have failed.
+    down_since: Option<Instant>,
+}
+
+impl RedisState {
+    fn up(&mut self, telemetry: &Telemetry, queued: usize) {
+        telemetry.redis_up.set(1.0);
+        telemetry.last_flush.set(unix_now().as_secs_f64());
+        if let Some(since) = self.down_since.take() {
+            tracing::info!(
+                down_seconds = since.elapsed().as_secs_f64().round(),
+                backlog = queued,
+                "Redis is reachable again; writing the windows that waited"
+            );
+        }
+    }
+
+    fn down(
+        &mut self,
+        telemetry: &Telemetry,
+        window: Option<u64>,
+        error: &StoreError,
+        queued: usize,
+    ) {
+        telemetry.redis_up.set(0.0);
+        match self.down_since {
+            None => {
+                tracing::warn!(
+                    window,
+                    error = %error,
+                    backlog = queued,
+                    "cannot write to Redis; windows wait in the backlog and are retried (one line when it is back)"
+                );
+                self.down_since = Some(Instant::now());
+            }
+            Some(_) => {
+                tracing::debug!(window, error = %error, backlog = queued, "write still failing")
+            }
+        }
+    }
+}
 
 /// Chunks sent in one pipeline: Redis runs the next while the agent reads a reply, instead of
 /// idling for a round trip per chunk. Redis runs a pipeline's scripts back to back, so other
@@ -851,6 +901,7 @@ async fn write_backlog(
     telemetry: &Telemetry,
 ) {
     let mut backoff = MIN_BACKOFF;
+    let mut redis = RedisState::default();
     // The window being written, when its first chunk was sent, and (cluster) its follow-ups.
     let mut current: Option<(u64, Instant, FollowUps)> = None;
     loop {
@@ -866,7 +917,15 @@ async fn write_backlog(
             if closed.is_cancelled() {
                 return;
             }
-            backlog.changed.notified().await;
+            if tokio::time::timeout(IDLE_PING, backlog.changed.notified())
+                .await
+                .is_err()
+            {
+                match writer.ping().await {
+                    Ok(()) => redis.up(telemetry, 0),
+                    Err(e) => redis.down(telemetry, None, &e, 0),
+                }
+            }
             continue;
         };
         if let Some((_, _, left)) = current.take_if(|c| c.0 != id) {
@@ -937,14 +996,16 @@ async fn write_backlog(
                 telemetry.flush_duration.record(seconds);
                 tracing::debug!(window = start, seconds, "window written");
                 telemetry.flushes_ok.increment(1);
-                telemetry.last_flush.set(unix_now().as_secs_f64());
             }
         }
+        let queued = backlog.lock().len();
         match error {
-            None => backoff = MIN_BACKOFF,
+            None => {
+                backoff = MIN_BACKOFF;
+                redis.up(telemetry, queued);
+            }
             Some(e) => {
-                let queued = backlog.lock().len();
-                tracing::warn!(window = start, error = %e, backlog = queued, "flush failed; will retry");
+                redis.down(telemetry, Some(start), &e, queued);
                 telemetry.flushes_failed.increment(1);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);

@@ -80,9 +80,9 @@ fn main() -> ExitCode {
         return get(&config, query, *json);
     }
     if cli.print_config {
-        match toml::to_string(&config) {
+        match toml::to_string(&config.redacted()) {
             Ok(text) => {
-                print!("{text}");
+                write_out(&text);
                 return ExitCode::SUCCESS;
             }
             Err(e) => {
@@ -108,14 +108,21 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes to stdout; a reader that went away (`| head`) ends the output quietly, not in a
+/// panic.
+fn write_out(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn get(config: &Config, query: &cli::Query, json: bool) -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     match cli::run(config, query, json).await {
         Ok(text) => {
-            print!("{text}");
+            write_out(&text);
             if json {
-                println!();
+                write_out("\n");
             }
             ExitCode::SUCCESS
         }

@@ -80,6 +80,7 @@ pub struct Telemetry {
     pub flush_duration: Histogram,
     pub backlog_windows: Gauge,
     pub last_flush: Gauge,
+    pub redis_up: Gauge,
     pub windows_dropped: Counter,
     pub backlog_bytes: Gauge,
     pub spool_write_errors: Counter,
@@ -269,7 +270,12 @@ impl Telemetry {
             ),
             last_flush: gauge(
                 "last_flush_timestamp_seconds",
-                "When the last window was written to Redis (unix seconds).",
+                "When the writer last found Redis taking its writes (unix seconds): a window written, or with nothing to write an answered PING (every 5 s).",
+                &[],
+            ),
+            redis_up: gauge(
+                "redis_up",
+                "1 while the writer's last write (or, idle, its PING every 5 s) reached Redis; 0 after a failed one.",
                 &[],
             ),
             windows_dropped: counter(

@@ -107,6 +107,8 @@ async fn api_errors_are_json_with_the_right_status() {
         "/api/v1/log/nope",
         "/api/v1/gauge/nope",
         "/api/v1/set/nope",
+        "/api/v1/nothing-here",
+        "/api/v2/counter/hits",
     ] {
         let (status, body) = get_json(&agent, path);
         assert_eq!(status, 404, "{path}");

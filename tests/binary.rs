@@ -143,3 +143,72 @@ fn sigterm_with_redis_down_exits_within_the_timeout_and_says_what_was_lost() {
         "{log}"
     );
 }
+
+#[test]
+fn printed_configurations_never_show_a_password() {
+    let (code, out, _) = run(bin().args([
+        "--redis",
+        "redis://:s3cret@127.0.0.1:1/0",
+        "--redis-sentinels",
+        "redis://:s3cret@127.0.0.1:2",
+        "--print-config",
+    ]));
+    assert_eq!(code, 0);
+    assert!(!out.contains("s3cret"), "{out}");
+    assert!(out.contains("redis://***@127.0.0.1:1/0"), "{out}");
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    let mut child = bin()
+        .arg("--print-config")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The pipe's reading end closed before the agent writes: its write fails with EPIPE.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Redis stopped and started again: `redis_up` goes to 0 and back, the log says so once each
+/// way (not once per retry), and every window written meanwhile arrives once.
+#[test]
+fn redis_going_away_and_coming_back_is_logged_once_each_way() {
+    let mut redis = RedisServer::start();
+    let (child, udp, http) = spawn_agent(&redis.url(), &[]);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let wait_for = |what: &str, check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !check() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let up = || metric_at(format!("127.0.0.1:{http}").parse().unwrap(), "redis_up");
+    socket.send_to(b"outage:1|c", ("127.0.0.1", udp)).unwrap();
+    wait_for("redis_up 1", &|| up() == 1.0);
+    redis.kill();
+    for _ in 0..3 {
+        socket.send_to(b"outage:1|c", ("127.0.0.1", udp)).unwrap();
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    wait_for("redis_up 0", &|| up() == 0.0);
+    // Several failed retries (0.25 s doubling) before Redis comes back.
+    std::thread::sleep(Duration::from_secs(3));
+    redis.restart_after(Duration::ZERO, &[]);
+    wait_for("redis_up 1 again", &|| up() == 1.0);
+    wait_for("the waiting windows", &|| {
+        redis.counter_total(86400, "outage") == 3
+    });
+    let (code, log, _) = terminate(child);
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(log.matches("cannot write to Redis").count(), 1, "{log}");
+    assert_eq!(log.matches("Redis is reachable again").count(), 1, "{log}");
+}

@@ -73,7 +73,16 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .fallback(not_found)
         .with_state(state)
+}
+
+/// Any other path: a 404 in the API's error form.
+async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({ "error": format!("no such path: {}", uri.path()) })),
+    )
 }
 
 /// The dashboard: one hand-written page that polls the JSON API.

@@ -493,6 +493,16 @@ impl Writer {
     }
 
     /// Drops the connection after a failure, so the next call connects afresh.
+    /// Checks that Redis answers, over the writer's own connection (made if need be).
+    pub async fn ping(&mut self) -> Result<(), StoreError> {
+        let mut conn = self.connection().await?;
+        let result = redis::cmd("PING").query_async::<()>(&mut conn).await;
+        if result.is_err() {
+            self.connection_failed();
+        }
+        Ok(result?)
+    }
+
     pub(super) fn connection_failed(&mut self) {
         self.connection = None;
         self.telemetry.redis_errors.increment(1);

@@ -101,9 +101,24 @@ pub struct Config {
     pub agent_id: String,
     /// Run the cleaner that trims counters and gauges to `sample_count` slices.
     pub cleaner_enabled: bool,
+    /// What is logged: a level (`error`, `warn`, `info`, `debug`, `trace`) or `tracing` filter
+    /// directives (`info,statsd_redis::store=debug`). `RUST_LOG`, when set, wins. SIGHUP applies
+    /// a new value.
+    pub log_level: String,
+    /// `text` (one line per event, for people) or `json` (one JSON object per line).
+    pub log_format: LogFormat,
     /// About how often the cleaner makes a pass; precision `p` is checked every
     /// `max(1, p / cleaner_interval_secs)` passes.
     pub cleaner_interval_secs: u64,
+}
+
+/// How log lines are written (`log_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 /// How the agent reaches Redis (`redis_mode`).
@@ -194,6 +209,8 @@ impl Default for Config {
             coarse_write_secs: 0,
             agent_id: String::new(),
             cleaner_enabled: true,
+            log_level: "info".into(),
+            log_format: LogFormat::Text,
             // The book's cleaner sleeps a minute between passes.
             cleaner_interval_secs: 60,
         }
@@ -365,6 +382,12 @@ impl Config {
         if self.cleaner_interval_secs == 0 {
             return Err(err("cleaner_interval_secs", "must be at least 1"));
         }
+        if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
+            return Err(err(
+                "log_level",
+                "must be a level (error, warn, info, debug, trace) or tracing filter directives",
+            ));
+        }
         if self.agent_id.contains(char::is_whitespace) {
             return Err(err("agent_id", "must not contain whitespace"));
         }
@@ -373,7 +396,7 @@ impl Config {
 }
 
 /// Flags of the agent; each also reads `STATSD_REDIS_<FLAG>` from the environment.
-#[derive(Debug, Default, ClapArgs)]
+#[derive(Debug, Default, Clone, ClapArgs)]
 pub struct Args {
     /// TOML configuration file (every key: config.example.toml).
     #[arg(long, global = true, env = "STATSD_REDIS_CONFIG", value_name = "FILE")]
@@ -668,6 +691,22 @@ pub struct Args {
         value_name = "SECS"
     )]
     pub cleaner_interval_secs: Option<u64>,
+    /// Log level or filter directives [default: info].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_LOG_LEVEL",
+        value_name = "LEVEL"
+    )]
+    pub log_level: Option<String>,
+    /// text or json [default: text].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_LOG_FORMAT",
+        value_name = "FORMAT"
+    )]
+    pub log_format: Option<LogFormat>,
 }
 
 impl Args {
@@ -723,7 +762,9 @@ impl Args {
             coarse_write_secs,
             agent_id,
             cleaner_enabled,
-            cleaner_interval_secs
+            cleaner_interval_secs,
+            log_level,
+            log_format
         );
         config.validate()?;
         Ok(config)
@@ -794,6 +835,7 @@ mod tests {
         bad(|c| c.unix_socket_mode = "0999".into(), "unix_socket_mode");
         bad(|c| c.unix_stream = vec![PathBuf::new()], "unix_stream");
         bad(|c| c.max_connections = 0, "max_connections");
+        bad(|c| c.log_level = "loud=".into(), "log_level");
         bad(
             |c| c.quantile_relative_accuracy = 0.0,
             "quantile_relative_accuracy",

@@ -7,11 +7,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use statsd_redis::config::{Args, Config};
+use statsd_redis::config::{Args, Config, LogFormat};
 use statsd_redis::telemetry::Telemetry;
 use statsd_redis::{agent, cli};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 #[derive(Parser)]
 #[command(
@@ -69,7 +72,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let config = match cli.args.into_config() {
+    let config = match cli.args.clone().into_config() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -91,15 +94,13 @@ fn main() -> ExitCode {
             }
         }
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    match run(config) {
+    let log_level = init_logs(&config);
+    let reload = Reload {
+        args: cli.args,
+        log_level,
+        running: config.clone(),
+    };
+    match run(config, reload) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -133,13 +134,96 @@ async fn get(config: &Config, query: &cli::Query, json: bool) -> ExitCode {
     }
 }
 
+type LogFilter = tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>;
+
+/// Logs to stderr in `log_format`, filtered by `RUST_LOG` when set, else by `log_level`; returns
+/// the handle that changes the filter on SIGHUP (`None` while `RUST_LOG` rules).
+fn init_logs(config: &Config) -> Option<LogFilter> {
+    let from_env = EnvFilter::try_from_default_env().ok();
+    let env_rules = from_env.is_some();
+    let filter = from_env.unwrap_or_else(|| EnvFilter::new(&config.log_level));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let registry = tracing_subscriber::registry().with(filter);
+    let stderr = std::io::stderr;
+    match config.log_format {
+        LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(stderr)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            )
+            .init(),
+        LogFormat::Json => registry
+            .with(tracing_subscriber::fmt::layer().json().with_writer(stderr))
+            .init(),
+    }
+    (!env_rules).then_some(handle)
+}
+
+/// What SIGHUP needs: the flags and environment to read the configuration again with, the log
+/// filter to change, and the configuration running.
+struct Reload {
+    args: Args,
+    log_level: Option<LogFilter>,
+    running: Config,
+}
+
+impl Reload {
+    /// Reads the configuration again. A bad one is logged and the running one kept;
+    /// `log_level` is applied; any other key that changed is logged as taking effect at the
+    /// next start (the sockets, windows, writer and cleaner were made from the old values).
+    fn apply(&mut self) {
+        let new = match self.args.clone().into_config() {
+            Ok(new) => new,
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: the configuration does not read; the running one is kept");
+                return;
+            }
+        };
+        if new.log_level != self.running.log_level {
+            match &self.log_level {
+                Some(handle) => match handle.reload(EnvFilter::new(&new.log_level)) {
+                    Ok(()) => {
+                        tracing::info!(log_level = %new.log_level, "SIGHUP: log_level applied")
+                    }
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: cannot change the log filter"),
+                },
+                None => tracing::warn!("SIGHUP: RUST_LOG is set, so log_level does not apply"),
+            }
+        }
+        let (old, fresh) = (toml_table(&self.running), toml_table(&new));
+        for (key, value) in &fresh {
+            if key != "log_level" && old.get(key) != Some(value) {
+                tracing::warn!(key = %key, "SIGHUP: this key changed; it takes effect at the next start");
+            }
+        }
+        if fresh == old {
+            tracing::info!("SIGHUP: the configuration is unchanged");
+        }
+        self.running = Config {
+            log_level: new.log_level,
+            ..self.running.clone()
+        };
+    }
+}
+
+fn toml_table(config: &Config) -> toml::Table {
+    toml::Table::try_from(config).unwrap_or_default()
+}
+
 #[tokio::main]
-async fn run(config: Config) -> anyhow::Result<()> {
+async fn run(config: Config, mut reload: Reload) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Before the sockets are bound: a SIGTERM right after the "listening" log line must find
-    // the handler in place, not end the process unflushed.
+    // the handler in place, not end the process unflushed; a SIGHUP reloads, never kills.
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(signals()?, shutdown.clone()));
+    let mut hangups = signal(SignalKind::hangup()).context("cannot install signal handlers")?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            reload.apply();
+        }
+    });
     let listeners = agent::bind(&config)?;
     agent::run(config, listeners, Arc::new(Telemetry::new()), shutdown).await?;
     Ok(())

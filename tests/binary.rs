@@ -212,3 +212,64 @@ fn redis_going_away_and_coming_back_is_logged_once_each_way() {
     assert_eq!(log.matches("cannot write to Redis").count(), 1, "{log}");
     assert_eq!(log.matches("Redis is reachable again").count(), 1, "{log}");
 }
+
+/// SIGHUP under load: nothing is lost, a new `log_level` applies at once, another changed key
+/// is reported as waiting for a restart, and a configuration that does not read is refused
+/// with the running one kept.
+#[test]
+fn sighup_reloads_without_losing_anything() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agent.toml");
+    std::fs::write(&file, "log_level = \"info\"\n").unwrap();
+    let file_arg = file.to_str().unwrap().to_string();
+    let (child, udp, _) = spawn_agent(&redis.url(), &["--config", &file_arg]);
+    let hup = |child: &std::process::Child| {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    };
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sent = 0;
+    let mut send_for = |d: Duration| {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            socket.send_to(b"hup:1|c", ("127.0.0.1", udp)).unwrap();
+            sent += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    send_for(Duration::from_millis(1500));
+    std::fs::write(&file, "log_level = \"debug\"\nsample_count = 60\n").unwrap();
+    hup(&child);
+    send_for(Duration::from_millis(1500));
+    std::fs::write(&file, "sample_count = 0\n").unwrap();
+    hup(&child);
+    send_for(Duration::from_millis(1500));
+    let (code, log, _) = terminate(child);
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(redis.counter_total(86400, "hup"), sent, "{log}");
+    assert!(log.contains("SIGHUP: log_level applied"), "{log}");
+    assert!(log.contains("DEBUG"), "debug lines after the reload: {log}");
+    assert!(
+        log.contains("key=sample_count") && log.contains("takes effect at the next start"),
+        "{log}"
+    );
+    assert!(
+        log.contains("SIGHUP: the configuration does not read"),
+        "{log}"
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_a_line() {
+    let redis = RedisServer::start();
+    let (child, _, _) = spawn_agent(&redis.url(), &["--log-format", "json"]);
+    let (code, log, _) = terminate(child);
+    assert_eq!(code, Some(0));
+    for line in log.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+    }
+    assert!(log.contains("agent started"), "{log}");
+}

@@ -369,6 +369,7 @@ pub fn bin() -> Command {
             c.env_remove(k);
         }
     }
+    c.env_remove("RUST_LOG");
     c
 }
 

@@ -835,7 +835,7 @@ mod tests {
         bad(|c| c.unix_socket_mode = "0999".into(), "unix_socket_mode");
         bad(|c| c.unix_stream = vec![PathBuf::new()], "unix_stream");
         bad(|c| c.max_connections = 0, "max_connections");
-        bad(|c| c.log_level = "loud=".into(), "log_level");
+        bad(|c| c.log_level = "info,store=loud".into(), "log_level");
         bad(
             |c| c.quantile_relative_accuracy = 0.0,
             "quantile_relative_accuracy",

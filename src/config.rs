@@ -5,7 +5,7 @@
 //! `config.example.toml`; a bad value is a [`ConfigError`] that names its key.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args as ClapArgs;
 use serde::{Deserialize, Serialize};
@@ -395,10 +395,14 @@ impl Config {
     }
 }
 
+/// The configuration file read when `--config` names none, if it exists (the systemd unit's).
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/statsd-redis/config.toml";
+
 /// Flags of the agent; each also reads `STATSD_REDIS_<FLAG>` from the environment.
 #[derive(Debug, Default, Clone, ClapArgs)]
 pub struct Args {
-    /// TOML configuration file (every key: config.example.toml).
+    /// TOML configuration file (every key: config.example.toml) [default:
+    /// /etc/statsd-redis/config.toml when it exists].
     #[arg(long, global = true, env = "STATSD_REDIS_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// UDP address to receive StatsD on; repeat for several [default: 127.0.0.1:8125].
@@ -712,7 +716,12 @@ pub struct Args {
 impl Args {
     /// Defaults, then the file (if any), then these flags/variables; validated.
     pub fn into_config(self) -> Result<Config, ConfigError> {
-        let mut config = match &self.config {
+        let default_file = Path::new(DEFAULT_CONFIG_FILE);
+        let file = self
+            .config
+            .as_deref()
+            .or_else(|| default_file.exists().then_some(default_file));
+        let mut config = match file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| err("config", format!("{}: {e}", path.display())))?;

@@ -273,3 +273,28 @@ fn json_logs_are_one_object_a_line() {
     }
     assert!(log.contains("agent started"), "{log}");
 }
+
+/// The systemd unit in dist/ passes `systemd-analyze verify` (Debian's systemd package), with
+/// its ExecStart pointed at the binary built here, and without a single warning.
+#[test]
+fn the_systemd_unit_verifies() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/dist/statsd-redis.service"
+    ))
+    .unwrap()
+    .replace(
+        "/usr/local/bin/statsd-redis",
+        env!("CARGO_BIN_EXE_statsd-redis"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("statsd-redis.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run systemd-analyze ({e}): apt-get install -y systemd"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+}

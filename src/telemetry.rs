@@ -387,11 +387,94 @@ impl Telemetry {
         &self.connections[usize::from(transport == Transport::Unix)]
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The Prometheus text exposition of every metric, then the process's own.
     pub fn render(&self) -> String {
         self.handle.run_upkeep();
-        self.handle.render()
+        let mut text = self.handle.render();
+        text.push_str(&process_metrics());
+        text
     }
+}
+
+/// The `process_*` metrics that every Prometheus exporter has (CPU, memory, descriptors, start
+/// time, threads), read from `/proc` at each scrape; empty where `/proc` is missing.
+fn process_metrics() -> String {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return String::new();
+    };
+    // After the command name in parentheses: field 3 (state) onwards, so field n is at n - 3.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<f64>().ok());
+    // SAFETY: sysconf and getrlimit only read system values into plain data.
+    let (ticks, page, max_fds) = unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        (
+            libc::sysconf(libc::_SC_CLK_TCK) as f64,
+            libc::sysconf(libc::_SC_PAGESIZE) as f64,
+            limit.rlim_cur as f64,
+        )
+    };
+    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())
+    });
+    let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count()) as f64;
+    let mut out = String::new();
+    let mut put = |name: &str, kind: &str, help: &str, value: Option<f64>| {
+        if let Some(v) = value {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"
+            ));
+        }
+    };
+    let cpu = field(14).zip(field(15)).map(|(u, s)| (u + s) / ticks);
+    put(
+        "process_cpu_seconds_total",
+        "counter",
+        "User and system CPU time spent, in seconds.",
+        cpu,
+    );
+    put(
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+        field(24).map(|p| p * page),
+    );
+    put(
+        "process_virtual_memory_bytes",
+        "gauge",
+        "Virtual memory size in bytes.",
+        field(23),
+    );
+    put(
+        "process_open_fds",
+        "gauge",
+        "Open file descriptors.",
+        Some(open_fds),
+    );
+    put(
+        "process_max_fds",
+        "gauge",
+        "The limit of open file descriptors.",
+        Some(max_fds),
+    );
+    put(
+        "process_threads",
+        "gauge",
+        "Threads of the process.",
+        field(20),
+    );
+    let start = boot.zip(field(22)).map(|(b, t)| b + t / ticks);
+    put(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since the epoch, in seconds.",
+        start,
+    );
+    out
 }
 
 impl Default for Telemetry {

@@ -373,3 +373,26 @@ async fn the_series_cap_holds_and_counts_what_it_drops() {
     }
     assert_eq!(redis.known("known:").len(), 10 * PRECISIONS.len());
 }
+
+/// `/metrics` carries the process's own metrics, as every Prometheus exporter does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_include_the_process() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    let (_, text) = http_get(agent.http, "/metrics");
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+    let started = value("process_start_time_seconds");
+    assert!(started <= unix_now() as f64 + 1.0 && started > unix_now() as f64 - 3600.0);
+    assert!(value("process_threads") >= 2.0);
+    agent.stop().await;
+}

@@ -114,7 +114,14 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
     let listen_err = |what: String| move |source| AgentError::Listen { what, source };
     let mode = config.socket_mode()?;
     let mut unix_datagram = Vec::new();
+    // `unixgram:///run/x.sock` and `unix:///run/x.sock` as the Datadog clients write them.
+    let unscheme = |path: &std::path::Path, scheme: &str| {
+        let text = path.to_string_lossy();
+        text.strip_prefix(scheme)
+            .map_or_else(|| path.to_path_buf(), std::path::PathBuf::from)
+    };
     for path in &config.unix_datagram {
+        let path = &unscheme(path, "unixgram://");
         let bound = datagram::bind_unix(path, mode, config.receive_buffer_bytes).map_err(
             listen_err(format!("unix datagram socket {}", path.display())),
         )?;
@@ -129,6 +136,7 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
         streams.push(listener);
     }
     for path in &config.unix_stream {
+        let path = &unscheme(path, "unix://");
         let listener = stream::Listener::bind_unix(path, mode)
             .map_err(listen_err(format!("unix stream socket {}", path.display())))?;
         tracing::info!(path = %path.display(), "listening for StatsD (unix stream)");

@@ -14,9 +14,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// UDP addresses to receive StatsD on.
+    /// UDP addresses to receive StatsD on (written as [`parse_listen`] takes them).
+    #[serde(deserialize_with = "udp_addrs")]
     pub udp: Vec<SocketAddr>,
     /// TCP addresses to receive newline-delimited StatsD on; none by default.
+    #[serde(deserialize_with = "tcp_addrs")]
     pub tcp: Vec<SocketAddr>,
     /// Unix datagram sockets to create and receive StatsD on (DogStatsD's UDS transport).
     pub unix_datagram: Vec<PathBuf>,
@@ -110,6 +112,54 @@ pub struct Config {
     /// About how often the cleaner makes a pass; precision `p` is checked every
     /// `max(1, p / cleaner_interval_secs)` passes.
     pub cleaner_interval_secs: u64,
+}
+
+/// A listen address as users of the StatsD daemons write it: `host:port`, `[v6 address]:port`,
+/// `:port` (every interface, IPv4 and IPv6), a host name resolved now (its first address), each
+/// optionally behind `<scheme>://` (`udp://`, `tcp://`) when the scheme is the list's own.
+pub fn parse_listen(text: &str, scheme: &str) -> Result<SocketAddr, String> {
+    let bare = match text.split_once("://") {
+        Some((s, rest)) if s == scheme => rest,
+        Some((s, _)) => return Err(format!("`{text}`: a {scheme} address, not {s}://")),
+        None => text,
+    };
+    if let Some(port) = bare.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| format!("`{text}`: not a port"))?;
+        return Ok(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)));
+    }
+    if let Ok(addr) = bare.parse() {
+        return Ok(addr);
+    }
+    std::net::ToSocketAddrs::to_socket_addrs(bare)
+        .map_err(|e| format!("`{text}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{text}`: the name has no address"))
+}
+
+fn parse_udp(text: &str) -> Result<SocketAddr, String> {
+    parse_listen(text, "udp")
+}
+
+fn parse_tcp(text: &str) -> Result<SocketAddr, String> {
+    parse_listen(text, "tcp")
+}
+
+fn listen_addrs<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    scheme: &str,
+) -> Result<Vec<SocketAddr>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|a| parse_listen(a, scheme).map_err(serde::de::Error::custom))
+        .collect()
+}
+
+fn udp_addrs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>, D::Error> {
+    listen_addrs(d, "udp")
+}
+
+fn tcp_addrs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>, D::Error> {
+    listen_addrs(d, "tcp")
 }
 
 /// How log lines are written (`log_format`).
@@ -405,12 +455,14 @@ pub struct Args {
     /// /etc/statsd-redis/config.toml when it exists].
     #[arg(long, global = true, env = "STATSD_REDIS_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// UDP address to receive StatsD on; repeat for several [default: 127.0.0.1:8125].
+    /// UDP address to receive StatsD on (host:port, :port, name:port, udp://...); repeat for
+    /// several [default: 127.0.0.1:8125].
     #[arg(
         long,
         env = "STATSD_REDIS_UDP",
         value_name = "ADDR",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = parse_udp
     )]
     pub udp: Option<Vec<SocketAddr>>,
     /// TCP address to receive newline-delimited StatsD on; repeat for several [default: none].
@@ -418,7 +470,8 @@ pub struct Args {
         long,
         env = "STATSD_REDIS_TCP",
         value_name = "ADDR",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = parse_tcp
     )]
     pub tcp: Option<Vec<SocketAddr>>,
     /// Unix datagram socket to create and receive on; repeat for several [default: none].
@@ -785,6 +838,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn listen_addresses_in_the_forms_people_write() {
+        let any = |port| SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+        assert_eq!(parse_listen(":8125", "udp"), Ok(any(8125)));
+        assert_eq!(parse_listen("udp://:8125", "udp"), Ok(any(8125)));
+        assert_eq!(
+            parse_listen("127.0.0.1:9", "tcp"),
+            Ok("127.0.0.1:9".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen("[::1]:9", "udp"),
+            Ok("[::1]:9".parse().unwrap())
+        );
+        assert!(
+            parse_listen("localhost:8125", "udp")
+                .unwrap()
+                .ip()
+                .is_loopback()
+        );
+        assert!(
+            parse_listen("tcp://:8125", "udp").is_err(),
+            "another list's scheme"
+        );
+        assert!(parse_listen(":x", "udp").is_err());
+        let c =
+            Config::from_toml("udp = [\":8125\", \"udp://localhost:9\"]\ntcp = [\"tcp://:8126\"]")
+                .unwrap();
+        assert_eq!((c.udp[0], c.tcp[0]), (any(8125), any(8126)));
+        assert!(c.udp[1].ip().is_loopback());
+    }
+
+    #[test]
     fn passwords_are_redacted() {
         let config = Config {
             redis: "redis://:s3cret@db:6379/0".into(),
@@ -824,7 +908,8 @@ mod tests {
         let e = Config::from_toml("sample_count = \"ten\"").unwrap_err();
         assert_eq!(e.key, "sample_count");
         let e = Config::from_toml("udp = [\"nowhere\"]").unwrap_err();
-        assert_eq!(e.key, "udp[0]");
+        assert_eq!(e.key, "udp");
+        assert!(e.message.contains("`nowhere`"), "{e}");
     }
 
     #[test]

@@ -18,10 +18,13 @@ use statsd_redis::config::Config;
 
 /// A config with a TCP listener on a free port and unix sockets in `dir`.
 fn config(redis: &RedisServer, dir: &Path) -> Config {
+    // The unix sockets in the scheme forms the Datadog clients write.
+    let with =
+        |scheme: &str, file: &str| PathBuf::from(format!("{scheme}{}", dir.join(file).display()));
     Config {
         tcp: vec!["127.0.0.1:0".parse().unwrap()],
-        unix_datagram: vec![dir.join("dgram.sock")],
-        unix_stream: vec![dir.join("stream.sock")],
+        unix_datagram: vec![with("unixgram://", "dgram.sock")],
+        unix_stream: vec![with("unix://", "stream.sock")],
         ..test_config(redis)
     }
 }
@@ -419,5 +422,28 @@ setTimeout(() => tcp.close(() => uds.close(() => process.exit(0))), 300);
     ));
     counted(&redis, "hs.tcp;k=v", 10).await;
     counted(&redis, "hs.uds", 20).await;
+    agent.stop().await;
+}
+
+/// `:port` listens on every interface of both families, and a host name is resolved at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn colon_port_takes_both_families_and_names_resolve() {
+    let redis = RedisServer::start();
+    let any = statsd_redis::config::parse_listen(":0", "udp").unwrap();
+    let agent = TestAgent::start(Config {
+        udp: vec![any],
+        tcp: vec![statsd_redis::config::parse_listen("tcp://localhost:0", "tcp").unwrap()],
+        ..test_config(&redis)
+    });
+    let port = agent.udp[0].port();
+    let v4 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    v4.send_to(b"both:1|c", ("127.0.0.1", port)).unwrap();
+    let v6 = std::net::UdpSocket::bind("[::1]:0").unwrap();
+    v6.send_to(b"both:2|c", ("::1", port)).unwrap();
+    let mut s = TcpStream::connect(agent.tcp[0]).unwrap();
+    s.write_all(b"named:3|c\n").unwrap();
+    drop(s);
+    counted(&redis, "both", 3).await;
+    counted(&redis, "named", 3).await;
     agent.stop().await;
 }

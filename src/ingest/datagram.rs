@@ -35,6 +35,10 @@ pub struct BoundUdp {
 /// spreads senders across them.
 pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize, shared: bool) -> io::Result<BoundUdp> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // `:8125`: every interface of both families, whatever net.ipv6.bindv6only says.
+        socket.set_only_v6(false)?;
+    }
     if shared {
         socket.set_reuse_port(true)?;
     }

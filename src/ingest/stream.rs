@@ -38,9 +38,17 @@ pub enum Listener {
 
 impl Listener {
     pub fn bind_tcp(addr: std::net::SocketAddr) -> io::Result<Listener> {
-        let listener = std::net::TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        Ok(Listener::Tcp(listener))
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        if addr.is_ipv6() && addr.ip().is_unspecified() {
+            // `:8125`: every interface of both families, whatever net.ipv6.bindv6only says.
+            socket.set_only_v6(false)?;
+        }
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(1024)?;
+        socket.set_nonblocking(true)?;
+        Ok(Listener::Tcp(socket.into()))
     }
 
     /// Creates the unix stream socket `path` (a stale one is replaced) with `mode` permissions.

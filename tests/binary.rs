@@ -298,3 +298,20 @@ fn the_systemd_unit_verifies() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && said.trim().is_empty(), "{said}");
 }
+
+/// A password in the Redis URL shows in no log line and no metric.
+#[test]
+fn a_password_never_reaches_the_logs_or_metrics() {
+    let (child, _, http) = spawn_agent(
+        "redis://:s3cret@127.0.0.1:1/0",
+        &["--redis-timeout-ms", "200"],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let metrics = http_get(format!("127.0.0.1:{http}").parse().unwrap(), "/metrics").1;
+    let (_, log, _) = terminate(child);
+    assert!(
+        !log.contains("s3cret") && !metrics.contains("s3cret"),
+        "{log}"
+    );
+    assert!(log.contains("***@127.0.0.1:1/0"), "{log}");
+}

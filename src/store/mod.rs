@@ -168,7 +168,10 @@ impl Store {
     pub fn open(config: &Config) -> Result<Store, ConfigError> {
         let bad = |key: &str, e: redis::RedisError| ConfigError {
             key: key.into(),
-            message: e.to_string(),
+            message: match key {
+                "redis" => url_problem(&config.redis).unwrap_or_else(|| e.to_string()),
+                _ => e.to_string(),
+            },
         };
         let timeout = Duration::from_millis(config.redis_timeout_ms);
         let url = config.redis.as_str();
@@ -319,11 +322,80 @@ impl Store {
     }
 }
 
+/// What is wrong with a Redis URL that the client refused, in words (the client says only
+/// `InvalidClientConfig`); `None` when nothing obvious is.
+fn url_problem(url: &str) -> Option<String> {
+    let shown = crate::config::redacted(url);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Some(format!(
+            "`{shown}` is not a URL: redis://host:port/db, rediss://… for TLS, redis+unix:///path"
+        ));
+    };
+    if !["redis", "rediss", "redis+unix", "unix"].contains(&scheme) {
+        return Some(format!(
+            "`{shown}`: the scheme `{scheme}` is none of redis, rediss, redis+unix"
+        ));
+    }
+    if scheme.ends_with("unix") {
+        return None;
+    }
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    // A port after the last `:`, unless that `:` is inside an IPv6 address (`[::1]`).
+    if let Some((_, port)) = host_port.rsplit_once(':')
+        && !host_port.ends_with(']')
+        && port.parse::<u16>().is_err()
+    {
+        return Some(format!(
+            "`{shown}`: the port `{port}` is not a number from 1 to 65535"
+        ));
+    }
+    if let Some(db) = rest
+        .split_once('/')
+        .map(|(_, db)| db)
+        .filter(|db| !db.is_empty())
+        && db.parse::<u32>().is_err()
+    {
+        return Some(format!("`{shown}`: the database `{db}` is not a number"));
+    }
+    None
+}
+
 /// `host:port` as a `redis://` URL; a URL as it is.
 fn with_scheme(addr: &str) -> String {
     if addr.contains("://") {
         addr.to_string()
     } else {
         format!("redis://{addr}")
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::url_problem;
+
+    #[test]
+    fn a_bad_redis_url_says_what_is_wrong() {
+        let says = |url: &str, what: &str| {
+            let problem = url_problem(url).unwrap_or_default();
+            assert!(problem.contains(what), "{url}: {problem}");
+        };
+        says("nonsense", "is not a URL");
+        says("http://h:6379/0", "the scheme `http`");
+        says("redis://h:notaport/0", "the port `notaport`");
+        says("redis://:pw@h:6379/zero", "the database `zero`");
+        assert!(
+            !url_problem("redis://:s3cret@h:x/0")
+                .unwrap()
+                .contains("s3cret")
+        );
+        for fine in [
+            "redis://h:6379/0",
+            "redis://[::1]:6379",
+            "rediss://h",
+            "redis+unix:///r.sock",
+        ] {
+            assert_eq!(url_problem(fine), None, "{fine}");
+        }
     }
 }

@@ -541,23 +541,13 @@ pub struct Args {
     )]
     pub redis_cluster_nodes: Option<Vec<String>>,
     /// Replicas that must have a write (WAIT) before it counts as done [default: 0].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_WAIT_REPLICAS",
-        value_name = "N"
-    )]
+    #[arg(long, env = "STATSD_REDIS_WAIT_REPLICAS", value_name = "N")]
     pub wait_replicas: Option<u32>,
     /// Timeout of one WAIT for the replicas [default: 500].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_WAIT_TIMEOUT_MS",
-        value_name = "MS"
-    )]
+    #[arg(long, env = "STATSD_REDIS_WAIT_TIMEOUT_MS", value_name = "MS")]
     pub wait_timeout_ms: Option<u64>,
     /// HTTP address for /metrics, /healthz, /readyz [default: 127.0.0.1:9102].
-    #[arg(long, global = true, env = "STATSD_REDIS_HTTP", value_name = "ADDR")]
+    #[arg(long, env = "STATSD_REDIS_HTTP", value_name = "ADDR")]
     pub http: Option<SocketAddr>,
     /// Prefix for every Redis key [default: none].
     #[arg(
@@ -586,7 +576,6 @@ pub struct Args {
     /// Relative accuracy of quantiles [default: 0.01].
     #[arg(
         long,
-        global = true,
         env = "STATSD_REDIS_QUANTILE_RELATIVE_ACCURACY",
         value_name = "ALPHA"
     )]
@@ -601,108 +590,43 @@ pub struct Args {
     )]
     pub quantile_precisions: Option<Vec<u64>>,
     /// Aggregation window in seconds [default: 1].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_FLUSH_INTERVAL_SECS",
-        value_name = "SECS"
-    )]
+    #[arg(long, env = "STATSD_REDIS_FLUSH_INTERVAL_SECS", value_name = "SECS")]
     pub flush_interval_secs: Option<u64>,
     /// Readers (SO_REUSEPORT sockets) per UDP address [default: 1].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_UDP_READERS",
-        value_name = "N"
-    )]
+    #[arg(long, env = "STATSD_REDIS_UDP_READERS", value_name = "N")]
     pub udp_readers: Option<usize>,
     /// Kernel receive buffer per UDP socket [default: 33554432].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_RECEIVE_BUFFER_BYTES",
-        value_name = "BYTES"
-    )]
+    #[arg(long, env = "STATSD_REDIS_RECEIVE_BUFFER_BYTES", value_name = "BYTES")]
     pub receive_buffer_bytes: Option<usize>,
     /// Read buffer per datagram [default: 65535].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_MAX_DATAGRAM_BYTES",
-        value_name = "BYTES"
-    )]
+    #[arg(long, env = "STATSD_REDIS_MAX_DATAGRAM_BYTES", value_name = "BYTES")]
     pub max_datagram_bytes: Option<usize>,
     /// Sanitize metric names like Etsy statsd [default: true].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_SANITIZE_NAMES",
-        value_name = "BOOL"
-    )]
+    #[arg(long, env = "STATSD_REDIS_SANITIZE_NAMES", value_name = "BOOL")]
     pub sanitize_names: Option<bool>,
     /// Windows kept while Redis is down [default: 3600].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_MAX_BACKLOG_WINDOWS",
-        value_name = "N"
-    )]
+    #[arg(long, env = "STATSD_REDIS_MAX_BACKLOG_WINDOWS", value_name = "N")]
     pub max_backlog_windows: Option<usize>,
     /// Bytes of flush chunks kept while Redis is down (memory, and the spool) [default: 1073741824].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_MAX_BACKLOG_BYTES",
-        value_name = "BYTES"
-    )]
+    #[arg(long, env = "STATSD_REDIS_MAX_BACKLOG_BYTES", value_name = "BYTES")]
     pub max_backlog_bytes: Option<u64>,
     /// Directory for the crash-safe spool of unwritten windows [default: none].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_SPOOL_DIR",
-        value_name = "DIR"
-    )]
+    #[arg(long, env = "STATSD_REDIS_SPOOL_DIR", value_name = "DIR")]
     pub spool_dir: Option<PathBuf>,
     /// fsync each spool file [default: false].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_SPOOL_FSYNC",
-        value_name = "BOOL"
-    )]
+    #[arg(long, env = "STATSD_REDIS_SPOOL_FSYNC", value_name = "BOOL")]
     pub spool_fsync: Option<bool>,
     /// New series per window and type; more are dropped and counted [default: 500000].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_MAX_SERIES_PER_WINDOW",
-        value_name = "N"
-    )]
+    #[arg(long, env = "STATSD_REDIS_MAX_SERIES_PER_WINDOW", value_name = "N")]
     pub max_series_per_window: Option<usize>,
     /// Forget gauges and counter remainders idle this long [default: 86400].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_FORGET_IDLE_SECS",
-        value_name = "SECS"
-    )]
+    #[arg(long, env = "STATSD_REDIS_FORGET_IDLE_SECS", value_name = "SECS")]
     pub forget_idle_secs: Option<u64>,
     /// Expire log keys idle this long; 0 never [default: 604800].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_LOG_IDLE_SECS",
-        value_name = "SECS"
-    )]
+    #[arg(long, env = "STATSD_REDIS_LOG_IDLE_SECS", value_name = "SECS")]
     pub log_idle_secs: Option<u64>,
     /// Time allowed for the final flush on SIGTERM/SIGINT [default: 10].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_SHUTDOWN_TIMEOUT_SECS",
-        value_name = "SECS"
-    )]
+    #[arg(long, env = "STATSD_REDIS_SHUTDOWN_TIMEOUT_SECS", value_name = "SECS")]
     pub shutdown_timeout_secs: Option<u64>,
     /// Timeout of one Redis call [default: 2000].
     #[arg(
@@ -713,56 +637,26 @@ pub struct Args {
     )]
     pub redis_timeout_ms: Option<u64>,
     /// Series per flush script call [default: 100].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_MAX_SERIES_PER_CHUNK",
-        value_name = "N"
-    )]
+    #[arg(long, env = "STATSD_REDIS_MAX_SERIES_PER_CHUNK", value_name = "N")]
     pub max_series_per_chunk: Option<usize>,
     /// Write counters at precision p once per min(p, SECS) seconds, and timer stats with the
     /// shortest such period, summed in the agent; 0 writes everything every window [default: 0].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_COARSE_WRITE_SECS",
-        value_name = "SECS"
-    )]
+    #[arg(long, env = "STATSD_REDIS_COARSE_WRITE_SECS", value_name = "SECS")]
     pub coarse_write_secs: Option<u64>,
     /// Agent name in flush sequence keys and the cleaner lease [default: random per start].
-    #[arg(long, global = true, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
+    #[arg(long, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
     pub agent_id: Option<String>,
     /// Run the cleaner [default: true].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_CLEANER_ENABLED",
-        value_name = "BOOL"
-    )]
+    #[arg(long, env = "STATSD_REDIS_CLEANER_ENABLED", value_name = "BOOL")]
     pub cleaner_enabled: Option<bool>,
     /// Seconds between cleaner passes [default: 60].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_CLEANER_INTERVAL_SECS",
-        value_name = "SECS"
-    )]
+    #[arg(long, env = "STATSD_REDIS_CLEANER_INTERVAL_SECS", value_name = "SECS")]
     pub cleaner_interval_secs: Option<u64>,
     /// Log level or filter directives [default: info].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_LOG_LEVEL",
-        value_name = "LEVEL"
-    )]
+    #[arg(long, env = "STATSD_REDIS_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<String>,
     /// text or json [default: text].
-    #[arg(
-        long,
-        global = true,
-        env = "STATSD_REDIS_LOG_FORMAT",
-        value_name = "FORMAT"
-    )]
+    #[arg(long, env = "STATSD_REDIS_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
 }
 

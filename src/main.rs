@@ -19,7 +19,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 #[derive(Parser)]
 #[command(
     name = "statsd-redis",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("STATSD_REDIS_COMMIT"), ")"),
     about = "StatsD/DogStatsD agent writing Redis in Action's layout"
 )]
 struct Cli {

@@ -143,8 +143,11 @@ impl Telemetry {
         };
         let build_info = gauge(
             "build_info",
-            "Always 1; the version label says which build runs.",
-            &[("version", env!("CARGO_PKG_VERSION"))],
+            "Always 1; the labels say which build runs (the version and the git commit).",
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("commit", env!("STATSD_REDIS_COMMIT")),
+            ],
         );
         build_info.set(1.0);
         let flush_duration_key = key("flush_duration_seconds", &[]);

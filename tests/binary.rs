@@ -315,3 +315,26 @@ fn a_password_never_reaches_the_logs_or_metrics() {
     );
     assert!(log.contains("***@127.0.0.1:1/0"), "{log}");
 }
+
+#[test]
+fn get_help_lists_only_what_get_uses_and_version_names_the_commit() {
+    let (_, help, _) = run(bin().args(["get", "--help"]));
+    assert!(
+        help.contains("--redis <URL>") && help.contains("--key-prefix"),
+        "{help}"
+    );
+    for agent_only in [
+        "--udp-readers",
+        "--spool-dir",
+        "--cleaner-enabled",
+        "--http",
+    ] {
+        assert!(!help.contains(agent_only), "{agent_only} in {help}");
+    }
+    let (code, version, _) = run(bin().arg("--version"));
+    assert_eq!(code, 0);
+    assert!(
+        version.contains(env!("CARGO_PKG_VERSION")) && version.contains('('),
+        "{version}"
+    );
+}

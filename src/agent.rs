@@ -172,6 +172,20 @@ pub async fn run(
     telemetry: Arc<Telemetry>,
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
+    let (_, reloads) = tokio::sync::watch::channel(config.clone());
+    run_reloading(config, listeners, telemetry, shutdown, reloads).await
+}
+
+/// [`run`], taking from `reloads` the keys of a reloaded configuration that apply without a
+/// restart (`max_series_per_chunk`, `max_backlog_windows`, `max_backlog_bytes`,
+/// `cleaner_interval_secs`; the binary applies `log_level` itself).
+pub async fn run_reloading(
+    config: Config,
+    listeners: Listeners,
+    telemetry: Arc<Telemetry>,
+    shutdown: CancellationToken,
+    reloads: tokio::sync::watch::Receiver<Config>,
+) -> Result<(), AgentError> {
     let store = Store::open(&config)?;
     let spool = if config.spool_dir.as_os_str().is_empty() {
         None
@@ -266,7 +280,7 @@ pub async fn run(
             config.sample_count,
             telemetry.clone(),
         );
-        tokio::spawn(cleaner.run(shutdown.clone()))
+        tokio::spawn(cleaner.run(shutdown.clone(), Some(reloads.clone())))
     });
     let wait = (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout_ms));
     let writer = Writer::new(store.clone(), wait, telemetry.clone());
@@ -283,6 +297,7 @@ pub async fn run(
             config.clone(),
             telemetry.clone(),
         )
+        .with_reloads(reloads)
         .run(flusher_stop.clone()),
     );
 

@@ -195,6 +195,9 @@ struct Closer {
     /// When samples dropped by the series cap were last logged.
     last_drop_log: Option<Instant>,
     spool: Option<Arc<Spool>>,
+    /// Configurations a SIGHUP read: the keys that apply to a running flusher are taken at
+    /// the next close ([`Closer::take_reload`]).
+    reloads: Option<tokio::sync::watch::Receiver<Config>>,
 }
 
 /// What `coarse_write_secs` (K) takes out of the windows' own writes: the counters at every
@@ -348,6 +351,12 @@ fn window_start(now: Duration, interval: u64) -> u64 {
 }
 
 impl Flusher {
+    /// Takes the reloadable keys of each configuration `reloads` brings (SIGHUP).
+    pub fn with_reloads(mut self, reloads: tokio::sync::watch::Receiver<Config>) -> Flusher {
+        self.closer.reloads = Some(reloads);
+        self
+    }
+
     /// `run_id` names this run of the agent (`<agent id>.<random>`): its chunks are numbered
     /// under the sequence key `flush:<run_id>`.
     pub fn new(
@@ -383,6 +392,7 @@ impl Flusher {
                 coarse: Coarse::new(&config),
                 last_drop_log: None,
                 spool: spool.map(Arc::new),
+                reloads: None,
                 config,
                 telemetry,
             },
@@ -549,7 +559,23 @@ impl Closer {
 
     /// Takes every reader's window for the period starting at `start` and queues it; the `last`
     /// one also takes every coarse sum still held.
+    /// Takes the keys of a reloaded configuration that apply without a restart: chunk size
+    /// and backlog bounds (the others were logged as waiting for one).
+    fn take_reload(&mut self) {
+        let Some(reloads) = self.reloads.as_mut() else {
+            return;
+        };
+        if reloads.has_changed().unwrap_or(false) {
+            let new = reloads.borrow_and_update();
+            self.settings.max_series = new.max_series_per_chunk;
+            self.config.max_series_per_chunk = new.max_series_per_chunk;
+            self.config.max_backlog_windows = new.max_backlog_windows;
+            self.config.max_backlog_bytes = new.max_backlog_bytes;
+        }
+    }
+
     fn close(&mut self, start: u64, last: bool, backlog: &Backlog) {
+        self.take_reload();
         let mut merged = Window::default();
         for shared in &self.windows {
             let taken = shared.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -1044,6 +1070,7 @@ mod tests {
             coarse: Coarse::new(&config),
             last_drop_log: None,
             spool: None,
+            reloads: None,
             config,
             telemetry: Arc::new(Telemetry::new()),
         };

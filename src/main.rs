@@ -99,6 +99,7 @@ fn main() -> ExitCode {
         args: cli.args,
         log_level,
         running: config.clone(),
+        agent: None,
     };
     match run(config, reload) {
         Ok(()) => ExitCode::SUCCESS,
@@ -166,7 +167,19 @@ struct Reload {
     args: Args,
     log_level: Option<LogFilter>,
     running: Config,
+    /// Hands the running agent a configuration whose reloadable keys changed.
+    agent: Option<tokio::sync::watch::Sender<Config>>,
 }
+
+/// Keys a SIGHUP applies to the running agent (`log_level` in the binary, the others through
+/// [`agent::run_reloading`]); a change to any other waits for a restart.
+const RELOADABLE: [&str; 5] = [
+    "log_level",
+    "max_series_per_chunk",
+    "max_backlog_windows",
+    "max_backlog_bytes",
+    "cleaner_interval_secs",
+];
 
 impl Reload {
     /// Reads the configuration again. A bad one is logged and the running one kept;
@@ -192,18 +205,35 @@ impl Reload {
             }
         }
         let (old, fresh) = (toml_table(&self.running), toml_table(&new));
-        for (key, value) in &fresh {
-            if key != "log_level" && old.get(key) != Some(value) {
-                tracing::warn!(key = %key, "SIGHUP: this key changed; it takes effect at the next start");
-            }
-        }
-        if fresh == old {
+        let changed: Vec<&String> = fresh
+            .iter()
+            .filter(|(key, value)| old.get(*key) != Some(*value))
+            .map(|(key, _)| key)
+            .collect();
+        if changed.is_empty() {
             tracing::info!("SIGHUP: the configuration is unchanged");
         }
+        for key in changed.iter().filter(|k| !RELOADABLE.contains(&k.as_str())) {
+            tracing::warn!(key = %key, "SIGHUP: this key changed; it takes effect at the next start");
+        }
+        let applied: Vec<&&String> = changed
+            .iter()
+            .filter(|k| k.as_str() != "log_level" && RELOADABLE.contains(&k.as_str()))
+            .collect();
         self.running = Config {
             log_level: new.log_level,
+            max_series_per_chunk: new.max_series_per_chunk,
+            max_backlog_windows: new.max_backlog_windows,
+            max_backlog_bytes: new.max_backlog_bytes,
+            cleaner_interval_secs: new.cleaner_interval_secs,
             ..self.running.clone()
         };
+        if !applied.is_empty()
+            && let Some(agent) = &self.agent
+        {
+            agent.send_replace(self.running.clone());
+            tracing::info!(keys = ?applied, "SIGHUP: applied");
+        }
     }
 }
 
@@ -219,13 +249,22 @@ async fn run(config: Config, mut reload: Reload) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(signals()?, shutdown.clone()));
     let mut hangups = signal(SignalKind::hangup()).context("cannot install signal handlers")?;
+    let (to_agent, reloads) = tokio::sync::watch::channel(config.clone());
+    reload.agent = Some(to_agent);
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
             reload.apply();
         }
     });
     let listeners = agent::bind(&config)?;
-    agent::run(config, listeners, Arc::new(Telemetry::new()), shutdown).await?;
+    agent::run_reloading(
+        config,
+        listeners,
+        Arc::new(Telemetry::new()),
+        shutdown,
+        reloads,
+    )
+    .await?;
     Ok(())
 }
 

@@ -239,7 +239,11 @@ fn sighup_reloads_without_losing_anything() {
         }
     };
     send_for(Duration::from_millis(1500));
-    std::fs::write(&file, "log_level = \"debug\"\nsample_count = 60\n").unwrap();
+    std::fs::write(
+        &file,
+        "log_level = \"debug\"\nsample_count = 60\nmax_series_per_chunk = 10\n",
+    )
+    .unwrap();
     hup(&child);
     send_for(Duration::from_millis(1500));
     std::fs::write(&file, "sample_count = 0\n").unwrap();
@@ -249,6 +253,10 @@ fn sighup_reloads_without_losing_anything() {
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(redis.counter_total(86400, "hup"), sent, "{log}");
     assert!(log.contains("SIGHUP: log_level applied"), "{log}");
+    assert!(
+        log.contains("SIGHUP: applied") && log.contains("max_series_per_chunk"),
+        "{log}"
+    );
     assert!(log.contains("DEBUG"), "debug lines after the reload: {log}");
     assert!(
         log.contains("key=sample_count") && log.contains("takes effect at the next start"),

@@ -301,10 +301,21 @@ impl Cleaner {
 
     /// Cleans until `stop`: a pass at start-up and then about every interval while this agent
     /// holds the lease; otherwise it tries for the lease every quarter interval.
-    pub async fn run(mut self, stop: CancellationToken) {
-        let tick = (self.interval / 4).max(Duration::from_millis(100));
+    pub async fn run(
+        mut self,
+        stop: CancellationToken,
+        mut reloads: Option<tokio::sync::watch::Receiver<crate::config::Config>>,
+    ) {
         let mut last_pass: Option<Instant> = None;
         loop {
+            // A SIGHUP's cleaner_interval_secs applies from the next pass on.
+            if let Some(r) = reloads
+                .as_mut()
+                .filter(|r| r.has_changed().unwrap_or(false))
+            {
+                self.interval = Duration::from_secs(r.borrow_and_update().cleaner_interval_secs);
+            }
+            let tick = (self.interval / 4).max(Duration::from_millis(100));
             match self.hold_lease().await {
                 Ok(true) if last_pass.is_none_or(|t| t.elapsed() >= self.interval) => {
                     last_pass = Some(Instant::now());

@@ -331,6 +331,21 @@ fine:7|ms",
     agent.stop().await;
 }
 
+/// `statsd-redis get percentiles page.time <args>` against `redis`; its stdout.
+fn get_percentiles(redis: &RedisServer, args: &[&str]) -> String {
+    let out = bin()
+        .args(["--redis", &redis.url(), "get", "percentiles", "page.time"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_and_the_api_read_percentiles() {
     let redis = RedisServer::start();
@@ -349,25 +364,8 @@ async fn the_cli_and_the_api_read_percentiles() {
             == Some(100.0)
     })
     .await;
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_statsd-redis"))
-        .args([
-            "--redis",
-            &redis.url(),
-            "get",
-            "percentiles",
-            "page.time",
-            "--quantiles",
-            "0.5,0.99",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = get_percentiles(&redis, &["--quantiles", "0.5,0.99", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         json["relative_accuracy"], 0.02,
         "the hash says which accuracy: {json}"
@@ -375,19 +373,8 @@ async fn the_cli_and_the_api_read_percentiles() {
     assert_eq!(json["count"], 100.0);
     let p99 = json["quantiles"][1][1].as_f64().unwrap();
     assert_within(p99, 99.0, 0.02, "CLI p99");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_statsd-redis"))
-        .args([
-            "--redis",
-            &redis.url(),
-            "get",
-            "percentiles",
-            "page.time",
-            "--last",
-            "5m",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = get_percentiles(&redis, &["--last", "5m"]);
+
     assert!(
         text.contains("within 2% of the exact one") && text.contains("p99"),
         "{text}"

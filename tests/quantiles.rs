@@ -416,3 +416,63 @@ async fn the_cli_and_the_api_read_percentiles() {
     assert_eq!(status, 404);
     agent.stop().await;
 }
+
+/// Past 2048 buckets a hash folds those nearest zero on its larger side, as the agent does:
+/// nothing is lost, the extremes and the signs stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_past_its_bound_collapses_next_to_zero() {
+    let redis = RedisServer::start();
+    let hour = unix_now() / 3600 * 3600;
+    let key = format!("hist:3600:wide:AccessTime:{hour}");
+    let mut hset = redis::cmd("HSET");
+    hset.arg(&key).arg("a").arg("0.01");
+    for i in 0..2000 {
+        hset.arg(format!("n{i}")).arg(1);
+    }
+    let _: () = hset.query(&mut redis.conn()).unwrap();
+    let agent = TestAgent::start(test_config(&redis));
+    let lines: Vec<String> = (0..1000)
+        .map(|i| format!("wide:{:.9}|ms", 1.0205f64.powi(i)))
+        .collect();
+    for chunk in lines.chunks(50) {
+        agent.send(chunk.join("\n").as_bytes());
+    }
+    eventually(Duration::from_secs(3), "the window", || {
+        redis.hist_total(&key) == 3000.0
+    })
+    .await;
+    let fields: std::collections::BTreeMap<String, f64> = redis::cmd("HGETALL")
+        .arg(&key)
+        .query::<std::collections::BTreeMap<String, String>>(&mut redis.conn())
+        .unwrap()
+        .into_iter()
+        .filter(|(f, _)| f != "a")
+        .map(|(f, c)| (f, c.parse().unwrap()))
+        .collect();
+    assert_eq!(fields.len(), 2048);
+    assert_eq!(
+        fields.get("n952"),
+        Some(&953.0),
+        "n0..n951 folded into n952"
+    );
+    assert!(!fields.contains_key("n951") && fields.contains_key("n1999"));
+    let mut reader = redis.store().reader().await.unwrap();
+    let view = reader
+        .quantiles(
+            "wide",
+            StatKind::Timer,
+            &[0.0, 1.0],
+            QuantileRange::hour(unix_now()),
+            false,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let mapping = Mapping::default();
+    assert_eq!(
+        view.quantiles[0].1,
+        mapping.value(statsd_redis::aggregate::Bucket::Negative(1999))
+    );
+    assert_within(view.quantiles[1].1, 1.0205f64.powi(999), 0.01, "p100");
+    agent.stop().await;
+}

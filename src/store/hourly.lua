@@ -120,14 +120,36 @@ local function write_buckets(key, old, hist, expire_at)
       end
     end
     table.sort(buckets, function(x, y) return x[3] < y[3] end)
-    local excess, folded, gone = #buckets - hist.max, 0, {}
-    for j = 1, excess do
-      folded = folded + buckets[j][2]
-      gone[j] = buckets[j][1]
+    -- As the agent's Buckets::collapse: the side with more buckets folds those of its smallest
+    -- magnitudes (next to zero) into the next one out.
+    local negatives, zero = 0, 0
+    for _, b in ipairs(buckets) do
+      if b[3] < 0 then negatives = negatives + 1 elseif b[3] == 0 then zero = 1 end
     end
+    -- A window can bring many new buckets at once: the larger side gives all it can (keeping
+    -- one), the other side the rest.
+    local positives, excess = #buckets - negatives - zero, #buckets - hist.max
+    local from_pos
+    if positives >= negatives then
+      from_pos = math.min(excess, positives - 1)
+    else
+      from_pos = excess - math.min(excess, negatives - 1)
+    end
+    local gone = {}
+    -- Folds `n` buckets from index `first` on into the bucket at `into`.
+    local function fold(first, n, into)
+      if n <= 0 then return end
+      local folded = 0
+      for j = first, first + n - 1 do
+        folded = folded + buckets[j][2]
+        gone[#gone + 1] = buckets[j][1]
+      end
+      redis.call('HSET', key, buckets[into][1], count_text(buckets[into][2] + folded))
+    end
+    local from_neg = excess - from_pos
+    fold(negatives + zero + 1, from_pos, negatives + zero + from_pos + 1)
+    fold(negatives - from_neg + 1, from_neg, negatives - from_neg)
     redis.call('HDEL', key, unpack(gone))
-    local kept = buckets[excess + 1]
-    redis.call('HSET', key, kept[1], count_text(kept[2] + folded))
   end
 end
 

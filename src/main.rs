@@ -62,9 +62,14 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
-            // One line that names the flag; clap's usage hints would bury it.
+            // One line that names the flag, or the environment variable the value came from;
+            // clap's usage hints would bury it.
             let text = e.to_string();
-            eprintln!("{}", text.lines().next().unwrap_or("invalid arguments"));
+            let line = text.lines().next().unwrap_or("invalid arguments");
+            eprintln!(
+                "{}",
+                from_environment(&e, line).unwrap_or_else(|| line.to_string())
+            );
             return ExitCode::from(2);
         }
         Err(e) => {
@@ -108,6 +113,18 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// clap names the flag even when the bad value came from its `STATSD_REDIS_*` variable: when
+/// the flag is not on the command line and the variable is set, the line names the variable.
+fn from_environment(e: &clap::Error, line: &str) -> Option<String> {
+    let arg = e.get(clap::error::ContextKind::InvalidArg)?.to_string();
+    let flag = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let on_command_line =
+        std::env::args().any(|a| a == format!("--{flag}") || a.starts_with(&format!("--{flag}=")));
+    let variable = format!("STATSD_REDIS_{}", flag.replace('-', "_").to_uppercase());
+    (!on_command_line && std::env::var_os(&variable).is_some())
+        .then(|| line.replace(&format!("'{arg}'"), &format!("{variable} (--{flag})")))
 }
 
 /// Writes to stdout; a reader that went away (`| head`) ends the output quietly, not in a

@@ -30,7 +30,10 @@ fn assert_config_error(cmd: &mut Command, key: &str) {
 fn bad_values_exit_2_with_one_line_naming_the_key() {
     assert_config_error(bin().args(["--sample-count", "0"]), "sample_count");
     assert_config_error(bin().args(["--sample-count", "ten"]), "--sample-count");
-    assert_config_error(bin().env("STATSD_REDIS_PRECISIONS", "1,x"), "--precisions");
+    assert_config_error(
+        bin().env("STATSD_REDIS_PRECISIONS", "1,x"),
+        "STATSD_REDIS_PRECISIONS (--precisions)",
+    );
     assert_config_error(bin().args(["--redis", "http://nope"]), "redis");
     assert_config_error(bin().args(["--udp", "not-an-address"]), "--udp");
     assert_config_error(bin().args(["--no-such-flag"]), "--no-such-flag");

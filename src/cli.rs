@@ -166,8 +166,27 @@ pub fn quantile_range(
                 .ok_or("no buckets are kept (quantile_precisions is empty)")?
         }
     };
-    Ok(QuantileRange::last(secs, precision, now))
+    let range = QuantileRange::last(secs, precision, now);
+    // Older slices have expired (each lives sample_count slices); a range past them would only
+    // cost the reader and Redis a call per missing key.
+    let kept = config
+        .sample_count
+        .saturating_add(1)
+        .min(MAX_QUANTILE_SLICES);
+    if range.len() > kept {
+        return Err(format!(
+            "the last {secs} s are {} slices of {precision} s; at most {kept} are kept \
+             (sample_count {}): ask for less, or a coarser precision of {:?}",
+            range.len(),
+            config.sample_count,
+            config.quantile_precisions
+        ));
+    }
+    Ok(range)
 }
+
+/// The most slices one percentiles query reads, whatever `sample_count` is.
+const MAX_QUANTILE_SLICES: u64 = 10_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
@@ -516,6 +535,21 @@ mod tests {
             range(Some(900), None, Some(5)).is_err(),
             "5 s slices are not kept"
         );
+        let too_long = range(Some(365 * 86_400), None, Some(60)).unwrap_err();
+        assert!(too_long.contains("525601 slices"), "{too_long}");
+        assert!(
+            range(Some(365 * 86_400), None, None).is_err(),
+            "past every slice kept"
+        );
+        assert_eq!(
+            range(Some(120 * 60), None, Some(60)).map(|r| r.len()),
+            Ok(121)
+        );
+        let many = Config {
+            sample_count: 1_000_000,
+            ..Config::default()
+        };
+        assert!(quantile_range(&many, Some(365 * 86_400), None, Some(60), now).is_err());
         assert_eq!(range(None, None, None), Ok(QuantileRange::hour(now)));
         assert_eq!(
             range(None, Some("last"), None),

@@ -412,13 +412,17 @@ async fn the_cli_and_the_api_read_percentiles() {
     );
     let (status, _) = http_get(agent.http, "/api/v1/percentiles/page.time?quantiles=2");
     assert_eq!(status, 400);
+    let (status, body) = http_get(agent.http, "/api/v1/percentiles/page.time?last=365d");
+    assert_eq!(status, 400, "a year of slices is refused, not read: {body}");
+    assert!(body.contains("slices"), "{body}");
     let (status, _) = http_get(agent.http, "/api/v1/percentiles/nothing.here");
     assert_eq!(status, 404);
     agent.stop().await;
 }
 
 /// Past 2048 buckets a hash folds those nearest zero on its larger side, as the agent does:
-/// nothing is lost, the extremes and the signs stay.
+/// nothing is lost, the extremes and the signs stay, and fields someone else put in the hash
+/// are left alone (they used to fail the script half-way).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hash_past_its_bound_collapses_next_to_zero() {
     let redis = RedisServer::start();
@@ -426,6 +430,12 @@ async fn a_hash_past_its_bound_collapses_next_to_zero() {
     let key = format!("hist:3600:wide:AccessTime:{hour}");
     let mut hset = redis::cmd("HSET");
     hset.arg(&key).arg("a").arg("0.01");
+    hset.arg("note")
+        .arg("by hand")
+        .arg("nx")
+        .arg("1")
+        .arg("-5000")
+        .arg("many");
     for i in 0..2000 {
         hset.arg(format!("n{i}")).arg(1);
     }
@@ -446,10 +456,23 @@ async fn a_hash_past_its_bound_collapses_next_to_zero() {
         .query::<std::collections::BTreeMap<String, String>>(&mut redis.conn())
         .unwrap()
         .into_iter()
-        .filter(|(f, _)| f != "a")
-        .map(|(f, c)| (f, c.parse().unwrap()))
+        .filter_map(|(f, c)| Some((f, c.parse().ok()?)))
+        .filter(|(f, _)| f != "a" && f != "nx")
         .collect();
     assert_eq!(fields.len(), 2048);
+    let foreign: Vec<Option<String>> = redis::cmd("HMGET")
+        .arg(&key)
+        .arg(&["note", "nx", "-5000"])
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(
+        foreign,
+        [
+            Some("by hand".into()),
+            Some("1".into()),
+            Some("many".into())
+        ]
+    );
     assert_eq!(
         fields.get("n952"),
         Some(&953.0),

@@ -17,8 +17,8 @@
 pub const MIN_INDEXABLE: f64 = 1e-9;
 
 /// Buckets a histogram holds at most, in the agent and in Redis, as DDSketch bounds its stores:
-/// past it the lowest buckets are collapsed into one (the lowest values lose accuracy first). At
-/// `α` = 1 % 2048 buckets span 17 orders of magnitude.
+/// past it the buckets nearest zero are collapsed (those values lose accuracy first; see
+/// [`Buckets::collapse`]). At `α` = 1 % 2048 buckets span 17 orders of magnitude.
 pub const MAX_BUCKETS: usize = 2048;
 
 /// The map from values to buckets for one relative accuracy.
@@ -137,25 +137,82 @@ impl Buckets {
             Ok(at) => self.0[at].1 += weight,
             Err(at) => {
                 self.0.insert(at, (bucket, weight));
-                if self.0.len() > MAX_BUCKETS {
-                    self.collapse();
-                }
+                self.collapse();
             }
         }
     }
 
+    /// Adds every count of `other` (a merge of two sorted lists), then bounds the result.
     pub fn merge(&mut self, other: &Buckets) {
-        for &(b, w) in &other.0 {
-            self.add(b, w);
+        let mut merged = Vec::with_capacity(self.0.len() + other.0.len());
+        let (mut mine, mut theirs) = (self.0.iter().peekable(), other.0.iter().peekable());
+        loop {
+            let next = match (mine.peek(), theirs.peek()) {
+                (Some(&&(a, x)), Some(&&(b, y))) => match a.cmp(&b) {
+                    std::cmp::Ordering::Less => mine.next().map(|_| (a, x)),
+                    std::cmp::Ordering::Greater => theirs.next().map(|_| (b, y)),
+                    std::cmp::Ordering::Equal => {
+                        mine.next();
+                        theirs.next();
+                        Some((a, x + y))
+                    }
+                },
+                (Some(_), None) => mine.next().copied(),
+                (None, Some(_)) => theirs.next().copied(),
+                (None, None) => None,
+            };
+            match next {
+                Some(entry) => merged.push(entry),
+                None => break,
+            }
         }
+        self.0 = merged;
+        self.collapse();
     }
 
-    /// The lowest buckets folded into the lowest one kept, down to [`MAX_BUCKETS`].
+    /// Down to [`MAX_BUCKETS`] as DDSketch collapses its stores, and as the flush script does:
+    /// the side (negative or positive values) with more buckets folds those of the smallest
+    /// magnitudes, next to zero, into the next one out, keeping at least one; the other side
+    /// gives the rest. The values nearest zero lose accuracy; the high quantiles and every
+    /// value's sign stay right, and no count is lost.
     fn collapse(&mut self) {
-        let excess = self.0.len() - MAX_BUCKETS;
-        let folded: f64 = self.0[..excess].iter().map(|(_, w)| w).sum();
-        self.0.drain(..excess);
-        self.0[0].1 += folded;
+        let Some(excess) = self.0.len().checked_sub(MAX_BUCKETS).filter(|&e| e > 0) else {
+            return;
+        };
+        let negatives = self
+            .0
+            .iter()
+            .take_while(|(b, _)| matches!(b, Bucket::Negative(_)))
+            .count();
+        let zero = usize::from(
+            self.0
+                .get(negatives)
+                .is_some_and(|(b, _)| *b == Bucket::Zero),
+        );
+        let positives = self.0.len() - negatives - zero;
+        let from_positives = if positives >= negatives {
+            excess.min(positives.saturating_sub(1))
+        } else {
+            excess - excess.min(negatives.saturating_sub(1))
+        };
+        let from_negatives = excess - from_positives;
+        // Positives run from the smallest magnitude up: fold the first ones into the next.
+        let first = negatives + zero;
+        if from_positives > 0 {
+            let folded: f64 = self.0[first..first + from_positives]
+                .iter()
+                .map(|(_, w)| w)
+                .sum();
+            self.0[first + from_positives].1 += folded;
+            self.0.drain(first..first + from_positives);
+        }
+        // Negatives run from the largest magnitude down: fold the last ones into the one before.
+        if from_negatives > 0 {
+            let from = negatives - from_negatives;
+            let folded: f64 = self.0[from..negatives].iter().map(|(_, w)| w).sum();
+            self.0[from - 1].1 += folded;
+            self.0.drain(from..negatives);
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (Bucket, f64)> + '_ {
@@ -233,6 +290,68 @@ mod tests {
         }
     }
 
+    /// Many buckets of both signs (mostly past the bound), in pieces of 100 to 400: (negative?, index, weight).
+    fn wide_samples() -> impl Strategy<Value = Vec<Vec<(bool, i32, f64)>>> {
+        let bucket = (any::<bool>(), -2000i32..2000, 1u8..4).prop_map(|(n, i, w)| (n, i, w as f64));
+        proptest::collection::vec(proptest::collection::vec(bucket, 100..400), 5..30)
+    }
+
+    fn to_bucket(&(negative, i, _): &(bool, i32, f64)) -> Bucket {
+        match (negative, i) {
+            (_, 0) => Bucket::Zero,
+            (true, i) => Bucket::Negative(i),
+            (false, i) => Bucket::Positive(i),
+        }
+    }
+
+    /// What a collapse must keep: the bound, every count, every count's sign, the extremes.
+    fn check_bounded(b: &Buckets, all: &[(bool, i32, f64)]) -> Result<(), TestCaseError> {
+        let sum = |keep: &dyn Fn(Bucket) -> bool| -> f64 {
+            all.iter().filter(|s| keep(to_bucket(s))).map(|s| s.2).sum()
+        };
+        let held = |keep: &dyn Fn(Bucket) -> bool| -> f64 {
+            b.iter().filter(|&(x, _)| keep(x)).map(|(_, w)| w).sum()
+        };
+        let negative = |x: Bucket| matches!(x, Bucket::Negative(_));
+        let positive = |x: Bucket| matches!(x, Bucket::Positive(_));
+        prop_assert!(b.len() <= MAX_BUCKETS);
+        prop_assert!(
+            b.0.windows(2).all(|w| w[0].0 < w[1].0),
+            "sorted, no duplicates"
+        );
+        prop_assert_eq!(held(&negative), sum(&negative));
+        prop_assert_eq!(held(&positive), sum(&positive));
+        prop_assert_eq!(b.total(), sum(&|_| true));
+        let lowest = all.iter().map(to_bucket).min();
+        let highest = all.iter().map(to_bucket).max();
+        prop_assert_eq!(b.iter().next().map(|(x, _)| x), lowest);
+        prop_assert_eq!(b.iter().last().map(|(x, _)| x), highest);
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Past the bound, one bucket at a time (the window) or many at once (merging slices),
+        /// negatives never fold into positives and nothing is lost.
+        #[test]
+        fn a_collapse_keeps_signs_counts_and_extremes(pieces in wide_samples()) {
+            let all: Vec<_> = pieces.iter().flatten().copied().collect();
+            let mut one_by_one = Buckets::default();
+            let mut merged = Buckets::default();
+            for piece in &pieces {
+                let mut b = Buckets::default();
+                for s in piece {
+                    b.add(to_bucket(s), s.2);
+                    one_by_one.add(to_bucket(s), s.2);
+                }
+                merged.merge(&b);
+            }
+            check_bounded(&one_by_one, &all)?;
+            check_bounded(&merged, &all)?;
+        }
+    }
+
     #[test]
     fn fields_read_back() {
         for b in [
@@ -269,5 +388,24 @@ mod tests {
             b.quantile(&m, 1.0),
             Some(m.value(Bucket::Positive(MAX_BUCKETS as i32 + 9)))
         );
+    }
+
+    #[test]
+    fn the_larger_side_collapses_and_negatives_stay_negative() {
+        let mut b = Buckets::default();
+        for i in 0..1500 {
+            b.add(Bucket::Negative(i), 1.0);
+        }
+        let mut positives = Buckets::default();
+        for i in 0..1000 {
+            positives.add(Bucket::Positive(i), 1.0);
+        }
+        b.merge(&positives);
+        assert_eq!(b.len(), MAX_BUCKETS);
+        // 452 too many; the negatives (more of them) fold n0..n451 into n452.
+        assert!(b.iter().any(|x| x == (Bucket::Negative(452), 453.0)));
+        assert!(!b.iter().any(|(x, _)| x == Bucket::Negative(451)));
+        assert_eq!(b.iter().next(), Some((Bucket::Negative(1499), 1.0)));
+        assert_eq!(b.iter().nth(1048), Some((Bucket::Positive(0), 1.0)));
     }
 }

@@ -65,13 +65,16 @@ local function set_buckets(hist, first, b)
     hist.fields[j], hist.weights[j], hist.texts[j] = ARGV[first + 2 * j - 2], tonumber(text), text
   end
 end
+-- A bucket field's place in value order; nil for a field not written by us.
 local function bucket_order(field)
   if field == 'z' then
     return 0
   elseif string.sub(field, 1, 1) == 'n' then
-    return -1e9 - tonumber(string.sub(field, 2))
+    local i = tonumber(string.sub(field, 2))
+    return i and -1e9 - i
   end
-  return 1e9 + tonumber(field)
+  local i = tonumber(field)
+  return i and 1e9 + i
 end
 
 -- Reads what `key` holds of the item's buckets (fails on a key of another type, or buckets of
@@ -114,10 +117,15 @@ local function write_buckets(key, old, hist, expire_at)
   end
   if added > 0 and redis.call('HLEN', key) > hist.max + 1 then
     local all, buckets = redis.call('HGETALL', key), {}
+    -- Fields someone else put there (not a bucket, or not a count) are left alone.
     for j = 1, #all, 2 do
-      if all[j] ~= 'a' then
-        buckets[#buckets + 1] = {all[j], tonumber(all[j + 1]), bucket_order(all[j])}
+      local order, count = bucket_order(all[j]), tonumber(all[j + 1])
+      if order and count then
+        buckets[#buckets + 1] = {all[j], count, order}
       end
+    end
+    if #buckets <= hist.max then
+      return
     end
     table.sort(buckets, function(x, y) return x[3] < y[3] end)
     -- As the agent's Buckets::collapse: the side with more buckets folds those of its smallest

@@ -84,7 +84,15 @@ impl QuantileRange {
     fn slices(&self) -> impl Iterator<Item = u64> {
         (self.first..=self.last).step_by(self.precision as usize)
     }
+
+    /// How many slices the range spans.
+    pub fn len(&self) -> u64 {
+        (self.last.saturating_sub(self.first)) / self.precision + 1
+    }
 }
+
+/// Slice hashes read at once by [`Reader::quantiles`].
+const QUANTILE_BATCH: usize = 64;
 
 /// Quantiles read back from the buckets.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -187,39 +195,40 @@ impl Reader {
         by_slice: bool,
     ) -> Result<Option<QuantilesView>, StoreError> {
         let slices: Vec<u64> = range.slices().collect();
-        let keys: Vec<String> = slices
-            .iter()
-            .map(|s| self.keys.hist_slice(range.precision, series, kind, *s))
-            .collect();
-        // One call per key, all at once: in a cluster the slices live in other slots.
-        let hashes: Vec<Vec<(String, String)>> =
-            futures_util::future::try_join_all(keys.into_iter().map(|key| {
-                let mut conn = self.conn.clone();
-                async move { redis::cmd("HGETALL").arg(key).query_async(&mut conn).await }
-            }))
-            .await?;
         let mut merged: Option<(Mapping, Buckets)> = None;
         let mut each = Vec::new();
-        for (slice, hash) in slices.iter().zip(&hashes) {
-            let Some((alpha, buckets)) = parse_buckets(hash) else {
-                continue;
-            };
-            if by_slice && buckets.total() > 0.0 {
-                let mapping = Mapping::new(alpha);
-                each.push(SliceQuantiles {
-                    slice: *slice,
-                    count: buckets.total(),
-                    quantiles: quantiles_of(&buckets, &mapping, qs),
-                });
-            }
-            let (mapping, all) =
-                merged.get_or_insert_with(|| (Mapping::new(alpha), Buckets::default()));
-            if alpha == mapping.alpha() {
-                all.merge(&buckets);
-            } else {
-                let theirs = Mapping::new(alpha);
-                for (b, w) in buckets.iter() {
-                    all.add(mapping.bucket(theirs.value(b)), w);
+        // A batch of slices at a time, one call per key, all of a batch at once (in a cluster
+        // the slices live in other slots): what is held at once stays bounded however long the
+        // range.
+        for batch in slices.chunks(QUANTILE_BATCH) {
+            let hashes: Vec<Vec<(String, String)>> =
+                futures_util::future::try_join_all(batch.iter().map(|slice| {
+                    let key = self.keys.hist_slice(range.precision, series, kind, *slice);
+                    let mut conn = self.conn.clone();
+                    async move { redis::cmd("HGETALL").arg(key).query_async(&mut conn).await }
+                }))
+                .await?;
+            for (slice, hash) in batch.iter().zip(&hashes) {
+                let Some((alpha, buckets)) = parse_buckets(hash) else {
+                    continue;
+                };
+                if by_slice && buckets.total() > 0.0 {
+                    let mapping = Mapping::new(alpha);
+                    each.push(SliceQuantiles {
+                        slice: *slice,
+                        count: buckets.total(),
+                        quantiles: quantiles_of(&buckets, &mapping, qs),
+                    });
+                }
+                let (mapping, all) =
+                    merged.get_or_insert_with(|| (Mapping::new(alpha), Buckets::default()));
+                if alpha == mapping.alpha() {
+                    all.merge(&buckets);
+                } else {
+                    let theirs = Mapping::new(alpha);
+                    for (b, w) in buckets.iter() {
+                        all.add(mapping.bucket(theirs.value(b)), w);
+                    }
                 }
             }
         }

@@ -101,7 +101,8 @@ impl RedisServer {
             .sum()
     }
 
-    /// The weighted number of values in a quantile bucket hash (its fields but `a`).
+    /// The weighted number of values in a quantile bucket hash (its bucket fields; `a` and
+    /// anything else skipped).
     pub fn hist_total(&self, key: &str) -> f64 {
         let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
             .arg(key)
@@ -109,8 +110,8 @@ impl RedisServer {
             .unwrap();
         fields
             .iter()
-            .filter(|(f, _)| f.as_str() != "a")
-            .map(|(_, c)| c.parse::<f64>().unwrap())
+            .filter(|(f, _)| statsd_redis::aggregate::Bucket::parse(f).is_some())
+            .filter_map(|(_, c)| c.parse::<f64>().ok())
             .sum()
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use redis::aio::ConnectionLike;
 
-use super::writer::{Argv, SET_MEMBERS_PER_SERIES, put_buckets};
+use super::writer::{Argv, BUCKET_WRITES_PER_SERIES, SET_MEMBERS_PER_SERIES, put_buckets};
 use super::{
     ChunkSettings, Connection, CounterWrite, FlushChunk, Keys, SEQUENCE_TTL_SECS, StoreError,
     Writer, clock, keys,
@@ -63,6 +63,7 @@ impl Op<'_> {
         match self {
             Op::Values(_, pairs) => pairs.len(),
             Op::Set(_, _, members) => 1 + members.len() / SET_MEMBERS_PER_SERIES,
+            Op::Hist(_, _, buckets) => 1 + buckets.len() / BUCKET_WRITES_PER_SERIES,
             _ => 1,
         }
     }

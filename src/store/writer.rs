@@ -162,8 +162,12 @@ impl FlushChunk {
     }
 }
 
-/// What a chunk may hold: `max_series` series, a set costing one more per this many members.
+/// What a chunk may hold: `max_series` series, a set costing one more per this many members...
 pub(super) const SET_MEMBERS_PER_SERIES: usize = 100;
+/// ... and a statistics item one more per this many bucket writes (its buckets times the
+/// quantile precisions): a window of wide histograms is cut into chunks that each keep Redis
+/// busy for milliseconds, not a third of a second.
+pub(super) const BUCKET_WRITES_PER_SERIES: usize = 128;
 
 /// The part of a closed window that one chunk carries, as index ranges into its vectors.
 #[derive(Default)]
@@ -177,11 +181,13 @@ struct Slice {
 
 /// Splits `[0, len)` of each section (`counters` of the window's counters) into chunks of at
 /// most `budget` cost, in section order.
-fn plan(window: &ClosedWindow, counters: usize, budget: usize) -> Vec<Slice> {
+fn plan(window: &ClosedWindow, counters: usize, budget: usize, quantiles: usize) -> Vec<Slice> {
     let set_cost = |i: usize| 1 + window.sets[i].1.len() / SET_MEMBERS_PER_SERIES;
+    let stat_cost =
+        |i: usize| 1 + window.stats[i].2.buckets.len() * quantiles / BUCKET_WRITES_PER_SERIES;
     let sections: [(usize, &dyn Fn(usize) -> usize); 5] = [
         (counters, &|_| 1),
-        (window.stats.len(), &|_| 1),
+        (window.stats.len(), &stat_cost),
         (window.gauges.len(), &|_| 1),
         (window.sets.len(), &set_cost),
         (window.logs.len(), &|_| 1),
@@ -293,7 +299,8 @@ pub fn build_chunks(
     // Counters that no listed precision takes (all of them coarse) are left out, not sent.
     let counted = precisions.iter().any(|(_, c)| *c != CounterWrite::Skip);
     let all_counters: &[(SeriesName, i64)] = if counted { &window.counters } else { &[] };
-    plan(window, all_counters.len(), settings.max_series)
+    let quantiles = settings.quantiles.precisions.len();
+    plan(window, all_counters.len(), settings.max_series, quantiles)
         .into_iter()
         .map(|part| {
             let mut cmd = Argv::default();
@@ -781,6 +788,28 @@ mod tests {
     fn big_sets_cost_more() {
         // 250 members cost 3; a chunk still takes at least one item.
         assert_eq!(chunk_sizes(&window(1, &[250, 1], 0), 3), [1, 1, 1]);
+    }
+
+    #[test]
+    fn wide_histograms_cost_more() {
+        use crate::aggregate::{Bucket, StatKind, Stats};
+        let wide = |buckets: i32| {
+            let mut s = Stats::new();
+            for i in 0..buckets {
+                s.buckets.add(Bucket::Positive(i), 1.0);
+            }
+            s
+        };
+        let mut w = window(0, &[], 0);
+        // Two quantile precisions by default: 2048 buckets are 4096 writes, costing 33.
+        w.stats = [2048, 10, 2048, 10]
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| (format!("h{i}").into(), StatKind::Histogram, wide(b)))
+            .collect();
+        assert_eq!(chunk_sizes(&w, 34), [2, 2]);
+        assert_eq!(chunk_sizes(&w, 100), [4]);
+        assert_eq!(chunk_sizes(&w, 33), [1, 1, 1, 1]);
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub struct Received {
 pub struct Connections {
     pub open: Gauge,
     pub accepted: Counter,
-    pub refused: Counter,
+    pub at_limit: Counter,
     pub idle_closed: Counter,
 }
 
@@ -216,9 +216,9 @@ impl Telemetry {
                     "Stream connections accepted.",
                     &[l],
                 ),
-                refused: counter(
-                    "connections_refused_total",
-                    "Stream connections closed at once because max_connections were open.",
+                at_limit: counter(
+                    "connections_at_limit_total",
+                    "Times a listener stopped accepting because max_connections were open (new connections wait in the kernel's backlog until one closes).",
                     &[l],
                 ),
                 idle_closed: counter(

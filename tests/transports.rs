@@ -105,8 +105,11 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> std::io::Result<()> {
     }
 }
 
+/// Past `max_connections` the listener waits: a connection past the limit stays in the
+/// kernel's backlog with its lines until one closes, then is read (it used to be accepted and
+/// closed, losing what its client had written).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_clients_time_out_and_connections_past_the_limit_are_refused() {
+async fn silent_clients_time_out_and_connections_past_the_limit_wait() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let agent = TestAgent::start(Config {
@@ -122,10 +125,15 @@ async fn silent_clients_time_out_and_connections_past_the_limit_are_refused() {
     })
     .await;
     let mut third = TcpStream::connect(agent.tcp[0]).unwrap();
-    closed_within(&mut third, Duration::from_millis(500)).expect("the third is closed at once");
+    third.write_all(b"waited:1|c\n").unwrap();
+    eventually(Duration::from_secs(2), "the listener at its limit", || {
+        agent.metric(r#"connections_at_limit_total{transport="tcp"}"#) >= 1.0
+    })
+    .await;
     assert_eq!(
-        agent.metric(r#"connections_refused_total{transport="tcp"}"#),
-        1.0
+        agent.metric(r#"connections_accepted_total{transport="tcp"}"#),
+        2.0,
+        "the third waits in the backlog"
     );
     for s in &mut silent {
         closed_within(s, Duration::from_secs(3)).expect("a silent client is closed");
@@ -134,6 +142,8 @@ async fn silent_clients_time_out_and_connections_past_the_limit_are_refused() {
         agent.metric(r#"connections_idle_closed_total{transport="tcp"}"#),
         2.0
     );
+    counted(&redis, "waited", 1).await;
+    closed_within(&mut third, Duration::from_secs(3)).expect("then read, then idle");
     let mut s = TcpStream::connect(agent.tcp[0]).unwrap();
     s.write_all(b"room.again:1|c\n").unwrap();
     counted(&redis, "room.again", 1).await;
@@ -250,6 +260,37 @@ async fn unix_sockets_take_their_mode_replace_a_stale_file_and_are_removed_at_st
     );
     agent.stop().await;
     assert!(!dgram_path.exists() && !stream_path.exists());
+}
+
+/// Another process's sockets are never removed: a live socket of the other kind at our path
+/// (the probe fails with something else than "refused"), nor a socket someone put at our path
+/// while we ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_s_socket_files_are_left_alone() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = dir.path().join("theirs.sock");
+    let live = UnixListener::bind(&theirs).unwrap();
+    let refused = agent::bind(&Config {
+        unix_datagram: vec![theirs.clone()],
+        unix_stream: vec![],
+        ..config(&redis, dir.path())
+    })
+    .unwrap_err();
+    assert!(refused.to_string().contains("theirs.sock"), "{refused}");
+    UnixStream::connect(&theirs).expect("their socket still answers");
+
+    let agent = TestAgent::start(config(&redis, dir.path()));
+    let ours = dir.path().join("stream.sock");
+    std::fs::remove_file(&ours).unwrap();
+    let _replacement = UnixListener::bind(&ours).unwrap();
+    agent.stop().await;
+    assert!(
+        ours.exists(),
+        "the socket put there after ours is not removed at our stop"
+    );
+    assert!(!dir.path().join("dgram.sock").exists(), "ours is");
+    drop(live);
 }
 
 /// The client libraries, installed once from PyPI and the npm registry into this test

@@ -67,11 +67,8 @@ pub fn bind_unix(
     mode: u32,
     receive_buffer_bytes: usize,
 ) -> io::Result<(UnixDatagram, SocketFile)> {
-    let file = SocketFile::claim(path, |p| {
-        UnixDatagram::unbound().and_then(|s| s.connect(p)).is_ok()
-    })?;
-    let socket = UnixDatagram::bind(path)?;
-    file.set_mode(mode)?;
+    let probe = |p: &Path| UnixDatagram::unbound()?.connect(p);
+    let (socket, file) = SocketFile::bind(path, mode, probe, |p| UnixDatagram::bind(p))?;
     if receive_buffer_bytes > 0
         && force_recv_buffer(socket.as_raw_fd(), receive_buffer_bytes).is_err()
     {

@@ -6,7 +6,7 @@ pub mod datagram;
 pub mod stream;
 
 use std::io;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -79,27 +79,48 @@ impl BadLineLog {
     }
 }
 
-/// A unix socket file of ours: made with the configured permissions, removed when dropped
-/// (at a clean stop, once its listener has stopped).
+/// A unix socket file of ours: made with the configured permissions, removed when dropped (at a
+/// clean stop, once its listener has stopped) if it is still the file this process bound.
 #[derive(Debug)]
-pub struct SocketFile(PathBuf);
+pub struct SocketFile {
+    path: PathBuf,
+    /// Device and inode of the file bound: a file another process put there since is not ours.
+    id: (u64, u64),
+}
 
 impl SocketFile {
-    /// Claims `path` for a new socket: a socket file nobody listens on (`alive` says whether
-    /// something answers there) is a crashed run's and is removed; a live socket or any other
-    /// kind of file is an error, never removed.
-    pub fn claim(path: &Path, alive: impl Fn(&Path) -> bool) -> io::Result<SocketFile> {
+    /// Binds a unix socket at `path` with `bind`, readable and writable as `mode` says from its
+    /// first instant (the umask is set around the bind: no window with looser permissions).
+    ///
+    /// A socket file already there is probed with `probe` (a connect of the listener's own
+    /// kind): only a refused connection means nobody listens, and then the file is a crashed
+    /// run's and is replaced. A live socket, a socket of another kind (the probe fails another
+    /// way), or any other kind of file is an error and is never removed.
+    pub fn bind<S>(
+        path: &Path,
+        mode: u32,
+        probe: impl Fn(&Path) -> io::Result<()>,
+        bind: impl FnOnce(&Path) -> io::Result<S>,
+    ) -> io::Result<(S, SocketFile)> {
         match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.file_type().is_socket() => {
-                if alive(path) {
+            Ok(meta) if meta.file_type().is_socket() => match probe(path) {
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    tracing::info!(path = %path.display(), "replacing a stale socket file");
+                    std::fs::remove_file(path)?;
+                }
+                Ok(()) => {
                     return Err(io::Error::new(
                         io::ErrorKind::AddrInUse,
                         "another process listens on this socket",
                     ));
                 }
-                tracing::info!(path = %path.display(), "replacing a stale socket file");
-                std::fs::remove_file(path)?;
-            }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("a socket is there that may be in use ({e}): not replaced"),
+                    ));
+                }
+            },
             Ok(_) => {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
@@ -109,21 +130,35 @@ impl SocketFile {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        Ok(SocketFile(path.to_path_buf()))
-    }
-
-    pub fn set_mode(&self, mode: u32) -> io::Result<()> {
-        std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(mode))
+        // SAFETY: umask only swaps the process's file mode mask; it cannot fail. Sockets are
+        // bound while the agent starts, before it creates files anywhere else.
+        let old = unsafe { libc::umask(!mode & 0o777) };
+        let socket = bind(path);
+        // SAFETY: as above, restoring the mask read.
+        unsafe { libc::umask(old) };
+        let socket = socket?;
+        let meta = std::fs::symlink_metadata(path)?;
+        let file = SocketFile {
+            path: path.to_path_buf(),
+            id: (meta.dev(), meta.ino()),
+        };
+        // The mask can only take bits away; this gives the rest (e.g. a mode above 0777 & ~0).
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        Ok((socket, file))
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
+        &self.path
     }
 }
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let ours = std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|meta| (meta.dev(), meta.ino()) == self.id);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

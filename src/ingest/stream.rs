@@ -53,9 +53,9 @@ impl Listener {
 
     /// Creates the unix stream socket `path` (a stale one is replaced) with `mode` permissions.
     pub fn bind_unix(path: &std::path::Path, mode: u32) -> io::Result<Listener> {
-        let file = SocketFile::claim(path, |p| std::os::unix::net::UnixStream::connect(p).is_ok())?;
-        let listener = std::os::unix::net::UnixListener::bind(path)?;
-        file.set_mode(mode)?;
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let probe = |p: &std::path::Path| UnixStream::connect(p).map(drop);
+        let (listener, file) = SocketFile::bind(path, mode, probe, |p| UnixListener::bind(p))?;
         listener.set_nonblocking(true)?;
         Ok(Listener::Unix(listener, file))
     }
@@ -140,16 +140,33 @@ async fn accept_loop<S, F, Fut>(
     Fut: std::future::Future<Output = io::Result<S>>,
 {
     let counts = settings.telemetry.connections(transport);
-    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // At the limit the listener stops accepting until a connection closes: new ones wait in
+    // the kernel's backlog (their lines kept) instead of being accepted and closed (lost).
+    let permits = Arc::new(tokio::sync::Semaphore::new(settings.max_connections));
     loop {
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                counts.at_limit.increment(1);
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => None,
+                    permit = permits.clone().acquire_owned() => permit.ok(),
+                }
+            }
+        };
         let stream = tokio::select! {
             biased;
             // After the stop, the connections the kernel completed before it are still taken
-            // (their lines were sent), without waiting for new ones.
-            _ = stop.cancelled() => match tokio::time::timeout(Duration::ZERO, accept()).await {
-                Ok(Ok(s)) => Ok(s),
-                _ => return,
-            },
+            // (their lines were sent), past the limit too, without waiting for new ones. (Not
+            // held back by the task's cooperative budget: the accept is polled unconstrained.)
+            _ = stop.cancelled() => {
+                let pending = tokio::task::unconstrained(accept());
+                match tokio::time::timeout(Duration::ZERO, pending).await {
+                    Ok(Ok(s)) => Ok(s),
+                    _ => return,
+                }
+            }
             accepted = accept() => accepted,
         };
         let stream = match stream {
@@ -161,18 +178,12 @@ async fn accept_loop<S, F, Fut>(
                 continue;
             }
         };
-        if open.load(std::sync::atomic::Ordering::Relaxed) >= settings.max_connections {
-            counts.refused.increment(1);
-            drop(stream);
-            continue;
-        }
-        open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         counts.accepted.increment(1);
         counts.open.increment(1.0);
-        let (settings, stop, open) = (settings.clone(), stop.clone(), open.clone());
+        let (settings, stop) = (settings.clone(), stop.clone());
         tracker.spawn(async move {
             read_connection(stream, transport, &settings, &stop).await;
-            open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            drop(permit);
             settings
                 .telemetry
                 .connections(transport)
@@ -326,7 +337,9 @@ async fn drain<S: AsyncRead + Unpin>(
     loop {
         framer.pending.reserve(READ_BYTES);
         // A zero timeout still polls the read once: ready data is taken, none is waited for.
-        match tokio::time::timeout(Duration::ZERO, stream.read_buf(&mut framer.pending)).await {
+        // Unconstrained: the task's cooperative budget (about 128 reads) must not end it early.
+        let read = tokio::task::unconstrained(stream.read_buf(&mut framer.pending));
+        match tokio::time::timeout(Duration::ZERO, read).await {
             Ok(Ok(0)) | Ok(Err(_)) => return true,
             Ok(Ok(n)) => {
                 framer.handler.tally.bytes += n as u64;

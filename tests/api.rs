@@ -131,6 +131,34 @@ async fn api_errors_are_json_with_the_right_status() {
     agent.stop().await;
 }
 
+/// The unindexed listing matches while it scans: a series past the first 500 names is found
+/// by its pattern, and a listing cut at 500 says it is not complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn series_listing_matches_before_it_truncates() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    let lines: Vec<String> = (0..600)
+        .map(|i| format!("a.t{i:03}:1|ms"))
+        .chain(["zz.wanted:1|ms".to_string()])
+        .collect();
+    for chunk in lines.chunks(50) {
+        agent.send(chunk.join("\n").as_bytes());
+    }
+    eventually(Duration::from_secs(3), "flushed", || {
+        redis::cmd("EXISTS")
+            .arg("stats:zz.wanted:AccessTime")
+            .query::<bool>(&mut redis.conn())
+            .unwrap()
+    })
+    .await;
+    let (_, body) = get_json(&agent, "/api/v1/series?type=timer&match=wanted");
+    assert_eq!(body, json!({"series": ["zz.wanted"], "complete": true}));
+    let (_, body) = get_json(&agent, "/api/v1/series?type=timer");
+    assert_eq!(body["series"].as_array().unwrap().len(), 500);
+    assert_eq!(body["complete"], false);
+    agent.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_says_503_when_redis_is_gone() {
     let (mut redis, agent) = agent_with_data().await;

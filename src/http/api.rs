@@ -267,8 +267,9 @@ async fn known(State(s): State<AppState>, Query(q): Params) -> ApiResult {
 }
 
 /// Series of a type that has no index: `type=timer|histogram|distribution` (statistics this
-/// hour) or `set` (a slice at `precision`, default 60), found with a bounded `SCAN`; `match`
-/// as for `known`.
+/// hour) or `set` (a slice at `precision`, default 60) whose name matches `match` (as for
+/// `known`), found with a bounded `SCAN`: at most 500, `complete` false when there are more
+/// (or the scan stopped after 100 000 keys).
 async fn series(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     let kind = match q.get("type").map(String::as_str).unwrap_or("timer") {
         "set" | "s" => None,
@@ -276,20 +277,12 @@ async fn series(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     };
     let precision = positive(&q, "precision", 60)?;
     let pattern = match_pattern(&q);
-    let names = s
+    let (names, complete) = s
         .reader()
         .await?
-        .series_of(kind, precision, MAX_PAGE)
+        .series_of(kind, precision, pattern.as_deref(), MAX_PAGE)
         .await?;
-    let names: Vec<&String> = names
-        .iter()
-        .filter(|n| {
-            pattern
-                .as_deref()
-                .is_none_or(|p| crate::store::glob_match(p, n))
-        })
-        .collect();
-    Ok(Json(json!({ "series": names })))
+    Ok(Json(json!({ "series": names, "complete": complete })))
 }
 
 /// The agent's own vitals, from its metrics.

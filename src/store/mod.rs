@@ -93,14 +93,16 @@ impl ConnectionLike for Connection {
 }
 
 impl Connection {
-    /// Keys matching `pattern`, found with `SCAN` (on every master of a cluster), about `max`
-    /// at most.
+    /// Keys matching `pattern`, found with `SCAN` (on every master of a cluster), each given
+    /// to `take` until it answers `false` (enough) or about `examined` keys have been seen.
+    /// Returns whether the whole key space was scanned.
     pub async fn scan_keys(
         &mut self,
         pattern: &str,
-        max: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        let mut found = Vec::new();
+        examined: usize,
+        mut take: impl FnMut(String) -> bool,
+    ) -> Result<bool, StoreError> {
+        let mut seen = 0;
         let nodes: Vec<Option<(String, u16)>> = match self {
             Connection::Single(_) => vec![None],
             Connection::Cluster(c) => {
@@ -145,14 +147,22 @@ impl Connection {
                 };
                 let (next, keys): (u64, Vec<String>) =
                     redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
-                found.extend(keys);
-                cursor = next;
-                if cursor == 0 || found.len() >= max {
+                seen += keys.len();
+                for key in keys {
+                    if !take(key) {
+                        return Ok(false);
+                    }
+                }
+                if next != 0 && seen >= examined {
+                    return Ok(false);
+                }
+                if next == 0 {
                     break;
                 }
+                cursor = next;
             }
         }
-        Ok(found)
+        Ok(true)
     }
 }
 

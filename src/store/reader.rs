@@ -91,6 +91,9 @@ impl QuantileRange {
     }
 }
 
+/// Keys a listing's `SCAN` looks at, at most, before it answers with what it found.
+const SCAN_EXAMINED: usize = 100_000;
+
 /// Slice hashes read at once by [`Reader::quantiles`].
 const QUANTILE_BATCH: usize = 64;
 
@@ -246,33 +249,39 @@ impl Reader {
     }
 
     /// Series with statistics of `kind` this hour (their `stats:` ZSET exists) or, with
-    /// `kind` `None`, sets with a slice at `precision`, found with a bounded `SCAN`, by name.
+    /// `kind` `None`, sets with a slice at `precision`, whose name matches `pattern` (a glob; a
+    /// plain word matches anywhere), found with a bounded `SCAN`, by name: at most `max`, and
+    /// whether that is all of them.
     pub async fn series_of(
         &mut self,
         kind: Option<StatKind>,
         precision: u64,
+        pattern: Option<&str>,
         max: usize,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<(Vec<String>, bool), StoreError> {
         let prefix = self.keys.prefix();
         let sets = format!("{prefix}set:{precision}:");
-        let pattern = match kind {
+        let scan = match kind {
             Some(kind) => format!("{prefix}stats:*:{}", kind.redis_name()),
             None => format!("{sets}*"),
         };
-        let mut names: Vec<String> = self
+        let mut names = std::collections::BTreeSet::new();
+        let keys = &self.keys;
+        let complete = self
             .conn
-            .scan_keys(&pattern, max * 4)
-            .await?
-            .iter()
-            .filter_map(|key| match kind {
-                Some(kind) => self.keys.series_of_stats(key, kind),
-                None => Some(key.strip_prefix(&sets)?.rsplit_once(':')?.0.to_string()),
+            .scan_keys(&scan, SCAN_EXAMINED, |key| {
+                let name = match kind {
+                    Some(kind) => keys.series_of_stats(&key, kind),
+                    None => (|| Some(key.strip_prefix(&sets)?.rsplit_once(':')?.0.to_string()))(),
+                };
+                if let Some(name) = name.filter(|n| pattern.is_none_or(|p| glob_match(p, n))) {
+                    names.insert(name);
+                }
+                names.len() <= max
             })
-            .collect();
-        names.sort();
-        names.dedup();
-        names.truncate(max);
-        Ok(names)
+            .await?;
+        let all = complete && names.len() <= max;
+        Ok((names.into_iter().take(max).collect(), all))
     }
 
     /// The slowest timers by the hour's average, slowest first.
@@ -312,16 +321,16 @@ impl Reader {
     pub async fn log_names(&mut self, max: usize) -> Result<Vec<(String, String)>, StoreError> {
         let prefix = self.keys.recent("", "");
         let prefix = &prefix[..prefix.len() - 1]; // `recent:` (the `:` between name and severity dropped)
-        let mut names = Vec::new();
-        for key in self.conn.scan_keys(&format!("{prefix}*"), max).await? {
-            if let Some((name, severity)) = key[prefix.len()..].rsplit_once(':') {
-                names.push((name.to_string(), severity.to_string()));
-            }
-        }
-        names.sort();
-        names.dedup();
-        names.truncate(max);
-        Ok(names)
+        let mut names = std::collections::BTreeSet::new();
+        self.conn
+            .scan_keys(&format!("{prefix}*"), SCAN_EXAMINED, |key| {
+                if let Some((name, severity)) = key[prefix.len()..].rsplit_once(':') {
+                    names.insert((name.to_string(), severity.to_string()));
+                }
+                names.len() < max
+            })
+            .await?;
+        Ok(names.into_iter().collect())
     }
 
     /// A gauge's current value.

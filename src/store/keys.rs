@@ -37,12 +37,15 @@ impl Keys {
     /// `name`, or `{name}` in cluster mode. The hash tag is what stands between the first `{`
     /// and the next `}`, so the family of keys that share this name share a slot whatever the
     /// name holds, but for a name that starts with `}` (an empty tag hashes the whole key):
-    /// that one is tagged `{_}name`.
+    /// that one is tagged `{_}name`, and so is a name that starts with `_}` (or `_}}x` and `}x}`
+    /// would both be `{_}}x}`). A tagged name longer than `{_}` starts with it exactly when it is one of these.
     fn tag<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
-        match (self.tagged, name.starts_with('}')) {
-            (false, _) => name.into(),
-            (true, false) => format!("{{{name}}}").into(),
-            (true, true) => format!("{{_}}{name}").into(),
+        if !self.tagged {
+            name.into()
+        } else if name.starts_with('}') || name.starts_with("_}") {
+            format!("{{_}}{name}").into()
+        } else {
+            format!("{{{name}}}").into()
         }
     }
 
@@ -93,9 +96,10 @@ impl Keys {
         if !self.tagged {
             return Some(series.to_string());
         }
+        // `{_}` alone is the name `_` (a name is never empty).
         let untagged = match series.strip_prefix("{_}") {
-            Some(rest) => rest,
-            None => series.strip_prefix('{')?.strip_suffix('}')?,
+            Some(rest) if !rest.is_empty() => rest,
+            _ => series.strip_prefix('{')?.strip_suffix('}')?,
         };
         Some(untagged.to_string())
     }
@@ -229,7 +233,7 @@ mod tests {
     #[test]
     fn a_stats_key_gives_its_series_back() {
         for keys in [Keys::new("p:"), Keys::tagged("p:")] {
-            for series in ["web.time", "a;b=c", "}odd"] {
+            for series in ["web.time", "a;b=c", "}odd", "_}x", "_}}x", "}x}", "_"] {
                 let key = keys.stats(series, StatKind::Histogram);
                 assert_eq!(
                     keys.series_of_stats(&key, StatKind::Histogram).as_deref(),
@@ -238,6 +242,19 @@ mod tests {
                 assert_eq!(keys.series_of_stats(&key, StatKind::Timer), None);
             }
         }
+    }
+
+    #[test]
+    fn tagged_names_do_not_collide() {
+        let keys = Keys::tagged("");
+        let names = ["_}}x", "}x}", "_}x", "}x", "x}", "{x}", "_x"];
+        let mut tagged: Vec<String> = names
+            .iter()
+            .map(|n| keys.stats(n, StatKind::Timer))
+            .collect();
+        tagged.sort();
+        tagged.dedup();
+        assert_eq!(tagged.len(), names.len(), "{tagged:?}");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! One window's state per series (SPEC §3): counters, timer/histogram/distribution stats,
+//! One window's state per series (README "The Redis layout"): counters, timer/histogram/distribution stats,
 //! gauge updates, set members and log entries.
 //!
 //! Readers [`Window::record`] into their own window; the flusher takes every reader's window at
@@ -80,7 +80,7 @@ impl Stats {
         self.buckets.add(mapping.bucket(value), weight);
     }
 
-    fn merge(&mut self, other: &Stats) {
+    pub(crate) fn merge(&mut self, other: &Stats) {
         self.count += other.count;
         self.sum += other.sum;
         self.sumsq += other.sumsq;
@@ -354,184 +354,6 @@ impl ClosedWindow {
             && self.gauges.is_empty()
             && self.sets.is_empty()
             && self.logs.is_empty()
-    }
-}
-
-/// The coarse part of closed windows (`coarse_write_secs`), summed for several levels at once,
-/// each taken at its own group's end: counters added per level, statistics (taken with level 0
-/// only) merged.
-///
-/// A counter series is one map entry whatever the number of levels, its sums in a flat table:
-/// at many series a map (and a key) per level would be a large share of the agent's memory.
-#[derive(Debug)]
-pub struct CoarseSums {
-    levels: usize,
-    /// Each series' row in `sums`, `seen` and `taken`.
-    rows: HashMap<SeriesName, u32>,
-    /// Row-major, `levels` per row: the sum since the level's group began.
-    sums: Vec<i64>,
-    /// Whether the series was in a window since the level's group began (a sum of 0 is still
-    /// written).
-    seen: Vec<bool>,
-    /// Whether the level's last take had the series: seen in the group before the current one.
-    /// A row is held while any level has it seen or taken.
-    taken: Vec<bool>,
-    /// Rows of series no level holds any more, to be reused.
-    free: Vec<u32>,
-    /// Indexed by `StatKind as usize`.
-    stats: [HashMap<SeriesName, Stats>; 3],
-}
-
-impl CoarseSums {
-    pub fn new(levels: usize) -> CoarseSums {
-        CoarseSums {
-            levels,
-            rows: HashMap::new(),
-            sums: Vec::new(),
-            seen: Vec::new(),
-            taken: Vec::new(),
-            free: Vec::new(),
-            stats: Default::default(),
-        }
-    }
-
-    /// Adds a later window's counters to every level (a key is copied only for a series new to
-    /// the sums).
-    pub fn add_counters(&mut self, counters: &[(SeriesName, i64)]) {
-        let levels = self.levels;
-        if levels == 0 {
-            return;
-        }
-        for (series, n) in counters {
-            let row = *self.rows.entry_ref(&**series).or_insert_with(|| {
-                match self.free.pop() {
-                    Some(row) => row,
-                    None => {
-                        self.sums.resize(self.sums.len() + levels, 0);
-                        self.seen.resize(self.seen.len() + levels, false);
-                        self.taken.resize(self.taken.len() + levels, false);
-                        // One row per series held at once: far below u32::MAX.
-                        (self.sums.len() / levels - 1) as u32
-                    }
-                }
-            }) as usize;
-            for i in row * levels..(row + 1) * levels {
-                self.sums[i] = self.sums[i].saturating_add(*n);
-                self.seen[i] = true;
-            }
-        }
-    }
-
-    /// Every series held, with its sum, `seen` and `taken` at each level: what a restart needs
-    /// to go on where this run stopped ([`CoarseSums::restore`]).
-    pub fn held(&self) -> impl Iterator<Item = (&SeriesName, &[i64], &[bool], &[bool])> {
-        let levels = self.levels;
-        self.rows.iter().map(move |(series, &row)| {
-            let at = row as usize * levels..(row as usize + 1) * levels;
-            (
-                series,
-                &self.sums[at.clone()],
-                &self.seen[at.clone()],
-                &self.taken[at],
-            )
-        })
-    }
-
-    /// The statistics summed since level 0's last take.
-    pub fn stats(&self) -> impl Iterator<Item = (&SeriesName, StatKind, &Stats)> {
-        StatKind::ALL
-            .into_iter()
-            .zip(&self.stats)
-            .flat_map(|(kind, map)| map.iter().map(move |(series, s)| (series, kind, s)))
-    }
-
-    /// Holds a series again as [`CoarseSums::held`] gave it (each slice `levels` long).
-    pub fn restore(&mut self, series: SeriesName, sums: &[i64], seen: &[bool], taken: &[bool]) {
-        let row = (self.sums.len() / self.levels.max(1)) as u32;
-        self.sums.extend_from_slice(sums);
-        self.seen.extend_from_slice(seen);
-        self.taken.extend_from_slice(taken);
-        self.rows.insert(series, row);
-    }
-
-    pub fn add_stats(&mut self, stats: Vec<(SeriesName, StatKind, Stats)>) {
-        for (series, kind, s) in stats {
-            self.stats[kind as usize]
-                .entry(series)
-                .or_insert_with(Stats::new)
-                .merge(&s);
-        }
-    }
-
-    /// What `level` summed since its last take (level 0 also takes the statistics), as windows
-    /// starting at `start` of at most `part` series each, handed to `each` one at a time: the
-    /// sums of many series are never copied whole beside the chunks made of them.
-    ///
-    /// Series the level's previous take had too (seen in two groups in a row) come in parts of
-    /// their own, handed with `continuing` true unless `all_new`; the others, and the
-    /// statistics, with it false.
-    pub fn take_parts(
-        &mut self,
-        level: usize,
-        start: u64,
-        part: usize,
-        all_new: bool,
-        mut each: impl FnMut(ClosedWindow, bool),
-    ) {
-        let part = part.max(1);
-        let empty = || ClosedWindow {
-            start,
-            ..ClosedWindow::default()
-        };
-        // Indexed by `continuing as usize`.
-        let mut current = [empty(), empty()];
-        let mut hand_on_when_full = |current: &mut ClosedWindow, continuing: bool| {
-            if current.counters.len() + current.stats.len() == part {
-                each(std::mem::replace(current, empty()), continuing);
-            }
-        };
-        let levels = self.levels;
-        self.rows.retain(|series, row| {
-            let row = *row as usize;
-            let at = row * levels + level;
-            let seen = self.seen[at];
-            if seen {
-                let continuing = self.taken[at] && !all_new;
-                let current = &mut current[continuing as usize];
-                current.counters.push((series.clone(), self.sums[at]));
-                self.sums[at] = 0;
-                self.seen[at] = false;
-                hand_on_when_full(current, continuing);
-            }
-            self.taken[at] = seen;
-            let row_levels = row * levels..(row + 1) * levels;
-            let held = self.seen[row_levels.clone()].contains(&true)
-                || self.taken[row_levels].contains(&true);
-            if !held {
-                self.free.push(row as u32);
-            }
-            held
-        });
-        if self.rows.is_empty() {
-            // Nothing held: give the table back (a burst of series must not pin it).
-            self.sums = Vec::new();
-            self.seen = Vec::new();
-            self.taken = Vec::new();
-            self.free = Vec::new();
-        }
-        if level == 0 {
-            for (kind, map) in StatKind::ALL.into_iter().zip(&mut self.stats) {
-                for (series, s) in map.drain() {
-                    current[0].stats.push((series, kind, s));
-                    hand_on_when_full(&mut current[0], false);
-                }
-            }
-        }
-        for (continuing, window) in current.into_iter().enumerate() {
-            if !window.is_empty() {
-                each(window, continuing == 1);
-            }
-        }
     }
 }
 

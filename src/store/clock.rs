@@ -4,9 +4,14 @@
 
 /// Seconds since the epoch now (0 if the clock is before 1970).
 pub fn unix_now() -> u64 {
+    since_epoch().as_secs()
+}
+
+/// Time since the epoch now, to the nanosecond (zero if the clock is before 1970).
+pub fn since_epoch() -> std::time::Duration {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .unwrap_or_default()
 }
 
 /// (year, month 1-12, day 1-31) of days since 1970-01-01 (proleptic Gregorian).

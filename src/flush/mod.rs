@@ -1,0 +1,272 @@
+//! The once-a-window loop (README "Writes: atomic, exactly once, through outages"), as two halves that share the backlog queue:
+//! the *closer* takes every reader's window at each boundary, on schedule, closes it through the
+//! [`Ledger`] and queues its chunks; the *writer* writes the queue to Redis oldest first.
+//!
+//! Closing never waits for Redis, so each window stays one window even when writes are slower
+//! than a window: overload shows as a growing `backlog_windows`, never as seconds merged into one
+//! slice. While Redis fails the queue grows up to `max_backlog_windows` (then the oldest window
+//! is dropped and counted) and is retried with backoff. Chunks are numbered in sending order and
+//! Redis applies each number once, so neither a retry after a lost reply nor a late copy
+//! applies anything twice. With a [`Spool`], each window is on disk before it is queued (and
+//! the coarse sums with it), and what an earlier run left there is queued first.
+
+mod backlog;
+mod coarse;
+mod replay;
+mod report;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::aggregate::{Ledger, Window};
+use crate::config::Config;
+use crate::spool::Spool;
+use crate::store::{Chunker, FlushChunk, Writer, clock};
+use crate::telemetry::Telemetry;
+use backlog::{Backlog, PendingWindow, write_backlog};
+use coarse::Coarse;
+
+pub struct Flusher {
+    closer: Closer,
+    writer: Writer,
+    shutdown_timeout: Duration,
+    telemetry: Arc<Telemetry>,
+}
+
+/// Takes the readers' windows at each boundary and queues them, ready to write.
+struct Closer {
+    windows: Vec<Arc<Mutex<Window>>>,
+    ledger: Ledger,
+    chunker: Chunker,
+    /// This run's sequence key, the number of the last chunk queued, and of the last window
+    /// spooled (its file's place in the replay order).
+    sequence: Arc<str>,
+    last_seq: u64,
+    last_window: u64,
+    /// Cluster mode: the number of the last chunk queued per slot (the sequence key is one per
+    /// slot: this run's name with the slot's hash tag).
+    slot_seqs: std::collections::HashMap<u16, u64>,
+    config: Config,
+    telemetry: Arc<Telemetry>,
+    /// `coarse_write_secs`, when it defers anything.
+    coarse: Option<Coarse>,
+    /// When samples dropped by the series cap were last logged.
+    last_drop_log: Option<Instant>,
+    spool: Option<Arc<Spool>>,
+    /// Configurations a SIGHUP read: the keys that apply to a running flusher are taken at
+    /// the next close ([`Closer::take_reload`]).
+    reloads: Option<tokio::sync::watch::Receiver<Config>>,
+}
+
+/// Start of the window holding `now`.
+fn window_start(now: Duration, interval: u64) -> u64 {
+    now.as_secs() / interval * interval
+}
+
+impl Flusher {
+    /// Takes the reloadable keys of each configuration `reloads` brings (SIGHUP).
+    pub fn with_reloads(mut self, reloads: tokio::sync::watch::Receiver<Config>) -> Flusher {
+        self.closer.reloads = Some(reloads);
+        self
+    }
+
+    /// `run_id` names this run of the agent (`<agent id>.<random>`): its chunks are numbered
+    /// under the sequence key `flush:<run_id>`.
+    pub fn new(
+        windows: Vec<Arc<Mutex<Window>>>,
+        writer: Writer,
+        run_id: &str,
+        spool: Option<Spool>,
+        config: Config,
+        telemetry: Arc<Telemetry>,
+    ) -> Flusher {
+        let keys = writer.keys().clone();
+        Flusher {
+            shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
+            telemetry: telemetry.clone(),
+            writer,
+            closer: Closer {
+                windows,
+                ledger: Ledger::new(config.forget_idle_secs),
+                sequence: keys.flush_sequence(run_id).into(),
+                last_seq: 0,
+                last_window: 0,
+                slot_seqs: Default::default(),
+                chunker: Chunker::new(keys, &config),
+                coarse: Coarse::new(&config),
+                last_drop_log: None,
+                spool: spool.map(Arc::new),
+                reloads: None,
+                config,
+                telemetry,
+            },
+        }
+    }
+
+    /// Closes a window at every boundary and writes the backlog until `stop` is cancelled
+    /// (after the readers have stopped); then closes the partial window and writes what is
+    /// queued within the shutdown timeout.
+    pub async fn run(self, stop: CancellationToken) {
+        let Flusher {
+            mut closer,
+            mut writer,
+            shutdown_timeout,
+            telemetry,
+        } = self;
+        let backlog = Backlog::default();
+        let spool = closer.spool.clone();
+        if let Some(spool) = &spool {
+            closer.replay(spool, &backlog);
+        }
+        let closed = CancellationToken::new();
+        let closing = async {
+            closer.run(&backlog, &stop).await;
+            closed.cancel();
+            backlog.changed.notify_one();
+        };
+        let writing = async {
+            let deadline = async {
+                closed.cancelled().await;
+                tokio::time::sleep(shutdown_timeout).await;
+            };
+            tokio::select! {
+                _ = write_backlog(&mut writer, &backlog, &closed, spool.as_deref(), &telemetry) => {}
+                _ = deadline => {}
+            }
+        };
+        tokio::join!(closing, writing);
+
+        let unwritten = backlog.lock();
+        if unwritten.is_empty() {
+            tracing::info!("final flush written");
+        } else {
+            let series: usize = unwritten
+                .iter()
+                .flat_map(|w| &w.chunks)
+                .map(|c| c.series)
+                .sum();
+            let kept = if spool.is_some() {
+                "they stay in the spool and are written at the next start"
+            } else {
+                "they are lost (no spool_dir)"
+            };
+            tracing::error!(
+                windows = unwritten.len(),
+                series,
+                timeout = ?shutdown_timeout,
+                "shutdown timeout: {} windows were not written to Redis; {kept}",
+                unwritten.len()
+            );
+        }
+    }
+}
+
+impl Closer {
+    /// Closes a window at every boundary until `stop`, then the partial window.
+    async fn run(&mut self, backlog: &Backlog, stop: &CancellationToken) {
+        let interval = self.config.flush_interval_secs;
+        loop {
+            let now = clock::since_epoch();
+            let boundary = window_start(now, interval) + interval;
+            let wait = Duration::from_secs(boundary).saturating_sub(now);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            self.close(boundary - interval, false, backlog);
+        }
+        self.close(window_start(clock::since_epoch(), interval), true, backlog);
+    }
+
+    /// Takes the keys of a reloaded configuration that apply without a restart: chunk size
+    /// and backlog bounds (the others were logged as waiting for one).
+    fn take_reload(&mut self) {
+        let Some(reloads) = self.reloads.as_mut() else {
+            return;
+        };
+        if reloads.has_changed().unwrap_or(false) {
+            let new = reloads.borrow_and_update();
+            self.chunker.settings.max_series = new.max_series_per_chunk;
+            self.config.max_series_per_chunk = new.max_series_per_chunk;
+            self.config.max_backlog_windows = new.max_backlog_windows;
+            self.config.max_backlog_bytes = new.max_backlog_bytes;
+        }
+    }
+
+    /// Takes every reader's window for the period starting at `start`, closes it, and queues
+    /// its chunks (on disk first, with a spool); the `last` one also takes every coarse sum
+    /// still held.
+    fn close(&mut self, start: u64, last: bool, backlog: &Backlog) {
+        self.take_reload();
+        let mut merged = Window::default();
+        for shared in &self.windows {
+            let taken = shared.lock().unwrap_or_else(|p| p.into_inner()).take();
+            merged.merge(taken);
+        }
+        self.report_drops(&merged);
+        let closed = self.ledger.close(start, merged);
+        self.report_active(&closed);
+        let chunks = match &mut self.coarse {
+            None => self.chunker.whole(&closed),
+            Some(coarse) => coarse.close(closed, last, &self.chunker),
+        };
+        let chunks = self.number(chunks);
+        if let (Some(coarse), Some(spool)) = (&self.coarse, &self.spool) {
+            // The coarse sums on disk, with this window's chunks: a crash between the two files
+            // still finds the window.
+            if let Err(e) = spool.write_state(coarse.state(start, &self.sequence, &chunks)) {
+                self.telemetry.spool_write_errors.increment(1);
+                tracing::error!(window = start, error = %e, "cannot spool the coarse sums");
+            }
+        }
+        if chunks.is_empty() {
+            return;
+        }
+        // On disk before it is queued: once the writer may have sent a chunk, a crash must
+        // find the window in the spool.
+        self.last_window += 1;
+        let file = self.spool.as_ref().and_then(|spool| {
+            spool
+                .write(start, self.last_window, &self.sequence, &chunks)
+                .inspect_err(|e| {
+                    self.telemetry.spool_write_errors.increment(1);
+                    tracing::error!(window = start, error = %e, "cannot spool the window; it is kept in memory only");
+                })
+                .ok()
+        });
+        let pending = PendingWindow {
+            id: 0,
+            start,
+            sequence: self.sequence.clone(),
+            chunks,
+            file,
+        };
+        backlog.push(
+            pending,
+            &self.config,
+            self.spool.as_deref(),
+            &self.telemetry,
+        );
+    }
+
+    /// Numbers chunks in sending order: per run, or per slot in a cluster.
+    fn number(&mut self, chunks: Vec<FlushChunk>) -> Vec<Arc<FlushChunk>> {
+        chunks
+            .into_iter()
+            .map(|mut chunk| {
+                let last = if self.chunker.cluster {
+                    self.slot_seqs.entry(chunk.slot()).or_default()
+                } else {
+                    &mut self.last_seq
+                };
+                *last += 1;
+                chunk.seq = *last;
+                Arc::new(chunk)
+            })
+            .collect()
+    }
+}

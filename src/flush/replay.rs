@@ -1,0 +1,94 @@
+//! At start, with a spool: the windows an earlier run left are queued ahead of this run's, and
+//! the coarse sums are taken up where it left them.
+
+use std::sync::Arc;
+
+use super::backlog::{Backlog, PendingWindow};
+use super::{Closer, coarse};
+use crate::spool::Spool;
+use crate::store::{FlushChunk, Keys};
+
+impl Closer {
+    /// Queues the windows earlier runs left in the spool, ahead of this run's, and takes up
+    /// the coarse sums where the last run left them.
+    pub(super) fn replay(&mut self, spool: &Spool, backlog: &Backlog) {
+        let last_closed = spool.load_state().and_then(|state| {
+            let restored = coarse::restore(&state, self.coarse.as_mut());
+            if restored.is_none() {
+                tracing::error!(
+                    "spool state file is not one this version wrote; the sums it held are lost"
+                );
+            }
+            restored
+        });
+        let mut windows = match spool.load() {
+            Ok(windows) => windows,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the spool; its windows are not written");
+                Vec::new()
+            }
+        };
+        // The last window closed before the crash, if its own file was never written. (If it
+        // was written to Redis and removed, Redis answers that its chunks were applied.) It gets
+        // a file now: this run's first close replaces the state file that held it.
+        // It was its run's last window to close, so it goes after that run's files.
+        if let Some((start, sequence, chunks)) = last_closed.filter(|(start, sequence, chunks)| {
+            !chunks.is_empty()
+                && !windows.iter().any(|f| {
+                    f.start == *start
+                        && f.sequence == *sequence
+                        && f.chunks.first().map(|c| (c.seq, c.slot()))
+                            == chunks.first().map(|c| (c.seq, c.slot()))
+                })
+        }) {
+            let chunks: Vec<Arc<FlushChunk>> = chunks.into_iter().map(Arc::new).collect();
+            let number = 1 + windows
+                .iter()
+                .filter(|w| w.sequence == sequence)
+                .map(|w| w.number)
+                .max()
+                .unwrap_or(0);
+            let path = spool
+                .write(start, number, &sequence, &chunks)
+                .inspect_err(|e| {
+                    self.telemetry.spool_write_errors.increment(1);
+                    tracing::error!(window = start, error = %e, "cannot spool the window");
+                })
+                .unwrap_or_default();
+            windows.push(crate::spool::SpooledWindow {
+                start,
+                number,
+                sequence,
+                chunks,
+                path,
+            });
+        }
+        if !windows.is_empty() {
+            tracing::info!(
+                windows = windows.len(),
+                "writing the windows an earlier run left in the spool"
+            );
+        }
+        let cluster = self.chunker.cluster;
+        for w in windows {
+            if Keys::is_slot_sequence(&w.sequence) != cluster {
+                tracing::error!(
+                    window = w.start,
+                    path = %w.path.display(),
+                    "this spool file was written for another redis_mode; it is kept aside (*.bad), not replayed"
+                );
+                let _ = std::fs::rename(&w.path, w.path.with_extension("bad"));
+                continue;
+            }
+            self.telemetry.spool_windows_loaded.increment(1);
+            let pending = PendingWindow {
+                id: 0,
+                start: w.start,
+                sequence: w.sequence.into(),
+                chunks: w.chunks,
+                file: Some(w.path).filter(|p| !p.as_os_str().is_empty()),
+            };
+            backlog.push(pending, &self.config, Some(spool), &self.telemetry);
+        }
+    }
+}

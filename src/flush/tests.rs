@@ -1,0 +1,276 @@
+use super::coarse::deal;
+use super::*;
+use crate::aggregate::Ledger;
+use crate::protocol::MetricType;
+use crate::protocol::{Sample, Value};
+use crate::store::{CounterWrite, Keys};
+
+/// A closer over one reader's window, coarse writes every 5 windows.
+fn closer(coarse_write_secs: u64) -> (Closer, Arc<Mutex<Window>>) {
+    let config = Config {
+        coarse_write_secs,
+        max_series_per_chunk: 100,
+        ..Config::default()
+    };
+    let window = Arc::new(Mutex::new(Window::default()));
+    let closer = Closer {
+        windows: vec![window.clone()],
+        ledger: Ledger::default(),
+        chunker: Chunker::new(Keys::new(""), &config),
+        sequence: "flush:a".into(),
+        last_seq: 0,
+        last_window: 0,
+        slot_seqs: Default::default(),
+        coarse: Coarse::new(&config),
+        last_drop_log: None,
+        spool: None,
+        reloads: None,
+        config,
+        telemetry: Arc::new(Telemetry::new()),
+    };
+    (closer, window)
+}
+
+fn record(window: &Mutex<Window>, series: usize) {
+    let sample = Sample {
+        kind: MetricType::Counter,
+        value: Value::Number(1.0),
+        rate: 1.0,
+        tags: None,
+    };
+    let mut w = window.lock().unwrap();
+    for i in 0..series {
+        w.record(&format!("s{i}"), &sample, usize::MAX);
+    }
+}
+
+/// Chunks queued per window for windows 100..100+n with `series` counters each.
+fn chunks_per_window(coarse_write_secs: u64, series: usize, n: u64) -> Vec<usize> {
+    chunks_per_window_at(coarse_write_secs, series, 100..100 + n)
+}
+
+fn chunks_per_window_at(
+    coarse_write_secs: u64,
+    series: usize,
+    starts: impl IntoIterator<Item = u64>,
+) -> Vec<usize> {
+    let (mut closer, window) = closer(coarse_write_secs);
+    let backlog = Backlog::default();
+    for start in starts {
+        record(&window, series);
+        closer.close(start, false, &backlog);
+    }
+    backlog.lock().iter().map(|w| w.chunks.len()).collect()
+}
+
+#[test]
+fn the_backlog_is_bounded_in_bytes_and_its_spool_follows_it() {
+    let (mut closer, window) = closer(0);
+    let dir = tempfile::tempdir().unwrap();
+    closer.spool = Some(Arc::new(Spool::open(dir.path(), false).unwrap()));
+    let backlog = Backlog::default();
+    record(&window, 250);
+    closer.close(100, false, &backlog);
+    let one = backlog.lock()[0].bytes();
+    closer.config.max_backlog_bytes = 2 * one + one / 2;
+    for start in 101..105 {
+        record(&window, 250);
+        closer.close(start, false, &backlog);
+    }
+    let queued: Vec<u64> = backlog.lock().iter().map(|w| w.start).collect();
+    assert_eq!(queued, [103, 104]);
+    let files = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "window"))
+        .count();
+    assert_eq!(files, 2);
+    // One window larger than the bound is still kept.
+    closer.config.max_backlog_bytes = one / 2;
+    record(&window, 250);
+    closer.close(105, false, &backlog);
+    assert_eq!(backlog.lock().len(), 1);
+}
+
+#[test]
+fn a_restart_takes_up_the_coarse_sums_and_the_window_only_the_state_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool_files = || {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".window"))
+            .collect();
+        names.sort();
+        names
+    };
+    let (mut first, window) = closer(5);
+    first.spool = Some(Arc::new(Spool::open(dir.path(), false).unwrap()));
+    let backlog = Backlog::default();
+    for start in 100..103 {
+        record(&window, 250);
+        first.close(start, false, &backlog);
+    }
+    // The crash came between the state file and window 102's own file.
+    let last = spool_files().pop().unwrap();
+    std::fs::remove_file(dir.path().join(&last)).unwrap();
+    let held: Vec<i64> = first
+        .coarse
+        .as_ref()
+        .unwrap()
+        .sums
+        .held()
+        .map(|(_, s, _, _)| s[0])
+        .collect();
+    drop(first);
+
+    let (mut again, _) = closer(5);
+    let spool = Arc::new(Spool::open(dir.path(), false).unwrap());
+    again.spool = Some(spool.clone());
+    let replayed = Backlog::default();
+    again.replay(&spool, &replayed);
+    let starts: Vec<u64> = replayed.lock().iter().map(|w| w.start).collect();
+    assert_eq!(starts, [100, 101, 102]);
+    assert_eq!(spool_files().len(), 3, "window 102 has a file again");
+    let restored: Vec<i64> = again
+        .coarse
+        .as_ref()
+        .unwrap()
+        .sums
+        .held()
+        .map(|(_, s, _, _)| s[0])
+        .collect();
+    assert_eq!(
+        (restored.len(), restored.iter().sum::<i64>()),
+        (250, 3 * 250)
+    );
+    assert_eq!(restored.iter().sum::<i64>(), held.iter().sum::<i64>());
+    assert_eq!(again.coarse.unwrap().levels[0].group, Some(100));
+}
+
+#[test]
+fn a_group_is_dealt_so_that_each_window_gets_a_share_of_every_kind() {
+    // Nine counter chunks, then three costlier stats chunks, over three windows of four.
+    let group = (0..12).map(|j| if j < 9 { 'c' } else { 's' }).collect();
+    let dealt: Vec<char> = deal(group, 3).collect();
+    for take in dealt.chunks(4) {
+        assert_eq!(take.iter().filter(|&&k| k == 's').count(), 1, "{dealt:?}");
+    }
+    assert_eq!(deal(vec![1, 2], 5).collect::<Vec<_>>(), [1, 2]);
+}
+
+#[test]
+fn a_late_close_does_not_mix_slices_in_a_group() {
+    // Window 104 was never closed (a late close skipped its boundary): the 100..103 group
+    // must end when 105 comes, not take 105..109 into the 5 s slice of 100.
+    assert_eq!(
+        chunks_per_window_at(5, 250, [100, 101, 102, 103, 105, 106, 107, 108, 109]),
+        [3, 3, 3, 3, 4, 4, 4, 3, 4]
+    );
+}
+
+#[test]
+fn without_a_coarse_precision_nothing_is_deferred() {
+    let config = Config {
+        precisions: vec![1],
+        coarse_write_secs: 5,
+        ..Config::default()
+    };
+    assert!(Coarse::new(&config).is_none());
+}
+
+#[test]
+fn without_coarse_writes_every_window_is_written_whole() {
+    assert_eq!(chunks_per_window(0, 250, 3), [3, 3, 3]);
+}
+
+#[test]
+fn a_group_is_written_once_and_spread_over_the_next_windows() {
+    // Precision 1 every window (3 chunks of 250 series); 5 s to 1 day once per 5 s group
+    // (windows 100..104, then 105..109), its 3 chunks spread one per following window.
+    assert_eq!(
+        chunks_per_window(5, 250, 12),
+        [3, 3, 3, 3, 4, 4, 4, 3, 3, 4, 4, 4]
+    );
+}
+
+#[test]
+fn each_precision_is_written_once_per_its_slice_or_per_coarse_write_secs() {
+    use CounterWrite::*;
+    let config = Config {
+        coarse_write_secs: 60,
+        ..Config::default()
+    };
+    let coarse = Coarse::new(&config).unwrap();
+    let precisions = |modes: [CounterWrite; 7]| {
+        let mut v = Vec::from(crate::config::DEFAULT_PRECISIONS);
+        v.iter_mut()
+            .zip(modes)
+            .map(|(p, m)| (*p, m))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        coarse.window_precisions,
+        precisions([WriteUnindexed, Skip, Skip, Skip, Skip, Skip, Skip])
+    );
+    let levels: Vec<_> = coarse
+        .levels
+        .iter()
+        .map(|l| (l.period_secs, l.precisions.clone()))
+        .collect();
+    assert_eq!(
+        levels,
+        [
+            (
+                5,
+                precisions([IndexOnly, Write, Skip, Skip, Skip, Skip, Skip])
+            ),
+            (
+                60,
+                precisions([Skip, Skip, Write, Write, Write, Write, Write])
+            ),
+        ]
+    );
+    // Series of two 5 s groups in a row write without index members; the longest level
+    // always adds them.
+    assert_eq!(
+        coarse.levels[0].continuing,
+        Some(precisions([
+            Skip,
+            WriteUnindexed,
+            Skip,
+            Skip,
+            Skip,
+            Skip,
+            Skip
+        ]))
+    );
+    assert_eq!(coarse.levels[1].continuing, None);
+    // Unless the cleaner may empty a hash between two groups: 4 slices of 1 s < 3 × 5 s.
+    let few_slices = Coarse::new(&Config {
+        sample_count: 4,
+        ..config
+    })
+    .unwrap();
+    assert_eq!(few_slices.levels[0].continuing, None);
+}
+
+#[test]
+fn chunks_are_numbered_in_sending_order_across_fine_and_coarse_chunks() {
+    let (mut closer, window) = closer(5);
+    let backlog = Backlog::default();
+    for start in 100..112 {
+        record(&window, 250);
+        closer.close(start, start == 111, &backlog);
+    }
+    let queue = backlog.lock();
+    let numbers: Vec<u64> = queue
+        .iter()
+        .flat_map(|w| w.chunks.iter().map(|c| c.seq))
+        .collect();
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+    // The last window takes every coarse chunk still held: the third of the 105..109 group's
+    // and the partial group of windows 110 and 111.
+    assert_eq!(queue.back().map(|w| w.chunks.len()), Some(3 + 1 + 3));
+}

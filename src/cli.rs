@@ -1,4 +1,4 @@
-//! `statsd-redis get …` (SPEC §6): queries over what the agent stored, printed as aligned tables
+//! `statsd-redis get …` (README "Reading it back"): queries over what the agent stored, printed as aligned tables
 //! (times in UTC) or, with `--json`, as JSON for scripts. Exit codes: 1 unknown series,
 //! 2 bad arguments (clap), 3 Redis unreachable.
 
@@ -7,9 +7,12 @@ use std::fmt::Write as _;
 use clap::Subcommand;
 use serde_json::json;
 
+use std::str::FromStr;
+
 use crate::aggregate::StatKind;
 use crate::config::Config;
-use crate::store::{QuantileRange, Store, StoreError, clock};
+use crate::store::query::{PercentilesQuery, parse_duration, parse_quantile};
+use crate::store::{Queries, QueryError, Store, StoreError, clock};
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum Query {
@@ -23,7 +26,7 @@ pub enum Query {
     Stats {
         series: String,
         /// AccessTime (ms), Histogram (h) or Distribution (d).
-        #[arg(default_value = "AccessTime", value_parser = parse_stat_kind)]
+        #[arg(default_value = "AccessTime", value_parser = StatKind::from_str)]
         kind: StatKind,
     },
     /// The timers with the highest average this hour.
@@ -56,7 +59,7 @@ pub enum Query {
     Percentiles {
         series: String,
         /// AccessTime (ms), Histogram (h) or Distribution (d).
-        #[arg(long = "type", default_value = "AccessTime", value_parser = parse_stat_kind)]
+        #[arg(long = "type", default_value = "AccessTime", value_parser = StatKind::from_str)]
         kind: StatKind,
         /// Quantiles between 0 and 1.
         #[arg(long, value_delimiter = ',', default_value = "0.5,0.9,0.99", value_parser = parse_quantile)]
@@ -82,129 +85,12 @@ pub enum Query {
     },
 }
 
-pub fn parse_stat_kind(s: &str) -> Result<StatKind, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "accesstime" | "ms" | "timer" => Ok(StatKind::Timer),
-        "histogram" | "h" => Ok(StatKind::Histogram),
-        "distribution" | "d" => Ok(StatKind::Distribution),
-        _ => Err(format!(
-            "unknown statistics type `{s}` (AccessTime, Histogram or Distribution)"
-        )),
-    }
-}
-
-pub fn parse_quantile(s: &str) -> Result<f64, String> {
-    s.parse::<f64>()
-        .ok()
-        .filter(|q| (0.0..=1.0).contains(q))
-        .ok_or_else(|| format!("`{s}` is not a quantile between 0 and 1"))
-}
-
-/// `90s`, `15m`, `6h`, `2d`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<u64, String> {
-    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(at) => s.split_at(at),
-        None => (s, "s"),
-    };
-    let scale = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("`{s}`: a duration is a number and s, m, h or d")),
-    };
-    number
-        .parse::<u64>()
-        .ok()
-        .filter(|n| *n > 0)
-        .and_then(|n| n.checked_mul(scale))
-        .ok_or_else(|| format!("`{s}`: a duration is a number and s, m, h or d"))
-}
-
-/// The range of `get percentiles` and of the API's percentiles: the slices overlapping the
-/// `last` seconds at `precision` (by default the finest of `quantile_precisions` whose
-/// `sample_count` slices cover it, else the coarsest), or one UTC hour (`current`, `last` or
-/// `YYYY-MM-DDTHH`, from the 3600 s slices), the current hour when neither is given.
-pub fn quantile_range(
-    config: &Config,
-    last: Option<u64>,
-    hour: Option<&str>,
-    precision: Option<u64>,
-    now: u64,
-) -> Result<QuantileRange, String> {
-    let kept = &config.quantile_precisions;
-    let Some(secs) = last else {
-        if !kept.contains(&3600) {
-            return Err(format!(
-                "hours are the 3600 s slices, and quantile_precisions is {kept:?}: use --last"
-            ));
-        }
-        let at = match hour.unwrap_or("current") {
-            "current" => now,
-            "last" => now.saturating_sub(3600),
-            text => clock::parse_hour(text).ok_or_else(|| {
-                format!("`{text}`: an hour is current, last or YYYY-MM-DDTHH (UTC)")
-            })?,
-        };
-        return Ok(QuantileRange::hour(at));
-    };
-    let precision = match precision {
-        Some(p) if kept.contains(&p) => p,
-        Some(p) => {
-            return Err(format!(
-                "buckets are kept per slice at {kept:?} s (quantile_precisions), not {p}"
-            ));
-        }
-        None => {
-            let mut sorted = kept.clone();
-            sorted.sort_unstable();
-            let covering = sorted
-                .iter()
-                .find(|&&p| p.saturating_mul(config.sample_count) >= secs);
-            *covering
-                .or(sorted.last())
-                .ok_or("no buckets are kept (quantile_precisions is empty)")?
-        }
-    };
-    let range = QuantileRange::last(secs, precision, now);
-    // Older slices have expired (each lives sample_count slices); a range past them would only
-    // cost the reader and Redis a call per missing key.
-    let kept = config
-        .sample_count
-        .saturating_add(1)
-        .min(MAX_QUANTILE_SLICES);
-    if range.len() > kept {
-        return Err(format!(
-            "the last {secs} s are {} slices of {precision} s; at most {kept} are kept \
-             (sample_count {}): ask for less, or a coarser precision of {:?}",
-            range.len(),
-            config.sample_count,
-            config.quantile_precisions
-        ));
-    }
-    Ok(range)
-}
-
-/// The most slices one percentiles query reads, whatever `sample_count` is.
-const MAX_QUANTILE_SLICES: u64 = 10_000;
-
-#[derive(Debug, thiserror::Error)]
-pub enum QueryError {
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Redis(#[from] StoreError),
-    #[error("{0}")]
-    BadArgument(String),
-}
-
-impl QueryError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            QueryError::NotFound(_) => 1,
-            QueryError::Redis(_) => 3,
-            QueryError::BadArgument(_) => 2,
-        }
+/// The exit code for a query's error: 1 unknown series, 2 bad arguments, 3 Redis unreachable.
+pub fn exit_code(error: &QueryError) -> u8 {
+    match error {
+        QueryError::NotFound(_) => 1,
+        QueryError::BadArgument(_) => 2,
+        QueryError::Redis(_) => 3,
     }
 }
 
@@ -218,15 +104,14 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             e.to_string(),
         )))
     })?;
-    let mut reader = store.reader().await?;
-    let not_found = |what: String| Err(QueryError::NotFound(what));
+    let mut queries = Queries {
+        reader: store.reader().await?,
+        config,
+    };
     let mut out = String::new();
     match query {
         Query::Counter { series, precision } => {
-            let samples = reader.counter(series, *precision).await?;
-            if samples.is_empty() {
-                return not_found(format!("no counter `{series}` at precision {precision}"));
-            }
+            let samples = queries.counter(series, *precision).await?;
             if as_json {
                 return Ok(json!(samples).to_string());
             }
@@ -239,12 +124,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             );
         }
         Query::Stats { series, kind } => {
-            let Some(s) = reader.stats(series, *kind).await? else {
-                return not_found(format!(
-                    "no {} statistics for `{series}` this hour",
-                    kind.redis_name()
-                ));
-            };
+            let s = queries.stats(series, *kind).await?;
             if as_json {
                 return Ok(json!(s).to_string());
             }
@@ -264,7 +144,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             );
         }
         Query::Slowest { limit } => {
-            let slowest = reader.slowest(*limit).await?;
+            let slowest = queries.slowest(*limit).await?;
             if as_json {
                 return Ok(json!(slowest).to_string());
             }
@@ -279,10 +159,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             severity,
             limit,
         } => {
-            let log = reader.log(name, severity, *limit).await?;
-            if log.recent.is_empty() && log.common.is_empty() {
-                return not_found(format!("no log `{name}` with severity {severity}"));
-            }
+            let log = queries.log(name, severity, *limit).await?;
             if as_json {
                 return Ok(json!(log).to_string());
             }
@@ -302,9 +179,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             series,
             precision: None,
         } => {
-            let Some(v) = reader.gauge(series).await? else {
-                return not_found(format!("no gauge `{series}`"));
-            };
+            let v = queries.gauge(series).await?;
             return Ok(if as_json {
                 json!(v).to_string()
             } else {
@@ -315,10 +190,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             series,
             precision: Some(p),
         } => {
-            let samples = reader.gauge_samples(series, *p).await?;
-            if samples.is_empty() {
-                return not_found(format!("no gauge `{series}` at precision {p}"));
-            }
+            let samples = queries.gauge_samples(series, *p).await?;
             if as_json {
                 return Ok(json!(samples).to_string());
             }
@@ -331,12 +203,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             );
         }
         Query::Set { series, precision } => {
-            let samples = reader
-                .set(series, *precision, clock::unix_now(), config.sample_count)
-                .await?;
-            if samples.is_empty() {
-                return not_found(format!("no set `{series}` at precision {precision}"));
-            }
+            let samples = queries.set(series, *precision).await?;
             if as_json {
                 return Ok(json!(samples).to_string());
             }
@@ -356,23 +223,15 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             hour,
             precision,
         } => {
-            let range = quantile_range(
-                config,
-                *last,
-                hour.as_deref(),
-                *precision,
-                clock::unix_now(),
-            )
-            .map_err(QueryError::BadArgument)?;
-            let Some(view) = reader
-                .quantiles(series, *kind, quantiles, range, false)
-                .await?
-            else {
-                return not_found(format!(
-                    "no {} values of `{series}` in that range",
-                    kind.redis_name()
-                ));
+            let query = PercentilesQuery {
+                kind: *kind,
+                quantiles: quantiles.clone(),
+                last: *last,
+                hour: hour.clone(),
+                precision: *precision,
+                by_slice: false,
             };
+            let view = queries.percentiles(series, &query).await?;
             if as_json {
                 return Ok(json!(view).to_string());
             }
@@ -408,7 +267,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
             );
         }
         Query::Known { pattern, gauges } => {
-            let known = reader.known(*gauges, pattern.as_deref()).await?;
+            let known = queries.known(*gauges, pattern.as_deref()).await?;
             if as_json {
                 return Ok(json!(known).to_string());
             }
@@ -510,62 +369,5 @@ mod tests {
             out,
             "slice (UTC)          count\n2026-11-22 04:00:00      5\n2026-11-22 04:00:01     12\n"
         );
-    }
-
-    #[test]
-    fn durations_and_ranges() {
-        assert_eq!(parse_duration("15m"), Ok(900));
-        assert_eq!(parse_duration("90"), Ok(90));
-        assert_eq!(parse_duration("2d"), Ok(172_800));
-        assert!(parse_duration("5x").is_err() && parse_duration("0m").is_err());
-        let config = Config::default();
-        let now = 1_795_320_489;
-        let range = |last, hour, p| quantile_range(&config, last, hour, p, now);
-        assert_eq!(
-            range(Some(900), None, None),
-            Ok(QuantileRange::last(900, 60, now)),
-            "120 minutes cover 15"
-        );
-        assert_eq!(
-            range(Some(86_400), None, None),
-            Ok(QuantileRange::last(86_400, 3600, now)),
-            "a day needs hours"
-        );
-        assert!(
-            range(Some(900), None, Some(5)).is_err(),
-            "5 s slices are not kept"
-        );
-        let too_long = range(Some(365 * 86_400), None, Some(60)).unwrap_err();
-        assert!(too_long.contains("525601 slices"), "{too_long}");
-        assert!(
-            range(Some(365 * 86_400), None, None).is_err(),
-            "past every slice kept"
-        );
-        assert_eq!(
-            range(Some(120 * 60), None, Some(60)).map(|r| r.len()),
-            Ok(121)
-        );
-        let many = Config {
-            sample_count: 1_000_000,
-            ..Config::default()
-        };
-        assert!(quantile_range(&many, Some(365 * 86_400), None, Some(60), now).is_err());
-        assert_eq!(range(None, None, None), Ok(QuantileRange::hour(now)));
-        assert_eq!(
-            range(None, Some("last"), None),
-            Ok(QuantileRange::hour(now - 3600))
-        );
-        assert_eq!(
-            range(None, Some("2026-11-21T14"), None),
-            Ok(QuantileRange::hour(1_795_320_000 - 14 * 3600))
-        );
-        assert!(range(None, Some("yesterday"), None).is_err());
-    }
-
-    #[test]
-    fn stat_kinds() {
-        assert_eq!(parse_stat_kind("ms"), Ok(StatKind::Timer));
-        assert_eq!(parse_stat_kind("Histogram"), Ok(StatKind::Histogram));
-        assert!(parse_stat_kind("x").is_err());
     }
 }

@@ -147,7 +147,7 @@ async fn get(config: &Config, query: &cli::Query, json: bool) -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(e.exit_code())
+            ExitCode::from(cli::exit_code(&e))
         }
     }
 }

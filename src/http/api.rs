@@ -1,4 +1,4 @@
-//! The JSON API under `/api/v1/` (SPEC §6): the reader's queries over HTTP. Unknown series are
+//! The JSON API under `/api/v1/` (README "Reading it back"): the reader's queries over HTTP. Unknown series are
 //! 404, bad parameters 400, an unreachable Redis 503; every error body is `{"error": "..."}`.
 
 use std::collections::HashMap;
@@ -13,8 +13,9 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::AppState;
-use crate::cli::{parse_duration, parse_quantile, parse_stat_kind, quantile_range};
-use crate::store::StoreError;
+use crate::aggregate::StatKind;
+use crate::store::query::{PercentilesQuery, parse_duration, parse_quantile};
+use crate::store::{QueryError, StoreError};
 
 /// Largest page of the known-series list and longest slowest/log listing.
 const MAX_PAGE: usize = 500;
@@ -30,6 +31,17 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    }
+}
+
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
+        let status = match e {
+            QueryError::NotFound(_) => StatusCode::NOT_FOUND,
+            QueryError::BadArgument(_) => StatusCode::BAD_REQUEST,
+            QueryError::Redis(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError(status, e.to_string())
     }
 }
 
@@ -69,8 +81,14 @@ fn match_pattern(q: &HashMap<String, String>) -> Option<String> {
     })
 }
 
-fn not_found(what: String) -> ApiError {
-    ApiError(StatusCode::NOT_FOUND, what)
+fn bad(e: String) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, e)
+}
+
+/// The `type` parameter: AccessTime (the default), Histogram or Distribution.
+fn stat_kind(q: &HashMap<String, String>) -> Result<StatKind, ApiError> {
+    q.get("type")
+        .map_or(Ok(StatKind::Timer), |t| t.parse().map_err(bad))
 }
 
 pub fn routes() -> Router<AppState> {
@@ -94,12 +112,7 @@ async fn counter(
     Query(q): Params,
 ) -> ApiResult {
     let precision = positive(&q, "precision", 1)?;
-    let samples = s.reader().await?.counter(&series, precision).await?;
-    if samples.is_empty() {
-        return Err(not_found(format!(
-            "no counter `{series}` at precision {precision}"
-        )));
-    }
+    let samples = s.queries().await?.counter(&series, precision).await?;
     Ok(Json(
         json!({ "series": series, "precision": precision, "samples": samples }),
     ))
@@ -110,17 +123,11 @@ async fn stats(
     Path(series): Path<String>,
     Query(q): Params,
 ) -> ApiResult {
-    let kind = parse_stat_kind(q.get("type").map_or("AccessTime", String::as_str))
-        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
-    match s.reader().await?.stats(&series, kind).await? {
-        Some(stats) => Ok(Json(
-            json!({ "series": series, "type": kind.redis_name(), "stats": stats }),
-        )),
-        None => Err(not_found(format!(
-            "no {} statistics for `{series}` this hour",
-            kind.redis_name()
-        ))),
-    }
+    let kind = stat_kind(&q)?;
+    let stats = s.queries().await?.stats(&series, kind).await?;
+    Ok(Json(
+        json!({ "series": series, "type": kind.redis_name(), "stats": stats }),
+    ))
 }
 
 /// Quantiles from the buckets: `type`, `quantiles` (comma separated, default 0.5,0.9,0.99), and
@@ -131,60 +138,48 @@ async fn percentiles(
     Path(series): Path<String>,
     Query(q): Params,
 ) -> ApiResult {
-    let bad = |e: String| ApiError(StatusCode::BAD_REQUEST, e);
-    let kind = parse_stat_kind(q.get("type").map_or("AccessTime", String::as_str)).map_err(bad)?;
-    let quantiles = q
-        .get("quantiles")
-        .map_or("0.5,0.9,0.99", String::as_str)
-        .split(',')
-        .map(parse_quantile)
-        .collect::<Result<Vec<f64>, String>>()
-        .map_err(bad)?;
-    let last = q
-        .get("last")
-        .map(|d| parse_duration(d))
-        .transpose()
-        .map_err(bad)?;
-    let precision = q
-        .get("precision")
-        .map(|_| positive(&q, "precision", 1))
-        .transpose()?;
-    let now = crate::store::clock::unix_now();
-    let hour = q.get("hour").map(String::as_str);
-    let range = quantile_range(&s.config, last, hour, precision, now).map_err(bad)?;
-    let by_slice = param(&q, "by_slice", false)?;
-    match s
-        .reader()
-        .await?
-        .quantiles(&series, kind, &quantiles, range, by_slice)
-        .await?
-    {
-        Some(view) => Ok(Json(json!({
-            "series": series,
-            "type": kind.redis_name(),
-            "quantiles": view.quantiles.iter().map(|(q, v)| json!({"q": q, "value": v})).collect::<Vec<_>>(),
-            "relative_accuracy": view.relative_accuracy,
-            "count": view.count,
-            "precision": view.precision,
-            "slices": view.slices,
-            "by_slice": view.by_slice,
-        }))),
-        None => Err(not_found(format!(
-            "no {} values of `{series}` in that range",
-            kind.redis_name()
-        ))),
-    }
+    let query = PercentilesQuery {
+        kind: stat_kind(&q)?,
+        quantiles: q
+            .get("quantiles")
+            .map_or("0.5,0.9,0.99", String::as_str)
+            .split(',')
+            .map(parse_quantile)
+            .collect::<Result<Vec<f64>, String>>()
+            .map_err(bad)?,
+        last: q
+            .get("last")
+            .map(|d| parse_duration(d))
+            .transpose()
+            .map_err(bad)?,
+        hour: q.get("hour").cloned(),
+        precision: q
+            .get("precision")
+            .map(|_| positive(&q, "precision", 1))
+            .transpose()?,
+        by_slice: param(&q, "by_slice", false)?,
+    };
+    let view = s.queries().await?.percentiles(&series, &query).await?;
+    Ok(Json(json!({
+        "series": series,
+        "type": query.kind.redis_name(),
+        "quantiles": view.quantiles.iter().map(|(q, v)| json!({"q": q, "value": v})).collect::<Vec<_>>(),
+        "relative_accuracy": view.relative_accuracy,
+        "count": view.count,
+        "precision": view.precision,
+        "slices": view.slices,
+        "by_slice": view.by_slice,
+    })))
 }
 
 /// The slowest timers, each with its full statistics for the hour.
 async fn slowest(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     let limit = positive(&q, "limit", 10)?.min(MAX_PAGE as u64) as usize;
-    let mut reader = s.reader().await?;
+    let mut queries = s.queries().await?;
     let mut out = Vec::new();
-    for (series, average) in reader.slowest(limit).await? {
-        let stats = reader
-            .stats(&series, crate::aggregate::StatKind::Timer)
-            .await?;
+    for (series, average) in queries.slowest(limit).await? {
+        // None when its hour rolled over since the list was read.
+        let stats = queries.reader.stats(&series, StatKind::Timer).await?;
         out.push(json!({ "series": series, "average": average, "stats": stats }));
     }
     Ok(Json(json!(out)))
@@ -193,12 +188,7 @@ async fn slowest(State(s): State<AppState>, Query(q): Params) -> ApiResult {
 async fn log(State(s): State<AppState>, Path(name): Path<String>, Query(q): Params) -> ApiResult {
     let severity = q.get("severity").map_or("info", String::as_str);
     let limit = positive(&q, "limit", 20)?.min(100) as usize;
-    let log = s.reader().await?.log(&name, severity, limit).await?;
-    if log.recent.is_empty() && log.common.is_empty() {
-        return Err(not_found(format!(
-            "no log `{name}` with severity {severity}"
-        )));
-    }
+    let log = s.queries().await?.log(&name, severity, limit).await?;
     Ok(Json(
         json!({ "name": name, "severity": severity, "recent": log.recent, "common": log.common }),
     ))
@@ -219,12 +209,11 @@ async fn gauge(
     Path(series): Path<String>,
     Query(q): Params,
 ) -> ApiResult {
-    let mut reader = s.reader().await?;
-    let Some(value) = reader.gauge(&series).await? else {
-        return Err(not_found(format!("no gauge `{series}`")));
-    };
+    let mut queries = s.queries().await?;
+    let value = queries.gauge(&series).await?;
     let precision = positive(&q, "precision", s.config.precisions[0])?;
-    let samples = reader.gauge_samples(&series, precision).await?;
+    // A gauge with a value but no slice at this precision (yet) has no samples, not 404.
+    let samples = queries.reader.gauge_samples(&series, precision).await?;
     Ok(Json(
         json!({ "series": series, "value": value, "precision": precision, "samples": samples }),
     ))
@@ -232,17 +221,7 @@ async fn gauge(
 
 async fn set(State(s): State<AppState>, Path(series): Path<String>, Query(q): Params) -> ApiResult {
     let precision = positive(&q, "precision", 60)?;
-    let now = crate::store::clock::unix_now();
-    let samples = s
-        .reader()
-        .await?
-        .set(&series, precision, now, s.config.sample_count)
-        .await?;
-    if samples.is_empty() {
-        return Err(not_found(format!(
-            "no set `{series}` at precision {precision}"
-        )));
-    }
+    let samples = s.queries().await?.set(&series, precision).await?;
     Ok(Json(
         json!({ "series": series, "precision": precision, "samples": samples }),
     ))
@@ -255,7 +234,7 @@ async fn known(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     let per_page = positive(&q, "per_page", 50)?.min(MAX_PAGE as u64) as usize;
     let gauges = param(&q, "gauges", false)?;
     let pattern = match_pattern(&q);
-    let all = s.reader().await?.known(gauges, pattern.as_deref()).await?;
+    let all = s.queries().await?.known(gauges, pattern.as_deref()).await?;
     let series: Vec<_> = all
         .iter()
         .skip((page - 1) * per_page)
@@ -273,7 +252,7 @@ async fn known(State(s): State<AppState>, Query(q): Params) -> ApiResult {
 async fn series(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     let kind = match q.get("type").map(String::as_str).unwrap_or("timer") {
         "set" | "s" => None,
-        other => Some(parse_stat_kind(other).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?),
+        other => Some(other.parse().map_err(bad)?),
     };
     let precision = positive(&q, "precision", 60)?;
     let pattern = match_pattern(&q);
@@ -285,24 +264,70 @@ async fn series(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     Ok(Json(json!({ "series": names, "complete": complete })))
 }
 
+/// The dashboard's vitals: each the sum of the metric series named (full names, labels and
+/// all, or a name whose every labelled series counts), read from the agent's own metrics.
+const VITALS: [(&str, &str); 8] = [
+    ("lines_received", "lines_received_total"),
+    ("bad_lines", "bad_lines_total"),
+    ("backlog_windows", "backlog_windows"),
+    ("windows_dropped", "windows_dropped_total"),
+    ("kernel_drops", "kernel_drops_total"),
+    ("flushes_ok", "flushes_total{outcome=\"ok\"}"),
+    ("flushes_failed", "flushes_total{outcome=\"error\"}"),
+    ("last_flush_unix", "last_flush_timestamp_seconds"),
+];
+
+/// The sum of the series of `metric` in a Prometheus text rendering; `None` when there is none
+/// (a renamed metric must not read as 0).
+fn metric_sum(text: &str, metric: &str) -> Option<f64> {
+    let full = format!("statsd_redis_{metric}");
+    let mut values = text.lines().filter_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let labelled = !metric.contains('{')
+            && series
+                .strip_prefix(full.as_str())
+                .is_some_and(|rest| rest.starts_with('{'));
+        (series == full || labelled).then(|| value.parse::<f64>().ok())?
+    });
+    let first = values.next()?;
+    Some(first + values.sum::<f64>())
+}
+
 /// The agent's own vitals, from its metrics.
 async fn vitals(State(s): State<AppState>) -> ApiResult {
     let text = s.telemetry.render();
-    let value = |name: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.starts_with(&format!("statsd_redis_{name}")))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    Ok(Json(json!({
-        "lines_received": value("lines_received_total{"),
-        "bad_lines": value("bad_lines_total{"),
-        "backlog_windows": value("backlog_windows "),
-        "windows_dropped": value("windows_dropped_total "),
-        "kernel_drops": value("kernel_drops_total "),
-        "flushes_ok": value("flushes_total{outcome=\"ok\"}"),
-        "flushes_failed": value("flushes_total{outcome=\"error\"}"),
-        "last_flush_unix": value("last_flush_timestamp_seconds "),
-        "now_unix": crate::store::clock::unix_now(),
-    })))
+    let mut out = serde_json::Map::new();
+    for (name, metric) in VITALS {
+        out.insert(name.into(), json!(metric_sum(&text, metric).unwrap_or(0.0)));
+    }
+    out.insert("now_unix".into(), json!(crate::store::clock::unix_now()));
+    Ok(Json(Value::Object(out)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every vital names a metric the agent exports: a renamed metric fails here instead of
+    /// reading 0 on the dashboard.
+    #[test]
+    fn every_vital_reads_an_exported_metric() {
+        let telemetry = crate::telemetry::Telemetry::new();
+        telemetry.redis_up.set(1.0);
+        let text = telemetry.render();
+        for (name, metric) in VITALS {
+            assert!(
+                metric_sum(&text, metric).is_some(),
+                "{name}: no {metric} in\n{text}"
+            );
+        }
+        assert_eq!(
+            metric_sum(
+                "statsd_redis_a{x=\"1\"} 2\nstatsd_redis_a{x=\"2\"} 3\nstatsd_redis_ab 7\n",
+                "a"
+            ),
+            Some(5.0)
+        );
+        assert_eq!(metric_sum("statsd_redis_ab 7\n", "a"), None);
+    }
 }

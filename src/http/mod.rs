@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::config::Config;
-use crate::store::{Connection, Reader, Store, StoreError};
+use crate::store::{Connection, Queries, Reader, Store, StoreError};
 use crate::telemetry::Telemetry;
 
 /// Readiness must answer quickly even when Redis hangs.
@@ -45,6 +45,14 @@ impl AppState {
             }
         };
         Ok(Reader::new(conn, self.store.keys().clone()))
+    }
+
+    /// The queries over [`AppState::reader`], with the agent's configuration.
+    async fn queries(&self) -> Result<Queries<'_>, StoreError> {
+        Ok(Queries {
+            reader: self.reader().await?,
+            config: &self.config,
+        })
     }
 }
 

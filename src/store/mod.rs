@@ -6,6 +6,7 @@
 pub mod cleaner;
 pub mod clock;
 pub mod keys;
+pub mod query;
 pub mod reader;
 mod slots;
 mod writer;
@@ -24,11 +25,12 @@ use crate::config::{Config, ConfigError, RedisMode};
 
 pub use cleaner::Cleaner;
 pub use keys::Keys;
+pub use query::{Queries, QueryError};
 pub use reader::{QuantileRange, QuantilesView, Reader, SliceQuantiles, glob_match};
 pub use slots::{FollowUps, SlotsWritten, build_slot_chunks};
 pub use writer::{
-    ChunkSettings, CounterWrite, FlushChunk, QuantileSettings, SEQUENCE_TTL_SECS, WriteFailure,
-    Writer, Written, build_chunks,
+    ChunkSettings, Chunker, CounterWrite, FlushChunk, QuantileSettings, SEQUENCE_TTL_SECS,
+    WriteFailure, Writer, Written, build_chunks,
 };
 
 /// A failed Redis call.

@@ -1,4 +1,4 @@
-//! Reading the layout back (SPEC §6): the book's readers (`get_counter`, `get_stats`) and the
+//! Reading the layout back (README "Reading it back"): the book's readers (`get_counter`, `get_stats`) and the
 //! rest of what the agent writes, over one connection. Shared by the CLI and the HTTP API.
 
 use std::collections::BTreeMap;
@@ -85,8 +85,8 @@ impl QuantileRange {
         (self.first..=self.last).step_by(self.precision as usize)
     }
 
-    /// How many slices the range spans.
-    pub fn len(&self) -> u64 {
+    /// How many slices the range spans (at least one).
+    pub fn slice_count(&self) -> u64 {
         (self.last.saturating_sub(self.first)) / self.precision + 1
     }
 }

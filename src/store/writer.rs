@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{RedisWrite, Script, ToRedisArgs};
 
+use super::slots::build_slot_chunks;
 use super::{Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
 use crate::telemetry::Telemetry;
@@ -171,7 +172,7 @@ pub(super) const BUCKET_WRITES_PER_SERIES: usize = 128;
 
 /// The part of a closed window that one chunk carries, as index ranges into its vectors.
 #[derive(Default)]
-struct Slice {
+struct Part {
     counters: (usize, usize),
     stats: (usize, usize),
     gauges: (usize, usize),
@@ -181,7 +182,7 @@ struct Slice {
 
 /// Splits `[0, len)` of each section (`counters` of the window's counters) into chunks of at
 /// most `budget` cost, in section order.
-fn plan(window: &ClosedWindow, counters: usize, budget: usize, quantiles: usize) -> Vec<Slice> {
+fn plan(window: &ClosedWindow, counters: usize, budget: usize, quantiles: usize) -> Vec<Part> {
     let set_cost = |i: usize| 1 + window.sets[i].1.len() / SET_MEMBERS_PER_SERIES;
     let stat_cost =
         |i: usize| 1 + window.stats[i].2.buckets.len() * quantiles / BUCKET_WRITES_PER_SERIES;
@@ -193,7 +194,7 @@ fn plan(window: &ClosedWindow, counters: usize, budget: usize, quantiles: usize)
         (window.logs.len(), &|_| 1),
     ];
     let mut chunks = Vec::new();
-    let mut current = Slice::default();
+    let mut current = Part::default();
     let mut cost = 0;
     for (section, (len, item_cost)) in sections.iter().enumerate() {
         let mut start = 0;
@@ -215,7 +216,7 @@ fn plan(window: &ClosedWindow, counters: usize, budget: usize, quantiles: usize)
     chunks
 }
 
-impl Slice {
+impl Part {
     fn section(&mut self, i: usize) -> &mut (usize, usize) {
         [
             &mut self.counters,
@@ -282,6 +283,51 @@ impl Default for QuantileSettings {
             alpha: config.quantile_relative_accuracy,
             precisions: config.quantile_precisions,
         }
+    }
+}
+
+/// Makes a closed window's chunks: `flush.lua` chunks, or slot chunks in a cluster.
+pub struct Chunker {
+    pub settings: ChunkSettings,
+    pub cluster: bool,
+    /// Every precision written and indexed: how a window is written whole.
+    everywhere: Vec<(u64, CounterWrite)>,
+}
+
+impl Chunker {
+    pub fn new(keys: Keys, config: &crate::config::Config) -> Chunker {
+        Chunker {
+            settings: ChunkSettings {
+                keys,
+                sample_count: config.sample_count,
+                log_ttl_secs: config.log_idle_secs,
+                max_series: config.max_series_per_chunk,
+                quantiles: QuantileSettings {
+                    alpha: config.quantile_relative_accuracy,
+                    precisions: config.quantile_precisions.clone(),
+                },
+            },
+            cluster: config.redis_mode == crate::config::RedisMode::Cluster,
+            everywhere: CounterWrite::everywhere(&config.precisions),
+        }
+    }
+
+    /// The chunks writing `window` at `precisions` (what each does with the counters).
+    pub fn chunks(
+        &self,
+        window: &ClosedWindow,
+        precisions: &[(u64, CounterWrite)],
+    ) -> Vec<FlushChunk> {
+        if self.cluster {
+            build_slot_chunks(window, precisions, &self.settings)
+        } else {
+            build_chunks(window, precisions, &self.settings)
+        }
+    }
+
+    /// The chunks writing `window` whole, at every precision.
+    pub fn whole(&self, window: &ClosedWindow) -> Vec<FlushChunk> {
+        self.chunks(window, &self.everywhere)
     }
 }
 

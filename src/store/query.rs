@@ -1,0 +1,334 @@
+//! The read queries behind both `statsd-redis get` and the JSON API, over a [`Reader`]: each
+//! parses its arguments the same way and says "not found" in the same words, whichever asks.
+//! The CLI prints the answers as tables or JSON (`cli`), the API as JSON (`http::api`).
+
+use std::str::FromStr;
+
+use super::reader::{KnownSeries, LogView, QuantileRange, QuantilesView, Reader, StatsView};
+use super::{StoreError, clock};
+use crate::aggregate::StatKind;
+use crate::config::Config;
+
+/// Why a query has no answer: exit code 1 / HTTP 404, 2 / 400, 3 / 503.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    BadArgument(String),
+    #[error("{0}")]
+    Redis(#[from] StoreError),
+}
+
+pub type QueryResult<T> = Result<T, QueryError>;
+
+/// What `percentiles` reads: the quantiles of a series over a range of slices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PercentilesQuery {
+    pub kind: StatKind,
+    pub quantiles: Vec<f64>,
+    /// Seconds up to now; `None`: an hour.
+    pub last: Option<u64>,
+    /// `current`, `last` or `YYYY-MM-DDTHH` (UTC), when `last` is `None`.
+    pub hour: Option<String>,
+    /// The slices' precision for `last`; `None`: the finest that keeps that long.
+    pub precision: Option<u64>,
+    /// Each slice's quantiles too.
+    pub by_slice: bool,
+}
+
+/// The queries of one reader; `config` says the precisions and how long slices are kept.
+pub struct Queries<'a> {
+    pub reader: Reader,
+    pub config: &'a Config,
+}
+
+impl Queries<'_> {
+    /// The book's `get_counter`: a counter's slices at `precision`, oldest first.
+    pub async fn counter(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, i64)>> {
+        let samples = self.reader.counter(series, precision).await?;
+        found(samples, || {
+            format!("no counter `{series}` at precision {precision}")
+        })
+    }
+
+    /// The book's `get_stats` for the current hour.
+    pub async fn stats(&mut self, series: &str, kind: StatKind) -> QueryResult<StatsView> {
+        self.reader.stats(series, kind).await?.ok_or_else(|| {
+            QueryError::NotFound(format!(
+                "no {} statistics for `{series}` this hour",
+                kind.redis_name()
+            ))
+        })
+    }
+
+    /// Quantiles merged from the buckets over the range `query` names.
+    pub async fn percentiles(
+        &mut self,
+        series: &str,
+        query: &PercentilesQuery,
+    ) -> QueryResult<QuantilesView> {
+        let range = quantile_range(
+            self.config,
+            query.last,
+            query.hour.as_deref(),
+            query.precision,
+            clock::unix_now(),
+        )
+        .map_err(QueryError::BadArgument)?;
+        let view = self
+            .reader
+            .quantiles(series, query.kind, &query.quantiles, range, query.by_slice)
+            .await?;
+        view.ok_or_else(|| {
+            QueryError::NotFound(format!(
+                "no {} values of `{series}` in that range",
+                query.kind.redis_name()
+            ))
+        })
+    }
+
+    /// The timers with the highest average this hour, highest first.
+    pub async fn slowest(&mut self, limit: usize) -> QueryResult<Vec<(String, f64)>> {
+        Ok(self.reader.slowest(limit).await?)
+    }
+
+    /// A log's newest entries and this hour's most common ones.
+    pub async fn log(&mut self, name: &str, severity: &str, limit: usize) -> QueryResult<LogView> {
+        let log = self.reader.log(name, severity, limit).await?;
+        if log.recent.is_empty() && log.common.is_empty() {
+            return Err(QueryError::NotFound(format!(
+                "no log `{name}` with severity {severity}"
+            )));
+        }
+        Ok(log)
+    }
+
+    /// A gauge's current value.
+    pub async fn gauge(&mut self, series: &str) -> QueryResult<f64> {
+        self.reader
+            .gauge(series)
+            .await?
+            .ok_or_else(|| QueryError::NotFound(format!("no gauge `{series}`")))
+    }
+
+    /// A gauge's value per slice at `precision`, oldest first.
+    pub async fn gauge_samples(
+        &mut self,
+        series: &str,
+        precision: u64,
+    ) -> QueryResult<Vec<(u64, f64)>> {
+        let samples = self.reader.gauge_samples(series, precision).await?;
+        found(samples, || {
+            format!("no gauge `{series}` at precision {precision}")
+        })
+    }
+
+    /// A set's distinct members per slice at `precision`, for the slices kept.
+    pub async fn set(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, u64)>> {
+        let samples = self
+            .reader
+            .set(
+                series,
+                precision,
+                clock::unix_now(),
+                self.config.sample_count,
+            )
+            .await?;
+        found(samples, || {
+            format!("no set `{series}` at precision {precision}")
+        })
+    }
+
+    /// Known counter series (or gauges) whose name matches `pattern`, with their precisions.
+    pub async fn known(
+        &mut self,
+        gauges: bool,
+        pattern: Option<&str>,
+    ) -> QueryResult<Vec<KnownSeries>> {
+        Ok(self.reader.known(gauges, pattern).await?)
+    }
+}
+
+/// `samples`, or not found (`what`) when there are none.
+fn found<T>(samples: Vec<T>, what: impl FnOnce() -> String) -> QueryResult<Vec<T>> {
+    if samples.is_empty() {
+        Err(QueryError::NotFound(what()))
+    } else {
+        Ok(samples)
+    }
+}
+
+impl FromStr for StatKind {
+    type Err = String;
+
+    /// The book's names and the protocol's: `AccessTime`/`ms`/`timer`, `Histogram`/`h`,
+    /// `Distribution`/`d`, in any case.
+    fn from_str(s: &str) -> Result<StatKind, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "accesstime" | "ms" | "timer" => Ok(StatKind::Timer),
+            "histogram" | "h" => Ok(StatKind::Histogram),
+            "distribution" | "d" => Ok(StatKind::Distribution),
+            _ => Err(format!(
+                "unknown statistics type `{s}` (AccessTime, Histogram or Distribution)"
+            )),
+        }
+    }
+}
+
+pub fn parse_quantile(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|q| (0.0..=1.0).contains(q))
+        .ok_or_else(|| format!("`{s}` is not a quantile between 0 and 1"))
+}
+
+/// `90s`, `15m`, `6h`, `2d`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => s.split_at(at),
+        None => (s, "s"),
+    };
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("`{s}`: a duration is a number and s, m, h or d")),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("`{s}`: a duration is a number and s, m, h or d"))
+}
+
+/// The range of `get percentiles` and of the API's percentiles: the slices overlapping the
+/// `last` seconds at `precision` (by default the finest of `quantile_precisions` whose
+/// `sample_count` slices cover it, else the coarsest), or one UTC hour (`current`, `last` or
+/// `YYYY-MM-DDTHH`, from the 3600 s slices), the current hour when neither is given.
+fn quantile_range(
+    config: &Config,
+    last: Option<u64>,
+    hour: Option<&str>,
+    precision: Option<u64>,
+    now: u64,
+) -> Result<QuantileRange, String> {
+    let kept = &config.quantile_precisions;
+    let Some(secs) = last else {
+        if !kept.contains(&3600) {
+            return Err(format!(
+                "hours are the 3600 s slices, and quantile_precisions is {kept:?}: use --last"
+            ));
+        }
+        let at = match hour.unwrap_or("current") {
+            "current" => now,
+            "last" => now.saturating_sub(3600),
+            text => clock::parse_hour(text).ok_or_else(|| {
+                format!("`{text}`: an hour is current, last or YYYY-MM-DDTHH (UTC)")
+            })?,
+        };
+        return Ok(QuantileRange::hour(at));
+    };
+    let precision = match precision {
+        Some(p) if kept.contains(&p) => p,
+        Some(p) => {
+            return Err(format!(
+                "buckets are kept per slice at {kept:?} s (quantile_precisions), not {p}"
+            ));
+        }
+        None => {
+            let mut sorted = kept.clone();
+            sorted.sort_unstable();
+            let covering = sorted
+                .iter()
+                .find(|&&p| p.saturating_mul(config.sample_count) >= secs);
+            *covering
+                .or(sorted.last())
+                .ok_or("no buckets are kept (quantile_precisions is empty)")?
+        }
+    };
+    let range = QuantileRange::last(secs, precision, now);
+    // Older slices have expired (each lives sample_count slices); a range past them would only
+    // cost the reader and Redis a call per missing key.
+    let kept = config
+        .sample_count
+        .saturating_add(1)
+        .min(MAX_QUANTILE_SLICES);
+    if range.slice_count() > kept {
+        return Err(format!(
+            "the last {secs} s are {} slices of {precision} s; at most {kept} are kept \
+             (sample_count {}): ask for less, or a coarser precision of {:?}",
+            range.slice_count(),
+            config.sample_count,
+            config.quantile_precisions
+        ));
+    }
+    Ok(range)
+}
+
+/// The most slices one percentiles query reads, whatever `sample_count` is.
+const MAX_QUANTILE_SLICES: u64 = 10_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_ranges() {
+        assert_eq!(parse_duration("15m"), Ok(900));
+        assert_eq!(parse_duration("90"), Ok(90));
+        assert_eq!(parse_duration("2d"), Ok(172_800));
+        assert!(parse_duration("5x").is_err() && parse_duration("0m").is_err());
+        let config = Config::default();
+        let now = 1_795_320_489;
+        let range = |last, hour, p| quantile_range(&config, last, hour, p, now);
+        assert_eq!(
+            range(Some(900), None, None),
+            Ok(QuantileRange::last(900, 60, now)),
+            "120 minutes cover 15"
+        );
+        assert_eq!(
+            range(Some(86_400), None, None),
+            Ok(QuantileRange::last(86_400, 3600, now)),
+            "a day needs hours"
+        );
+        assert!(
+            range(Some(900), None, Some(5)).is_err(),
+            "5 s slices are not kept"
+        );
+        let too_long = range(Some(365 * 86_400), None, Some(60)).unwrap_err();
+        assert!(too_long.contains("525601 slices"), "{too_long}");
+        assert!(
+            range(Some(365 * 86_400), None, None).is_err(),
+            "past every slice kept"
+        );
+        assert_eq!(
+            range(Some(120 * 60), None, Some(60)).map(|r| r.slice_count()),
+            Ok(121)
+        );
+        let many = Config {
+            sample_count: 1_000_000,
+            ..Config::default()
+        };
+        assert!(quantile_range(&many, Some(365 * 86_400), None, Some(60), now).is_err());
+        assert_eq!(range(None, None, None), Ok(QuantileRange::hour(now)));
+        assert_eq!(
+            range(None, Some("last"), None),
+            Ok(QuantileRange::hour(now - 3600))
+        );
+        assert_eq!(
+            range(None, Some("2026-11-21T14"), None),
+            Ok(QuantileRange::hour(1_795_320_000 - 14 * 3600))
+        );
+        assert!(range(None, Some("yesterday"), None).is_err());
+    }
+
+    #[test]
+    fn stat_kinds() {
+        assert_eq!("ms".parse(), Ok(StatKind::Timer));
+        assert_eq!("Histogram".parse(), Ok(StatKind::Histogram));
+        assert!("x".parse::<StatKind>().is_err());
+    }
+}

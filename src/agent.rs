@@ -13,7 +13,7 @@ use crate::aggregate::{Mapping, Window};
 use crate::config::{Config, RedisMode, redacted};
 use crate::flush::Flusher;
 use crate::http::{AppState, router};
-use crate::ingest::datagram::{self, Reader};
+use crate::ingest::datagram::{self, DatagramReader};
 use crate::ingest::stream;
 use crate::ingest::{BadLineLog, LineHandler, SocketFile, Transport};
 use crate::spool::{Spool, SpoolError};
@@ -192,6 +192,12 @@ pub async fn run_reloading(
     } else {
         Some(Spool::open(&config.spool_dir, config.spool_fsync)?)
     };
+    // The last step that can fail: nothing is spawned before it.
+    let http =
+        tokio::net::TcpListener::from_std(listeners.http).map_err(|source| AgentError::Http {
+            addr: config.http,
+            source,
+        })?;
     let tracker = TaskTracker::new();
 
     let mut windows = Vec::new();
@@ -213,7 +219,7 @@ pub async fn run_reloading(
                 .map(|(socket, file)| (Transport::Unixgram, socket.into(), Some(file))),
         );
     for (transport, socket, file) in datagram_sockets {
-        let reader = Reader {
+        let reader = DatagramReader {
             socket,
             transport,
             window: new_window(),
@@ -227,6 +233,7 @@ pub async fn run_reloading(
             drop::<Option<SocketFile>>(file);
         });
     }
+    let mut serving = Vec::new();
     for listener in listeners.streams {
         let settings = stream::Settings {
             window: new_window(),
@@ -240,12 +247,16 @@ pub async fn run_reloading(
             bad_lines: Arc::new(BadLineLog::default()),
         };
         let transport = listener.transport();
-        let serve = stream::serve(listener, settings, tracker.clone(), shutdown.clone());
-        tracker.spawn(async move {
-            if let Err(e) = serve.await {
-                tracing::error!(transport = transport.as_str(), error = %e, "stream listener failed");
-            }
-        });
+        let serve = stream::serve(listener, settings, tracker.clone(), shutdown.clone()).map_err(
+            |source| AgentError::Listen {
+                what: format!("the {} listener", transport.as_str()),
+                source,
+            },
+        )?;
+        serving.push(serve);
+    }
+    for serve in serving {
+        tracker.spawn(serve);
     }
     tracker.close();
 
@@ -301,11 +312,6 @@ pub async fn run_reloading(
         .run(flusher_stop.clone()),
     );
 
-    let http =
-        tokio::net::TcpListener::from_std(listeners.http).map_err(|source| AgentError::Http {
-            addr: config.http,
-            source,
-        })?;
     let app = router(AppState {
         telemetry,
         store,

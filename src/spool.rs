@@ -227,7 +227,7 @@ pub(crate) fn put_chunk(out: &mut Vec<u8>, chunk: &FlushChunk) {
 }
 
 fn decode(bytes: &[u8]) -> Option<(u64, String, Vec<FlushChunk>)> {
-    let mut r = Reader(unseal(bytes)?.strip_prefix(MAGIC)?);
+    let mut r = ByteReader(unseal(bytes)?.strip_prefix(MAGIC)?);
     let start = r.u64()?;
     let sequence = r.string()?;
     let count = r.u32()? as usize;
@@ -236,9 +236,9 @@ fn decode(bytes: &[u8]) -> Option<(u64, String, Vec<FlushChunk>)> {
 }
 
 /// Reads what the `put_*` functions wrote; `None` past the end.
-pub(crate) struct Reader<'a>(pub &'a [u8]);
+pub(crate) struct ByteReader<'a>(pub &'a [u8]);
 
-impl<'a> Reader<'a> {
+impl<'a> ByteReader<'a> {
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let (head, rest) = self.0.split_at_checked(n)?;
         self.0 = rest;

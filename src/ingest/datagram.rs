@@ -204,7 +204,7 @@ impl Batch {
 }
 
 /// A reader: one thread per socket, recording into its own window.
-pub struct Reader {
+pub struct DatagramReader {
     /// A bound datagram socket with a read timeout (UDP or unix).
     pub socket: OwnedFd,
     pub transport: Transport,
@@ -214,7 +214,7 @@ pub struct Reader {
     pub max_datagram_bytes: usize,
 }
 
-impl Reader {
+impl DatagramReader {
     /// Reads until `stop` is cancelled, then reads what the kernel still holds and returns.
     /// Blocks: run it on a thread of its own.
     pub fn run(mut self, stop: CancellationToken) {

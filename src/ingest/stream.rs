@@ -82,50 +82,39 @@ pub struct Settings {
     pub bad_lines: Arc<BadLineLog>,
 }
 
-/// Accepts connections until `stop`, each read by a task on `tracker`; the stop reaches them
-/// through the same token. Returns once the listener is closed (connections may still be
-/// draining: wait on the tracker).
-pub async fn serve(
+/// Registers the listener with the runtime (the step that can fail, done before anything is
+/// spawned) and returns the task that accepts connections until `stop`, each read by a task on
+/// `tracker`; the stop reaches them through the same token. The task ends once the listener is
+/// closed (connections may still be draining: wait on the tracker).
+pub fn serve(
     listener: Listener,
     settings: Settings,
     tracker: TaskTracker,
     stop: CancellationToken,
-) -> io::Result<()> {
+) -> io::Result<impl std::future::Future<Output = ()>> {
     let transport = listener.transport();
-    match listener {
-        Listener::Tcp(l) => {
-            let l = tokio::net::TcpListener::from_std(l)?;
-            accept_loop(
-                || async {
-                    let (s, _) = l.accept().await?;
-                    // Finds peers that vanished without a FIN (no idle timeout by default).
-                    let keepalive = socket2::TcpKeepalive::new()
-                        .with_time(Duration::from_secs(60))
-                        .with_interval(Duration::from_secs(10));
-                    let _ = socket2::SockRef::from(&s).set_tcp_keepalive(&keepalive);
-                    Ok(s)
-                },
-                transport,
-                settings,
-                tracker,
-                stop,
-            )
-            .await;
-        }
-        Listener::Unix(l, file) => {
-            let l = tokio::net::UnixListener::from_std(l)?;
-            accept_loop(
-                || async { Ok(l.accept().await?.0) },
-                transport,
-                settings,
-                tracker,
-                stop,
-            )
-            .await;
+    let (tcp, unix) = match listener {
+        Listener::Tcp(l) => (Some(tokio::net::TcpListener::from_std(l)?), None),
+        Listener::Unix(l, file) => (None, Some((tokio::net::UnixListener::from_std(l)?, file))),
+    };
+    Ok(async move {
+        if let Some(l) = tcp {
+            let accept = || async {
+                let (s, _) = l.accept().await?;
+                // Finds peers that vanished without a FIN (no idle timeout by default).
+                let keepalive = socket2::TcpKeepalive::new()
+                    .with_time(Duration::from_secs(60))
+                    .with_interval(Duration::from_secs(10));
+                let _ = socket2::SockRef::from(&s).set_tcp_keepalive(&keepalive);
+                Ok(s)
+            };
+            accept_loop(accept, transport, settings, tracker, stop).await;
+        } else if let Some((l, file)) = unix {
+            let accept = || async { Ok(l.accept().await?.0) };
+            accept_loop(accept, transport, settings, tracker, stop).await;
             drop(file);
         }
-    }
-    Ok(())
+    })
 }
 
 async fn accept_loop<S, F, Fut>(

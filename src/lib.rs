@@ -9,17 +9,20 @@
 //! * [`ingest`]: UDP sockets; each reader parses into its own [`aggregate::Window`].
 //! * [`aggregate`]: one window's state per series, merged across readers; the [`aggregate::Ledger`]
 //!   keeps what lives across windows (counter carries, gauge values).
-//! * [`flush`]: at every window boundary, close the window and queue it; a writer works the queue
-//!   (the backlog) oldest first, with retry; `coarse_write_secs` sums for the coarse precisions.
+//! * [`flush`]: at every window boundary, close the window and queue it (`flush/mod.rs`); a writer
+//!   works the queue (the backlog, `flush/backlog.rs`) oldest first, with retry;
+//!   `coarse_write_secs` in `flush/coarse.rs` alone.
 //! * [`spool`]: closed windows on disk until Redis has them, replayed after a crash.
 //! * [`store`]: the [`store::Store`] handle (one server, Sentinel or Redis Cluster), Redis key
 //!   names (one place), the flush and cleaner scripts, the writer (per slot in a cluster), the
-//!   cleaner and the reader.
+//!   cleaner, the reader and the queries the CLI and the API share.
 //! * [`http`]: `/metrics`, `/healthz`, `/readyz`, the JSON API and the dashboard.
 //! * [`telemetry`]: every self-metric, named and described in one place.
 //! * [`config`]: defaults, TOML file, environment and flags.
 //! * [`agent`]: binds the sockets and runs everything with one shutdown order.
-//! * [`cli`]: `statsd-redis get …`, the queries over what is stored.
+//! * [`cli`]: `statsd-redis get …`, the queries' answers as tables or JSON.
+//!
+//! `docs/architecture.md` follows a datagram step by step, with the file and function of each.
 
 pub mod agent;
 pub mod aggregate;

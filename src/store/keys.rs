@@ -1,4 +1,4 @@
-//! Every Redis key name the agent reads or writes, built here and nowhere else (SPEC §3).
+//! Every Redis key name the agent reads or writes, built here and nowhere else (README "The Redis layout").
 //!
 //! With an empty `key_prefix` the names are byte-identical to *Redis in Action* chapter 5, so
 //! the book's readers work unchanged. `flush.lua` receives the prefix and builds the same shapes

@@ -61,6 +61,10 @@ pub struct Config {
     /// Precisions (seconds) of the slices the quantile buckets are kept in (3600: the hours
     /// that `get percentiles --hour` reads); each slice expires after `sample_count` of them.
     pub quantile_precisions: Vec<u64>,
+    /// The quantile buckets are summed in the agent and written once per this many seconds
+    /// (each bucket once, not every window); 0: with every window. A multiple of
+    /// `flush_interval_secs`, at most the shortest quantile precision.
+    pub quantile_write_secs: u64,
     /// Length of an aggregation window, in seconds.
     pub flush_interval_secs: u64,
     /// Readers per UDP address: sockets sharing the port with `SO_REUSEPORT`, each with its own
@@ -220,6 +224,10 @@ impl Default for Config {
             // "The last 15 minutes" (two hours of minutes) and "yesterday 14:00" (five days
             // of hours).
             quantile_precisions: vec![60, 3600],
+            // A minute: the buckets' Redis cost falls to a fraction of the statistics' (each
+            // bucket written once a minute instead of every second), and the minute slice is
+            // written whole once, when it ends.
+            quantile_write_secs: 60,
             flush_interval_secs: 1,
             // One reader keeps the other core for the flush on a 2-core machine; a single
             // sender's datagrams always reach the same reader anyway.
@@ -385,6 +393,17 @@ impl Config {
         }
         if self.flush_interval_secs == 0 || self.flush_interval_secs > 60 {
             return Err(err("flush_interval_secs", "must be between 1 and 60"));
+        }
+        let shortest = self.quantile_precisions.iter().min().copied();
+        if !self
+            .quantile_write_secs
+            .is_multiple_of(self.flush_interval_secs)
+            || shortest.is_some_and(|p| self.quantile_write_secs > p)
+        {
+            return Err(err(
+                "quantile_write_secs",
+                "must be 0 or a multiple of flush_interval_secs, at most the shortest of quantile_precisions",
+            ));
         }
         if self.udp_readers == 0 || self.udp_readers > 64 {
             return Err(err("udp_readers", "must be between 1 and 64"));
@@ -589,6 +608,10 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub quantile_precisions: Option<Vec<u64>>,
+    /// Write the quantile buckets once per this many seconds, summed (0: every window)
+    /// [default: 60].
+    #[arg(long, env = "STATSD_REDIS_QUANTILE_WRITE_SECS", value_name = "SECS")]
+    pub quantile_write_secs: Option<u64>,
     /// Aggregation window in seconds [default: 1].
     #[arg(long, env = "STATSD_REDIS_FLUSH_INTERVAL_SECS", value_name = "SECS")]
     pub flush_interval_secs: Option<u64>,
@@ -707,6 +730,7 @@ impl Args {
             sample_count,
             quantile_relative_accuracy,
             quantile_precisions,
+            quantile_write_secs,
             flush_interval_secs,
             receive_buffer_bytes,
             max_datagram_bytes,
@@ -862,6 +886,7 @@ mod tests {
             "quantile_relative_accuracy",
         );
         bad(|c| c.quantile_precisions = vec![0], "quantile_precisions");
+        bad(|c| c.quantile_write_secs = 120, "quantile_write_secs");
         bad(|c| c.max_datagram_bytes = 100, "max_datagram_bytes");
         bad(|c| c.cleaner_interval_secs = 0, "cleaner_interval_secs");
         bad(|c| c.max_backlog_bytes = 1000, "max_backlog_bytes");

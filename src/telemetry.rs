@@ -27,7 +27,7 @@ const FLUSH_BUCKETS: [f64; 20] = [
 /// batch so the per-line path touches no shared memory.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Tally {
-    pub datagrams: u64,
+    pub packets: u64,
     pub bytes: u64,
     pub lines: u64,
     pub bad: [u64; BadLine::ALL.len()],
@@ -35,8 +35,8 @@ pub struct Tally {
     pub events: u64,
     pub service_checks: u64,
     pub unknown_fields: u64,
-    pub renamed: u64,
-    pub truncated: u64,
+    pub names_sanitized: u64,
+    pub truncated_datagrams: u64,
 }
 
 impl Tally {
@@ -47,7 +47,7 @@ impl Tally {
 
 /// What one transport's readers received (labelled `transport`).
 pub struct Received {
-    pub datagrams: Counter,
+    pub packets: Counter,
     pub bytes: Counter,
     pub lines: Counter,
     pub bad: [Counter; BadLine::ALL.len()],
@@ -55,8 +55,8 @@ pub struct Received {
     pub events: Counter,
     pub service_checks: Counter,
     pub unknown_fields: Counter,
-    pub renamed: Counter,
-    pub truncated: Counter,
+    pub names_sanitized: Counter,
+    pub truncated_datagrams: Counter,
 }
 
 /// A stream transport's connections (labelled `transport`).
@@ -79,7 +79,7 @@ pub struct Telemetry {
     pub flushes_failed: Counter,
     pub flush_duration: Histogram,
     pub backlog_windows: Gauge,
-    pub last_flush: Gauge,
+    pub last_flush_timestamp: Gauge,
     pub redis_up: Gauge,
     pub windows_dropped: Counter,
     pub backlog_bytes: Gauge,
@@ -91,7 +91,7 @@ pub struct Telemetry {
     pub cleaner_passes: Counter,
     pub cleaner_members_visited: Counter,
     pub cleaner_slices_removed: Counter,
-    pub cleaner_hashes_removed: Counter,
+    pub cleaner_counters_removed: Counter,
     pub cleaner_pass_duration: Histogram,
     pub cleaner_lease_held: Gauge,
     pub redis_reconnects: Counter,
@@ -159,7 +159,7 @@ impl Telemetry {
         let received = |t: Transport| {
             let l = ("transport", t.as_str());
             Received {
-                datagrams: counter(
+                packets: counter(
                     "packets_received_total",
                     "Datagrams received (UDP, unix datagram sockets).",
                     &[l],
@@ -195,12 +195,12 @@ impl Telemetry {
                     "Optional line fields that were not understood and ignored (the sample was kept).",
                     &[l],
                 ),
-                renamed: counter(
+                names_sanitized: counter(
                     "names_sanitized_total",
                     "Lines whose metric name or tags were changed by sanitizing.",
                     &[l],
                 ),
-                truncated: counter(
+                truncated_datagrams: counter(
                     "truncated_datagrams_total",
                     "Datagrams larger than the read buffer; their partial last line was dropped.",
                     &[l],
@@ -271,7 +271,7 @@ impl Telemetry {
                 "Closed windows waiting to be written to Redis.",
                 &[],
             ),
-            last_flush: gauge(
+            last_flush_timestamp: gauge(
                 "last_flush_timestamp_seconds",
                 "When the writer last found Redis taking its writes (unix seconds): a window written, or with nothing to write an answered PING (every 5 s).",
                 &[],
@@ -329,7 +329,7 @@ impl Telemetry {
                 "Slices older than sample_count samples deleted by the cleaner.",
                 &[],
             ),
-            cleaner_hashes_removed: counter(
+            cleaner_counters_removed: counter(
                 "cleaner_counters_removed_total",
                 "Counter and gauge hashes the cleaner found empty or gone and removed from their index.",
                 &[],
@@ -365,7 +365,7 @@ impl Telemetry {
     /// Adds a reader's tally to its transport's counters.
     pub fn publish(&self, transport: Transport, t: &Tally) {
         let r = &self.received[transport as usize];
-        r.datagrams.increment(t.datagrams);
+        r.packets.increment(t.packets);
         r.bytes.increment(t.bytes);
         r.lines.increment(t.lines);
         for (c, n) in r.bad.iter().zip(t.bad) {
@@ -381,8 +381,8 @@ impl Telemetry {
         r.events.increment(t.events);
         r.service_checks.increment(t.service_checks);
         r.unknown_fields.increment(t.unknown_fields);
-        r.renamed.increment(t.renamed);
-        r.truncated.increment(t.truncated);
+        r.names_sanitized.increment(t.names_sanitized);
+        r.truncated_datagrams.increment(t.truncated_datagrams);
     }
 
     /// A stream transport's connection counts (`Tcp` or `Unix`).

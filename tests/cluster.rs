@@ -339,6 +339,82 @@ async fn the_cleaner_trims_hashes_in_every_slot_and_their_index_members() {
     }
 }
 
+/// The cleaner's re-check against a writer racing it. In a cluster the cleaner trims a hash in
+/// its slot, then removes the member of a hash that was emptied from `known:` (another slot):
+/// a writer that makes the hash anew in between, and adds its member before that removal,
+/// would leave a hash the cleaner can no longer see, unless the cleaner checks each hash again
+/// after the removal. A thread writes old (trimmable) slices into 16 hashes and adds their
+/// members, as fast as it can, while the cleaner runs pass after pass: every hash that exists
+/// at the end has its member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_racing_the_cleaner_never_leaves_a_hash_unindexed() {
+    let cluster = Arc::new(Cluster::start());
+    let store = Store::open(&cluster_config(&cluster)).unwrap();
+    let now = unix_now();
+    let hashes: Vec<String> = (0..16).map(|i| format!("race.{i}")).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (cluster, stop, hashes) = (cluster.clone(), stop.clone(), hashes.clone());
+        std::thread::spawn(move || {
+            let mut conns: Vec<_> = hashes
+                .iter()
+                .map(|h| cluster.conn(cluster.node_of_key(&format!("count:1:{h}"))))
+                .collect();
+            let mut known = cluster.conn(cluster.node_of_key("known:"));
+            let mut writes = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for (h, conn) in hashes.iter().zip(&mut conns) {
+                    // A slice older than sample_count (120) seconds: the next trim empties it.
+                    let _: () = redis::cmd("HINCRBY")
+                        .arg(format!("count:1:{h}"))
+                        .arg(now - 1000)
+                        .arg(1)
+                        .query(conn)
+                        .unwrap();
+                    let _: () = redis::cmd("ZADD")
+                        .arg("known:")
+                        .arg(0)
+                        .arg(format!("1:{h}"))
+                        .query(&mut known)
+                        .unwrap();
+                    writes += 1;
+                }
+            }
+            writes
+        })
+    };
+    let mut cleaner = Cleaner::new(
+        store,
+        "test".into(),
+        Duration::from_secs(60),
+        120,
+        Arc::new(Telemetry::new()),
+    );
+    assert!(cleaner.hold_lease().await.unwrap());
+    let mut removed = 0;
+    for _ in 0..300 {
+        removed += cleaner.pass(now).await.unwrap().hashes_removed;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(
+        removed > 100 && writes > 1000,
+        "the race ran: {removed} hashes removed, {writes} writes"
+    );
+    let known: Vec<String> = query(
+        &cluster,
+        "known:",
+        redis::cmd("ZRANGE").arg("known:").arg(0).arg(-1),
+    );
+    for h in &hashes {
+        let key = format!("count:1:{h}");
+        let exists: bool = query(&cluster, &key, redis::cmd("EXISTS").arg(&key));
+        if exists {
+            assert!(known.contains(&format!("1:{h}")), "{key} exists unindexed");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coarse_writes_are_exact_in_a_cluster_too() {
     let cluster = Cluster::start();

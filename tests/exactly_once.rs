@@ -379,3 +379,56 @@ async fn sigkill_with_coarse_writes_keeps_the_sums_it_held() {
         assert_eq!(redis.counter_total(p, "crash"), sent, "precision {p}");
     }
 }
+
+/// SIGKILL with the quantile buckets held for their minute (`quantile_write_secs`, 60 by
+/// default): the buckets summed so far are in the spool's state file, so the restart writes
+/// every one of them once, as the statistics were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_buckets_are_held_loses_none_of_them() {
+    let redis = RedisServer::start();
+    let spool = tempfile::tempdir().unwrap();
+    let spool_dir = spool.path().to_str().unwrap();
+    let args = ["--spool-dir", spool_dir, "--cleaner-enabled", "false"];
+    // Early in a minute, so that the whole test runs inside it: nothing is written before the
+    // kill.
+    while !(1..45).contains(&(unix_now() % 60)) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let minute = unix_now() / 60 * 60;
+    let (agent, udp, _) = spawn_agent(&redis.url(), &args);
+    let mut agent = Killed(agent);
+    let sent = tokio::task::spawn_blocking(move || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..200 {
+            let line = format!("lat:{}|ms", 1 + i % 50);
+            socket.send_to(line.as_bytes(), ("127.0.0.1", udp)).unwrap();
+            std::thread::sleep(Duration::from_millis(15));
+        }
+        200.0
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let stats = |redis: &RedisServer| -> f64 {
+        redis::cmd("ZSCORE")
+            .arg("stats:lat:AccessTime")
+            .arg("count")
+            .query::<Option<f64>>(&mut redis.conn())
+            .unwrap()
+            .unwrap_or(0.0)
+    };
+    assert_eq!(stats(&redis), sent, "the statistics go every window");
+    let minute_key = format!("hist:60:lat:AccessTime:{minute}");
+    let hour_key = format!("hist:3600:lat:AccessTime:{}", minute / 3600 * 3600);
+    assert_eq!(redis.hist_total(&minute_key), 0.0, "the buckets are held");
+    agent.kill();
+
+    let (again, _, _) = spawn_agent(&redis.url(), &args);
+    let mut again = Killed(again);
+    // SAFETY: signalling a child this test started.
+    unsafe { libc::kill(again.0.id() as i32, libc::SIGTERM) };
+    assert!(again.0.wait().unwrap().success());
+    assert_eq!(redis.hist_total(&minute_key), sent, "the minute");
+    assert_eq!(redis.hist_total(&hour_key), sent, "the hour");
+    assert_eq!(stats(&redis), sent, "nothing doubled");
+}

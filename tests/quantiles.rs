@@ -101,7 +101,16 @@ async fn hour_once_counted(
     series: &str,
     want: f64,
 ) -> statsd_redis::store::QuantilesView {
-    for _ in 0..50 {
+    hour_once_counted_within(reader, series, want, Duration::from_secs(5)).await
+}
+
+async fn hour_once_counted_within(
+    reader: &mut statsd_redis::store::Reader,
+    series: &str,
+    want: f64,
+    within: Duration,
+) -> statsd_redis::store::QuantilesView {
+    for _ in 0..within.as_millis() / 100 {
         let view = reader
             .quantiles(
                 series,
@@ -172,6 +181,38 @@ async fn quantiles_read_back_within_the_accuracy_for_every_distribution() {
             );
         }
     }
+    agent.stop().await;
+}
+
+/// `quantile_write_secs`: the buckets held for a period come once per slice, whole, while the
+/// agent runs (here 5 s periods and slices; the default is a minute), and read back as if
+/// they had come with every window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_held_for_a_period_read_back_the_same() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(Config {
+        quantile_precisions: vec![5, 3600],
+        quantile_write_secs: 5,
+        ..test_config(&redis)
+    });
+    let samples = distribution("lognormal", 3000);
+    let start = unix_now();
+    for part in samples.chunks(500) {
+        send_samples(&agent, "held", part);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let mut reader = redis.store().reader().await.unwrap();
+    let view = hour_once_counted_within(&mut reader, "held", 3000.0, Duration::from_secs(15)).await;
+    for (q, got) in view.quantiles {
+        assert_within(got, exact(&samples, q), 0.01, &format!("held q={q}"));
+    }
+    // Every 5 s slice of the send holds its share, and they add up to all of it.
+    let slices: f64 = (start / 5 * 5..=unix_now())
+        .step_by(5)
+        .map(|s| redis.hist_total(&format!("hist:5:held:AccessTime:{s}")))
+        .sum();
+    assert_eq!(slices, 3000.0);
+    assert!(agent.metric("flushes_total{outcome=\"ok\"}") > 0.0);
     agent.stop().await;
 }
 

@@ -214,7 +214,7 @@ fn names_are_sanitized() {
     assert_eq!(flush("a/b:1|c").only_counter().0, "a-b");
     let f = flush("a$b:1|c");
     assert_eq!(f.only_counter().0, "ab");
-    assert_eq!(f.tally.renamed, 1);
+    assert_eq!(f.tally.names_sanitized, 1);
 }
 
 #[test]
@@ -276,7 +276,7 @@ fn truncated_datagram_loses_only_its_partial_line() {
     handler.handle_datagram(b"a:1|c\nb:1|c\nc:1", true, &mut window);
     let closed = Ledger::default().close(0, window);
     assert_eq!(closed.counters.len(), 2);
-    assert_eq!(handler.tally.truncated, 1);
+    assert_eq!(handler.tally.truncated_datagrams, 1);
     assert_eq!(handler.tally.bad[BadLine::Truncated as usize], 1);
 }
 

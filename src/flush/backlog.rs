@@ -36,7 +36,9 @@ struct RedisState {
 impl RedisState {
     fn up(&mut self, telemetry: &Telemetry, queued: usize) {
         telemetry.redis_up.set(1.0);
-        telemetry.last_flush.set(clock::since_epoch().as_secs_f64());
+        telemetry
+            .last_flush_timestamp
+            .set(clock::since_epoch().as_secs_f64());
         if let Some(since) = self.down_since.take() {
             tracing::info!(
                 down_seconds = since.elapsed().as_secs_f64().round(),

@@ -2,20 +2,18 @@
 //! written once per `min(p, K)` seconds, one [`Level`] per distinct period, instead of every
 //! window; the first level also carries the hourly statistics and the index members of the
 //! counters written every window. A group's chunks are spread over the next period's windows.
-//! With a spool, every close also writes the sums ([`Coarse::state`]) so that a restart goes on
-//! where the crashed run stopped.
+//! With a spool, every close also writes the sums to the state file (`flush::state`) so that a
+//! restart goes on where the crashed run stopped.
 //!
-//! The closer calls [`Coarse::close`] for each window and [`Coarse::state`] after it; with the
-//! feature off there is no `Coarse` and neither is called.
+//! The closer calls [`Coarse::close`] for each window; with the feature off there is no
+//! `Coarse`.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use hashbrown::HashMap;
 
-use crate::aggregate::{Bucket, Buckets, ClosedWindow, SeriesName, StatKind, Stats};
+use crate::aggregate::{ClosedWindow, SeriesName, StatKind, Stats};
 use crate::config::Config;
-use crate::spool::{ByteReader, put_bytes, put_chunk};
 use crate::store::{Chunker, CounterWrite, FlushChunk};
 
 /// What `coarse_write_secs` (K) takes out of the windows' own writes: the counters at every
@@ -47,8 +45,8 @@ pub(super) struct Level {
     pub(super) group: Option<u64>,
     /// Chunks of finished groups, spread over the following period's windows so that a group's
     /// end does not make one window several times as costly as the others.
-    queued: VecDeque<FlushChunk>,
-    per_window: usize,
+    pub(super) queued: VecDeque<FlushChunk>,
+    pub(super) per_window: usize,
 }
 
 impl Level {
@@ -237,59 +235,6 @@ impl Coarse {
         level.queued.extend(deal(fresh, windows));
         level.per_window = level.queued.len().div_ceil(windows);
     }
-
-    /// What a restart needs to go on where the close of window `start` left it: the window's
-    /// own chunks (numbered under `sequence`), the chunks of ended groups not yet given to a
-    /// window, and the sums of the open groups. Integers little-endian; [`restore`] reads it.
-    pub(super) fn state(&self, start: u64, sequence: &str, chunks: &[Arc<FlushChunk>]) -> Vec<u8> {
-        let u32_le = |n: usize| (n as u32).to_le_bytes();
-        let mut out = Vec::new();
-        out.extend_from_slice(&start.to_le_bytes());
-        put_bytes(&mut out, sequence.as_bytes());
-        out.extend_from_slice(&u32_le(chunks.len()));
-        for chunk in chunks {
-            put_chunk(&mut out, chunk);
-        }
-        out.extend_from_slice(&u32_le(self.levels.len()));
-        for level in &self.levels {
-            out.extend_from_slice(&level.period_secs.to_le_bytes());
-            out.extend_from_slice(&level.group.unwrap_or(u64::MAX).to_le_bytes());
-            out.extend_from_slice(&u32_le(level.per_window));
-            out.extend_from_slice(&u32_le(level.queued.len()));
-            for chunk in &level.queued {
-                put_chunk(&mut out, chunk);
-            }
-        }
-        let sums = &self.sums;
-        out.extend_from_slice(&u32_le(sums.held().count()));
-        for (series, levels, seen, taken) in sums.held() {
-            put_bytes(&mut out, series.as_bytes());
-            for i in 0..levels.len() {
-                out.extend_from_slice(&levels[i].to_le_bytes());
-                out.push(u8::from(seen[i]) | u8::from(taken[i]) << 1);
-            }
-        }
-        out.extend_from_slice(&u32_le(sums.stats().count()));
-        for (series, kind, s) in sums.stats() {
-            put_bytes(&mut out, series.as_bytes());
-            out.push(kind as u8);
-            for v in [s.count, s.sum, s.sumsq, s.min, s.max] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            out.extend_from_slice(&u32_le(s.buckets.len()));
-            for (bucket, weight) in s.buckets.iter() {
-                let (side, index) = match bucket {
-                    Bucket::Negative(i) => (0u8, i),
-                    Bucket::Zero => (1, 0),
-                    Bucket::Positive(i) => (2, i),
-                };
-                out.push(side);
-                out.extend_from_slice(&index.to_le_bytes());
-                out.extend_from_slice(&weight.to_le_bytes());
-            }
-        }
-        out
-    }
 }
 
 /// Orders a group's chunks for `windows` windows that take them in turn, as many each: chunk
@@ -302,97 +247,6 @@ pub(super) fn deal<T>(chunks: Vec<T>, windows: usize) -> impl Iterator<Item = T>
         hands[j % windows].push(chunk);
     }
     hands.into_iter().flatten()
-}
-
-/// Reads a [`Coarse::state`]: returns the window written with it (start, sequence key, chunks),
-/// and gives `coarse` the levels' groups and queued chunks and the sums if its levels are those
-/// the state was written with (`None`: coarse writes are off now). `None` if it does not read.
-pub(super) fn restore(
-    state: &[u8],
-    coarse: Option<&mut Coarse>,
-) -> Option<(u64, String, Vec<FlushChunk>)> {
-    let mut r = ByteReader(state);
-    let start = r.u64()?;
-    let sequence = r.string()?;
-    let n = r.u32()? as usize;
-    let chunks = (0..n).map(|_| r.chunk()).collect::<Option<Vec<_>>>()?;
-    let levels = r.u32()? as usize;
-    let mut restored = Vec::with_capacity(levels);
-    for _ in 0..levels {
-        let period = r.u64()?;
-        let group = Some(r.u64()?).filter(|&g| g != u64::MAX);
-        let per_window = r.u32()? as usize;
-        let n = r.u32()? as usize;
-        let queued = (0..n).map(|_| r.chunk()).collect::<Option<VecDeque<_>>>()?;
-        restored.push((period, group, per_window, queued));
-    }
-    let periods: Vec<u64> = coarse.as_ref().map_or(Vec::new(), |c| {
-        c.levels.iter().map(|l| l.period_secs).collect()
-    });
-    let Some(coarse) = coarse.filter(|_| restored.iter().map(|l| l.0).eq(periods.iter().copied()))
-    else {
-        tracing::warn!(
-            "coarse_write_secs or the precisions changed since the spool's sums were written; they are dropped"
-        );
-        return Some((start, sequence, chunks));
-    };
-    let mut sums = CoarseSums::new(levels);
-    for _ in 0..r.u32()? {
-        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
-        let (mut row, mut seen, mut taken) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..levels {
-            row.push(r.u64()? as i64);
-            let flags = r.u8()?;
-            seen.push(flags & 1 != 0);
-            taken.push(flags & 2 != 0);
-        }
-        sums.restore(series, &row, &seen, &taken);
-    }
-    let mut stats = Vec::new();
-    for _ in 0..r.u32()? {
-        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
-        let kind = *StatKind::ALL.get(r.u8()? as usize)?;
-        let mut v = [0.0; 5];
-        for x in &mut v {
-            *x = f64::from_bits(r.u64()?);
-        }
-        let [count, sum, sumsq, min, max] = v;
-        let mut buckets = Buckets::default();
-        for _ in 0..r.u32()? {
-            let side = r.u8()?;
-            let index = r.u32()? as i32;
-            let bucket = match side {
-                0 => Bucket::Negative(index),
-                1 => Bucket::Zero,
-                2 => Bucket::Positive(index),
-                _ => return None,
-            };
-            buckets.add(bucket, f64::from_bits(r.u64()?));
-        }
-        stats.push((
-            series,
-            kind,
-            Stats {
-                count,
-                sum,
-                sumsq,
-                min,
-                max,
-                buckets,
-            },
-        ));
-    }
-    if !r.0.is_empty() {
-        return None;
-    }
-    sums.add_stats(stats);
-    coarse.sums = sums;
-    for (level, (_, group, per_window, queued)) in coarse.levels.iter_mut().zip(restored) {
-        level.group = group;
-        level.per_window = per_window;
-        level.queued = queued;
-    }
-    Some((start, sequence, chunks))
 }
 
 /// The coarse part of closed windows (`coarse_write_secs`), summed for several levels at once,
@@ -582,7 +436,7 @@ impl CoarseSums {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::Mapping;
+    use crate::aggregate::{Buckets, Mapping};
 
     #[test]
     fn coarse_sums_add_counters_and_merge_stats_across_windows() {

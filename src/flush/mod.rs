@@ -12,8 +12,10 @@
 
 mod backlog;
 mod coarse;
+mod quantiles;
 mod replay;
 mod report;
+mod state;
 #[cfg(test)]
 mod tests;
 
@@ -29,6 +31,7 @@ use crate::store::{Chunker, FlushChunk, Writer, clock};
 use crate::telemetry::Telemetry;
 use backlog::{Backlog, PendingWindow, write_backlog};
 use coarse::Coarse;
+use quantiles::QuantileGroups;
 
 pub struct Flusher {
     closer: Closer,
@@ -54,6 +57,8 @@ struct Closer {
     telemetry: Arc<Telemetry>,
     /// `coarse_write_secs`, when it defers anything.
     coarse: Option<Coarse>,
+    /// `quantile_write_secs`, when it defers the buckets.
+    quantiles: Option<QuantileGroups>,
     /// When samples dropped by the series cap were last logged.
     last_drop_log: Option<Instant>,
     spool: Option<Arc<Spool>>,
@@ -98,6 +103,7 @@ impl Flusher {
                 slot_seqs: Default::default(),
                 chunker: Chunker::new(keys, &config),
                 coarse: Coarse::new(&config),
+                quantiles: QuantileGroups::new(&config),
                 last_drop_log: None,
                 spool: spool.map(Arc::new),
                 reloads: None,
@@ -208,19 +214,32 @@ impl Closer {
             merged.merge(taken);
         }
         self.report_drops(&merged);
-        let closed = self.ledger.close(start, merged);
+        let mut closed = self.ledger.close(start, merged);
         self.report_active(&closed);
-        let chunks = match &mut self.coarse {
+        let grouped = match &mut self.quantiles {
+            None => Vec::new(),
+            Some(q) => q.close(&mut closed, last, &self.chunker),
+        };
+        let mut chunks = match &mut self.coarse {
             None => self.chunker.whole(&closed),
             Some(coarse) => coarse.close(closed, last, &self.chunker),
         };
+        chunks.extend(grouped);
         let chunks = self.number(chunks);
-        if let (Some(coarse), Some(spool)) = (&self.coarse, &self.spool) {
-            // The coarse sums on disk, with this window's chunks: a crash between the two files
-            // still finds the window.
-            if let Err(e) = spool.write_state(coarse.state(start, &self.sequence, &chunks)) {
+        let holding = self.coarse.is_some() || self.quantiles.is_some();
+        if let Some(spool) = self.spool.as_ref().filter(|_| holding) {
+            // The sums held back on disk, with this window's chunks: a crash between the two
+            // files still finds the window.
+            let held = state::write(
+                start,
+                &self.sequence,
+                &chunks,
+                self.coarse.as_ref(),
+                self.quantiles.as_ref(),
+            );
+            if let Err(e) = spool.write_state(held) {
                 self.telemetry.spool_write_errors.increment(1);
-                tracing::error!(window = start, error = %e, "cannot spool the coarse sums");
+                tracing::error!(window = start, error = %e, "cannot spool the sums held back");
             }
         }
         if chunks.is_empty() {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::backlog::{Backlog, PendingWindow};
-use super::{Closer, coarse};
+use super::{Closer, state};
 use crate::spool::Spool;
 use crate::store::{FlushChunk, Keys};
 
@@ -13,7 +13,7 @@ impl Closer {
     /// the coarse sums where the last run left them.
     pub(super) fn replay(&mut self, spool: &Spool, backlog: &Backlog) {
         let last_closed = spool.load_state().and_then(|state| {
-            let restored = coarse::restore(&state, self.coarse.as_mut());
+            let restored = state::restore(&state, self.coarse.as_mut(), self.quantiles.as_mut());
             if restored.is_none() {
                 tracing::error!(
                     "spool state file is not one this version wrote; the sums it held are lost"

@@ -5,13 +5,16 @@ use crate::protocol::MetricType;
 use crate::protocol::{Sample, Value};
 use crate::store::{CounterWrite, Keys};
 
-/// A closer over one reader's window, coarse writes every 5 windows.
+/// A closer over one reader's window, coarse writes every `coarse_write_secs` windows.
 fn closer(coarse_write_secs: u64) -> (Closer, Arc<Mutex<Window>>) {
-    let config = Config {
+    closer_with(Config {
         coarse_write_secs,
         max_series_per_chunk: 100,
         ..Config::default()
-    };
+    })
+}
+
+fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
     let window = Arc::new(Mutex::new(Window::default()));
     let closer = Closer {
         windows: vec![window.clone()],
@@ -22,6 +25,7 @@ fn closer(coarse_write_secs: u64) -> (Closer, Arc<Mutex<Window>>) {
         last_window: 0,
         slot_seqs: Default::default(),
         coarse: Coarse::new(&config),
+        quantiles: QuantileGroups::new(&config),
         last_drop_log: None,
         spool: None,
         reloads: None,
@@ -273,4 +277,57 @@ fn chunks_are_numbered_in_sending_order_across_fine_and_coarse_chunks() {
     // The last window takes every coarse chunk still held: the third of the 105..109 group's
     // and the partial group of windows 110 and 111.
     assert_eq!(queue.back().map(|w| w.chunks.len()), Some(3 + 1 + 3));
+}
+
+/// `quantile_write_secs`: the buckets leave the windows' own chunks and come once per group,
+/// with the window that ends it (or the last one); a restart from the spool takes up the
+/// buckets an open group held.
+#[test]
+fn buckets_are_written_once_per_group_and_survive_a_restart() {
+    let config = Config {
+        quantile_precisions: vec![5, 3600],
+        quantile_write_secs: 5,
+        ..Config::default()
+    };
+    let timers = |window: &Mutex<Window>| {
+        let mut w = window.lock().unwrap();
+        for i in 0..3 {
+            let sample = Sample {
+                kind: MetricType::Timer,
+                value: Value::Number(10.0 * (i + 1) as f64),
+                rate: 1.0,
+                tags: None,
+            };
+            w.record(&format!("t{i}"), &sample, usize::MAX);
+        }
+    };
+    let (mut closer, window) = closer_with(config.clone());
+    let backlog = Backlog::default();
+    for start in 100..112 {
+        timers(&window);
+        closer.close(start, start == 111, &backlog);
+    }
+    let per_window: Vec<usize> = backlog.lock().iter().map(|w| w.chunks.len()).collect();
+    assert_eq!(per_window, [1, 1, 1, 1, 2, 1, 1, 1, 1, 2, 1, 2]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Arc::new(Spool::open(dir.path(), false).unwrap());
+    let (mut first, window) = closer_with(config.clone());
+    first.spool = Some(spool.clone());
+    for start in 100..103 {
+        timers(&window);
+        first.close(start, false, &backlog);
+    }
+    let held = |c: &Closer| -> f64 {
+        let q = c.quantiles.as_ref().unwrap();
+        q.sums.iter().flat_map(|m| m.values()).map(|b| b.total()).sum()
+    };
+    assert_eq!(held(&first), 9.0);
+    drop(first);
+    drop(spool);
+    let spool = Arc::new(Spool::open(dir.path(), false).unwrap());
+    let (mut again, _) = closer_with(config);
+    again.replay(&spool, &Backlog::default());
+    assert_eq!(held(&again), 9.0, "the buckets held came back");
+    assert_eq!(again.quantiles.as_ref().unwrap().group, Some(100));
 }

@@ -186,11 +186,11 @@ impl LineHandler {
     /// Records every good line of `datagram` into `window`. A `truncated` datagram (cut by the
     /// kernel) loses its partial last line, counted as a bad line.
     pub fn handle_datagram(&mut self, datagram: &[u8], truncated: bool, window: &mut Window) {
-        self.tally.datagrams += 1;
+        self.tally.packets += 1;
         self.tally.bytes += datagram.len() as u64;
         let mut body = datagram;
         if truncated {
-            self.tally.truncated += 1;
+            self.tally.truncated_datagrams += 1;
             let (whole, cut) = protocol::whole_lines(datagram);
             if cut {
                 self.tally.lines += 1;
@@ -238,7 +238,7 @@ impl LineHandler {
                         Err(reason) => return self.reject(reason, line),
                     }
                 }
-                self.tally.renamed += u64::from(renamed);
+                self.tally.names_sanitized += u64::from(renamed);
                 self.tally.unknown_fields += u64::from(m.unknown_fields);
                 if let Some(reason) = m.rejected {
                     self.reject(reason, line);

@@ -157,7 +157,7 @@ impl Cleaner {
         t.cleaner_passes.increment(1);
         t.cleaner_members_visited.increment(report.members_visited);
         t.cleaner_slices_removed.increment(report.slices_removed);
-        t.cleaner_hashes_removed.increment(report.hashes_removed);
+        t.cleaner_counters_removed.increment(report.hashes_removed);
         t.cleaner_pass_duration
             .record(started.elapsed().as_secs_f64());
         Ok(report)

@@ -18,7 +18,8 @@
 --          counters:   series, integer increment
 --          stats:      series, type (AccessTime|Histogram|Distribution), count, sum, sumsq, min,
 --                      max, bucket count b, b pairs of bucket field and weight (added to
---                      hist:<p>:<series>:<type>:<slice> at each slice precision)
+--                      hist:<p>:<series>:<type>:<slice> at each slice precision); a count of 0
+--                      writes the buckets only
 --          gauges:     series, value
 --          sets:       series, member count m, m members
 --          logs:       name, severity, message
@@ -156,10 +157,14 @@ local function apply()
   local slowest = prefix .. 'slowest:AccessTime'
   local ranked, timers = zadder(slowest), 0
   for _ = 1, count() do
-    local series, kind = ARGV[i], ARGV[i + 1]
-    local ok, average = pcall(merge_stats, family(prefix .. 'stats:' .. series .. ':' .. kind),
-      tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]),
-      tonumber(ARGV[i + 6]))
+    local series, kind, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+    -- A count of 0 carries the buckets of a group of windows alone (quantile_write_secs).
+    local ok, average = true, nil
+    if n > 0 then
+      ok, average = pcall(merge_stats, family(prefix .. 'stats:' .. series .. ':' .. kind), n,
+        tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]),
+        tonumber(ARGV[i + 6]))
+    end
     local b = tonumber(ARGV[i + 7])
     set_buckets(hist, i + 8, b)
     i = i + 8 + 2 * b

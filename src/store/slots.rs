@@ -126,11 +126,14 @@ pub fn build_slot_chunks<'a>(
         }
     }
     for (series, kind, stats) in &window.stats {
-        add(Op::Stat(
-            family(keys.stats(series, *kind)),
-            kind.redis_name(),
-            stats,
-        ));
+        // A count of 0: the buckets of a group of windows alone (`quantile_write_secs`).
+        if stats.count > 0.0 {
+            add(Op::Stat(
+                family(keys.stats(series, *kind)),
+                kind.redis_name(),
+                stats,
+            ));
+        }
         if !stats.buckets.is_empty() {
             for &p in &settings.quantiles.precisions {
                 let slice = keys::slice(window.start, p);

@@ -1,0 +1,130 @@
+//! `quantile_write_secs` (Q, default 60): the statistics' quantile buckets summed in the agent
+//! and written once per Q seconds instead of every window. A bucket a window touches costs Redis
+//! a field read and written per slice precision, about as much as a whole timer's statistics
+//! (docs/benchmarks.md, quantile buckets); summed over a minute, a series' buckets are written
+//! once a minute, each bucket once. The statistics themselves still go every window.
+//!
+//! A group is the windows of one period that share every quantile slice; at its end its sums
+//! become chunks of statistics items with a count of 0 (the script writes their buckets only)
+//! for the group's slices, spread over the next period's windows as `coarse_write_secs` spreads
+//! its groups. With a spool, every close writes the sums and the queued chunks to the state file
+//! (`flush::state`), so a crash loses none of them.
+
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
+
+use super::coarse::deal;
+use crate::aggregate::{Buckets, ClosedWindow, SeriesName, StatKind, Stats};
+use crate::config::Config;
+use crate::store::{Chunker, FlushChunk};
+
+pub(super) struct QuantileGroups {
+    /// Q, a multiple of the window's length.
+    pub(super) period_secs: u64,
+    /// The slice precisions: a group never spans two slices of any of them.
+    pub(super) precisions: Vec<u64>,
+    interval: u64,
+    /// The current group's first window.
+    pub(super) group: Option<u64>,
+    /// The group's buckets per series, indexed by `StatKind as usize`.
+    pub(super) sums: [HashMap<SeriesName, Buckets>; 3],
+    /// Chunks of ended groups not yet given to a window.
+    pub(super) queued: VecDeque<FlushChunk>,
+    pub(super) per_window: usize,
+}
+
+impl QuantileGroups {
+    /// `None` when buckets are written with every window (Q at most a window, or no quantile
+    /// precision).
+    pub(super) fn new(config: &Config) -> Option<QuantileGroups> {
+        let interval = config.flush_interval_secs;
+        (config.quantile_write_secs > interval && !config.quantile_precisions.is_empty()).then(
+            || QuantileGroups {
+                period_secs: config.quantile_write_secs,
+                precisions: config.quantile_precisions.clone(),
+                interval,
+                group: None,
+                sums: Default::default(),
+                queued: VecDeque::new(),
+                per_window: 0,
+            },
+        )
+    }
+
+    /// Whether windows starting at `a` and `b` belong to different groups.
+    fn separates(&self, a: u64, b: u64) -> bool {
+        let crosses = |p: u64| a / p != b / p;
+        crosses(self.period_secs) || self.precisions.iter().any(|&p| crosses(p))
+    }
+
+    /// Takes the buckets out of `closed`'s statistics into the open group (ended first if a
+    /// late close separated it from this window); ends the group when the next window belongs
+    /// to another. Returns this window's share of the chunks queued: all of them when `last`.
+    pub(super) fn close(
+        &mut self,
+        closed: &mut ClosedWindow,
+        last: bool,
+        chunker: &Chunker,
+    ) -> Vec<FlushChunk> {
+        let start = closed.start;
+        if self.group.is_some_and(|g| self.separates(g, start)) {
+            self.end_group(chunker);
+        }
+        for (series, kind, stats) in &mut closed.stats {
+            if !stats.buckets.is_empty() {
+                let buckets = std::mem::take(&mut stats.buckets);
+                match self.sums[*kind as usize].get_mut(series) {
+                    Some(sum) => sum.merge(&buckets),
+                    None => {
+                        self.sums[*kind as usize].insert(series.clone(), buckets);
+                    }
+                }
+            }
+        }
+        self.group.get_or_insert(start);
+        if last || self.separates(start, start + self.interval) {
+            self.end_group(chunker);
+        }
+        let attach = if last {
+            self.queued.len()
+        } else {
+            self.per_window.min(self.queued.len())
+        };
+        self.queued.drain(..attach).collect()
+    }
+
+    /// The group's sums become chunks (buckets-only statistics items of the group's window),
+    /// dealt over the next period's windows.
+    fn end_group(&mut self, chunker: &Chunker) {
+        let Some(group) = self.group.take() else {
+            return;
+        };
+        let mut window = ClosedWindow {
+            start: group,
+            ..ClosedWindow::default()
+        };
+        for (kind, sums) in StatKind::ALL.into_iter().zip(&mut self.sums) {
+            for (series, buckets) in sums.drain() {
+                let stats = Stats {
+                    count: 0.0,
+                    sum: 0.0,
+                    sumsq: 0.0,
+                    min: 0.0,
+                    max: 0.0,
+                    buckets,
+                };
+                window.stats.push((series, kind, stats));
+            }
+        }
+        if window.stats.is_empty() {
+            return;
+        }
+        // Sorted: the same sums always make the same chunks (and tests can read them).
+        window.stats.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        let windows = (self.period_secs / self.interval).max(1) as usize;
+        self.queued
+            .extend(deal(chunker.chunks(&window, &[]), windows));
+        self.per_window = self.queued.len().div_ceil(windows);
+    }
+}

@@ -5,11 +5,13 @@
 //! `scripts/quantile-cost.sh` writes timers with and without their quantile buckets.
 //!
 //! cargo run --release --example flush_cost -- --redis URL [--cluster] [--series N] [--windows N] [--start SECS]
-//!     [--timers --samples N [--no-buckets] [--quantile-precisions 60,3600]]
+//!     [--step SECS] [--timers --samples N [--no-buckets | --buckets-only] [--quantile-precisions 60,3600]]
 //!
 //! With `--timers` each series is a timer with `--samples` values a window, spread like latencies
 //! (log-normal, median 100 ms), into the hourly stats and the quantile buckets (none with
-//! `--no-buckets`: the script then writes the stats alone, as before buckets existed).
+//! `--no-buckets`: the script then writes the stats alone, as before buckets existed; with
+//! `--buckets-only` the buckets alone, as `quantile_write_secs` writes a period's sums).
+//! `--step` is the time between windows (default 1 s; 60 writes each minute's slice anew).
 //! `--start` is the first window's start (default: now); a second run that goes on where a first
 //! one stopped writes into the hashes the first one made, as an agent does all day.
 
@@ -27,7 +29,8 @@ use statsd_redis::telemetry::Telemetry;
 async fn main() {
     let mut args = std::env::args().skip(1);
     let (mut redis, mut cluster, mut series, mut windows) = (String::new(), false, 20_000, 10);
-    let (mut timers, mut samples, mut buckets) = (false, 20, true);
+    let (mut timers, mut samples, mut buckets, mut stats_too, mut step) =
+        (false, 20, true, true, 1);
     let mut quantile_precisions = Config::default().quantile_precisions;
     let mut start = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -44,6 +47,8 @@ async fn main() {
             "--timers" => timers = true,
             "--samples" => samples = value().parse().expect("--samples N"),
             "--no-buckets" => buckets = false,
+            "--buckets-only" => stats_too = false,
+            "--step" => step = value().parse().expect("--step SECS"),
             "--quantile-precisions" => {
                 quantile_precisions = value()
                     .split(',')
@@ -112,17 +117,20 @@ async fn main() {
                             s.buckets.add(mapping.bucket(v), 1.0);
                         }
                     }
+                    if !stats_too {
+                        (s.count, s.sum, s.sumsq, s.min, s.max) = (0.0, 0.0, 0.0, 0.0, 0.0);
+                    }
                     (format!("ht.{i}").into(), StatKind::Timer, s)
                 })
                 .collect();
             ClosedWindow {
-                start: start + w,
+                start: start + w * step,
                 stats,
                 ..ClosedWindow::default()
             }
         } else {
             ClosedWindow {
-                start: start + w,
+                start: start + w * step,
                 counters: (0..series).map(|i| (format!("hc.{i}").into(), 3)).collect(),
                 ..ClosedWindow::default()
             }

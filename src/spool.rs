@@ -19,6 +19,7 @@ use crate::store::FlushChunk;
 
 const MAGIC: &[u8; 8] = b"SRSPOOL1";
 const EXTENSION: &str = "window";
+/// Named for the first sums it held; it holds the quantile groups' too (`flush::state`).
 const STATE_FILE: &str = "coarse.state";
 
 /// A spool directory, locked by this agent while it runs.
@@ -111,7 +112,7 @@ impl Spool {
         }
     }
 
-    /// Replaces the state file (`coarse_write_secs`' sums, see `flush`) with `state`, as
+    /// Replaces the state file (the sums the closer holds back: `flush::state`) with `state`, as
     /// atomically as a window's file.
     pub fn write_state(&self, state: Vec<u8>) -> io::Result<()> {
         let path = self.dir.join(STATE_FILE);

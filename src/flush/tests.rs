@@ -119,14 +119,12 @@ fn a_restart_takes_up_the_coarse_sums_and_the_window_only_the_state_held() {
     // The crash came between the state file and window 102's own file.
     let last = spool_files().pop().unwrap();
     std::fs::remove_file(dir.path().join(&last)).unwrap();
-    let held: Vec<i64> = first
-        .coarse
-        .as_ref()
-        .unwrap()
-        .sums
-        .held()
-        .map(|(_, s, _, _)| s[0])
-        .collect();
+    // Each counter's sum at the first level.
+    let sums = |c: &Closer| -> Vec<i64> {
+        let coarse = c.coarse.as_ref().unwrap();
+        coarse.sums.held().map(|(_, s, _, _)| s[0]).collect()
+    };
+    let held = sums(&first);
     drop(first);
 
     let (mut again, _) = closer(5);
@@ -137,14 +135,7 @@ fn a_restart_takes_up_the_coarse_sums_and_the_window_only_the_state_held() {
     let starts: Vec<u64> = replayed.lock().iter().map(|w| w.start).collect();
     assert_eq!(starts, [100, 101, 102]);
     assert_eq!(spool_files().len(), 3, "window 102 has a file again");
-    let restored: Vec<i64> = again
-        .coarse
-        .as_ref()
-        .unwrap()
-        .sums
-        .held()
-        .map(|(_, s, _, _)| s[0])
-        .collect();
+    let restored = sums(&again);
     assert_eq!(
         (restored.len(), restored.iter().sum::<i64>()),
         (250, 3 * 250)
@@ -320,7 +311,11 @@ fn buckets_are_written_once_per_group_and_survive_a_restart() {
     }
     let held = |c: &Closer| -> f64 {
         let q = c.quantiles.as_ref().unwrap();
-        q.sums.iter().flat_map(|m| m.values()).map(|b| b.total()).sum()
+        q.sums
+            .iter()
+            .flat_map(|m| m.values())
+            .map(|b| b.total())
+            .sum()
     };
     assert_eq!(held(&first), 9.0);
     drop(first);

@@ -166,9 +166,10 @@ impl FlushChunk {
 /// What a chunk may hold: `max_series` series, a set costing one more per this many members...
 pub(super) const SET_MEMBERS_PER_SERIES: usize = 100;
 /// ... and a statistics item one more per this many bucket writes (its buckets times the
-/// quantile precisions): a window of wide histograms is cut into chunks that each keep Redis
-/// busy for milliseconds, not a third of a second.
-pub(super) const BUCKET_WRITES_PER_SERIES: usize = 128;
+/// quantile precisions; a bucket write costs Redis about a twentieth of a counter series at
+/// the seven precisions): a chunk of a minute's buckets (`quantile_write_secs`), or of wide
+/// histograms, keeps Redis busy for about as long as any other chunk, a few milliseconds.
+pub(super) const BUCKET_WRITES_PER_SERIES: usize = 24;
 
 /// The part of a closed window that one chunk carries, as index ranges into its vectors.
 #[derive(Default)]
@@ -847,15 +848,15 @@ mod tests {
             s
         };
         let mut w = window(0, &[], 0);
-        // Two quantile precisions by default: 2048 buckets are 4096 writes, costing 33.
+        // Two quantile precisions by default: 2048 buckets are 4096 writes, costing 171.
         w.stats = [2048, 10, 2048, 10]
             .iter()
             .enumerate()
             .map(|(i, &b)| (format!("h{i}").into(), StatKind::Histogram, wide(b)))
             .collect();
-        assert_eq!(chunk_sizes(&w, 34), [2, 2]);
-        assert_eq!(chunk_sizes(&w, 100), [4]);
-        assert_eq!(chunk_sizes(&w, 33), [1, 1, 1, 1]);
+        assert_eq!(chunk_sizes(&w, 172), [2, 2]);
+        assert_eq!(chunk_sizes(&w, 400), [4]);
+        assert_eq!(chunk_sizes(&w, 171), [1, 1, 1, 1]);
     }
 
     #[test]

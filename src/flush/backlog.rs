@@ -113,6 +113,32 @@ impl Backlog {
         self.windows.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Logs the end of the final flush: all written, or what the shutdown timeout left.
+    pub(super) fn report_final(&self, spooled: bool, shutdown_timeout: Duration) {
+        let unwritten = self.lock();
+        if unwritten.is_empty() {
+            tracing::info!("final flush written");
+            return;
+        }
+        let series: usize = unwritten
+            .iter()
+            .flat_map(|w| &w.chunks)
+            .map(|c| c.series)
+            .sum();
+        let kept = if spooled {
+            "they stay in the spool and are written at the next start"
+        } else {
+            "they are lost (no spool_dir)"
+        };
+        tracing::error!(
+            windows = unwritten.len(),
+            series,
+            timeout = ?shutdown_timeout,
+            "shutdown timeout: {} windows were not written to Redis; {kept}",
+            unwritten.len()
+        );
+    }
+
     /// Queues a window, then drops the oldest while either bound is exceeded (never the one
     /// just queued), removing their spool files.
     pub(super) fn push(

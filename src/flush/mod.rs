@@ -146,28 +146,7 @@ impl Flusher {
         };
         tokio::join!(closing, writing);
 
-        let unwritten = backlog.lock();
-        if unwritten.is_empty() {
-            tracing::info!("final flush written");
-        } else {
-            let series: usize = unwritten
-                .iter()
-                .flat_map(|w| &w.chunks)
-                .map(|c| c.series)
-                .sum();
-            let kept = if spool.is_some() {
-                "they stay in the spool and are written at the next start"
-            } else {
-                "they are lost (no spool_dir)"
-            };
-            tracing::error!(
-                windows = unwritten.len(),
-                series,
-                timeout = ?shutdown_timeout,
-                "shutdown timeout: {} windows were not written to Redis; {kept}",
-                unwritten.len()
-            );
-        }
+        backlog.report_final(spool.is_some(), shutdown_timeout);
     }
 }
 

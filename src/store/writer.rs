@@ -546,7 +546,6 @@ impl Writer {
             .clone()
     }
 
-    /// Drops the connection after a failure, so the next call connects afresh.
     /// Checks that Redis answers, over the writer's own connection (made if need be).
     pub async fn ping(&mut self) -> Result<(), StoreError> {
         let mut conn = self.connection().await?;
@@ -557,6 +556,7 @@ impl Writer {
         Ok(result?)
     }
 
+    /// Drops the connection after a failure, so the next call connects afresh.
     pub(super) fn connection_failed(&mut self) {
         self.connection = None;
         self.telemetry.redis_errors.increment(1);

@@ -5,7 +5,7 @@
 //! `scripts/quantile-cost.sh` writes timers with and without their quantile buckets.
 //!
 //! cargo run --release --example flush_cost -- --redis URL [--cluster] [--series N] [--windows N] [--start SECS]
-//!     [--step SECS] [--timers --samples N [--no-buckets | --buckets-only] [--quantile-precisions 60,3600]]
+//!     [--step SECS] [--warmup N] [--timers --samples N [--no-buckets | --buckets-only] [--quantile-precisions 60,3600]]
 //!
 //! With `--timers` each series is a timer with `--samples` values a window, spread like latencies
 //! (log-normal, median 100 ms), into the hourly stats and the quantile buckets (none with
@@ -14,6 +14,9 @@
 //! `--step` is the time between windows (default 1 s; 60 writes each minute's slice anew).
 //! `--start` is the first window's start (default: now); a second run that goes on where a first
 //! one stopped writes into the hashes the first one made, as an agent does all day.
+//! `--warmup N` writes N windows first, unmeasured, in the same run (they create the keys), then
+//! prints the server's CPU over the measured windows and its `HINCRBY` calls (from `INFO`, asked
+//! of the node `--redis` names: for a cluster, give a one-master cluster).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,6 +34,7 @@ async fn main() {
     let (mut redis, mut cluster, mut series, mut windows) = (String::new(), false, 20_000, 10);
     let (mut timers, mut samples, mut buckets, mut stats_too, mut step) =
         (false, 20, true, true, 1);
+    let mut warmup = 0;
     let mut quantile_precisions = Config::default().quantile_precisions;
     let mut start = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -49,6 +53,7 @@ async fn main() {
             "--no-buckets" => buckets = false,
             "--buckets-only" => stats_too = false,
             "--step" => step = value().parse().expect("--step SECS"),
+            "--warmup" => warmup = value().parse().expect("--warmup N"),
             "--quantile-precisions" => {
                 quantile_precisions = value()
                     .split(',')
@@ -101,7 +106,11 @@ async fn main() {
     let mut seqs = std::collections::HashMap::<u16, u64>::new();
     let mut last = 0;
     let mut seconds = 0.0;
-    for w in 0..windows {
+    let mut before = None;
+    for w in 0..warmup + windows {
+        if w == warmup && warmup > 0 {
+            before = Some(server_usage(&config.redis).await);
+        }
         let window = if timers {
             let stats = (0..series)
                 .map(|i| {
@@ -169,11 +178,52 @@ async fn main() {
                 assert!(written.error.is_none(), "{:?}", written.error);
             }
         }
-        seconds += began.elapsed().as_secs_f64();
+        if w >= warmup {
+            seconds += began.elapsed().as_secs_f64();
+        }
     }
     println!(
         "{windows} windows of {series} {} series: {:.3} s per window",
         if timers { "timer" } else { "counter" },
         seconds / windows as f64
     );
+    if let Some((cpu0, calls0)) = before {
+        let (cpu1, calls1) = server_usage(&config.redis).await;
+        let (cpu, calls) = (cpu1 - cpu0, calls1 - calls0);
+        println!(
+            "Redis CPU {cpu:.2} s, HINCRBY {calls}, {:.2} us per HINCRBY",
+            cpu / calls.max(1) as f64 * 1e6
+        );
+    }
+}
+
+/// The server's CPU time so far (user and system, s) and its `HINCRBY` calls.
+async fn server_usage(url: &str) -> (f64, u64) {
+    let client = redis::Client::open(url).expect("--redis URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection for INFO");
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    let field = |line: &str, name: &str| {
+        line.strip_prefix(name)
+            .map(|v| v.split(',').next().unwrap_or("").to_string())
+    };
+    let (mut cpu, mut calls) = (0.0, 0);
+    for line in info.lines() {
+        for name in ["used_cpu_user:", "used_cpu_sys:"] {
+            if let Some(v) = field(line, name) {
+                cpu += v.trim().parse::<f64>().unwrap_or(0.0);
+            }
+        }
+        if let Some(v) = field(line, "cmdstat_hincrby:calls=") {
+            calls = v.parse().unwrap_or(0);
+        }
+    }
+    (cpu, calls)
 }

@@ -84,7 +84,7 @@ PORTS=$single run standalone --redis "redis://127.0.0.1:$single"
 
 masters=""
 for _ in 1 2 3; do
-  p=$(free_port)
+  p=$(node_port)
   start_node "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf"
   masters="$masters $p"
 done

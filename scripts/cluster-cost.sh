@@ -5,8 +5,9 @@
 # the seven default precisions through the agent's writer, to a standalone Redis, then to a
 # one-master cluster that holds all 16384 slots (a master's cost per call is the same whatever
 # the number of masters; with several, each takes its share of the slots). Each target first
-# takes one window unmeasured, which creates the keys; the measured windows follow it, as an
-# agent's windows follow each other. Runs `rounds` alternating pairs.
+# takes one window unmeasured, which creates the keys; the measured windows follow it in the
+# same run of the writer, as an agent's windows follow each other. Runs `rounds` alternating
+# pairs; the server's CPU and HINCRBY calls come from its INFO (flush_cost --warmup).
 #
 #   scripts/cluster-cost.sh [series=110000] [windows=5] [rounds=2]
 set -euo pipefail
@@ -15,8 +16,6 @@ series=${1:-110000}; windows=${2:-5}; rounds=${3:-2}
 cargo build --release --quiet --example flush_cost
 . scripts/common.sh
 
-cpu_of() { redis-cli -p "$1" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
-hincrby_of() { redis-cli -p "$1" info commandstats | awk -F'[:=,]' '/^cmdstat_hincrby:/ {n = $3} END {print n + 0}'; }
 start_node() { # port [flags...]
   redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" --daemonize no \
     --dbfilename "dump-$1.rdb" "${@:2}" >/dev/null &
@@ -24,22 +23,16 @@ start_node() { # port [flags...]
 }
 
 single=$(free_port); start_node "$single"
-node=$(free_port); start_node "$node" --cluster-enabled yes --cluster-config-file "nodes-$node.conf"
+node=$(node_port); start_node "$node" --cluster-enabled yes --cluster-config-file "nodes-$node.conf"
 redis-cli -p "$node" cluster addslotsrange 0 16383 >/dev/null
 until redis-cli -p "$node" cluster info | grep -q 'cluster_state:ok'; do sleep 0.1; done
 
 start=$(date +%s)
 measure() { # label port [flush_cost flags...]
-  local cpu0 cpu1 calls
-  target/release/examples/flush_cost --redis "redis://127.0.0.1:$2" --series "$series" --windows 1 \
-    --start "$start" "${@:3}" >/dev/null
-  redis-cli -p "$2" config resetstat >/dev/null
-  cpu0=$(cpu_of "$2")
-  target/release/examples/flush_cost --redis "redis://127.0.0.1:$2" --series "$series" --windows "$windows" \
-    --start $((start + 1)) "${@:3}" | sed 's/^/  /'
-  cpu1=$(cpu_of "$2"); calls=$(hincrby_of "$2")
-  printf '%-10s CPU %6.2f s  HINCRBY %9d  %5s us per HINCRBY\n' "$1" "$(python3 -c "print($cpu1 - $cpu0)")" "$calls" \
-    "$(python3 -c "print(round(($cpu1 - $cpu0) / max($calls, 1) * 1e6, 2))")"
+  local line
+  line=$(target/release/examples/flush_cost --redis "redis://127.0.0.1:$2" --series "$series" --warmup 1 \
+    --windows "$windows" --start "$start" "${@:3}" | tail -1)
+  printf '%-10s %s\n' "$1" "$line"
 }
 for _ in $(seq 1 "$rounds"); do
   measure standalone "$single"

@@ -10,6 +10,20 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 # A port free on 127.0.0.1 (TCP; the agent's UDP port is taken from the same range).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# A port free on 127.0.0.1 whose cluster bus port (+10000) is free too.
+node_port() {
+  python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 55000)
+    try:
+        for q in (p, p + 10000):
+            socket.socket().bind(("127.0.0.1", q))
+    except OSError:
+        continue
+    print(p); break'
+}
+
 # start_redis SOCKET [redis-server flags...]: a Redis of our own on a unix socket (no TCP port,
 # nothing saved), ready when this returns; its pid in `redis_pid`.
 start_redis() {

@@ -335,20 +335,6 @@ wait_for() {
   done
 }
 
-# A port free on 127.0.0.1 whose cluster bus port (+10000) is free too.
-node_port() {
-  python3 -c '
-import random, socket
-for _ in range(200):
-    p = random.randrange(20000, 55000)
-    try:
-        for q in (p, p + 10000):
-            socket.socket().bind(("127.0.0.1", q))
-    except OSError:
-        continue
-    print(p); break'
-}
-
 # start_node PORT [flags...]: a redis-server of our own in the run's dir; its pid in pid_of[PORT].
 declare -A pid_of
 start_node() {

@@ -5,13 +5,13 @@
 -- TRYAGAIN before anything runs; the script builds no key name of its own. hourly.lua is put in
 -- front of it (failed, try, the rollover, merge_stats, log_common, log_recent).
 --
--- KEYS[1]  this slot's sequence key, flush:<agent id>.<run>:{<tag of the slot>}: the number of the
---          run's last chunk applied in this slot. Then the data keys, taken in order by the
---          sections below.
--- ARGV     the chunk's number, the number of the chunk sent just before it for this slot in the
---          same pipeline (0: every earlier one was acknowledged), the sequence key's lifetime
---          (s), key prefix, hour (YYYY-MM-DDTHH:00:00), idle lifetime of log keys (s, 0: none),
---          the quantile buckets' relative accuracy and the most buckets a hash keeps, then
+-- KEYS[1]  this slot's guard, the hash flush:{<tag of the slot>}: per run (field <agent id>.<run>)
+--          the number of its last chunk applied in this slot and when. Then the data keys, taken
+--          in order by the sections below.
+-- ARGV     the chunk's number, the run, the time (Unix s), how long a run that writes nothing
+--          keeps its field (s), key prefix, hour (YYYY-MM-DDTHH:00:00), idle lifetime of log keys
+--          (s, 0: none), the quantile buckets' relative accuracy and the most buckets a hash
+--          keeps, then
 --          sections, each a count followed by its items (keys taken from KEYS):
 --          counters:  runs of one slice: slice, mode (below), n, then n increments
 --                                                                   n keys count:<p>:<s>
@@ -29,38 +29,47 @@
 --
 -- Returns {1, counter members, gauge members, timers, failures} when applied: the index members
 -- (`<precision>:<series>`) whose hash got a new slice, for known: and known:gauge: (other slots:
--- the agent adds them next); for slowest:AccessTime, timer series and their hour's average;
+-- the agent adds them next); for slowest:AccessTime, the timers' stats keys and their hour's average;
 -- failures as key, error pairs (writes Redis refused and skipped, the rest applied).
--- {0} when the chunk was applied before, with the three lists again when it was the slot's last
--- chunk (the retry of a lost reply); {-1} when the chunk before it was not applied.
+-- {0} when the chunk was applied before (a retry after a lost reply, a late copy): the agent then
+-- adds the index member of every counter and gauge key the chunk holds (more than it added,
+-- which costs a ZADD each; the cleaner removes a member whose hash is gone) and reads its
+-- timers' averages back from their stats keys.
 --
--- Why a copy is never applied twice and none is skipped: as flush.lua, per slot.
+-- Why a copy is never applied twice and none is skipped: as flush.lua, per slot; the chunks of a
+-- slot are sent one at a time, each once the one before it is acknowledged.
+--
+-- The guard has no TTL, unlike flush.lua's sequence key: 16 384 keys with one would put the
+-- expiry lookup that every write makes (is this key expired?) into a large table, which cost a
+-- cluster node a seventh of its time (README, "Redis Cluster: what a write costs"). A run's
+-- field goes instead when a run's first chunk in the slot finds it idle for the lifetime.
 
--- The sequence key holds the number and, after it, what the chunk left for the agent to add to
--- the hot keys: a retry after a lost reply gets it again.
-local seq, prev = tonumber(ARGV[1]), tonumber(ARGV[2])
-local stored = redis.call('GET', KEYS[1])
-local last = stored and tonumber(string.match(stored, '^%d+')) or 0
-if last >= seq then
-  -- A write all the same, as in flush.lua: a WAIT after it covers the earlier copy.
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-  if last == seq then
-    local left = cjson.decode(string.sub(stored, #tostring(last) + 2))
-    return {0, left[1], left[2], left[3]}
+-- A run's field: "<number> <time>".
+local guard, seq, run, now = KEYS[1], tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local stored = redis.call('HGET', guard, run)
+if stored then
+  local last = tonumber(string.match(stored, '^%d+'))
+  if last >= seq then
+    -- A write all the same, as in flush.lua: a WAIT after it covers the earlier copy.
+    redis.call('HSET', guard, run, last .. ' ' .. now)
+    return {0}
   end
-  return {0}
+else
+  local idle_since = tonumber(now) - tonumber(ARGV[4])
+  local runs = redis.call('HGETALL', guard)
+  for j = 1, #runs, 2 do
+    if (tonumber(string.match(runs[j + 1], '^%d+ (%d+)')) or 0) < idle_since then
+      redis.call('HDEL', guard, runs[j])
+    end
+  end
 end
-if prev > 0 and last ~= prev then
-  return {-1}
-end
--- The first write (an out-of-memory Redis refuses it before anything else is written), made
--- again with the chunk's leftovers at the end.
-redis.call('SET', KEYS[1], seq, 'EX', ARGV[3])
+-- The first write: an out-of-memory Redis refuses it, before anything else is written.
+redis.call('HSET', guard, run, seq .. ' ' .. now)
 
-local prefix = ARGV[4]
-hour, log_ttl = ARGV[5], tonumber(ARGV[6])
-local hist = {alpha = ARGV[7], max = tonumber(ARGV[8])}
-local i, k = 9, 2
+local prefix = ARGV[5]
+hour, log_ttl = ARGV[6], tonumber(ARGV[7])
+local hist = {alpha = ARGV[8], max = tonumber(ARGV[9])}
+local i, k = 10, 2
 local function count()
   local n = tonumber(ARGV[i])
   i = i + 1
@@ -87,21 +96,33 @@ local function apply()
   -- total equals the increment) reports its index member; 2 HINCRBY only; 3 the member only.
   local skip = #prefix + #'count:' + 1
   for _ = 1, count() do
+    -- The loop is most of the script's work: one per mode, the key taken inline.
     local slice, mode, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
     i = i + 3
-    for j = i, i + n - 1 do
-      local name = key()
-      if mode == '3' then
-        members[#members + 1] = string.sub(name, skip)
-      else
-        local r = redis.pcall('HINCRBY', name, slice, ARGV[j])
-        if type(r) == 'table' then
-          failed(name, r.err)
-        elseif mode == '1' and r == tonumber(ARGV[j]) then
+    local offset = k - i
+    if mode == '3' then
+      for j = k, k + n - 1 do
+        members[#members + 1] = string.sub(KEYS[j], skip)
+      end
+    elseif mode == '1' then
+      for j = i, i + n - 1 do
+        local name, by = KEYS[j + offset], ARGV[j]
+        local r = redis.pcall('HINCRBY', name, slice, by)
+        if r == tonumber(by) then
           members[#members + 1] = string.sub(name, skip)
+        elseif type(r) == 'table' then
+          failed(name, r.err)
+        end
+      end
+    else
+      for j = i, i + n - 1 do
+        local r = redis.pcall('HINCRBY', KEYS[j + offset], slice, ARGV[j])
+        if type(r) == 'table' then
+          failed(KEYS[j + offset], r.err)
         end
       end
     end
+    k = k + n
     i = i + n
   end
 
@@ -144,7 +165,6 @@ local function apply()
   end
 
   -- Statistics: the hour's ZSET read whole, then written whole (or not at all).
-  skip = #prefix + #'stats:{' + 1
   for _ = 1, count() do
     local keys, kind = family(), ARGV[i]
     local ok, average = pcall(merge_stats, keys, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
@@ -153,7 +173,7 @@ local function apply()
     if not ok then
       failed(keys[1], average)
     elseif kind == 'AccessTime' and average then
-      timers[#timers + 1] = string.sub(keys[1], skip, -(#kind + 3))
+      timers[#timers + 1] = keys[1]
       timers[#timers + 1] = tostring(average)
     end
   end
@@ -191,5 +211,4 @@ local ok, err = pcall(apply)
 if not ok then
   failed('(script)', err)
 end
-redis.call('SET', KEYS[1], seq .. ' ' .. cjson.encode({members, gauge_members, timers}), 'EX', ARGV[3])
 return {1, members, gauge_members, timers, failures}

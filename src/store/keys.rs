@@ -161,11 +161,25 @@ impl Keys {
     }
 
     /// `flush:<agent id>.<run>`: the number of the last flush chunk of that run of the agent
-    /// that was applied (the run random per start). In cluster mode one per slot: this name,
-    /// `:`, and a hash tag of the slot (`flush:<agent id>.<run>:{<tag>}`).
+    /// that was applied (the run random per start). In cluster mode this name and `:`, which
+    /// names the run's field in each slot's guard ([`Keys::slot_guard`]).
     pub fn flush_sequence(&self, run_id: &str) -> String {
         let slots = if self.tagged { ":" } else { "" };
         format!("{}flush:{run_id}{slots}", self.prefix)
+    }
+
+    /// In cluster mode, the exactly-once guard of the slot of hash tag `tag`: the hash
+    /// `flush:{<tag>}`, and the field in it of the run whose sequence is `sequence`
+    /// (`<agent id>.<run>`).
+    pub fn slot_guard<'s>(&self, tag: &str, sequence: &'s str) -> (String, &'s str) {
+        let run = sequence
+            .strip_prefix(&self.prefix)
+            .and_then(|s| s.strip_prefix("flush:"))
+            .unwrap_or(sequence);
+        (
+            format!("{}flush:{{{tag}}}", self.prefix),
+            run.strip_suffix(':').unwrap_or(run),
+        )
     }
 
     /// Whether `sequence` names the per-slot sequence keys of a cluster run: chunks written
@@ -300,6 +314,12 @@ mod tests {
         assert_eq!(k.counter(1, "hits"), "app1:count:1:hits");
         assert_eq!(k.known(), "app1:known:");
         assert_eq!(k.flush_sequence("a.1f"), "app1:flush:a.1f");
+        let tagged = Keys::tagged("app1:");
+        let sequence = tagged.flush_sequence("a.1f");
+        assert_eq!(
+            tagged.slot_guard("3c", &sequence),
+            ("app1:flush:{3c}".to_string(), "a.1f")
+        );
         assert_eq!(k.cleaner_lock(), "app1:cleaner:lock");
         let gauges = k.gauge_index();
         assert_eq!(gauges.key, "app1:known:gauge:");

@@ -15,7 +15,7 @@ use super::{
     ChunkSettings, Connection, CounterWrite, FlushChunk, Keys, SEQUENCE_TTL_SECS, StoreError,
     Writer, clock, keys,
 };
-use crate::aggregate::{ClosedWindow, sketch};
+use crate::aggregate::{ClosedWindow, StatKind, sketch};
 
 /// Slot chunks in flight at once: enough to keep every master of a large cluster busy, few
 /// enough that a failing cluster is not flooded with calls that will fail too.
@@ -180,7 +180,7 @@ pub fn build_slot_chunks<'a>(
 }
 
 /// One slot chunk's arguments: the number of data keys, the keys, then `flush_slot.lua`'s ARGV
-/// after its first three (which the writer adds).
+/// after its first four (which the writer adds).
 fn encode(ops: &[Op], settings: &ChunkSettings, hour: &str) -> FlushChunk {
     let mut keys = Argv::default();
     let mut args = Argv::default();
@@ -286,10 +286,13 @@ pub struct FollowUps {
     pub known_gauges: Vec<Vec<u8>>,
     /// Timer series and their hour's average, for `slowest:AccessTime`.
     pub slowest: Vec<(Vec<u8>, f64)>,
+    /// The hour's stats keys of the timers of chunks applied before, whose averages their
+    /// replies no longer hold: read back when the follow-ups are written.
+    pub averages_to_read: Vec<String>,
 }
 
 impl FollowUps {
-    fn take(&mut self, reply: &[redis::Value]) {
+    fn take(&mut self, reply: &[redis::Value], keys: &Keys) {
         let list = |i: usize| -> Vec<Vec<u8>> {
             reply
                 .get(i)
@@ -300,20 +303,23 @@ impl FollowUps {
         self.known_gauges.extend(list(2));
         let timers = list(3);
         for pair in timers.chunks(2) {
-            if let [series, average] = pair
+            if let [key, average] = pair
+                && let Some(series) = std::str::from_utf8(key)
+                    .ok()
+                    .and_then(|k| keys.series_of_stats(k, StatKind::Timer))
                 && let Some(average) = std::str::from_utf8(average)
                     .ok()
                     .and_then(|a| a.parse().ok())
             {
-                self.slowest.push((series.clone(), average));
+                self.slowest.push((series.into_bytes(), average));
             }
         }
     }
 
-    /// For a chunk applied before whose reply no longer holds its lists (a later chunk of its
-    /// slot was applied since: a spool replayed, a window sent again): the index member of
-    /// every counter and gauge hash it wrote. More than it added, which costs only a `ZADD`:
-    /// a member whose hash is gone, the cleaner removes.
+    /// For a chunk applied before (its reply lost, a spool replayed, a window sent again),
+    /// whose reply holds no lists: the index member of every counter and gauge hash it wrote,
+    /// and its timers' stats keys, whose averages are read back. More than it added, which
+    /// costs only a `ZADD`: a member whose hash is gone, the cleaner removes.
     fn take_all(&mut self, chunk: &FlushChunk, keys: &Keys) {
         let counters = keys.counter_index().hash_prefix;
         let gauges = keys.gauge_index().hash_prefix;
@@ -322,12 +328,19 @@ impl FollowUps {
                 self.known.push(member.to_vec());
             } else if let Some(member) = key.strip_prefix(gauges.as_bytes()) {
                 self.known_gauges.push(member.to_vec());
+            } else if let Ok(key) = std::str::from_utf8(key)
+                && keys.series_of_stats(key, StatKind::Timer).is_some()
+            {
+                self.averages_to_read.push(key.to_string());
             }
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.known.is_empty() && self.known_gauges.is_empty() && self.slowest.is_empty()
+        self.known.is_empty()
+            && self.known_gauges.is_empty()
+            && self.slowest.is_empty()
+            && self.averages_to_read.is_empty()
     }
 }
 
@@ -368,6 +381,9 @@ impl Writer {
             by_slot.entry(chunk.slot()).or_default().push(i);
         }
         let tags = self.slot_tags();
+        let keys = self.keys().clone();
+        let keys = &keys;
+        let now = clock::since_epoch().as_secs();
         let script = &self.slot_script;
         // After the first failure nothing more is sent: the rest would most likely fail too,
         // each after a whole timeout (a cluster connection whose slot refresh hung after a
@@ -378,14 +394,14 @@ impl Writer {
         let results: Vec<Vec<(usize, ChunkReply)>> = futures_util::stream::iter(by_slot)
             .map(|(slot, indexes)| {
                 let mut conn = conn.clone();
-                let guard = format!("{sequence}{{{}}}", tags[slot as usize]);
+                let guard = keys.slot_guard(&tags[slot as usize], sequence);
                 async move {
                     let mut out = Vec::new();
                     for i in indexes {
                         if failed.load(std::sync::atomic::Ordering::Relaxed) {
                             break;
                         }
-                        let r = send_slot_chunk(&mut conn, script, &guard, &chunks[i]).await;
+                        let r = send_slot_chunk(&mut conn, script, &guard, now, &chunks[i]).await;
                         let error = r.is_err();
                         out.push((i, r));
                         if error {
@@ -401,20 +417,19 @@ impl Writer {
             .await;
         let mut error = None;
         let mut replayed = 0;
-        let keys = self.keys().clone();
         for (i, result) in results.into_iter().flatten() {
             match result {
                 Ok(reply) => {
                     acknowledged[i] = true;
                     if redis::from_redis_value_ref::<i64>(&reply[0]).ok() == Some(0) {
                         replayed += 1;
-                        if reply.len() == 1 {
-                            follow_ups.take_all(&chunks[i], &keys);
+                        follow_ups.take_all(&chunks[i], keys);
+                    } else {
+                        if let Some(redis::Value::Array(failures)) = reply.get(4) {
+                            self.report_failures(failures);
                         }
-                    } else if let Some(redis::Value::Array(failures)) = reply.get(4) {
-                        self.report_failures(failures);
+                        follow_ups.take(&reply, keys);
                     }
-                    follow_ups.take(&reply);
                 }
                 // A chunk whose keys are not in one slot would be refused for ever and hold up
                 // every window after it: counted, logged and skipped. (Key names are built so
@@ -485,9 +500,31 @@ impl Writer {
                     calls.push((key.clone(), cmd));
                 }
             }
-            if !follow_ups.slowest.is_empty() {
+            // The hour's average of a replayed chunk's timer, as the script computes it.
+            let mut averages = follow_ups.slowest.clone();
+            for key in &follow_ups.averages_to_read {
+                let scores: Vec<Option<f64>> = match redis::cmd("ZMSCORE")
+                    .arg(key)
+                    .arg("sum")
+                    .arg("count")
+                    .query_async(&mut conn)
+                    .await
+                {
+                    Ok(scores) => scores,
+                    // Another program's key: its chunk counted that refusal already.
+                    Err(e) if e.code() == Some("WRONGTYPE") => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                if let [Some(sum), Some(count)] = scores[..]
+                    && count > 0.0
+                    && let Some(series) = keys.series_of_stats(key, StatKind::Timer)
+                {
+                    averages.push((series.into_bytes(), sum / count));
+                }
+            }
+            if !averages.is_empty() {
                 let slowest = keys.slowest();
-                for batch in follow_ups.slowest.chunks(FOLLOW_UP_BATCH) {
+                for batch in averages.chunks(FOLLOW_UP_BATCH) {
                     let mut cmd = redis::cmd("ZADD");
                     cmd.arg(&slowest);
                     for (series, average) in batch {
@@ -545,7 +582,8 @@ type ChunkReply = Result<Vec<redis::Value>, StoreError>;
 async fn send_slot_chunk(
     conn: &mut Connection,
     script: &redis::Script,
-    guard: &str,
+    (guard, run): &(String, &str),
+    now: u64,
     chunk: &FlushChunk,
 ) -> ChunkReply {
     let data_keys = chunk.data_key_count();
@@ -555,7 +593,7 @@ async fn send_slot_chunk(
     for key in args.by_ref().take(data_keys) {
         cmd.arg(key);
     }
-    cmd.arg(chunk.seq).arg(0).arg(SEQUENCE_TTL_SECS);
+    cmd.arg(chunk.seq).arg(run).arg(now).arg(SEQUENCE_TTL_SECS);
     for arg in args {
         cmd.arg(arg);
     }
@@ -581,7 +619,7 @@ async fn send_slot_chunk(
         Some(0 | 1) => Ok(reply),
         _ => Err(StoreError::Redis(redis::RedisError::from((
             redis::ErrorKind::Client,
-            "a slot chunk was not applied after the one before it failed",
+            "a slot chunk's reply is not flush_slot.lua's",
         )))),
     }
 }

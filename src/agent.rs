@@ -192,7 +192,9 @@ pub async fn run_reloading(
     } else {
         Some(Spool::open(&config.spool_dir, config.spool_fsync)?)
     };
-    // The last step that can fail: nothing is spawned before it.
+    // Every step that can fail comes before the first spawn (the stream listeners' registration
+    // below included): a failure returns, and the binary exits 1, instead of leaving readers
+    // running.
     let http =
         tokio::net::TcpListener::from_std(listeners.http).map_err(|source| AgentError::Http {
             addr: config.http,
@@ -208,6 +210,28 @@ pub async fn run_reloading(
         windows.push(window.clone());
         window
     };
+    let mut serving = Vec::new();
+    for listener in listeners.streams {
+        let settings = stream::Settings {
+            window: new_window(),
+            telemetry: telemetry.clone(),
+            sanitize_names: config.sanitize_names,
+            max_series: config.max_series_per_window,
+            max_line_bytes: config.max_datagram_bytes,
+            max_connections: config.max_connections,
+            idle_timeout: (config.stream_idle_timeout_secs > 0)
+                .then(|| Duration::from_secs(config.stream_idle_timeout_secs)),
+            bad_lines: Arc::new(BadLineLog::default()),
+        };
+        let transport = listener.transport();
+        let serve = stream::serve(listener, settings, tracker.clone(), shutdown.clone()).map_err(
+            |source| AgentError::Listen {
+                what: format!("the {} listener", transport.as_str()),
+                source,
+            },
+        )?;
+        serving.push(serve);
+    }
     let datagram_sockets = listeners
         .udp
         .into_iter()
@@ -232,28 +256,6 @@ pub async fn run_reloading(
             reader.run(stop);
             drop::<Option<SocketFile>>(file);
         });
-    }
-    let mut serving = Vec::new();
-    for listener in listeners.streams {
-        let settings = stream::Settings {
-            window: new_window(),
-            telemetry: telemetry.clone(),
-            sanitize_names: config.sanitize_names,
-            max_series: config.max_series_per_window,
-            max_line_bytes: config.max_datagram_bytes,
-            max_connections: config.max_connections,
-            idle_timeout: (config.stream_idle_timeout_secs > 0)
-                .then(|| Duration::from_secs(config.stream_idle_timeout_secs)),
-            bad_lines: Arc::new(BadLineLog::default()),
-        };
-        let transport = listener.transport();
-        let serve = stream::serve(listener, settings, tracker.clone(), shutdown.clone()).map_err(
-            |source| AgentError::Listen {
-                what: format!("the {} listener", transport.as_str()),
-                source,
-            },
-        )?;
-        serving.push(serve);
     }
     for serve in serving {
         tracker.spawn(serve);

@@ -92,6 +92,44 @@ fn defaults_match_the_spec() {
     assert_eq!(c["http"].as_str(), Some("127.0.0.1:9102"));
 }
 
+/// A step that fails after the sockets are bound (here: the spool directory, locked by another
+/// agent) ends the binary with exit 1 and says why; nothing was spawned that would keep it
+/// running.
+#[test]
+fn a_failure_after_binding_exits_1_instead_of_hanging() {
+    let redis = RedisServer::start();
+    let spool = tempfile::tempdir().unwrap();
+    let spool_dir = spool.path().to_str().unwrap();
+    let (first, _, _) = spawn_agent(&redis.url(), &["--spool-dir", spool_dir]);
+    let first = Killed(first);
+    let (udp, http, tcp) = (free_port(), free_port(), free_port());
+    let mut second = bin()
+        .args(["--udp", &format!("127.0.0.1:{udp}")])
+        .args(["--http", &format!("127.0.0.1:{http}")])
+        .args(["--tcp", &format!("127.0.0.1:{tcp}")])
+        .args(["--redis", &redis.url(), "--spool-dir", spool_dir])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("the second agent still runs 10 s after its spool failed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut log = String::new();
+    std::io::Read::read_to_string(second.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("in use by another agent"), "{log}");
+    drop(first);
+}
+
 /// SIGTERM, then the exit code and everything the agent logged.
 fn terminate(mut child: std::process::Child) -> (Option<i32>, String, Duration) {
     let signalled = Instant::now();

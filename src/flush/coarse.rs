@@ -2,8 +2,8 @@
 //! written once per `min(p, K)` seconds, one [`Level`] per distinct period, instead of every
 //! window; the first level also carries the hourly statistics and the index members of the
 //! counters written every window. A group's chunks are spread over the next period's windows.
-//! With a spool, every close also writes the sums to the state file (`flush::state`) so that a
-//! restart goes on where the crashed run stopped.
+//! With a spool, every close also writes the sums to the state file ([`put_state`], in the file
+//! `flush::state` lays out) so that a restart goes on where the crashed run stopped.
 //!
 //! The closer calls [`Coarse::close`] for each window; with the feature off there is no
 //! `Coarse`.
@@ -12,8 +12,10 @@ use std::collections::VecDeque;
 
 use hashbrown::HashMap;
 
+use super::state::{Queue, put_buckets, put_queue, read_buckets, read_queue, u32_le};
 use crate::aggregate::{ClosedWindow, SeriesName, StatKind, Stats};
 use crate::config::Config;
+use crate::spool::{ByteReader, put_bytes};
 use crate::store::{Chunker, CounterWrite, FlushChunk};
 
 /// What `coarse_write_secs` (K) takes out of the windows' own writes: the counters at every
@@ -429,6 +431,118 @@ impl CoarseSums {
             if !window.is_empty() {
                 each(window, continuing == 1);
             }
+        }
+    }
+}
+
+/// `coarse_write_secs`' part of the spool's state file (`flush::state`): each level's period,
+/// open group, per-window share and queued chunks, then the sums (counter rows, statistics).
+/// With the feature off: no level and no sums.
+pub(super) fn put_state(coarse: Option<&Coarse>, out: &mut Vec<u8>) {
+    let levels = coarse.map_or(&[][..], |c| &c.levels[..]);
+    out.extend_from_slice(&u32_le(levels.len()));
+    for level in levels {
+        out.extend_from_slice(&level.period_secs.to_le_bytes());
+        put_queue(out, level.group, level.per_window, &level.queued);
+    }
+    let empty = CoarseSums::new(0);
+    let sums = coarse.map_or(&empty, |c| &c.sums);
+    out.extend_from_slice(&u32_le(sums.held().count()));
+    for (series, levels, seen, taken) in sums.held() {
+        put_bytes(out, series.as_bytes());
+        for i in 0..levels.len() {
+            out.extend_from_slice(&levels[i].to_le_bytes());
+            out.push(u8::from(seen[i]) | u8::from(taken[i]) << 1);
+        }
+    }
+    out.extend_from_slice(&u32_le(sums.stats().count()));
+    for (series, kind, s) in sums.stats() {
+        put_bytes(out, series.as_bytes());
+        out.push(kind as u8);
+        for v in [s.count, s.sum, s.sumsq, s.min, s.max] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        put_buckets(out, &s.buckets);
+    }
+}
+
+/// What [`put_state`] wrote, read whole before anything is taken up.
+pub(super) struct HeldState {
+    levels: Vec<(u64, Queue)>,
+    sums: CoarseSums,
+    stats: Vec<(SeriesName, StatKind, Stats)>,
+}
+
+pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
+    let levels = r.u32()? as usize;
+    let mut restored = Vec::with_capacity(levels);
+    for _ in 0..levels {
+        let period = r.u64()?;
+        restored.push((period, read_queue(r)?));
+    }
+    let mut sums = CoarseSums::new(levels);
+    for _ in 0..r.u32()? {
+        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
+        let (mut row, mut seen, mut taken) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..levels {
+            row.push(r.u64()? as i64);
+            let flags = r.u8()?;
+            seen.push(flags & 1 != 0);
+            taken.push(flags & 2 != 0);
+        }
+        sums.restore(series, &row, &seen, &taken);
+    }
+    let mut stats = Vec::new();
+    for _ in 0..r.u32()? {
+        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
+        let kind = *StatKind::ALL.get(r.u8()? as usize)?;
+        let mut v = [0.0; 5];
+        for x in &mut v {
+            *x = f64::from_bits(r.u64()?);
+        }
+        let [count, sum, sumsq, min, max] = v;
+        let buckets = read_buckets(r)?;
+        let s = Stats {
+            count,
+            sum,
+            sumsq,
+            min,
+            max,
+            buckets,
+        };
+        stats.push((series, kind, s));
+    }
+    Some(HeldState {
+        levels: restored,
+        sums,
+        stats,
+    })
+}
+
+impl HeldState {
+    /// Gives `coarse` what an earlier run held, if it has the same levels; otherwise drops it
+    /// with a warning.
+    pub(super) fn take_up(self, coarse: Option<&mut Coarse>) {
+        let periods: Vec<u64> = coarse.as_ref().map_or(Vec::new(), |c| {
+            c.levels.iter().map(|l| l.period_secs).collect()
+        });
+        match coarse.filter(|_| self.levels.iter().map(|l| l.0).eq(periods.iter().copied())) {
+            Some(coarse) => {
+                let mut sums = self.sums;
+                sums.add_stats(self.stats);
+                coarse.sums = sums;
+                for (level, (_, (group, per_window, queued))) in
+                    coarse.levels.iter_mut().zip(self.levels)
+                {
+                    level.group = group;
+                    level.per_window = per_window;
+                    level.queued = queued;
+                }
+            }
+            None if !self.levels.is_empty() => tracing::warn!(
+                "coarse_write_secs or the precisions changed since the spool's sums were written; they are dropped"
+            ),
+            None => {}
         }
     }
 }

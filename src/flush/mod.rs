@@ -205,22 +205,7 @@ impl Closer {
         };
         chunks.extend(grouped);
         let chunks = self.number(chunks);
-        let holding = self.coarse.is_some() || self.quantiles.is_some();
-        if let Some(spool) = self.spool.as_ref().filter(|_| holding) {
-            // The sums held back on disk, with this window's chunks: a crash between the two
-            // files still finds the window.
-            let held = state::write(
-                start,
-                &self.sequence,
-                &chunks,
-                self.coarse.as_ref(),
-                self.quantiles.as_ref(),
-            );
-            if let Err(e) = spool.write_state(held) {
-                self.telemetry.spool_write_errors.increment(1);
-                tracing::error!(window = start, error = %e, "cannot spool the sums held back");
-            }
-        }
+        self.spool_held(start, &chunks);
         if chunks.is_empty() {
             return;
         }

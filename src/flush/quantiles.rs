@@ -8,15 +8,17 @@
 //! become chunks of statistics items with a count of 0 (the script writes their buckets only)
 //! for the group's slices, spread over the next period's windows as `coarse_write_secs` spreads
 //! its groups. With a spool, every close writes the sums and the queued chunks to the state file
-//! (`flush::state`), so a crash loses none of them.
+//! ([`QuantileGroups::put_state`]), so a crash loses none of them.
 
 use std::collections::VecDeque;
 
 use hashbrown::HashMap;
 
 use super::coarse::deal;
+use super::state::{Queue, put_buckets, put_queue, read_buckets, read_queue, u32_le};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, StatKind, Stats};
 use crate::config::Config;
+use crate::spool::{ByteReader, put_bytes};
 use crate::store::{Chunker, FlushChunk};
 
 pub(super) struct QuantileGroups {
@@ -126,5 +128,75 @@ impl QuantileGroups {
         self.queued
             .extend(deal(chunker.chunks(&window, &[]), windows));
         self.per_window = self.queued.len().div_ceil(windows);
+    }
+}
+
+impl QuantileGroups {
+    /// Its part of the spool's state file (`flush::state`): the period and precisions, the open
+    /// group, the queued chunks and the buckets summed.
+    pub(super) fn put_state(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.period_secs.to_le_bytes());
+        out.extend_from_slice(&u32_le(self.precisions.len()));
+        for p in &self.precisions {
+            out.extend_from_slice(&p.to_le_bytes());
+        }
+        put_queue(out, self.group, self.per_window, &self.queued);
+        let held: Vec<_> = StatKind::ALL
+            .into_iter()
+            .zip(&self.sums)
+            .flat_map(|(kind, map)| map.iter().map(move |(s, b)| (kind, s, b)))
+            .collect();
+        out.extend_from_slice(&u32_le(held.len()));
+        for (kind, series, buckets) in held {
+            put_bytes(out, series.as_bytes());
+            out.push(kind as u8);
+            put_buckets(out, buckets);
+        }
+    }
+}
+
+/// What [`QuantileGroups::put_state`] wrote, read whole before anything is taken up.
+pub(super) struct HeldState {
+    period_secs: u64,
+    precisions: Vec<u64>,
+    queue: Queue,
+    sums: [HashMap<SeriesName, Buckets>; 3],
+}
+
+pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
+    let period_secs = r.u64()?;
+    let precisions = (0..r.u32()?)
+        .map(|_| r.u64())
+        .collect::<Option<Vec<u64>>>()?;
+    let queue = read_queue(r)?;
+    let mut sums: [HashMap<SeriesName, Buckets>; 3] = Default::default();
+    for _ in 0..r.u32()? {
+        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
+        let kind = *StatKind::ALL.get(r.u8()? as usize)?;
+        sums[kind as usize].insert(series, read_buckets(r)?);
+    }
+    Some(HeldState {
+        period_secs,
+        precisions,
+        queue,
+        sums,
+    })
+}
+
+impl HeldState {
+    /// Gives `quantiles` what an earlier run held, if it is configured as it was; otherwise
+    /// drops it with a warning.
+    pub(super) fn take_up(self, quantiles: Option<&mut QuantileGroups>) {
+        match quantiles
+            .filter(|q| q.period_secs == self.period_secs && q.precisions == self.precisions)
+        {
+            Some(q) => {
+                (q.group, q.per_window, q.queued) = self.queue;
+                q.sums = self.sums;
+            }
+            None => tracing::warn!(
+                "quantile_write_secs or quantile_precisions changed since the spool's buckets were written; they are dropped"
+            ),
+        }
     }
 }

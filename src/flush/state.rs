@@ -14,14 +14,38 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::coarse::{Coarse, CoarseSums};
-use super::quantiles::QuantileGroups;
-use crate::aggregate::{Bucket, Buckets, SeriesName, StatKind, Stats};
+use super::Closer;
+use super::coarse::{self, Coarse};
+use super::quantiles::{self, QuantileGroups};
+use crate::aggregate::{Bucket, Buckets};
 use crate::spool::{ByteReader, put_bytes, put_chunk};
 use crate::store::FlushChunk;
 
-fn u32_le(n: usize) -> [u8; 4] {
+pub(super) fn u32_le(n: usize) -> [u8; 4] {
     (n as u32).to_le_bytes()
+}
+
+impl Closer {
+    /// With a spool, while `coarse_write_secs` or `quantile_write_secs` holds anything back:
+    /// the state file replaced after closing window `start`, with that window's chunks, so
+    /// that a crash between the two files still finds the window.
+    pub(super) fn spool_held(&self, start: u64, chunks: &[Arc<FlushChunk>]) {
+        let holding = self.coarse.is_some() || self.quantiles.is_some();
+        let Some(spool) = self.spool.as_ref().filter(|_| holding) else {
+            return;
+        };
+        let held = write(
+            start,
+            &self.sequence,
+            chunks,
+            self.coarse.as_ref(),
+            self.quantiles.as_ref(),
+        );
+        if let Err(e) = spool.write_state(held) {
+            self.telemetry.spool_write_errors.increment(1);
+            tracing::error!(window = start, error = %e, "cannot spool the sums held back");
+        }
+    }
 }
 
 /// The state after closing window `start` (its chunks numbered under `sequence`).
@@ -39,49 +63,9 @@ pub(super) fn write(
     for chunk in chunks {
         put_chunk(&mut out, chunk);
     }
-    let levels = coarse.map_or(&[][..], |c| &c.levels[..]);
-    out.extend_from_slice(&u32_le(levels.len()));
-    for level in levels {
-        out.extend_from_slice(&level.period_secs.to_le_bytes());
-        put_queue(&mut out, level.group, level.per_window, &level.queued);
-    }
-    let empty = CoarseSums::new(0);
-    let sums = coarse.map_or(&empty, |c| &c.sums);
-    out.extend_from_slice(&u32_le(sums.held().count()));
-    for (series, levels, seen, taken) in sums.held() {
-        put_bytes(&mut out, series.as_bytes());
-        for i in 0..levels.len() {
-            out.extend_from_slice(&levels[i].to_le_bytes());
-            out.push(u8::from(seen[i]) | u8::from(taken[i]) << 1);
-        }
-    }
-    out.extend_from_slice(&u32_le(sums.stats().count()));
-    for (series, kind, s) in sums.stats() {
-        put_bytes(&mut out, series.as_bytes());
-        out.push(kind as u8);
-        for v in [s.count, s.sum, s.sumsq, s.min, s.max] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        put_buckets(&mut out, &s.buckets);
-    }
+    coarse::put_state(coarse, &mut out);
     if let Some(q) = quantiles {
-        out.extend_from_slice(&q.period_secs.to_le_bytes());
-        out.extend_from_slice(&u32_le(q.precisions.len()));
-        for p in &q.precisions {
-            out.extend_from_slice(&p.to_le_bytes());
-        }
-        put_queue(&mut out, q.group, q.per_window, &q.queued);
-        let held: Vec<_> = StatKind::ALL
-            .into_iter()
-            .zip(&q.sums)
-            .flat_map(|(kind, map)| map.iter().map(move |(s, b)| (kind, s, b)))
-            .collect();
-        out.extend_from_slice(&u32_le(held.len()));
-        for (kind, series, buckets) in held {
-            put_bytes(&mut out, series.as_bytes());
-            out.push(kind as u8);
-            put_buckets(&mut out, buckets);
-        }
+        q.put_state(&mut out);
     }
     out
 }
@@ -99,104 +83,26 @@ pub(super) fn restore(
     let sequence = r.string()?;
     let n = r.u32()? as usize;
     let chunks = (0..n).map(|_| r.chunk()).collect::<Option<Vec<_>>>()?;
-
-    let levels = r.u32()? as usize;
-    let mut restored = Vec::with_capacity(levels);
-    for _ in 0..levels {
-        let period = r.u64()?;
-        restored.push((period, read_queue(&mut r)?));
-    }
-    let mut sums = CoarseSums::new(levels);
-    for _ in 0..r.u32()? {
-        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
-        let (mut row, mut seen, mut taken) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..levels {
-            row.push(r.u64()? as i64);
-            let flags = r.u8()?;
-            seen.push(flags & 1 != 0);
-            taken.push(flags & 2 != 0);
-        }
-        sums.restore(series, &row, &seen, &taken);
-    }
-    let mut stats = Vec::new();
-    for _ in 0..r.u32()? {
-        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
-        let kind = *StatKind::ALL.get(r.u8()? as usize)?;
-        let mut v = [0.0; 5];
-        for x in &mut v {
-            *x = f64::from_bits(r.u64()?);
-        }
-        let [count, sum, sumsq, min, max] = v;
-        let buckets = read_buckets(&mut r)?;
-        let s = Stats {
-            count,
-            sum,
-            sumsq,
-            min,
-            max,
-            buckets,
-        };
-        stats.push((series, kind, s));
-    }
-
-    let mut held_quantiles = None;
-    if !r.0.is_empty() {
-        let period = r.u64()?;
-        let precisions = (0..r.u32()?)
-            .map(|_| r.u64())
-            .collect::<Option<Vec<u64>>>()?;
-        let queue = read_queue(&mut r)?;
-        let mut sums: [hashbrown::HashMap<SeriesName, Buckets>; 3] = Default::default();
-        for _ in 0..r.u32()? {
-            let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
-            let kind = *StatKind::ALL.get(r.u8()? as usize)?;
-            sums[kind as usize].insert(series, read_buckets(&mut r)?);
-        }
-        held_quantiles = Some((period, precisions, queue, sums));
-    }
+    let held_coarse = coarse::read_state(&mut r)?;
+    let held_quantiles = if r.0.is_empty() {
+        None
+    } else {
+        Some(quantiles::read_state(&mut r)?)
+    };
     if !r.0.is_empty() {
         return None;
     }
-
-    let periods: Vec<u64> = coarse.as_ref().map_or(Vec::new(), |c| {
-        c.levels.iter().map(|l| l.period_secs).collect()
-    });
-    match coarse.filter(|_| restored.iter().map(|l| l.0).eq(periods.iter().copied())) {
-        Some(coarse) => {
-            sums.add_stats(stats);
-            coarse.sums = sums;
-            for (level, (_, (group, per_window, queued))) in coarse.levels.iter_mut().zip(restored)
-            {
-                level.group = group;
-                level.per_window = per_window;
-                level.queued = queued;
-            }
-        }
-        None if levels > 0 => tracing::warn!(
-            "coarse_write_secs or the precisions changed since the spool's sums were written; they are dropped"
-        ),
-        None => {}
-    }
-    if let Some((period, precisions, (group, per_window, queued), sums)) = held_quantiles {
-        match quantiles.filter(|q| q.period_secs == period && q.precisions == precisions) {
-            Some(q) => {
-                q.group = group;
-                q.per_window = per_window;
-                q.queued = queued;
-                q.sums = sums;
-            }
-            None => tracing::warn!(
-                "quantile_write_secs or quantile_precisions changed since the spool's buckets were written; they are dropped"
-            ),
-        }
+    held_coarse.take_up(coarse);
+    if let Some(held) = held_quantiles {
+        held.take_up(quantiles);
     }
     Some((start, sequence, chunks))
 }
 
-type Queue = (Option<u64>, usize, VecDeque<FlushChunk>);
+pub(super) type Queue = (Option<u64>, usize, VecDeque<FlushChunk>);
 
 /// An open group (or none), how many queued chunks a window takes, and the queued chunks.
-fn put_queue(
+pub(super) fn put_queue(
     out: &mut Vec<u8>,
     group: Option<u64>,
     per_window: usize,
@@ -210,7 +116,7 @@ fn put_queue(
     }
 }
 
-fn read_queue(r: &mut ByteReader) -> Option<Queue> {
+pub(super) fn read_queue(r: &mut ByteReader) -> Option<Queue> {
     let group = Some(r.u64()?).filter(|&g| g != u64::MAX);
     let per_window = r.u32()? as usize;
     let n = r.u32()? as usize;
@@ -218,7 +124,7 @@ fn read_queue(r: &mut ByteReader) -> Option<Queue> {
     Some((group, per_window, queued))
 }
 
-fn put_buckets(out: &mut Vec<u8>, buckets: &Buckets) {
+pub(super) fn put_buckets(out: &mut Vec<u8>, buckets: &Buckets) {
     out.extend_from_slice(&u32_le(buckets.len()));
     for (bucket, weight) in buckets.iter() {
         let (side, index) = match bucket {
@@ -232,7 +138,7 @@ fn put_buckets(out: &mut Vec<u8>, buckets: &Buckets) {
     }
 }
 
-fn read_buckets(r: &mut ByteReader) -> Option<Buckets> {
+pub(super) fn read_buckets(r: &mut ByteReader) -> Option<Buckets> {
     let mut buckets = Buckets::default();
     for _ in 0..r.u32()? {
         let side = r.u8()?;

@@ -246,10 +246,7 @@ pub async fn eventually(timeout: Duration, what: &str, mut check: impl FnMut() -
 }
 
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+    statsd_redis::store::clock::unix_now()
 }
 
 impl RedisServer {

@@ -573,6 +573,81 @@ async fn a_chunk_sent_again_is_applied_once_and_its_follow_ups_made_again() {
     }
 }
 
+/// The slot guards keep no TTL: a run's first chunk in a slot drops the fields of runs idle for
+/// a week, and only those. A live run's field survives, so a late copy of its chunk is still
+/// refused after another run started writing into the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_run_drops_only_the_guard_fields_of_runs_idle_for_a_week() {
+    use statsd_redis::aggregate::ClosedWindow;
+    use statsd_redis::store::keys::slot_tags;
+    use statsd_redis::store::{ChunkSettings, CounterWrite, FollowUps, Writer, build_slot_chunks};
+
+    let cluster = Cluster::start();
+    let store = Store::open(&cluster_config(&cluster)).unwrap();
+    let keys = store.keys().clone();
+    let window = ClosedWindow {
+        start: unix_now(),
+        counters: vec![("prune.c".into(), 3)],
+        ..ClosedWindow::default()
+    };
+    let settings = ChunkSettings {
+        keys: keys.clone(),
+        sample_count: 120,
+        log_ttl_secs: 0,
+        max_series: 100,
+        quantiles: Default::default(),
+    };
+    let numbered = |seq| -> Vec<Arc<_>> {
+        build_slot_chunks(&window, &CounterWrite::everywhere(&PRECISIONS), &settings)
+            .into_iter()
+            .map(|mut c| {
+                c.seq = seq;
+                Arc::new(c)
+            })
+            .collect()
+    };
+    let chunks = numbered(1);
+    let tags = slot_tags();
+    let guards: Vec<String> = chunks
+        .iter()
+        .map(|c| keys.slot_guard(&tags[c.slot() as usize], "flush:x:").0)
+        .collect();
+    let day = 86_400;
+    for guard in &guards {
+        let _: () = query(
+            &cluster,
+            guard,
+            redis::cmd("HSET")
+                .arg(guard)
+                .arg("idle.run")
+                .arg(format!("5 {}", unix_now() - 8 * day))
+                .arg("live.run")
+                .arg(format!("5 {}", unix_now() - day)),
+        );
+    }
+
+    let mut writer = Writer::new(store, None, Arc::new(Telemetry::new()));
+    let written = writer
+        .write_slots("flush:new.run:", &chunks, &mut FollowUps::default())
+        .await;
+    assert!(written.error.is_none(), "{:?}", written.error);
+    assert_eq!(written.replayed, 0);
+    for guard in &guards {
+        let mut fields: Vec<String> = query(&cluster, guard, redis::cmd("HKEYS").arg(guard));
+        fields.sort();
+        assert_eq!(fields, ["live.run", "new.run"], "{guard}");
+    }
+
+    // A late copy of the live run's fifth chunks: applied before, not again.
+    let written = writer
+        .write_slots("flush:live.run:", &numbered(5), &mut FollowUps::default())
+        .await;
+    assert_eq!(written.replayed, chunks.len());
+    for p in PRECISIONS {
+        assert_eq!(counter_total(&cluster, p, "prune.c"), 3, "precision {p}");
+    }
+}
+
 /// Another program's keys of the wrong type where the hot keys go: the follow-ups that Redis
 /// refuses are counted and skipped, and later windows are written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

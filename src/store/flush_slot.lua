@@ -40,9 +40,10 @@
 -- slot are sent one at a time, each once the one before it is acknowledged.
 --
 -- The guard has no TTL, unlike flush.lua's sequence key: 16 384 keys with one would put the
--- expiry lookup that every write makes (is this key expired?) into a large table, which cost a
--- cluster node a seventh of its time (README, "Redis Cluster: what a write costs"). A run's
--- field goes instead when a run's first chunk in the slot finds it idle for the lifetime.
+-- expiry lookup that every write makes (is this key expired?) into a large table; with the reply
+-- the old guard stored, that cost a cluster node 11 % of its time (docs/benchmarks.md, "Redis
+-- Cluster"). A run's field goes instead when a run's first chunk in the slot finds it idle for
+-- the lifetime.
 
 -- A run's field: "<number> <time>".
 local guard, seq, run, now = KEYS[1], tonumber(ARGV[1]), ARGV[2], ARGV[3]

@@ -500,31 +500,11 @@ impl Writer {
                     calls.push((key.clone(), cmd));
                 }
             }
-            // The hour's average of a replayed chunk's timer, as the script computes it.
-            let mut averages = follow_ups.slowest.clone();
-            for key in &follow_ups.averages_to_read {
-                let scores: Vec<Option<f64>> = match redis::cmd("ZMSCORE")
-                    .arg(key)
-                    .arg("sum")
-                    .arg("count")
-                    .query_async(&mut conn)
-                    .await
-                {
-                    Ok(scores) => scores,
-                    // Another program's key: its chunk counted that refusal already.
-                    Err(e) if e.code() == Some("WRONGTYPE") => continue,
-                    Err(e) => return Err(e.into()),
-                };
-                if let [Some(sum), Some(count)] = scores[..]
-                    && count > 0.0
-                    && let Some(series) = keys.series_of_stats(key, StatKind::Timer)
-                {
-                    averages.push((series.into_bytes(), sum / count));
-                }
-            }
-            if !averages.is_empty() {
+            let read = read_averages(&conn, &keys, &follow_ups.averages_to_read).await?;
+            if !follow_ups.slowest.is_empty() || !read.is_empty() {
                 let slowest = keys.slowest();
-                for batch in averages.chunks(FOLLOW_UP_BATCH) {
+                let batches = follow_ups.slowest.chunks(FOLLOW_UP_BATCH);
+                for batch in batches.chain(read.chunks(FOLLOW_UP_BATCH)) {
                     let mut cmd = redis::cmd("ZADD");
                     cmd.arg(&slowest);
                     for (series, average) in batch {
@@ -574,6 +554,48 @@ fn server_error_text(e: &redis::RedisError) -> String {
 }
 
 /// A slot chunk's reply, or why it was not acknowledged.
+/// The hour's average of each timer whose `stats:` key is in `stats_keys`, as the script
+/// computes it (for chunks answered *applied before*, whose replies hold none), read
+/// concurrently: a spool replayed can bring a window's worth.
+async fn read_averages(
+    conn: &Connection,
+    keys: &Keys,
+    stats_keys: &[String],
+) -> Result<Vec<(Vec<u8>, f64)>, StoreError> {
+    let replies: Vec<_> = futures_util::stream::iter(stats_keys.iter().cloned())
+        .map(|key: String| {
+            let mut conn = conn.clone();
+            async move {
+                let scores = redis::cmd("ZMSCORE")
+                    .arg(&key)
+                    .arg("sum")
+                    .arg("count")
+                    .query_async::<Vec<Option<f64>>>(&mut conn)
+                    .await;
+                (key, scores)
+            }
+        })
+        .buffer_unordered(CONCURRENT_CHUNKS)
+        .collect()
+        .await;
+    let mut averages = Vec::new();
+    for (key, scores) in replies {
+        let scores = match scores {
+            Ok(scores) => scores,
+            // Another program's key: its chunk counted that refusal already.
+            Err(e) if e.code() == Some("WRONGTYPE") => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if let [Some(sum), Some(count)] = scores[..]
+            && count > 0.0
+            && let Some(series) = keys.series_of_stats(&key, StatKind::Timer)
+        {
+            averages.push((series.into_bytes(), sum / count));
+        }
+    }
+    Ok(averages)
+}
+
 type ChunkReply = Result<Vec<redis::Value>, StoreError>;
 
 /// One slot chunk: `EVALSHA`, and on `NOSCRIPT` (a node that never saw it: a promoted replica,

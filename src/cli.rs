@@ -255,6 +255,16 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
                 number(view.count),
                 number(view.relative_accuracy * 100.0)
             );
+            if let (Some(from), Some(&first), Some(&last)) =
+                (view.arriving_from, view.slices.first(), view.slices.last())
+                && from <= last
+            {
+                let _ = writeln!(
+                    out,
+                    "the slices from {} (UTC) on may still be receiving values",
+                    clock::datetime(from.max(first))
+                );
+            }
             table(
                 &mut out,
                 &["quantile", "value"],

@@ -64,6 +64,7 @@ async fn dashboard_shows_counts_stats_and_logs() {
     }
     agent.send(b"checkout:120|ms\ncheckout:80|ms\nlogin:30|ms\n_sc|db|2|m:replica down");
     agent.send(b"queue:7|g\nusers:alice|s\nusers:bob|s");
+    agent.send(b"sizes:10|h\nsizes:20|h\nsizes:4000|h\nspread:3|d|@0.5");
     let page: String = (1..=100).map(|v| format!("page.time:{v}|ms\n")).collect();
     agent.send(page.as_bytes());
     for n in 0..30 {
@@ -151,6 +152,29 @@ async fn dashboard_shows_counts_stats_and_logs() {
         "quantiles over time"
     );
     assert!(timer.contains("page.time"), "timers are listed");
+    let histogram = dom_of("type=histogram&series=sizes").await.unwrap();
+    let p50: f64 = attribute_values(&histogram, "data-p50")[0].parse().unwrap();
+    assert!((p50 - 20.0).abs() <= 0.2, "p50 {p50}\n{histogram}");
+    let distribution = dom_of("type=distribution&series=spread").await.unwrap();
+    let p50: f64 = attribute_values(&distribution, "data-p50")[0]
+        .parse()
+        .unwrap();
+    assert!((p50 - 3.0).abs() <= 0.03, "p50 {p50}\n{distribution}");
+    assert_eq!(
+        attribute_values(&distribution, "data-series"),
+        ["spread"],
+        "distributions listed"
+    );
+
+    // Several series on one chart, and the timers searched by name.
+    let two = dom_of("type=counter&series=hits,filler.07&precision=1")
+        .await
+        .unwrap();
+    let lines: std::collections::BTreeSet<String> =
+        attribute_values(&two, "data-line").into_iter().collect();
+    assert_eq!(lines.into_iter().collect::<Vec<_>>(), ["filler.07", "hits"]);
+    let found = dom_of("type=timer&match=page").await.unwrap();
+    assert_eq!(attribute_values(&found, "data-series"), ["page.time"]);
 
     let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("target")
@@ -173,6 +197,101 @@ async fn dashboard_shows_counts_stats_and_logs() {
         .await
         .unwrap();
     assert!(narrow.exists());
+    agent.stop().await;
+}
+
+/// Each `<circle class="sample…" … data-slice="…">` of a chart: its slice and whether it is
+/// drawn as still arriving.
+fn samples(dom: &str) -> Vec<(u64, bool)> {
+    dom.split("<circle")
+        .skip(1)
+        .filter_map(|c| {
+            let element = c.split('>').next()?;
+            let slice = attribute_values(element, "data-slice")
+                .pop()?
+                .parse()
+                .ok()?;
+            Some((
+                slice,
+                attribute_values(element, "class")
+                    .pop()?
+                    .contains("filling"),
+            ))
+        })
+        .collect()
+}
+
+/// At the default `quantile_write_secs` (60) a minute's buckets are written during the next
+/// minute: right after the values arrive the timer view says that nothing is written yet
+/// instead of showing an empty chart. With 5 s groups (and 5 s slices) a slice once written
+/// and complete is drawn solid, and the slices after it lie in the band still arriving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shades_the_quantile_slices_still_arriving() {
+    let redis = RedisServer::start();
+    let held = TestAgent::start(statsd_redis::config::Config {
+        quantile_write_secs: 60,
+        ..test_config(&redis)
+    });
+    // The minute must not end (and be written) before the page is taken.
+    while !(1..45).contains(&(unix_now() % 60)) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    held.send(b"wait.t:5|ms\nwait.t:7|ms");
+    eventually(Duration::from_secs(3), "statistics written", || {
+        redis::cmd("EXISTS")
+            .arg("stats:wait.t:AccessTime")
+            .query::<i64>(&mut redis.conn())
+            .unwrap()
+            == 1
+    })
+    .await;
+    let url = format!("http://{}/?type=timer&series=wait.t", held.http);
+    let dom = tokio::task::spawn_blocking(move || chromium(&url, &["--dump-dom"]))
+        .await
+        .unwrap();
+    assert!(
+        dom.contains("no buckets written in the last half hour yet")
+            && dom.contains("during the next minute"),
+        "{dom}"
+    );
+    assert!(samples(&dom).is_empty(), "no quantile drawn yet");
+    held.stop().await;
+
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(statsd_redis::config::Config {
+        quantile_write_secs: 5,
+        quantile_precisions: vec![5, 3600],
+        // 400 slices of 5 s cover the chart's half hour.
+        sample_count: 400,
+        ..test_config(&redis)
+    });
+    let slice = unix_now() / 5 * 5;
+    agent.send(b"wait.t:5|ms\nwait.t:7|ms");
+    eventually(
+        Duration::from_secs(15),
+        "the group's buckets written",
+        || redis.hist_total(&format!("hist:5:wait.t:AccessTime:{slice}")) == 2.0,
+    )
+    .await;
+    // Complete once its group's write window (5 s) and a flush (1 s) have passed.
+    while unix_now() < slice + 5 + 6 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let url = format!("http://{}/?type=timer&series=wait.t", agent.http);
+    let dom = tokio::task::spawn_blocking(move || chromium(&url, &["--dump-dom"]))
+        .await
+        .unwrap();
+    let drawn = samples(&dom);
+    assert_eq!(
+        drawn,
+        vec![(slice, false); 3],
+        "p50, p90, p99 of the slice, solid\n{dom}"
+    );
+    let band: u64 = attribute_values(&dom, "data-from")[0].parse().unwrap();
+    assert!(
+        band > slice && band <= unix_now(),
+        "the band starts after the slice: {band} vs {slice}"
+    );
     agent.stop().await;
 }
 

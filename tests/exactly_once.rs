@@ -74,6 +74,79 @@ async fn a_copy_delivered_after_its_retry_was_acknowledged_is_not_applied_again(
     );
 }
 
+/// The same fault on a chunk of quantile buckets alone: with `quantile_write_secs` a group's
+/// buckets are summed in the agent and written after the group, in their own chunk, under the
+/// same guard. Its copy delivered after the retry was acknowledged adds no bucket twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_copy_of_a_held_buckets_chunk_is_not_applied_again() {
+    let (redis, port) = RedisServer::start_tcp();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 2).await;
+    let agent = TestAgent::start(Config {
+        quantile_write_secs: 5,
+        quantile_precisions: vec![5, 3600],
+        ..via_proxy(&redis, &proxy)
+    });
+    agent.send(b"warm:1|c");
+    eventually(Duration::from_secs(10), "first flush", || {
+        redis.counter_total(1, "warm") == 1
+    })
+    .await;
+    // Early in a 5 s group: its statistics are written seconds before the group ends.
+    while unix_now() % 5 != 1 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let group = unix_now() / 5 * 5;
+    agent.send(b"held.t:2|ms\nheld.t:300|ms");
+    let count = |redis: &RedisServer| -> Option<f64> {
+        redis::cmd("ZSCORE")
+            .arg("stats:held.t:AccessTime")
+            .arg("count")
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    eventually(Duration::from_secs(3), "statistics written", || {
+        count(&redis) == Some(2.0)
+    })
+    .await;
+    let slice = format!("hist:5:held.t:AccessTime:{group}");
+    assert_eq!(redis.hist_total(&slice), 0.0, "the buckets are held");
+
+    proxy.set_mode(Mode::HoldNextFlush);
+    eventually(
+        Duration::from_secs(15),
+        "the retry wrote the buckets",
+        || redis.hist_total(&slice) == 2.0,
+    )
+    .await;
+    let held = String::from_utf8_lossy(&proxy.held.lock().unwrap()).into_owned();
+    assert!(
+        held.contains("held.t"),
+        "the copy held is the buckets' chunk: {held}"
+    );
+    agent.send(b"after:1|c");
+    eventually(Duration::from_secs(10), "a later flush", || {
+        redis.counter_total(1, "after") == 1
+    })
+    .await;
+    proxy.release();
+    eventually(
+        Duration::from_secs(10),
+        "the held copy reached Redis",
+        || proxy.delivered_late.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    assert!(agent.metric("redis_errors_total") >= 1.0);
+    agent.stop().await;
+    assert_eq!(
+        redis.hist_total(&slice),
+        2.0,
+        "the 5 s slice's buckets once"
+    );
+    let hour = format!("hist:3600:held.t:AccessTime:{}", group / 3600 * 3600);
+    assert_eq!(redis.hist_total(&hour), 2.0, "the hour's buckets once");
+    assert_eq!(count(&redis), Some(2.0), "the statistics once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_stalls_and_cuts_under_load_neither_lose_nor_double() {
     let (redis, port) = RedisServer::start_tcp();

@@ -1,6 +1,6 @@
 //! Quantiles from the buckets in Redis: within the relative accuracy of the exact quantiles of
 //! what was sent, for several distributions and sample rates, over real UDP; merged exactly
-//! across agents and slices; rolled over with the hour; read by the CLI and the API.
+//! across agents and slices; the agent's own bound on a hash; read by the CLI and the API.
 
 mod common;
 
@@ -372,10 +372,10 @@ fine:7|ms",
     agent.stop().await;
 }
 
-/// `statsd-redis get percentiles page.time <args>` against `redis`; its stdout.
-fn get_percentiles(redis: &RedisServer, args: &[&str]) -> String {
+/// `statsd-redis get percentiles <series> <args>` against `redis`; its stdout.
+fn get_percentiles(redis: &RedisServer, series: &str, args: &[&str]) -> String {
     let out = bin()
-        .args(["--redis", &redis.url(), "get", "percentiles", "page.time"])
+        .args(["--redis", &redis.url(), "get", "percentiles", series])
         .args(args)
         .output()
         .unwrap();
@@ -396,16 +396,23 @@ async fn the_cli_and_the_api_read_percentiles() {
     });
     let values: Vec<(f64, f64)> = (1..=100).map(|v| (f64::from(v), 1.0)).collect();
     send_samples(&agent, "page.time", &values);
-    eventually(Duration::from_secs(3), "stats", || {
+    // Histograms and distributions, the second sampled at a half (each value counts twice).
+    agent.send(b"body.size:100|h\nbody.size:200|h\nbody.size:300|h");
+    agent.send(b"queue.wait:4|d|@0.5\nqueue.wait:8|d|@0.5");
+    let count = |key: &str| {
         redis::cmd("ZSCORE")
-            .arg("stats:page.time:AccessTime")
+            .arg(key)
             .arg("count")
             .query::<Option<f64>>(&mut redis.conn())
             .unwrap()
-            == Some(100.0)
+    };
+    eventually(Duration::from_secs(3), "stats", || {
+        count("stats:page.time:AccessTime") == Some(100.0)
+            && count("stats:body.size:Histogram") == Some(3.0)
+            && count("stats:queue.wait:Distribution").is_some()
     })
     .await;
-    let out = get_percentiles(&redis, &["--quantiles", "0.5,0.99", "--json"]);
+    let out = get_percentiles(&redis, "page.time", &["--quantiles", "0.5,0.99", "--json"]);
     let json: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         json["relative_accuracy"], 0.02,
@@ -414,11 +421,69 @@ async fn the_cli_and_the_api_read_percentiles() {
     assert_eq!(json["count"], 100.0);
     let p99 = json["quantiles"][1][1].as_f64().unwrap();
     assert_within(p99, 99.0, 0.02, "CLI p99");
-    let text = get_percentiles(&redis, &["--last", "5m"]);
-
+    let text = get_percentiles(&redis, "page.time", &["--last", "5m"]);
     assert!(
         text.contains("within 2% of the exact one") && text.contains("p99"),
         "{text}"
+    );
+    assert!(
+        text.contains("on may still be receiving values"),
+        "the minute still filling is named: {text}"
+    );
+
+    // `--type` by the book's name and by the protocol's; the buckets of `h` and `d` values.
+    let sizes = get_percentiles(
+        &redis,
+        "body.size",
+        &["--type", "Histogram", "--quantiles", "0.5", "--json"],
+    );
+    let sizes: serde_json::Value = serde_json::from_str(&sizes).unwrap();
+    assert_eq!(sizes["count"], 3.0);
+    assert_within(
+        sizes["quantiles"][0][1].as_f64().unwrap(),
+        200.0,
+        0.02,
+        "h p50",
+    );
+    let waits = get_percentiles(&redis, "queue.wait", &["--type", "d", "--json"]);
+    let waits: serde_json::Value = serde_json::from_str(&waits).unwrap();
+    assert_eq!(waits["count"], 4.0, "each value counted 1 / rate times");
+    let timer_only = bin()
+        .args(["--redis", &redis.url(), "get", "percentiles", "body.size"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        timer_only.status.code(),
+        Some(1),
+        "body.size has no timer values"
+    );
+
+    // `--hour last` and `--hour YYYY-MM-DDTHH` read the 3600 s slice of that hour: the current
+    // hour's hash copied to the one before and to one two days ago.
+    let hour = unix_now() / 3600 * 3600;
+    let current = format!("hist:3600:page.time:AccessTime:{hour}");
+    for earlier in [hour - 3600, hour - 48 * 3600] {
+        redis::cmd("COPY")
+            .arg(&current)
+            .arg(format!("hist:3600:page.time:AccessTime:{earlier}"))
+            .query::<i64>(&mut redis.conn())
+            .unwrap();
+    }
+    let last = get_percentiles(&redis, "page.time", &["--hour", "last"]);
+    let name = statsd_redis::store::clock::hour_start(hour - 3600);
+    assert!(
+        last.contains(&format!("100 values over the hour {name}")),
+        "{last}"
+    );
+    let day_before = &statsd_redis::store::clock::hour_start(hour - 48 * 3600)[..13];
+    let old = get_percentiles(&redis, "page.time", &["--hour", day_before, "--json"]);
+    let old: serde_json::Value = serde_json::from_str(&old).unwrap();
+    assert_eq!(old["slices"], serde_json::json!([hour - 48 * 3600]));
+    assert_within(
+        old["quantiles"][2][1].as_f64().unwrap(),
+        99.0,
+        0.02,
+        "old p99",
     );
 
     let (status, body) = http_get(
@@ -439,6 +504,11 @@ async fn the_cli_and_the_api_read_percentiles() {
         "/api/v1/percentiles/page.time?quantiles=0.5&last=5m&by_slice=true",
     );
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let arriving = json["arriving_from"].as_u64().unwrap();
+    assert!(
+        arriving <= unix_now() && arriving + 120 > unix_now() && arriving.is_multiple_of(60),
+        "the minute still filling: {body}"
+    );
     let per_minute: f64 = json["by_slice"]
         .as_array()
         .unwrap()

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use crate::aggregate::StatKind;
 use crate::store::query::{PercentilesQuery, parse_duration, parse_quantile};
-use crate::store::{QueryError, StoreError};
+use crate::store::{QueryError, Schedule, StoreError};
 
 /// Largest page of the known-series list and longest slowest/log listing.
 const MAX_PAGE: usize = 500;
@@ -112,9 +112,11 @@ async fn counter(
     Query(q): Params,
 ) -> ApiResult {
     let precision = positive(&q, "precision", 1)?;
-    let samples = s.queries().await?.counter(&series, precision).await?;
+    let mut queries = s.queries().await?;
+    let samples = queries.counter(&series, precision).await?;
+    let arriving_from = queries.arriving_from(Schedule::Counters, precision);
     Ok(Json(
-        json!({ "series": series, "precision": precision, "samples": samples }),
+        json!({ "series": series, "precision": precision, "samples": samples, "arriving_from": arriving_from }),
     ))
 }
 
@@ -169,6 +171,7 @@ async fn percentiles(
         "precision": view.precision,
         "slices": view.slices,
         "by_slice": view.by_slice,
+        "arriving_from": view.arriving_from,
     })))
 }
 
@@ -214,16 +217,19 @@ async fn gauge(
     let precision = positive(&q, "precision", s.config.precisions[0])?;
     // A gauge with a value but no slice at this precision (yet) has no samples, not 404.
     let samples = queries.reader.gauge_samples(&series, precision).await?;
+    let arriving_from = queries.arriving_from(Schedule::Values, precision);
     Ok(Json(
-        json!({ "series": series, "value": value, "precision": precision, "samples": samples }),
+        json!({ "series": series, "value": value, "precision": precision, "samples": samples, "arriving_from": arriving_from }),
     ))
 }
 
 async fn set(State(s): State<AppState>, Path(series): Path<String>, Query(q): Params) -> ApiResult {
     let precision = positive(&q, "precision", 60)?;
-    let samples = s.queries().await?.set(&series, precision).await?;
+    let mut queries = s.queries().await?;
+    let samples = queries.set(&series, precision).await?;
+    let arriving_from = queries.arriving_from(Schedule::Values, precision);
     Ok(Json(
-        json!({ "series": series, "precision": precision, "samples": samples }),
+        json!({ "series": series, "precision": precision, "samples": samples, "arriving_from": arriving_from }),
     ))
 }
 

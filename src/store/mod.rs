@@ -25,7 +25,7 @@ use crate::config::{Config, ConfigError, RedisMode};
 
 pub use cleaner::Cleaner;
 pub use keys::Keys;
-pub use query::{Queries, QueryError};
+pub use query::{Queries, QueryError, Schedule};
 pub use reader::{QuantileRange, QuantilesView, Reader, SliceQuantiles, glob_match};
 pub use slots::{FollowUps, SlotsWritten, build_slot_chunks};
 pub use writer::{

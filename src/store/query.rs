@@ -44,6 +44,11 @@ pub struct Queries<'a> {
 }
 
 impl Queries<'_> {
+    /// [`arriving_from`] now, under this agent's config.
+    pub fn arriving_from(&self, schedule: Schedule, precision: u64) -> u64 {
+        arriving_from(self.config, schedule, precision, clock::unix_now())
+    }
+
     /// The book's `get_counter`: a counter's slices at `precision`, oldest first.
     pub async fn counter(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, i64)>> {
         let samples = self.reader.counter(series, precision).await?;
@@ -79,7 +84,11 @@ impl Queries<'_> {
         let view = self
             .reader
             .quantiles(series, query.kind, &query.quantiles, range, query.by_slice)
-            .await?;
+            .await?
+            .map(|view| QuantilesView {
+                arriving_from: Some(self.arriving_from(Schedule::Buckets, range.precision)),
+                ..view
+            });
         view.ok_or_else(|| {
             QueryError::NotFound(format!(
                 "no {} values of `{series}` in that range",
@@ -148,6 +157,35 @@ impl Queries<'_> {
     ) -> QueryResult<Vec<KnownSeries>> {
         Ok(self.reader.known(gauges, pattern).await?)
     }
+}
+
+/// What a slice holds, for [`arriving_from`]: each is written on its own schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// Counters: every window, or once per `min(p, coarse_write_secs)` at a coarse precision.
+    Counters,
+    /// Gauges and sets: every window.
+    Values,
+    /// Quantile buckets: every window, or once per `quantile_write_secs` after its group.
+    Buckets,
+}
+
+/// The start of the oldest slice at `precision` that may still receive values at `now`: its
+/// last window has not been written yet, or its group of windows is still being dealt over the
+/// next period's windows. Slices before it are complete (unless the agent is behind: its
+/// `backlog_windows`). A chart draws the slices from here on as still arriving, not as a drop.
+pub fn arriving_from(config: &Config, schedule: Schedule, precision: u64, now: u64) -> u64 {
+    let interval = config.flush_interval_secs;
+    let held = match schedule {
+        // A coarse group is complete up to two of its periods after its window: the group
+        // itself, then its spread (the README's table).
+        Schedule::Counters if precision > 1 && config.coarse_write_secs > interval => {
+            2 * precision.min(config.coarse_write_secs)
+        }
+        Schedule::Buckets if config.quantile_write_secs > interval => config.quantile_write_secs,
+        _ => 0,
+    };
+    super::keys::slice(now.saturating_sub(interval + held), precision.max(1))
 }
 
 /// `samples`, or not found (`what`) when there are none.
@@ -323,6 +361,45 @@ mod tests {
             Ok(QuantileRange::hour(1_795_320_000 - 14 * 3600))
         );
         assert!(range(None, Some("yesterday"), None).is_err());
+    }
+
+    #[test]
+    fn slices_still_arriving() {
+        let now = 1_795_320_489; // 14:08:09 UTC
+        let config = Config::default();
+        let from = |schedule, p| arriving_from(&config, schedule, p, now);
+        assert_eq!(
+            from(Schedule::Counters, 1),
+            now - 1,
+            "the window being written"
+        );
+        assert_eq!(
+            from(Schedule::Counters, 60),
+            now / 60 * 60,
+            "the minute filling"
+        );
+        assert_eq!(from(Schedule::Values, 3600), now / 3600 * 3600);
+        // A minute's buckets are written during the next minute: 14:07 is still arriving.
+        assert_eq!(from(Schedule::Buckets, 60), now / 60 * 60 - 60);
+        assert_eq!(from(Schedule::Buckets, 3600), now / 3600 * 3600);
+        let every_window = Config {
+            quantile_write_secs: 0,
+            coarse_write_secs: 60,
+            ..Config::default()
+        };
+        let from = |schedule, p| arriving_from(&every_window, schedule, p, now);
+        assert_eq!(from(Schedule::Buckets, 60), now / 60 * 60);
+        assert_eq!(
+            from(Schedule::Counters, 1),
+            now - 1,
+            "the 1 s counters every window"
+        );
+        assert_eq!(
+            from(Schedule::Counters, 5),
+            (now - 11) / 5 * 5,
+            "two 5 s groups"
+        );
+        assert_eq!(from(Schedule::Counters, 300), (now - 121) / 300 * 300);
     }
 
     #[test]

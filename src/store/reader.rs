@@ -112,6 +112,9 @@ pub struct QuantilesView {
     /// Each slice's own count and quantiles, oldest first, slices without values left out
     /// (only when asked for).
     pub by_slice: Vec<SliceQuantiles>,
+    /// The oldest slice that may still receive values (`query::arriving_from`): the agent's
+    /// queries fill it in from its config; a bare reader does not know it.
+    pub arriving_from: Option<u64>,
 }
 
 /// One slice's quantiles, for a chart over time.
@@ -245,6 +248,7 @@ impl Reader {
             precision: range.precision,
             slices,
             by_slice: each,
+            arriving_from: None,
         }))
     }
 

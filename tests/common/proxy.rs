@@ -32,6 +32,8 @@ pub struct FaultProxy {
     release: Arc<Notify>,
     /// Held writes delivered to Redis after their release.
     pub delivered_late: Arc<AtomicUsize>,
+    /// The bytes of the last write held.
+    pub held: Arc<Mutex<Vec<u8>>>,
     /// Chaos: connections cut and writes stalled.
     pub cuts: Arc<AtomicUsize>,
     pub stalls: Arc<AtomicUsize>,
@@ -45,6 +47,7 @@ impl FaultProxy {
             mode: Arc::new(Mutex::new(Mode::Pass)),
             release: Arc::new(Notify::new()),
             delivered_late: Arc::default(),
+            held: Arc::default(),
             cuts: Arc::default(),
             stalls: Arc::default(),
         };
@@ -67,6 +70,7 @@ impl FaultProxy {
             mode: self.mode.clone(),
             release: self.release.clone(),
             delivered_late: self.delivered_late.clone(),
+            held: self.held.clone(),
             cuts: self.cuts.clone(),
             stalls: self.stalls.clone(),
         }
@@ -87,6 +91,7 @@ struct Shared {
     mode: Arc<Mutex<Mode>>,
     release: Arc<Notify>,
     delivered_late: Arc<AtomicUsize>,
+    held: Arc<Mutex<Vec<u8>>>,
     cuts: Arc<AtomicUsize>,
     stalls: Arc<AtomicUsize>,
 }
@@ -120,6 +125,7 @@ impl Shared {
             match mode {
                 Mode::HoldNextFlush if contains(data, b"EVALSHA") => {
                     *self.mode.lock().unwrap() = Mode::Pass;
+                    *self.held.lock().unwrap() = data.to_vec();
                     self.release.notified().await;
                     let _ = sw.write_all(data).await;
                     // Redis must read the copy before it sees the connection end.

@@ -5,7 +5,7 @@
 //! `scripts/quantile-cost.sh` writes timers with and without their quantile buckets.
 //!
 //! cargo run --release --example flush_cost -- --redis URL [--cluster] [--series N] [--windows N] [--start SECS]
-//!     [--step SECS] [--warmup N] [--timers --samples N [--no-buckets | --buckets-only] [--quantile-precisions 60,3600]]
+//!     [--step SECS] [--warmup N [--masters URL,URL...]] [--timers --samples N [--no-buckets | --buckets-only] [--quantile-precisions 60,3600]]
 //!
 //! With `--timers` each series is a timer with `--samples` values a window, spread like latencies
 //! (log-normal, median 100 ms), into the hourly stats and the quantile buckets (none with
@@ -16,7 +16,7 @@
 //! one stopped writes into the hashes the first one made, as an agent does all day.
 //! `--warmup N` writes N windows first, unmeasured, in the same run (they create the keys), then
 //! prints the server's CPU over the measured windows and its `HINCRBY` calls (from `INFO`, asked
-//! of the node `--redis` names: for a cluster, give a one-master cluster).
+//! of the node `--redis` names, or summed over every node `--masters` names: a cluster's masters).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,6 +35,7 @@ async fn main() {
     let (mut timers, mut samples, mut buckets, mut stats_too, mut step) =
         (false, 20, true, true, 1);
     let mut warmup = 0;
+    let mut masters: Vec<String> = Vec::new();
     let mut quantile_precisions = Config::default().quantile_precisions;
     let mut start = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -54,6 +55,7 @@ async fn main() {
             "--buckets-only" => stats_too = false,
             "--step" => step = value().parse().expect("--step SECS"),
             "--warmup" => warmup = value().parse().expect("--warmup N"),
+            "--masters" => masters = value().split(',').map(String::from).collect(),
             "--quantile-precisions" => {
                 quantile_precisions = value()
                     .split(',')
@@ -63,6 +65,9 @@ async fn main() {
             }
             other => panic!("unknown argument {other}"),
         }
+    }
+    if masters.is_empty() {
+        masters.push(redis.clone());
     }
     let config = Config {
         redis_cluster_nodes: if cluster { vec![redis.clone()] } else { vec![] },
@@ -109,7 +114,7 @@ async fn main() {
     let mut before = None;
     for w in 0..warmup + windows {
         if w == warmup && warmup > 0 {
-            before = Some(server_usage(&config.redis).await);
+            before = Some(server_usage(&masters).await);
         }
         let window = if timers {
             let stats = (0..series)
@@ -188,7 +193,7 @@ async fn main() {
         seconds / windows as f64
     );
     if let Some((cpu0, calls0)) = before {
-        let (cpu1, calls1) = server_usage(&config.redis).await;
+        let (cpu1, calls1) = server_usage(&masters).await;
         let (cpu, calls) = (cpu1 - cpu0, calls1 - calls0);
         println!(
             "Redis CPU {cpu:.2} s, HINCRBY {calls}, {:.2} us per HINCRBY",
@@ -197,32 +202,34 @@ async fn main() {
     }
 }
 
-/// The server's CPU time so far (user and system, s) and its `HINCRBY` calls.
-async fn server_usage(url: &str) -> (f64, u64) {
-    let client = redis::Client::open(url).expect("--redis URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a connection for INFO");
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .expect("INFO");
-    let field = |line: &str, name: &str| {
-        line.strip_prefix(name)
-            .map(|v| v.split(',').next().unwrap_or("").to_string())
-    };
+/// The servers' CPU time so far (user and system, s) and their `HINCRBY` calls, summed.
+async fn server_usage(urls: &[String]) -> (f64, u64) {
     let (mut cpu, mut calls) = (0.0, 0);
-    for line in info.lines() {
-        for name in ["used_cpu_user:", "used_cpu_sys:"] {
-            if let Some(v) = field(line, name) {
-                cpu += v.trim().parse::<f64>().unwrap_or(0.0);
+    for url in urls {
+        let client = redis::Client::open(url.as_str()).expect("a node's URL");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection for INFO");
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO");
+        let field = |line: &str, name: &str| {
+            line.strip_prefix(name)
+                .map(|v| v.split(',').next().unwrap_or("").to_string())
+        };
+        for line in info.lines() {
+            for name in ["used_cpu_user:", "used_cpu_sys:"] {
+                if let Some(v) = field(line, name) {
+                    cpu += v.trim().parse::<f64>().unwrap_or(0.0);
+                }
             }
-        }
-        if let Some(v) = field(line, "cmdstat_hincrby:calls=") {
-            calls = v.parse().unwrap_or(0);
+            if let Some(v) = field(line, "cmdstat_hincrby:calls=") {
+                calls += v.parse::<u64>().unwrap_or(0);
+            }
         }
     }
     (cpu, calls)

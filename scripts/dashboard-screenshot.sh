@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Renders docs/dashboard.png (two counters on one chart) and docs/dashboard-timers.png (a timer's
-# quantiles): a private Redis and agent, 20 s of varied traffic, then headless Chromium
-# screenshots of the dashboard. Needs redis-server and chromium.
+# quantiles): a private Redis and an agent with the built-in defaults, SECS (default 200) seconds
+# of varied traffic, then headless Chromium screenshots of the dashboard. A minute's quantile
+# buckets are written during the next minute (quantile_write_secs), so the timer chart needs a
+# few minutes to show more than the band still arriving. Needs redis-server and chromium.
+#   scripts/dashboard-screenshot.sh [SECS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --bin statsd-redis
@@ -13,7 +16,7 @@ until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
 # One datagram per call, through bash's own /dev/udp (printf writes its output at once).
 send() { printf '%b' "$1" > "/dev/udp/127.0.0.1/$udp"; }
 for s in web.checkout web.login web.search api.orders api.users; do send "$s.requests:1|c"; done
-for i in $(seq 1 20); do
+for i in $(seq 1 "${1:-200}"); do
   n=$(( (i * 7) % 13 + 3 ))
   send "web.requests:$n|c\nweb.requests;env=canary:$((n / 3))|c"
   send "checkout:$((100 + i * 3))|ms\nlogin:$((30 + i % 5))|ms\nsearch:$((60 + i % 9))|ms\nqueue.depth:$i|g"

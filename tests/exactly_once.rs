@@ -22,6 +22,27 @@ fn via_proxy(redis: &RedisServer, proxy: &FaultProxy) -> Config {
     }
 }
 
+/// After the agent gave up on the held copy and its retry was applied: a later flush is
+/// acknowledged too, then the old copy reaches Redis.
+async fn deliver_the_held_copy_late(agent: &TestAgent, redis: &RedisServer, proxy: &FaultProxy) {
+    agent.send(b"after:1|c");
+    eventually(Duration::from_secs(10), "a later flush", || {
+        redis.counter_total(1, "after") == 1
+    })
+    .await;
+    proxy.release();
+    eventually(
+        Duration::from_secs(10),
+        "the held copy reached Redis",
+        || proxy.delivered_late.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    assert!(
+        agent.metric("redis_errors_total") >= 1.0,
+        "the agent gave up on it"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_delivered_after_its_retry_was_acknowledged_is_not_applied_again() {
     let (redis, port) = RedisServer::start_tcp();
@@ -41,21 +62,7 @@ async fn a_copy_delivered_after_its_retry_was_acknowledged_is_not_applied_again(
         redis.counter_total(1, "late") == 5
     })
     .await;
-    // Later flushes are acknowledged too, before the old copy arrives.
-    agent.send(b"after:1|c");
-    eventually(Duration::from_secs(10), "a later flush", || {
-        redis.counter_total(1, "after") == 1
-    })
-    .await;
-    proxy.release();
-    eventually(
-        Duration::from_secs(10),
-        "the held copy reached Redis",
-        || proxy.delivered_late.load(Ordering::SeqCst) == 1,
-    )
-    .await;
-
-    assert!(agent.metric("redis_errors_total") >= 1.0);
+    deliver_the_held_copy_late(&agent, &redis, &proxy).await;
     agent.stop().await;
     for p in PRECISIONS {
         assert_eq!(redis.counter_total(p, "late"), 5, "precision {p}");
@@ -123,19 +130,7 @@ async fn a_late_copy_of_a_held_buckets_chunk_is_not_applied_again() {
         held.contains("held.t"),
         "the copy held is the buckets' chunk: {held}"
     );
-    agent.send(b"after:1|c");
-    eventually(Duration::from_secs(10), "a later flush", || {
-        redis.counter_total(1, "after") == 1
-    })
-    .await;
-    proxy.release();
-    eventually(
-        Duration::from_secs(10),
-        "the held copy reached Redis",
-        || proxy.delivered_late.load(Ordering::SeqCst) == 1,
-    )
-    .await;
-    assert!(agent.metric("redis_errors_total") >= 1.0);
+    deliver_the_held_copy_late(&agent, &redis, &proxy).await;
     agent.stop().await;
     assert_eq!(
         redis.hist_total(&slice),

@@ -366,40 +366,68 @@ mod tests {
     #[test]
     fn slices_still_arriving() {
         let now = 1_795_320_489; // 14:08:09 UTC
-        let config = Config::default();
-        let from = |schedule, p| arriving_from(&config, schedule, p, now);
-        assert_eq!(
-            from(Schedule::Counters, 1),
-            now - 1,
-            "the window being written"
-        );
-        assert_eq!(
-            from(Schedule::Counters, 60),
-            now / 60 * 60,
-            "the minute filling"
-        );
-        assert_eq!(from(Schedule::Values, 3600), now / 3600 * 3600);
-        // A minute's buckets are written during the next minute: 14:07 is still arriving.
-        assert_eq!(from(Schedule::Buckets, 60), now / 60 * 60 - 60);
-        assert_eq!(from(Schedule::Buckets, 3600), now / 3600 * 3600);
-        let every_window = Config {
+        let coarse = Config {
             quantile_write_secs: 0,
             coarse_write_secs: 60,
             ..Config::default()
         };
-        let from = |schedule, p| arriving_from(&every_window, schedule, p, now);
-        assert_eq!(from(Schedule::Buckets, 60), now / 60 * 60);
-        assert_eq!(
-            from(Schedule::Counters, 1),
-            now - 1,
-            "the 1 s counters every window"
-        );
-        assert_eq!(
-            from(Schedule::Counters, 5),
-            (now - 11) / 5 * 5,
-            "two 5 s groups"
-        );
-        assert_eq!(from(Schedule::Counters, 300), (now - 121) / 300 * 300);
+        let (default, minute, hour) = (Config::default(), now / 60 * 60, now / 3600 * 3600);
+        for (config, schedule, p, want, what) in [
+            (
+                &default,
+                Schedule::Counters,
+                1,
+                now - 1,
+                "the window being written",
+            ),
+            (
+                &default,
+                Schedule::Counters,
+                60,
+                minute,
+                "the minute filling",
+            ),
+            (&default, Schedule::Values, 3600, hour, "the hour filling"),
+            // A minute's buckets are written during the next minute: 14:07 is still arriving.
+            (
+                &default,
+                Schedule::Buckets,
+                60,
+                minute - 60,
+                "the minute before too",
+            ),
+            (&default, Schedule::Buckets, 3600, hour, "the hour filling"),
+            (
+                &coarse,
+                Schedule::Buckets,
+                60,
+                minute,
+                "buckets every window",
+            ),
+            (
+                &coarse,
+                Schedule::Counters,
+                1,
+                now - 1,
+                "1 s counters every window",
+            ),
+            (
+                &coarse,
+                Schedule::Counters,
+                5,
+                (now - 11) / 5 * 5,
+                "two 5 s groups",
+            ),
+            (
+                &coarse,
+                Schedule::Counters,
+                300,
+                (now - 121) / 300 * 300,
+                "two 60 s ones",
+            ),
+        ] {
+            assert_eq!(arriving_from(config, schedule, p, now), want, "{what}");
+        }
     }
 
     #[test]

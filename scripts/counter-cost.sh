@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Redis CPU per counter series per window as the writer takes it, for one or more builds of
-# examples/flush_cost.rs, alternating rounds: what a change costs the counters. Each build writes
-# to a private Redis of its own: one window unmeasured (it makes the keys), then `windows`
-# measured windows of `series` counter series at the seven default precisions; the CPU is the
-# server's (INFO cpu) over the measured ones.
+# Redis CPU per counter series per window (and per HINCRBY) as the writer takes it, for one or
+# more builds of examples/flush_cost.rs, alternating rounds: what a change costs the counters.
+# Each build writes to a private Redis of its own (with CLUSTER=1 a one-master cluster holding
+# every slot): one window unmeasured (it makes the keys), then `windows` measured windows of
+# `series` counter series at the seven default precisions; the CPU and the HINCRBY calls are the
+# server's (INFO) over the measured ones. Works with builds older than flush_cost --warmup.
 #
-#   scripts/counter-cost.sh [series=20000] [windows=5] [rounds=3] [flush_cost binary...]
+#   [CLUSTER=1] scripts/counter-cost.sh [series=20000] [windows=5] [rounds=3] [flush_cost binary...]
 #
 # Without binaries, this checkout's. An earlier build to compare with:
 #   git worktree add /tmp/old REV && (cd /tmp/old && cargo build --release --example flush_cost)
@@ -19,21 +20,37 @@ if [ ${#builds[@]} -eq 0 ]; then
   builds=(target/release/examples/flush_cost)
 fi
 . scripts/common.sh
-socks=()
+urls=(); socks=()
 for i in "${!builds[@]}"; do
-  socks+=("$dir/redis-$i.sock")
-  start_redis "${socks[$i]}"
+  if [ "${CLUSTER:-0}" = 1 ]; then
+    port=$(node_port)
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+      --dbfilename "dump-$port.rdb" --cluster-enabled yes --cluster-config-file "nodes-$port.conf" >/dev/null &
+    until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+    redis-cli -p "$port" cluster addslotsrange 0 16383 >/dev/null
+    until redis-cli -p "$port" cluster info | grep -q 'cluster_state:ok'; do sleep 0.1; done
+    urls+=("redis://127.0.0.1:$port"); socks+=("-p $port")
+  else
+    start_redis "$dir/redis-$i.sock"
+    urls+=("redis+unix://$dir/redis-$i.sock"); socks+=("-s $dir/redis-$i.sock")
+  fi
 done
+# The server's CPU seconds (user + system) and HINCRBY calls so far.
+usage() { # redis-cli address flags
+  # shellcheck disable=SC2086
+  redis-cli $1 info all | tr -d '\r' |
+    awk -F'[:,=]' '/^used_cpu_(user|sys):/ {cpu += $2} /^cmdstat_hincrby:/ {calls = $3} END {print cpu, calls}'
+}
+cluster=(); [ "${CLUSTER:-0}" = 1 ] && cluster=(--cluster)
 start=$(date +%s)
 for round in $(seq 1 "$rounds"); do
   for i in "${!builds[@]}"; do
-    flags=(--redis "redis+unix://${socks[$i]}" --series "$series")
+    flags=(--redis "${urls[$i]}" --series "$series" "${cluster[@]}")
     "${builds[$i]}" "${flags[@]}" --windows 1 --start "$start" >/dev/null
-    before=$(redis_cpu "${socks[$i]}")
+    read -r cpu0 calls0 < <(usage "${socks[$i]}")
     "${builds[$i]}" "${flags[@]}" --windows "$windows" --start $((start + 1)) >/dev/null
-    after=$(redis_cpu "${socks[$i]}")
-    us=$(python3 -c "print(f'{($after - $before) / ($windows * $series) * 1e6:.2f}')")
-    echo "round $round  ${builds[$i]}  $us us of Redis CPU per counter series per window"
+    read -r cpu1 calls1 < <(usage "${socks[$i]}")
+    python3 -c "print(f'round $round  ${builds[$i]}  {($cpu1 - $cpu0) / ($windows * $series) * 1e6:.2f} us of Redis CPU per counter series per window, {($cpu1 - $cpu0) / max(1, $calls1 - $calls0) * 1e6:.2f} per HINCRBY')"
   done
   start=$((start + windows + 1))
 done

@@ -34,7 +34,8 @@ struct Cli {
 
 #[derive(clap::Subcommand)]
 enum Command {
-    /// Read back what the agent stored in Redis (uses --redis and --key-prefix).
+    /// Read back what the agent stored in Redis (uses the Redis settings, --key-prefix, and
+    /// the precisions and write schedule of --config: give it the agent's).
     Get {
         /// Print JSON instead of a table.
         #[arg(long, global = true)]

@@ -162,7 +162,8 @@ impl Queries<'_> {
 /// What a slice holds, for [`arriving_from`]: each is written on its own schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schedule {
-    /// Counters: every window, or once per `min(p, coarse_write_secs)` at a coarse precision.
+    /// Counters: every window, or once per `min(p, coarse_write_secs)` at a coarse precision
+    /// (a period of a window or less is every window).
     Counters,
     /// Gauges and sets: every window.
     Values,
@@ -176,15 +177,15 @@ pub enum Schedule {
 /// `backlog_windows`). A chart draws the slices from here on as still arriving, not as a drop.
 pub fn arriving_from(config: &Config, schedule: Schedule, precision: u64, now: u64) -> u64 {
     let interval = config.flush_interval_secs;
-    let held = match schedule {
-        // A coarse group is complete up to two of its periods after its window: the group
-        // itself, then its spread (the README's table).
-        Schedule::Counters if precision > 1 && config.coarse_write_secs > interval => {
-            2 * precision.min(config.coarse_write_secs)
-        }
-        Schedule::Buckets if config.quantile_write_secs > interval => config.quantile_write_secs,
-        _ => 0,
+    // A group of windows never spans two slices: the slice's last group ends with it and is
+    // dealt over the next period's windows (coarse: min(p, K); buckets: Q), unless that period
+    // is a window or less (written with every window).
+    let period = match schedule {
+        Schedule::Counters => precision.min(config.coarse_write_secs),
+        Schedule::Buckets => config.quantile_write_secs,
+        Schedule::Values => 0,
     };
+    let held = if period > interval { period } else { 0 };
     super::keys::slice(now.saturating_sub(interval + held), precision.max(1))
 }
 
@@ -365,66 +366,28 @@ mod tests {
 
     #[test]
     fn slices_still_arriving() {
+        use Schedule::{Buckets, Counters, Values};
         let now = 1_795_320_489; // 14:08:09 UTC
-        let coarse = Config {
+        let k60 = Config {
             quantile_write_secs: 0,
             coarse_write_secs: 60,
             ..Config::default()
         };
-        let (default, minute, hour) = (Config::default(), now / 60 * 60, now / 3600 * 3600);
+        let (def, minute, hour) = (Config::default(), now / 60 * 60, now / 3600 * 3600);
+        // A coarse slice's last group is dealt over the next min(p, K) seconds.
+        let (g5, g300) = ((now - 1 - 5) / 5 * 5, (now - 1 - 60) / 300 * 300);
         for (config, schedule, p, want, what) in [
-            (
-                &default,
-                Schedule::Counters,
-                1,
-                now - 1,
-                "the window being written",
-            ),
-            (
-                &default,
-                Schedule::Counters,
-                60,
-                minute,
-                "the minute filling",
-            ),
-            (&default, Schedule::Values, 3600, hour, "the hour filling"),
+            (&def, Counters, 1, now - 1, "the window being written"),
+            (&def, Counters, 60, minute, "the minute filling"),
+            (&def, Values, 3600, hour, "the hour filling"),
             // A minute's buckets are written during the next minute: 14:07 is still arriving.
-            (
-                &default,
-                Schedule::Buckets,
-                60,
-                minute - 60,
-                "the minute before too",
-            ),
-            (&default, Schedule::Buckets, 3600, hour, "the hour filling"),
-            (
-                &coarse,
-                Schedule::Buckets,
-                60,
-                minute,
-                "buckets every window",
-            ),
-            (
-                &coarse,
-                Schedule::Counters,
-                1,
-                now - 1,
-                "1 s counters every window",
-            ),
-            (
-                &coarse,
-                Schedule::Counters,
-                5,
-                (now - 11) / 5 * 5,
-                "two 5 s groups",
-            ),
-            (
-                &coarse,
-                Schedule::Counters,
-                300,
-                (now - 121) / 300 * 300,
-                "two 60 s ones",
-            ),
+            (&def, Buckets, 60, minute - 60, "the minute before too"),
+            (&def, Buckets, 3600, hour, "the hour filling"),
+            (&k60, Buckets, 60, minute, "buckets every window"),
+            (&k60, Counters, 1, now - 1, "1 s counters every window"),
+            (&k60, Counters, 5, g5, "a 5 s group being dealt"),
+            (&k60, Counters, 300, g300, "a 60 s group being dealt"),
+            (&k60, Values, 5, (now - 1) / 5 * 5, "gauges every window"),
         ] {
             assert_eq!(arriving_from(config, schedule, p, now), want, "{what}");
         }

@@ -1,6 +1,7 @@
 //! The dashboard in a real headless Chromium against a live agent and a private Redis: the
-//! chart must show the counts sent and the timer table the stats, read from the rendered DOM.
-//! A screenshot is saved as target/dashboard.png for people to look at.
+//! chart must show the counts sent and the timer table the stats, read from the rendered DOM;
+//! at 420 px the layout, asked of Chromium through its DevTools protocol, must fit the window.
+//! Screenshots are saved as target/dashboard.png and dashboard-narrow.png for people to look at.
 
 mod common;
 
@@ -9,22 +10,28 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Headless, and quiet: nothing fetched but the page.
+const HEADLESS: [&str; 8] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+];
 
 /// Runs headless Chromium on `url` with extra arguments; returns its stdout.
 fn chromium(url: &str, extra: &[&str]) -> String {
     let profile = tempfile::tempdir().unwrap();
     let out = Command::new(CHROMIUM)
+        .args(HEADLESS)
         .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-quic",
             "--window-size=1280,900",
             // Let the page's fetches and first timers run before the DOM is taken.
             "--virtual-time-budget=4000",
@@ -43,6 +50,99 @@ fn chromium(url: &str, extra: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Evaluates `expression` in `url` as Chromium lays it out in a window `width` px wide, once
+/// `ready` (an expression) is true, through the DevTools protocol over a pipe
+/// (`--remote-debugging-pipe`: commands on fd 3, replies on fd 4, each a JSON text ended by a
+/// NUL); the value it returns.
+fn evaluate_in_page(url: &str, width: u32, ready: &str, expression: &str) -> Value {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+
+    let (commands, mut to_chromium) = std::io::pipe().unwrap();
+    let (from_chromium, replies) = std::io::pipe().unwrap();
+    let (commands_fd, replies_fd) = (commands.as_raw_fd(), replies.as_raw_fd());
+    let profile = tempfile::tempdir().unwrap();
+    let mut command = Command::new(CHROMIUM);
+    command
+        .args(HEADLESS)
+        .arg("--remote-debugging-pipe")
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: only dup2 runs between fork and exec; it is async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::dup2(commands_fd, 3) < 0 || libc::dup2(replies_fd, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {CHROMIUM} ({e}): apt-get install -y chromium"));
+    drop((commands, replies));
+    let mut from_chromium = BufReader::new(from_chromium);
+    let mut id = 0;
+    let mut call = |session: Option<&str>, method: &str, params: Value| -> Value {
+        id += 1;
+        let mut message = json!({ "id": id, "method": method, "params": params });
+        if let Some(session) = session {
+            message["sessionId"] = json!(session);
+        }
+        to_chromium
+            .write_all(message.to_string().as_bytes())
+            .unwrap();
+        to_chromium.write_all(b"\0").unwrap();
+        loop {
+            let mut text = Vec::new();
+            from_chromium.read_until(0, &mut text).unwrap();
+            assert!(
+                text.pop() == Some(0),
+                "chromium closed its pipe during {method}"
+            );
+            let reply: Value = serde_json::from_slice(&text).unwrap();
+            if reply["id"] == id {
+                assert!(reply.get("error").is_none(), "{method}: {reply}");
+                return reply["result"].clone();
+            }
+        }
+    };
+    let target = call(None, "Target.createTarget", json!({ "url": url }))["targetId"].clone();
+    let attach = json!({ "targetId": target, "flatten": true });
+    let session = call(None, "Target.attachToTarget", attach)["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A browser window is at least 500 px wide; the viewport can be narrower.
+    let metrics = json!({ "width": width, "height": 900, "deviceScaleFactor": 1, "mobile": false });
+    call(
+        Some(&session),
+        "Emulation.setDeviceMetricsOverride",
+        metrics,
+    );
+    let mut evaluate = |expression: &str| {
+        let params = json!({ "expression": expression, "returnByValue": true });
+        call(Some(&session), "Runtime.evaluate", params)["result"]["value"].clone()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while evaluate(ready) != json!(true) {
+        assert!(std::time::Instant::now() < deadline, "{url}: never {ready}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let value = evaluate(expression);
+    let _ = child.kill();
+    let _ = child.wait();
+    value
+}
+
+/// The elements of the page that reach past the right edge of the window (those inside a
+/// `.scroll` box scroll there, as wide tables do), and the window's width.
+const OVERFLOW: &str = "({ width: innerWidth, over: [...document.querySelectorAll('body *')]
+    .filter((e) => !e.closest('.scroll') && e.getBoundingClientRect().right > innerWidth + 0.5)
+    .map((e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '')) })";
 
 /// The values of `attr="..."` on every rendered element (the page's script text left out).
 fn attribute_values(dom: &str, attr: &str) -> Vec<String> {
@@ -193,7 +293,24 @@ async fn dashboard_shows_counts_stats_and_logs() {
             .unwrap_or(false),
         "screenshot written"
     );
-    // The page at a phone's width, for people to look at (target/dashboard-narrow.png).
+    // At a phone's width nothing reaches past the window's edge: the columns stack, the chart
+    // shrinks, wide tables scroll in their own box. Every type's view, with a chart drawn.
+    for query in [
+        "type=timer&series=page.time",
+        "type=counter&series=hits,filler.07&precision=1",
+        "type=gauge&series=queue&precision=1",
+    ] {
+        let url = format!("http://{}/?{query}", agent.http);
+        let layout = tokio::task::spawn_blocking(move || {
+            let ready = "document.querySelectorAll('#chart circle').length > 0";
+            evaluate_in_page(&url, 420, ready, OVERFLOW)
+        })
+        .await
+        .unwrap();
+        assert_eq!(layout["width"], 420, "{layout}");
+        assert_eq!(layout["over"], json!([]), "{query} at 420 px: {layout}");
+    }
+    // And a picture of it, for people to look at (target/dashboard-narrow.png).
     let narrow = shot.with_file_name("dashboard-narrow.png");
     let arg = format!("--screenshot={}", narrow.display());
     let url = format!("http://{}/?type=timer&series=page.time", agent.http);

@@ -93,7 +93,7 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
             readers = config.udp_readers,
             receive_buffer_bytes = first.receive_buffer_bytes,
             requested = config.receive_buffer_bytes,
-            "listening for StatsD (the kernel reports twice the usable buffer; raise net.core.rmem_max for more)"
+            "listening for StatsD (UDP; the kernel reports twice the usable buffer)"
         );
         // The kernel reports twice what it grants; less than asked means net.core.rmem_max
         // capped it (no CAP_NET_ADMIN), and bursts that the buffer was meant for are dropped.
@@ -148,6 +148,10 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
     };
     let http = std::net::TcpListener::bind(config.http).map_err(http_err)?;
     http.set_nonblocking(true).map_err(http_err)?;
+    tracing::info!(
+        addr = %http.local_addr().unwrap_or(config.http),
+        "serving /metrics, /healthz, /readyz, the JSON API and the dashboard (HTTP)"
+    );
     Ok(Listeners {
         udp: sockets,
         unix_datagram,

@@ -12,10 +12,13 @@ use std::collections::VecDeque;
 
 use hashbrown::HashMap;
 
-use super::state::{Queue, put_buckets, put_queue, read_buckets, read_queue, u32_le};
+use super::state::{
+    Queue, put_buckets, put_queue, put_series, read_buckets, read_queue, read_series,
+    read_stat_series, u32_le,
+};
 use crate::aggregate::{ClosedWindow, SeriesName, StatKind, Stats};
 use crate::config::Config;
-use crate::spool::{ByteReader, put_bytes};
+use crate::spool::ByteReader;
 use crate::store::{Chunker, CounterWrite, FlushChunk};
 
 /// What `coarse_write_secs` (K) takes out of the windows' own writes: the counters at every
@@ -449,7 +452,7 @@ pub(super) fn put_state(coarse: Option<&Coarse>, out: &mut Vec<u8>) {
     let sums = coarse.map_or(&empty, |c| &c.sums);
     out.extend_from_slice(&u32_le(sums.held().count()));
     for (series, levels, seen, taken) in sums.held() {
-        put_bytes(out, series.as_bytes());
+        put_series(out, series, None);
         for i in 0..levels.len() {
             out.extend_from_slice(&levels[i].to_le_bytes());
             out.push(u8::from(seen[i]) | u8::from(taken[i]) << 1);
@@ -457,8 +460,7 @@ pub(super) fn put_state(coarse: Option<&Coarse>, out: &mut Vec<u8>) {
     }
     out.extend_from_slice(&u32_le(sums.stats().count()));
     for (series, kind, s) in sums.stats() {
-        put_bytes(out, series.as_bytes());
-        out.push(kind as u8);
+        put_series(out, series, Some(kind));
         for v in [s.count, s.sum, s.sumsq, s.min, s.max] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -482,7 +484,7 @@ pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
     }
     let mut sums = CoarseSums::new(levels);
     for _ in 0..r.u32()? {
-        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
+        let series = read_series(r)?;
         let (mut row, mut seen, mut taken) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..levels {
             row.push(r.u64()? as i64);
@@ -494,8 +496,7 @@ pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
     }
     let mut stats = Vec::new();
     for _ in 0..r.u32()? {
-        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
-        let kind = *StatKind::ALL.get(r.u8()? as usize)?;
+        let (series, kind) = read_stat_series(r)?;
         let mut v = [0.0; 5];
         for x in &mut v {
             *x = f64::from_bits(r.u64()?);

@@ -15,10 +15,12 @@ use std::collections::VecDeque;
 use hashbrown::HashMap;
 
 use super::coarse::deal;
-use super::state::{Queue, put_buckets, put_queue, read_buckets, read_queue, u32_le};
+use super::state::{
+    Queue, put_buckets, put_queue, put_series, read_buckets, read_queue, read_stat_series, u32_le,
+};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, StatKind, Stats};
 use crate::config::Config;
-use crate::spool::{ByteReader, put_bytes};
+use crate::spool::ByteReader;
 use crate::store::{Chunker, FlushChunk};
 
 pub(super) struct QuantileGroups {
@@ -129,9 +131,7 @@ impl QuantileGroups {
             .extend(deal(chunker.chunks(&window, &[]), windows));
         self.per_window = self.queued.len().div_ceil(windows);
     }
-}
 
-impl QuantileGroups {
     /// Its part of the spool's state file (`flush::state`): the period and precisions, the open
     /// group, the queued chunks and the buckets summed.
     pub(super) fn put_state(&self, out: &mut Vec<u8>) {
@@ -148,8 +148,7 @@ impl QuantileGroups {
             .collect();
         out.extend_from_slice(&u32_le(held.len()));
         for (kind, series, buckets) in held {
-            put_bytes(out, series.as_bytes());
-            out.push(kind as u8);
+            put_series(out, series, Some(kind));
             put_buckets(out, buckets);
         }
     }
@@ -171,8 +170,7 @@ pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
     let queue = read_queue(r)?;
     let mut sums: [HashMap<SeriesName, Buckets>; 3] = Default::default();
     for _ in 0..r.u32()? {
-        let series = SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?);
-        let kind = *StatKind::ALL.get(r.u8()? as usize)?;
+        let (series, kind) = read_stat_series(r)?;
         sums[kind as usize].insert(series, read_buckets(r)?);
     }
     Some(HeldState {

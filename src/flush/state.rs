@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::Closer;
 use super::coarse::{self, Coarse};
 use super::quantiles::{self, QuantileGroups};
-use crate::aggregate::{Bucket, Buckets};
+use crate::aggregate::{Bucket, Buckets, SeriesName, StatKind};
 use crate::spool::{ByteReader, put_bytes, put_chunk};
 use crate::store::FlushChunk;
 
@@ -122,6 +122,24 @@ pub(super) fn read_queue(r: &mut ByteReader) -> Option<Queue> {
     let n = r.u32()? as usize;
     let queued = (0..n).map(|_| r.chunk()).collect::<Option<VecDeque<_>>>()?;
     Some((group, per_window, queued))
+}
+
+/// A series name, and the kind of its statistics when `kind` is given.
+pub(super) fn put_series(out: &mut Vec<u8>, series: &SeriesName, kind: Option<StatKind>) {
+    put_bytes(out, series.as_bytes());
+    if let Some(kind) = kind {
+        out.push(kind as u8);
+    }
+}
+
+pub(super) fn read_series(r: &mut ByteReader) -> Option<SeriesName> {
+    Some(SeriesName::from(std::str::from_utf8(r.bytes()?).ok()?))
+}
+
+/// What [`put_series`] wrote with a kind.
+pub(super) fn read_stat_series(r: &mut ByteReader) -> Option<(SeriesName, StatKind)> {
+    let series = read_series(r)?;
+    Some((series, *StatKind::ALL.get(r.u8()? as usize)?))
 }
 
 pub(super) fn put_buckets(out: &mut Vec<u8>, buckets: &Buckets) {

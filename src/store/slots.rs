@@ -553,7 +553,6 @@ fn server_error_text(e: &redis::RedisError) -> String {
     }
 }
 
-/// A slot chunk's reply, or why it was not acknowledged.
 /// The hour's average of each timer whose `stats:` key is in `stats_keys`, as the script
 /// computes it (for chunks answered *applied before*, whose replies hold none), read
 /// concurrently: a spool replayed can bring a window's worth.
@@ -596,6 +595,7 @@ async fn read_averages(
     Ok(averages)
 }
 
+/// A slot chunk's reply, or why it was not acknowledged.
 type ChunkReply = Result<Vec<redis::Value>, StoreError>;
 
 /// One slot chunk: `EVALSHA`, and on `NOSCRIPT` (a node that never saw it: a promoted replica,

@@ -445,13 +445,31 @@ async fn coarse_writes_are_exact_in_a_cluster_too() {
     }
 }
 
+/// The slot chunks of `window` as the agent makes them for `cluster`, each numbered `seq`.
+fn slot_chunks(
+    cluster: &Cluster,
+    keys: &statsd_redis::store::Keys,
+    window: &statsd_redis::aggregate::ClosedWindow,
+    seq: u64,
+) -> Vec<Arc<statsd_redis::store::FlushChunk>> {
+    use statsd_redis::store::{Chunker, CounterWrite, build_slot_chunks};
+    let settings = Chunker::new(keys.clone(), &cluster_config(cluster)).settings;
+    build_slot_chunks(window, &CounterWrite::everywhere(&PRECISIONS), &settings)
+        .into_iter()
+        .map(|mut c| {
+            c.seq = seq;
+            Arc::new(c)
+        })
+        .collect()
+}
+
 /// A slot chunk sent again after its reply was lost is not applied again, and the index members
 /// of all its hashes are added again and its timers' averages read back, so the follow-ups miss
 /// none of what it added.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_sent_again_is_applied_once_and_its_follow_ups_made_again() {
     use statsd_redis::aggregate::{ClosedWindow, StatKind, Stats};
-    use statsd_redis::store::{ChunkSettings, CounterWrite, FollowUps, Writer, build_slot_chunks};
+    use statsd_redis::store::{FollowUps, Writer};
 
     let cluster = Cluster::start();
     let store = Store::open(&cluster_config(&cluster)).unwrap();
@@ -473,11 +491,6 @@ async fn a_chunk_sent_again_is_applied_once_and_its_follow_ups_made_again() {
                 "again.t".into(),
                 StatKind::Timer,
                 Stats {
-                    count: 2.0,
-                    sum: 30.0,
-                    sumsq: 500.0,
-                    min: 10.0,
-                    max: 20.0,
                     buckets: {
                         let m = statsd_redis::aggregate::Mapping::default();
                         let mut b = statsd_redis::aggregate::Buckets::default();
@@ -485,26 +498,13 @@ async fn a_chunk_sent_again_is_applied_once_and_its_follow_ups_made_again() {
                         b.add(m.bucket(20.0), 1.0);
                         b
                     },
+                    ..timer(30.0)
                 },
             ),
         ],
         ..ClosedWindow::default()
     };
-    let settings = ChunkSettings {
-        keys: store.keys().clone(),
-        sample_count: 120,
-        log_ttl_secs: 0,
-        max_series: 100,
-        quantiles: Default::default(),
-    };
-    let precisions = CounterWrite::everywhere(&PRECISIONS);
-    let chunks: Vec<Arc<_>> = build_slot_chunks(&window, &precisions, &settings)
-        .into_iter()
-        .map(|mut c| {
-            c.seq = 1;
-            Arc::new(c)
-        })
-        .collect();
+    let chunks = slot_chunks(&cluster, store.keys(), &window, 1);
     let mut writer = Writer::new(store, None, Arc::new(Telemetry::new()));
     let (mut first, mut again) = (FollowUps::default(), FollowUps::default());
     let written = writer.write_slots("flush:t.1:", &chunks, &mut first).await;
@@ -580,7 +580,7 @@ async fn a_chunk_sent_again_is_applied_once_and_its_follow_ups_made_again() {
 async fn a_new_run_drops_only_the_guard_fields_of_runs_idle_for_a_week() {
     use statsd_redis::aggregate::ClosedWindow;
     use statsd_redis::store::keys::slot_tags;
-    use statsd_redis::store::{ChunkSettings, CounterWrite, FollowUps, Writer, build_slot_chunks};
+    use statsd_redis::store::{FollowUps, Writer};
 
     let cluster = Cluster::start();
     let store = Store::open(&cluster_config(&cluster)).unwrap();
@@ -590,22 +590,7 @@ async fn a_new_run_drops_only_the_guard_fields_of_runs_idle_for_a_week() {
         counters: vec![("prune.c".into(), 3)],
         ..ClosedWindow::default()
     };
-    let settings = ChunkSettings {
-        keys: keys.clone(),
-        sample_count: 120,
-        log_ttl_secs: 0,
-        max_series: 100,
-        quantiles: Default::default(),
-    };
-    let numbered = |seq| -> Vec<Arc<_>> {
-        build_slot_chunks(&window, &CounterWrite::everywhere(&PRECISIONS), &settings)
-            .into_iter()
-            .map(|mut c| {
-                c.seq = seq;
-                Arc::new(c)
-            })
-            .collect()
-    };
+    let numbered = |seq| slot_chunks(&cluster, &keys, &window, seq);
     let chunks = numbered(1);
     let tags = slot_tags();
     let guards: Vec<String> = chunks

@@ -19,12 +19,6 @@ cargo build --release --quiet --bin statsd-redis --example loadgen
 cpu_of() { redis-cli -h 127.0.0.1 -p "$1" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
 hincrby_of() { redis-cli -h 127.0.0.1 -p "$1" info commandstats | awk -F'[:=,]' '/^cmdstat_hincrby:/ {n = $3} END {print n + 0}'; }
 
-start_node() { # port [flags...]
-  redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" --daemonize no \
-    --dbfilename "dump-$1.rdb" "${@:2}" >/dev/null &
-  until redis-cli -p "$1" ping >/dev/null 2>&1; do sleep 0.05; done
-}
-
 # run LABEL AGENT_FLAGS... : the load against an agent with those flags; PORTS names the masters.
 run() {
   local label=$1; shift

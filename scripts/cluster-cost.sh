@@ -17,12 +17,6 @@ series=${1:-110000}; windows=${2:-5}; rounds=${3:-2}; masters=${4:-1}
 cargo build --release --quiet --example flush_cost
 . scripts/common.sh
 
-start_node() { # port [flags...]
-  redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" --daemonize no \
-    --dbfilename "dump-$1.rdb" "${@:2}" >/dev/null &
-  until redis-cli -p "$1" ping >/dev/null 2>&1; do sleep 0.05; done
-}
-
 single=$(free_port); start_node "$single"
 nodes=()
 for m in $(seq 0 $((masters - 1))); do

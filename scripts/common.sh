@@ -24,6 +24,14 @@ for _ in range(200):
     print(p); break'
 }
 
+# start_node PORT [redis-server flags...]: a Redis of our own on 127.0.0.1:PORT (nothing saved),
+# ready when this returns.
+start_node() {
+  redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" --daemonize no \
+    --dbfilename "dump-$1.rdb" "${@:2}" >/dev/null &
+  until redis-cli -p "$1" ping >/dev/null 2>&1; do sleep 0.05; done
+}
+
 # start_redis SOCKET [redis-server flags...]: a Redis of our own on a unix socket (no TCP port,
 # nothing saved), ready when this returns; its pid in `redis_pid`.
 start_redis() {

@@ -24,9 +24,7 @@ urls=(); socks=()
 for i in "${!builds[@]}"; do
   if [ "${CLUSTER:-0}" = 1 ]; then
     port=$(node_port)
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-      --dbfilename "dump-$port.rdb" --cluster-enabled yes --cluster-config-file "nodes-$port.conf" >/dev/null &
-    until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+    start_node "$port" --cluster-enabled yes --cluster-config-file "nodes-$port.conf"
     redis-cli -p "$port" cluster addslotsrange 0 16383 >/dev/null
     until redis-cli -p "$port" cluster info | grep -q 'cluster_state:ok'; do sleep 0.1; done
     urls+=("redis://127.0.0.1:$port"); socks+=("-p $port")

@@ -335,7 +335,8 @@ wait_for() {
   done
 }
 
-# start_node PORT [flags...]: a redis-server of our own in the run's dir; its pid in pid_of[PORT].
+# start_node PORT [flags...]: common.sh's, in the run's dir with its log kept; its pid in
+# pid_of[PORT].
 declare -A pid_of
 start_node() {
   redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$rdir" --daemonize no \

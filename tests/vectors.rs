@@ -287,3 +287,33 @@ fn samples_are_counted_by_type() {
         assert_eq!(f.tally.samples[t as usize], 1, "{t:?}");
     }
 }
+
+/// statsd_exporter's vectors: a `#` before each DogStatsD tag separates, it is not a key's.
+#[test]
+fn a_hash_before_each_dogstatsd_tag() {
+    assert_eq!(
+        flush("foo:100|c|#tag1:bar,#tag2:baz").only_counter(),
+        ("foo;tag1=bar;tag2=baz".into(), 100)
+    );
+}
+
+/// Telegraf's `valid.multiple` vector: an empty field before the `:` of the next segment ends
+/// its segment, so the last value is stored (twelve samples, the largest 1).
+#[test]
+fn an_empty_field_before_the_next_segment() {
+    let f = flush("valid.multiple:0|ms|@0.1:0|ms|:1|ms");
+    assert_eq!(f.timer("valid.multiple"), (12.0, 1.0, 0.0, 1.0));
+    assert!(f.bad().is_empty(), "{:?}", f.bad());
+    assert_eq!(f.tally.unknown_fields, 0);
+}
+
+/// A `#` not followed by `k=v` tags is a byte of the name, as Etsy statsd and vector read it:
+/// sanitizing then removes it.
+#[test]
+fn a_hash_in_a_name_without_tags_after_it() {
+    assert_eq!(
+        flush("foo. @& bar_$!#.baz:1|c").only_counter(),
+        ("foo.__bar_.baz".into(), 1)
+    );
+    assert_eq!(flush("web#env=prod:1|c").only_counter().0, "web;env=prod");
+}

@@ -433,9 +433,20 @@ fn name_and_tags(head: &str) -> (Cow<'_, str>, Option<&str>) {
         return (name, Some(&head[open + 1..close]));
     }
     match head.find([',', '#']) {
+        // A `#` starts tags only when `k=v` pairs follow it (`web.hits#env=prod`); otherwise it
+        // is a byte of the name, as Etsy statsd and vector read it (`a#.b` sanitizes to `a.b`).
+        Some(at) if head.as_bytes()[at] == b'#' && !tag_pairs(&head[at + 1..]) => {
+            (Cow::Borrowed(head), None)
+        }
         Some(at) => (Cow::Borrowed(&head[..at]), Some(&head[at + 1..])),
         None => (Cow::Borrowed(head), None),
     }
+}
+
+/// Whether `text` is a list of `k=v` tags: every non-empty part has a key before an `=`.
+fn tag_pairs(text: &str) -> bool {
+    let mut parts = text.split(',').filter(|t| !t.is_empty()).peekable();
+    parts.peek().is_some() && parts.all(|t| t.find('=').is_some_and(|at| at > 0))
 }
 
 /// One `values|type[|field]...` segment; returns the input after it (empty, or starting at the
@@ -457,7 +468,8 @@ fn parse_segment<'a>(input: &'a [u8], out: &mut MetricLine<'a>) -> Result<&'a [u
     while let Some(rest) = input.strip_prefix(b"|") {
         // Only a rate or timestamp field can be followed by the ':' of an Etsy segment
         // (`a:1|c|@0.5:5|ms`); tags, container ids and unknown fields may hold ':'.
-        let field_end = if matches!(rest.first(), Some(b'@' | b'T')) {
+        // So can an empty field (`a:0|ms|:1|ms`, Telegraf's test): the `|` before a `:`.
+        let field_end = if matches!(rest.first(), Some(b'@' | b'T' | b':')) {
             rest.iter().position(|b| *b == b'|' || *b == b':')
         } else {
             rest.iter().position(|b| *b == b'|')
@@ -472,6 +484,7 @@ fn parse_segment<'a>(input: &'a [u8], out: &mut MetricLine<'a>) -> Result<&'a [u
                 value::parse_timestamp(&field[1..])?;
             }
             Some(b'c') if field.starts_with(b"c:") => {}
+            None => {}
             _ => out.unknown_fields += 1,
         }
     }

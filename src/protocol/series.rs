@@ -154,6 +154,12 @@ impl SeriesNamer {
         self.tags.clear();
         let mut renamed = false;
         for tag in text.split(',').filter(|t| !t.is_empty()) {
+            // `|#a:b,#c:d`: a `#` before each DogStatsD tag is a separator, as statsd_exporter
+            // reads it, not part of the key.
+            let tag = match kv_separator {
+                ':' => tag.strip_prefix('#').unwrap_or(tag),
+                _ => tag,
+            };
             let (key, value) = tag.split_once(kv_separator).unwrap_or((tag, ""));
             let key_range = self.push_tag_part(key, true, &mut renamed);
             let value_range = self.push_tag_part(value, false, &mut renamed);

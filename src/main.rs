@@ -58,7 +58,19 @@ fn one_malloc_arena() {
     }
 }
 
+/// SIGHUP's default action ends the process, and the reload handler is installed only once the
+/// configuration is read and the runtime runs: a `systemctl reload` racing a start would kill
+/// the agent. Ignored from the first instruction until that handler replaces the action (a
+/// reload that early has nothing to reload: the configuration is being read anyway).
+fn ignore_hangups_until_handled() {
+    // SAFETY: sets a signal's disposition to SIG_IGN; no handler code runs.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+}
+
 fn main() -> ExitCode {
+    ignore_hangups_until_handled();
     one_malloc_arena();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -275,6 +287,7 @@ async fn run(config: Config, mut reload: Reload) -> anyhow::Result<()> {
         }
     });
     let listeners = agent::bind(&config)?;
+    notify_ready();
     agent::run_reloading(
         config,
         listeners,
@@ -284,6 +297,29 @@ async fn run(config: Config, mut reload: Reload) -> anyhow::Result<()> {
     )
     .await?;
     Ok(())
+}
+
+/// Tells systemd (`Type=notify`, the unit in dist/) that the agent is up: its sockets are bound
+/// (datagrams queue in them from now on) and SIGHUP reloads. systemd holds a `systemctl reload`
+/// asked for during the start until then; under `Type=exec` it would send the SIGHUP right after
+/// exec, before any code of the agent could ignore it. Nothing is sent without `NOTIFY_SOCKET`.
+fn notify_ready() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sent = UnixDatagram::unbound().and_then(|socket| {
+        let path = path.as_bytes();
+        let addr = match path.strip_prefix(b"@") {
+            Some(name) => <SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name)?,
+            None => SocketAddr::from_pathname(std::ffi::OsStr::from_bytes(path))?,
+        };
+        socket.send_to_addr(b"READY=1", &addr)
+    });
+    if let Err(e) = sent {
+        tracing::warn!(error = %e, "cannot tell systemd that the agent is ready (NOTIFY_SOCKET)");
+    }
 }
 
 fn signals() -> anyhow::Result<(Signal, Signal)> {

@@ -3,8 +3,8 @@
 
 mod common;
 
-use std::net::UdpSocket;
-use std::process::Command;
+use std::net::{TcpStream, UdpSocket};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -307,6 +307,49 @@ fn sighup_reloads_without_losing_anything() {
         log.contains("SIGHUP: the configuration does not read"),
         "{log}"
     );
+}
+
+/// A `systemctl reload` racing the start: systemd (`Type=notify`) holds it until the agent says
+/// READY=1 on `NOTIFY_SOCKET`, so a SIGHUP right after that never ends the agent (ten starts);
+/// the HTTP port already answers then.
+#[test]
+fn a_sighup_right_after_ready_never_kills_the_agent() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify");
+    let systemd = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    systemd
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    for _ in 0..10 {
+        let (udp, http) = (free_port(), free_port());
+        let child = bin()
+            .args(["--udp", &format!("127.0.0.1:{udp}")])
+            .args(["--http", &format!("127.0.0.1:{http}")])
+            .args(["--redis", &redis.url()])
+            .env("NOTIFY_SOCKET", &notify)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut child = Killed(child);
+        let mut message = [0u8; 64];
+        let n = systemd.recv(&mut message).expect("READY=1 within 10 s");
+        assert_eq!(&message[..n], b"READY=1");
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(child.0.id() as i32, libc::SIGHUP) };
+        assert!(TcpStream::connect(("127.0.0.1", http)).is_ok());
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "the agent ended on a SIGHUP right after READY=1"
+        );
+        let (code, log, _) = terminate(std::mem::replace(
+            &mut child.0,
+            bin().arg("--version").stdout(Stdio::null()).spawn().unwrap(),
+        ));
+        assert_eq!(code, Some(0), "{log}");
+    }
 }
 
 #[test]

@@ -114,16 +114,39 @@ impl Spool {
 
     /// Replaces the state file (the sums the closer holds back: `flush::state`) with `state`, as
     /// atomically as a window's file.
+    ///
+    /// When that fails (a full disk, a quota, an I/O error), the previous state file goes too:
+    /// it holds sums that the closer may have written since (a group that ended and went out
+    /// from memory), and taken up after a crash they would be applied twice. Without it a crash
+    /// loses the sums held (the write failure is counted), never doubles them. Removing a file
+    /// needs no free space; should even that fail, it is emptied in place, which a restart
+    /// reads as a damaged file and does not take up.
     pub fn write_state(&self, state: Vec<u8>) -> io::Result<()> {
         let path = self.dir.join(STATE_FILE);
         let tmp = path.with_extension("tmp");
-        let mut file = File::create(&tmp)?;
-        file.write_all(&seal(state))?;
-        if self.fsync {
-            file.sync_all()?;
+        let written = (|| {
+            let mut file = File::create(&tmp)?;
+            file.write_all(&seal(state))?;
+            if self.fsync {
+                file.sync_all()?;
+            }
+            drop(file);
+            fs::rename(&tmp, &path)
+        })();
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+            let removed = match fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => File::options()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|file| file.set_len(0)),
+                _ => Ok(()),
+            };
+            if let Err(e) = removed {
+                tracing::error!(path = %path.display(), error = %e, "cannot remove the outdated spool state file either: after a crash it would apply sums twice; remove it before the next start");
+            }
         }
-        drop(file);
-        fs::rename(&tmp, &path)
+        written
     }
 
     /// The state file's contents, if there is one that reads back whole (else it is kept

@@ -506,3 +506,85 @@ async fn sigkill_while_buckets_are_held_loses_none_of_them() {
     assert_eq!(redis.hist_total(&hour_key), sent, "the hour");
     assert_eq!(stats(&redis), sent, "nothing doubled");
 }
+
+/// The spool's state file cannot be replaced (here a directory stands where its temporary file
+/// goes, as a full disk refuses it), while groups end and are written from memory; SIGKILL,
+/// the way cleared, restart on the spool. The outdated state file must not be taken up: its
+/// sums were written since. So every precision holds at most what was sent (the held sums of
+/// the open groups are lost, and counted), and the 1 s precision, written every window, all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_that_cannot_be_replaced_is_never_taken_up() {
+    let redis = RedisServer::start();
+    let spool = tempfile::tempdir().unwrap();
+    let spool_dir = spool.path().to_str().unwrap();
+    let args = [
+        "--spool-dir",
+        spool_dir,
+        "--coarse-write-secs",
+        "5",
+        "--quantile-write-secs",
+        "5",
+        "--quantile-precisions",
+        "5,3600",
+        "--cleaner-enabled",
+        "false",
+    ];
+    // Within one hour: the statistics compared are the hour's.
+    while unix_now() % 3600 > 3500 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (agent, udp, http) = spawn_agent(&redis.url(), &args);
+    let mut agent = Killed(agent);
+    // The state file is made unwritable 3 s into a 5 s group, whose sums it then holds; the
+    // group ends and is dealt out over the next 5 s, all before the kill.
+    while !(1..2).contains(&(unix_now() % 5)) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let send = move |secs: u64| {
+        tokio::task::spawn_blocking(move || {
+            let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let until = std::time::Instant::now() + Duration::from_secs(secs);
+            let mut n = 0;
+            while std::time::Instant::now() < until {
+                let lines = format!("crash:1|c\nlat:{}|ms", 1 + n % 50);
+                socket.send_to(lines.as_bytes(), ("127.0.0.1", udp)).unwrap();
+                n += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            n
+        })
+    };
+    let mut sent = send(3).await.unwrap();
+    let state = spool.path().join("coarse.state");
+    assert!(state.exists(), "the held sums are spooled");
+    std::fs::create_dir(spool.path().join("coarse.tmp")).unwrap();
+    // Groups end meanwhile and go out from memory; the state file cannot follow.
+    sent += send(7).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let http = ([127, 0, 0, 1], http).into();
+    assert!(metric_at(http, "spool_write_errors_total") >= 1.0);
+    agent.kill();
+    std::fs::remove_dir(spool.path().join("coarse.tmp")).unwrap();
+
+    let (again, _, _) = spawn_agent(&redis.url(), &args);
+    let mut again = Killed(again);
+    // SAFETY: signalling a child this test started.
+    unsafe { libc::kill(again.0.id() as i32, libc::SIGTERM) };
+    assert!(again.0.wait().unwrap().success());
+    let sent = sent as i64;
+    assert_eq!(redis.counter_total(1, "crash"), sent, "every window's 1 s");
+    for p in PRECISIONS {
+        let total = redis.counter_total(p, "crash");
+        assert!(total <= sent, "precision {p}: {total} of {sent} sent");
+    }
+    let count: f64 = redis::cmd("ZSCORE")
+        .arg("stats:lat:AccessTime")
+        .arg("count")
+        .query::<Option<f64>>(&mut redis.conn())
+        .unwrap()
+        .unwrap_or(0.0);
+    assert!(count <= sent as f64, "statistics: {count} of {sent}");
+    let hour = unix_now() / 3600 * 3600;
+    let buckets = redis.hist_total(&format!("hist:3600:lat:AccessTime:{hour}"));
+    assert!(buckets <= sent as f64, "buckets: {buckets} of {sent}");
+}

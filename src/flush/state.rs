@@ -43,7 +43,7 @@ impl Closer {
         );
         if let Err(e) = spool.write_state(held) {
             self.telemetry.spool_write_errors.increment(1);
-            tracing::error!(window = start, error = %e, "cannot spool the sums held back");
+            tracing::error!(window = start, error = %e, "cannot spool the sums held back; the outdated state file is removed, so a crash before the next write loses them (never applies them twice)");
         }
     }
 }

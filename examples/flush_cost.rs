@@ -162,7 +162,7 @@ async fn main() {
                 .collect();
             let mut follow_ups = FollowUps::default();
             let written = writer
-                .write_slots(&sequence, &chunks, &mut follow_ups)
+                .write_slots(&sequence, &chunks, &[], &mut follow_ups)
                 .await;
             assert!(written.error.is_none(), "{:?}", written.error);
             writer
@@ -179,7 +179,7 @@ async fn main() {
                 })
                 .collect();
             for pipeline in chunks.chunks(4) {
-                let written = writer.write_chunks(&sequence, pipeline).await;
+                let written = writer.write_chunks(&sequence, pipeline, &[]).await;
                 assert!(written.error.is_none(), "{:?}", written.error);
             }
         }

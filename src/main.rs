@@ -312,7 +312,9 @@ fn notify_ready() {
     let sent = UnixDatagram::unbound().and_then(|socket| {
         let path = path.as_bytes();
         let addr = match path.strip_prefix(b"@") {
-            Some(name) => <SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name)?,
+            Some(name) => {
+                <SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name)?
+            }
             None => SocketAddr::from_pathname(std::ffi::OsStr::from_bytes(path))?,
         };
         socket.send_to_addr(b"READY=1", &addr)

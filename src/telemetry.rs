@@ -96,6 +96,11 @@ pub struct Telemetry {
     pub cleaner_lease_held: Gauge,
     pub redis_reconnects: Counter,
     pub replica_waits_short: Counter,
+    pub chunks_guard_lost: Counter,
+    pub redis_clock_skew: Gauge,
+    /// Redis's `maxmemory-policy` and whether it may evict keys, rendered with the process
+    /// metrics (its label changes with the server's setting).
+    redis_eviction: std::sync::Mutex<Option<(String, bool)>>,
 }
 
 fn metadata() -> Metadata<'static> {
@@ -358,6 +363,17 @@ impl Telemetry {
                 "WAITs that saw fewer replicas than wait_replicas within wait_timeout_ms; their chunks were sent again.",
                 &[],
             ),
+            chunks_guard_lost: counter(
+                "chunks_guard_lost_total",
+                "Chunks sent again after a lost reply that found their run's guard evicted (an allkeys-* maxmemory-policy): not applied again, since Redis may have applied them; their writes may be lost.",
+                &[],
+            ),
+            redis_clock_skew: gauge(
+                "redis_clock_skew_seconds",
+                "Redis's clock minus the agent's, measured on every new connection and once a minute.",
+                &[],
+            ),
+            redis_eviction: Default::default(),
             handle,
         }
     }
@@ -390,10 +406,32 @@ impl Telemetry {
         &self.connections[usize::from(transport == Transport::Unix)]
     }
 
+    /// Redis's `maxmemory-policy`, as the writer last read it, and whether Redis may evict
+    /// keys under it (a `maxmemory` is set and the policy is not `noeviction`).
+    pub fn set_redis_eviction(&self, policy: &str, may_evict: bool) {
+        *self
+            .redis_eviction
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((policy.to_string(), may_evict));
+    }
+
     /// The Prometheus text exposition of every metric, then the process's own.
     pub fn render(&self) -> String {
         self.handle.run_upkeep();
         let mut text = self.handle.render();
+        if let Some((policy, may_evict)) = &*self
+            .redis_eviction
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+        {
+            text.push_str(&format!(
+                "# HELP {PREFIX}redis_evicts_keys 1 when Redis may evict keys (a maxmemory and a maxmemory-policy other than noeviction), 0 when not; the label is the policy.\n\
+                 # TYPE {PREFIX}redis_evicts_keys gauge\n\
+                 {PREFIX}redis_evicts_keys{{policy=\"{}\"}} {}\n",
+                policy.escape_default(),
+                u8::from(*may_evict)
+            ));
+        }
         text.push_str(&process_metrics());
         text
     }

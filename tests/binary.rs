@@ -346,7 +346,11 @@ fn a_sighup_right_after_ready_never_kills_the_agent() {
         );
         let (code, log, _) = terminate(std::mem::replace(
             &mut child.0,
-            bin().arg("--version").stdout(Stdio::null()).spawn().unwrap(),
+            bin()
+                .arg("--version")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
         ));
         assert_eq!(code, Some(0), "{log}");
     }

@@ -181,7 +181,7 @@ async fn a_concurrent_write_keeps_its_index_member() {
                 Arc::new(chunk)
             })
             .collect();
-        let (pass, write) = tokio::join!(c.pass(now), writer.write_chunks("flush:w", &chunks));
+        let (pass, write) = tokio::join!(c.pass(now), writer.write_chunks("flush:w", &chunks, &[]));
         pass.unwrap();
         assert!(write.error.is_none(), "{:?}", write.error);
         assert_eq!(redis.known("known:"), ["1:race"], "iteration {i}");

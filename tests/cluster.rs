@@ -507,10 +507,14 @@ async fn a_chunk_sent_again_is_applied_once_and_its_follow_ups_made_again() {
     let chunks = slot_chunks(&cluster, store.keys(), &window, 1);
     let mut writer = Writer::new(store, None, Arc::new(Telemetry::new()));
     let (mut first, mut again) = (FollowUps::default(), FollowUps::default());
-    let written = writer.write_slots("flush:t.1:", &chunks, &mut first).await;
+    let written = writer
+        .write_slots("flush:t.1:", &chunks, &[], &mut first)
+        .await;
     assert!(written.error.is_none(), "{:?}", written.error);
     assert_eq!(written.replayed, 0);
-    let written = writer.write_slots("flush:t.1:", &chunks, &mut again).await;
+    let written = writer
+        .write_slots("flush:t.1:", &chunks, &[], &mut again)
+        .await;
     assert!(written.acknowledged.iter().all(|a| *a));
     assert_eq!(written.replayed, chunks.len());
     let sorted = |f: &FollowUps| {
@@ -556,14 +560,14 @@ async fn a_chunk_sent_again_is_applied_once_and_its_follow_ups_made_again() {
     let mut ignored = FollowUps::default();
     assert!(
         writer
-            .write_slots("flush:t.1:", &later, &mut ignored)
+            .write_slots("flush:t.1:", &later, &[], &mut ignored)
             .await
             .error
             .is_none()
     );
     let mut replayed = FollowUps::default();
     let written = writer
-        .write_slots("flush:t.1:", &chunks, &mut replayed)
+        .write_slots("flush:t.1:", &chunks, &[], &mut replayed)
         .await;
     assert_eq!(written.replayed, chunks.len());
     assert_eq!(sorted(&replayed), sorted(&first));
@@ -613,7 +617,7 @@ async fn a_new_run_drops_only_the_guard_fields_of_runs_idle_for_a_week() {
 
     let mut writer = Writer::new(store, None, Arc::new(Telemetry::new()));
     let written = writer
-        .write_slots("flush:new.run:", &chunks, &mut FollowUps::default())
+        .write_slots("flush:new.run:", &chunks, &[], &mut FollowUps::default())
         .await;
     assert!(written.error.is_none(), "{:?}", written.error);
     assert_eq!(written.replayed, 0);
@@ -625,7 +629,12 @@ async fn a_new_run_drops_only_the_guard_fields_of_runs_idle_for_a_week() {
 
     // A late copy of the live run's fifth chunks: applied before, not again.
     let written = writer
-        .write_slots("flush:live.run:", &numbered(5), &mut FollowUps::default())
+        .write_slots(
+            "flush:live.run:",
+            &numbered(5),
+            &[],
+            &mut FollowUps::default(),
+        )
         .await;
     assert_eq!(written.replayed, chunks.len());
     for p in PRECISIONS {

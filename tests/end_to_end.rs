@@ -195,18 +195,23 @@ async fn hundred_thousand_lines_are_all_counted() {
         assert_eq!(got, expected, "totals at precision {p}");
     }
     assert_eq!(redis.known("known:").len(), 500 * PRECISIONS.len());
-    // Exactly-once costs one key per run of the agent: its sequence, expiring a week after its
-    // last write.
-    let sequences: Vec<String> = redis::cmd("KEYS")
+    // Exactly-once costs one key, the guard hash: a field per run of the agent, and no TTL (an
+    // evicting policy takes keys with one first).
+    let guards: Vec<String> = redis::cmd("KEYS")
         .arg("flush:*")
         .query(&mut redis.conn())
         .unwrap();
-    assert_eq!(sequences.len(), 1, "{sequences:?}");
-    let ttl: i64 = redis::cmd("TTL")
-        .arg(&sequences[0])
+    assert_eq!(guards, ["flush:"]);
+    let runs: i64 = redis::cmd("HLEN")
+        .arg("flush:")
         .query(&mut redis.conn())
         .unwrap();
-    assert!(ttl > 0 && ttl <= statsd_redis::store::SEQUENCE_TTL_SECS as i64);
+    assert_eq!(runs, 1);
+    let ttl: i64 = redis::cmd("TTL")
+        .arg("flush:")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(ttl, -1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -547,7 +547,9 @@ async fn a_state_file_that_cannot_be_replaced_is_never_taken_up() {
             let mut n = 0;
             while std::time::Instant::now() < until {
                 let lines = format!("crash:1|c\nlat:{}|ms", 1 + n % 50);
-                socket.send_to(lines.as_bytes(), ("127.0.0.1", udp)).unwrap();
+                socket
+                    .send_to(lines.as_bytes(), ("127.0.0.1", udp))
+                    .unwrap();
                 n += 1;
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -587,4 +589,68 @@ async fn a_state_file_that_cannot_be_replaced_is_never_taken_up() {
     let hour = unix_now() / 3600 * 3600;
     let buckets = redis.hist_total(&format!("hist:3600:lat:AccessTime:{hour}"));
     assert!(buckets <= sent as f64, "buckets: {buckets} of {sent}");
+}
+
+/// An evicted guard while a reply is lost: under an allkeys-* `maxmemory-policy` Redis may evict
+/// the guard hash (the test deletes it, as eviction would). The agent sends the unanswered
+/// pipeline again, marked as perhaps applied; it finds no guard, so it is not applied a second
+/// time (counted in `chunks_guard_lost_total`). The policy is read again on the reconnect and
+/// exported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_guard_never_doubles_a_window() {
+    let (redis, port) = RedisServer::start_tcp();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 5).await;
+    let agent = TestAgent::start(via_proxy(&redis, &proxy));
+    agent.send(b"warm:1|c");
+    eventually(Duration::from_secs(10), "first flush", || {
+        redis.counter_total(1, "warm") == 1
+    })
+    .await;
+    assert_eq!(
+        agent.metric(r#"redis_evicts_keys{policy="noeviction"}"#),
+        0.0
+    );
+    let config = |key: &str, value: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(value)
+            .query(&mut redis.conn())
+            .unwrap();
+    };
+    config("maxmemory", "1gb");
+    config("maxmemory-policy", "allkeys-lru");
+    proxy.set_mode(Mode::SwallowReplies);
+    for _ in 0..50 {
+        agent.send(b"evict:1|c");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eventually(Duration::from_secs(10), "Redis applied the window", || {
+        redis.counter_total(1, "evict") == 50
+    })
+    .await;
+    // The agent, unanswered, sends it again and again. The guard goes.
+    let guards: Vec<String> = redis::cmd("KEYS")
+        .arg("flush:*")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(!guards.is_empty());
+    let _: () = redis::cmd("DEL")
+        .arg(&guards)
+        .query(&mut redis.conn())
+        .unwrap();
+    proxy.set_mode(Mode::Pass);
+    eventually(Duration::from_secs(15), "backlog written", || {
+        agent.metric("backlog_windows") == 0.0 && agent.metric("chunks_guard_lost_total") >= 1.0
+    })
+    .await;
+    assert_eq!(
+        agent.metric(r#"redis_evicts_keys{policy="allkeys-lru"}"#),
+        1.0
+    );
+    agent.send(b"evict:1|c");
+    agent.stop().await;
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "evict"), 51, "precision {p}");
+    }
 }

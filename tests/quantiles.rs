@@ -289,7 +289,7 @@ async fn fifteen_one_minute_slices_merge_into_the_quantiles_of_all_their_values(
                 Arc::new(c)
             })
             .collect();
-        let written = writer.write_chunks("flush:slices.1", &chunks).await;
+        let written = writer.write_chunks("flush:slices.1", &chunks, &[]).await;
         assert_eq!(written.acknowledged, chunks.len(), "{:?}", written.error);
     }
     let mut reader = store.reader().await.unwrap();

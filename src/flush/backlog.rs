@@ -88,6 +88,9 @@ pub(super) struct PendingWindow {
     /// The sequence key of the run that numbered the chunks.
     pub(super) sequence: Arc<str>,
     pub(super) chunks: Vec<Arc<FlushChunk>>,
+    /// Per chunk, whether it was sent before without an answer (or comes from a spool): Redis
+    /// may have applied it.
+    pub(super) sent: Vec<bool>,
     /// Its spool file, removed once the window is written or dropped.
     pub(super) file: Option<PathBuf>,
 }
@@ -193,15 +196,24 @@ pub(super) async fn write_backlog(
     // The window being written, when its first chunk was sent, and (cluster) its follow-ups.
     let mut current: Option<(u64, Instant, FollowUps)> = None;
     loop {
-        let next = backlog.lock().front().map(|w| {
+        let next = backlog.lock().front_mut().map(|w| {
             let end = if writer.is_cluster() {
                 w.chunks.len()
             } else {
                 PIPELINED_CHUNKS.min(w.chunks.len())
             };
-            (w.id, w.start, w.sequence.clone(), w.chunks[..end].to_vec())
+            let sent = w.sent[..end].to_vec();
+            // From now on these may have been applied, whatever comes back.
+            w.sent[..end].fill(true);
+            (
+                w.id,
+                w.start,
+                w.sequence.clone(),
+                w.chunks[..end].to_vec(),
+                sent,
+            )
         });
-        let Some((id, start, sequence, chunks)) = next else {
+        let Some((id, start, sequence, chunks, sent_before)) = next else {
             if closed.is_cancelled() {
                 return;
             }
@@ -232,10 +244,12 @@ pub(super) async fn write_backlog(
         let (acknowledged, replayed, mut error) = if chunks.is_empty() {
             (Vec::new(), 0, None)
         } else if writer.is_cluster() {
-            let written = writer.write_slots(&sequence, &chunks, follow_ups).await;
+            let written = writer
+                .write_slots(&sequence, &chunks, &sent_before, follow_ups)
+                .await;
             (written.acknowledged, written.replayed, written.error)
         } else {
-            let written = writer.write_chunks(&sequence, &chunks).await;
+            let written = writer.write_chunks(&sequence, &chunks, &sent_before).await;
             let mut acknowledged = vec![false; chunks.len()];
             acknowledged[..written.acknowledged].fill(true);
             (acknowledged, written.replayed, written.error)
@@ -252,10 +266,8 @@ pub(super) async fn write_backlog(
         let unwritten = {
             let mut queue = backlog.lock();
             queue.front_mut().filter(|w| w.id == id).map(|front| {
-                let mut sent = acknowledged.iter();
-                front
-                    .chunks
-                    .retain(|_| !sent.next().copied().unwrap_or(false));
+                keep_unacknowledged(&mut front.chunks, &acknowledged);
+                keep_unacknowledged(&mut front.sent, &acknowledged);
                 front.chunks.len()
             })
         };
@@ -300,4 +312,10 @@ pub(super) async fn write_backlog(
             }
         }
     }
+}
+
+/// Keeps the items whose chunk was not acknowledged (`acknowledged` covers the first ones).
+fn keep_unacknowledged<T>(items: &mut Vec<T>, acknowledged: &[bool]) {
+    let mut done = acknowledged.iter();
+    items.retain(|_| !done.next().copied().unwrap_or(false));
 }

@@ -225,6 +225,7 @@ impl Closer {
             id: 0,
             start,
             sequence: self.sequence.clone(),
+            sent: vec![false; chunks.len()],
             chunks,
             file,
         };

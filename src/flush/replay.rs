@@ -85,6 +85,8 @@ impl Closer {
                 id: 0,
                 start: w.start,
                 sequence: w.sequence.into(),
+                // The run that spooled them may have sent them.
+                sent: vec![true; w.chunks.len()],
                 chunks: w.chunks,
                 file: Some(w.path).filter(|p| !p.as_os_str().is_empty()),
             };

@@ -4,11 +4,17 @@
 -- key back through that module. hourly.lua is put in front of it (failed, try, the rollover,
 -- merge_stats, log_common, log_recent).
 --
--- KEYS[1]  the run's sequence key, flush:<agent id>.<run>: the number of the last chunk of this
---          run that was applied. Chunks are numbered in the order the agent sends them.
+-- KEYS[1]  the exactly-once guard, the hash flush: (hourly.lua, guard_last): per run (field
+--          <agent id>.<run>) the number of its last chunk applied and when. Chunks are numbered
+--          in the order the agent sends them.
+-- KEYS[2]  the run's string key flush:<agent id>.<run>, where versions before the hash kept
+--          its number: read when the run has no field (a spool written by such a version).
 -- ARGV     the chunk's number; the number of the chunk sent just before it in the same
 --          pipeline, or 0 for a pipeline's first chunk (every chunk before it was acknowledged);
---          the sequence key's lifetime (s); key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),
+--          the run (the field); 1 when the chunk may have been applied before (it was sent
+--          before without an answer) and Redis may evict keys, else 0; the agent's time (Unix
+--          s); how long a run that writes nothing keeps its field (s);
+--          key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),
 --          asctime of the window, idle lifetime of log keys (s, 0: none), then sections, each a
 --          count followed by its items:
 --          precisions: precision, slice, what to do with the counters at it (below);
@@ -27,31 +33,46 @@
 -- Returns {1, key, error, key, error, ...} when applied: each pair is a write that Redis refused
 -- (a key of another type, a count that would overflow) and that was skipped, the rest applied;
 -- {0} when the chunk was applied before (a late copy or a retry); {-1} when the chunk sent
--- before it in the pipeline was not applied, so this one is not either (nothing written).
+-- before it in the pipeline was not applied, so this one is not either (nothing written); {-2}
+-- when the run's guard is gone although the chunk may have been applied before (nothing
+-- written: see below).
 --
 -- Why a copy is never applied twice, in any order of arrival: a chunk is applied only when its
 -- number is above the run's last one, which it then becomes; the numbers only grow. Why none is
 -- skipped: a pipeline's first chunk follows only acknowledged ones, and each later chunk is
 -- applied only right after the one before it.
+--
+-- Both need the guard to live as long as the data it guards. It has no TTL, so only Redis
+-- losing data (a restart without persistence, a failover to a replica that lagged: the data
+-- went with it, so applying again is right), an allkeys-* maxmemory-policy or a hand can take
+-- it. Under an evicting policy the agent marks the chunks it sent before without an answer: a
+-- marked chunk that finds no guard may have been applied, and is not applied again.
 
-local seq, prev = tonumber(ARGV[1]), tonumber(ARGV[2])
-local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+local seq, prev, run, in_doubt = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
+local now = tonumber(redis.call('TIME')[1])
+skew = now - tonumber(ARGV[5])
+local last = guard_last(KEYS[1], run, now, tonumber(ARGV[6]))
+  or tonumber(redis.call('GET', KEYS[2]) or '')
+if not last and in_doubt then
+  return {-2}
+end
+last = last or 0
 if last >= seq then
   -- A write all the same: a WAIT for replicas after this reply then waits for everything the
   -- master had so far, the earlier copy of this chunk included, even on a new connection.
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  redis.call('HSET', KEYS[1], run, last .. ' ' .. now)
   return {0}
 end
 if prev > 0 and last ~= prev then
   return {-1}
 end
--- The first write: a Redis out of memory refuses it, before anything else is written; after
--- it, Redis lets the script finish.
-redis.call('SET', KEYS[1], seq, 'EX', ARGV[3])
+-- The first write of the chunk: a Redis out of memory refuses it, before anything else is
+-- written; after it, Redis lets the script finish.
+redis.call('HSET', KEYS[1], run, seq .. ' ' .. now)
 
-local prefix, sample_count, asctime = ARGV[4], tonumber(ARGV[5]), ARGV[7]
-hour, log_ttl = ARGV[6], tonumber(ARGV[8])
-local i = 9
+local prefix, sample_count, asctime = ARGV[7], tonumber(ARGV[8]), ARGV[10]
+hour, log_ttl = ARGV[9], tonumber(ARGV[11])
+local i = 12
 local function count()
   local n = tonumber(ARGV[i])
   i = i + 1
@@ -220,7 +241,7 @@ local function apply()
       end
       -- Not on a key of another program's.
       if ok then
-        redis.call('EXPIREAT', key, tonumber(slices[p]) + sample_count * tonumber(precisions[p]))
+        expire_by(key, tonumber(slices[p]) + sample_count * tonumber(precisions[p]))
       end
     end
   end

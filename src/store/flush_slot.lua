@@ -8,10 +8,11 @@
 -- KEYS[1]  this slot's guard, the hash flush:{<tag of the slot>}: per run (field <agent id>.<run>)
 --          the number of its last chunk applied in this slot and when. Then the data keys, taken
 --          in order by the sections below.
--- ARGV     the chunk's number, the run, the time (Unix s), how long a run that writes nothing
---          keeps its field (s), key prefix, hour (YYYY-MM-DDTHH:00:00), idle lifetime of log keys
---          (s, 0: none), the quantile buckets' relative accuracy and the most buckets a hash
---          keeps, then
+-- ARGV     the chunk's number, the run, 1 when the chunk may have been applied before (sent
+--          without an answer) and Redis may evict keys (else 0), the agent's time (Unix s), how
+--          long a run that writes nothing keeps its field (s), key prefix, hour
+--          (YYYY-MM-DDTHH:00:00), idle lifetime of log keys (s, 0: none), the quantile buckets'
+--          relative accuracy and the most buckets a hash keeps, then
 --          sections, each a count followed by its items (keys taken from KEYS):
 --          counters:  runs of one slice: slice, mode (below), n, then n increments
 --                                                                   n keys count:<p>:<s>
@@ -39,38 +40,34 @@
 -- Why a copy is never applied twice and none is skipped: as flush.lua, per slot; the chunks of a
 -- slot are sent one at a time, each once the one before it is acknowledged.
 --
--- The guard has no TTL, unlike flush.lua's sequence key: 16 384 keys with one would put the
--- expiry lookup that every write makes (is this key expired?) into a large table; with the reply
--- the old guard stored, that cost a cluster node 11 % of its time (docs/benchmarks.md, "Redis
--- Cluster"). A run's field goes instead when a run's first chunk in the slot finds it idle for
--- the lifetime.
+-- The guard has no TTL, as flush.lua's: an evicting policy takes a key with one first, and
+-- 16 384 keys with one would put the expiry lookup that every write makes (is this key
+-- expired?) into a large table; with the reply the old guard stored, that cost a cluster node
+-- 11 % of its time (docs/benchmarks.md, "Redis Cluster"). A run's field goes instead when a
+-- run's first chunk in the slot finds it idle for the lifetime.
 
--- A run's field: "<number> <time>".
-local guard, seq, run, now = KEYS[1], tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local stored = redis.call('HGET', guard, run)
-if stored then
-  local last = tonumber(string.match(stored, '^%d+'))
-  if last >= seq then
-    -- A write all the same, as in flush.lua: a WAIT after it covers the earlier copy.
-    redis.call('HSET', guard, run, last .. ' ' .. now)
-    return {0}
-  end
-else
-  local idle_since = tonumber(now) - tonumber(ARGV[4])
-  local runs = redis.call('HGETALL', guard)
-  for j = 1, #runs, 2 do
-    if (tonumber(string.match(runs[j + 1], '^%d+ (%d+)')) or 0) < idle_since then
-      redis.call('HDEL', guard, runs[j])
-    end
-  end
+-- A run's field: "<number> <Redis's time>" (hourly.lua, guard_last). A marked chunk (in doubt,
+-- under an evicting policy) that finds no field may have been applied: {-2}, nothing written,
+-- as in flush.lua.
+local guard, seq, run, in_doubt = KEYS[1], tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1'
+local now = tonumber(redis.call('TIME')[1])
+skew = now - tonumber(ARGV[4])
+local last = guard_last(guard, run, now, tonumber(ARGV[5]))
+if not last and in_doubt then
+  return {-2}
+end
+if last and last >= seq then
+  -- A write all the same, as in flush.lua: a WAIT after it covers the earlier copy.
+  redis.call('HSET', guard, run, last .. ' ' .. now)
+  return {0}
 end
 -- The first write: an out-of-memory Redis refuses it, before anything else is written.
 redis.call('HSET', guard, run, seq .. ' ' .. now)
 
-local prefix = ARGV[5]
-hour, log_ttl = ARGV[6], tonumber(ARGV[7])
-local hist = {alpha = ARGV[8], max = tonumber(ARGV[9])}
-local i, k = 10, 2
+local prefix = ARGV[6]
+hour, log_ttl = ARGV[7], tonumber(ARGV[8])
+local hist = {alpha = ARGV[9], max = tonumber(ARGV[10])}
+local i, k = 11, 2
 local function count()
   local n = tonumber(ARGV[i])
   i = i + 1
@@ -161,7 +158,7 @@ local function apply()
       ok = ok and try(name, 'PFADD', name, unpack(ARGV, j, math.min(j + 999, i - 1))) ~= nil
     end
     if ok then
-      redis.call('EXPIREAT', name, expire_at)
+      expire_by(name, expire_at)
     end
   end
 

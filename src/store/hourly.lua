@@ -7,6 +7,34 @@
 -- script sets both from its arguments.
 local hour, log_ttl
 
+-- The agent's clock against Redis's (Redis's time minus the agent's, s): the expiry times the
+-- agent computes (a slice's start plus its retention, on the agent's clock, as the slice itself)
+-- are moved by it, so a key lives as long as its slice is kept whatever the two clocks say. The
+-- script sets it from TIME and the agent's time sent with the call.
+local skew = 0
+local function expire_by(key, at)
+  redis.call('EXPIREAT', key, tonumber(at) + skew)
+end
+
+-- The exactly-once guard of flush.lua and flush_slot.lua: the HASH `guard` holds a field per
+-- run, "<number of its last chunk applied> <Redis's time>", and no TTL (a key with one is what
+-- a volatile-* maxmemory-policy evicts first). The run's last number, or nil when the run has
+-- no field: its first chunk here, or a guard lost with Redis's data or evicted. Then the fields
+-- of runs idle for `idle` seconds are dropped (the guard holds only live runs).
+local function guard_last(guard, run, now, idle)
+  local stored = redis.call('HGET', guard, run)
+  if stored then
+    return tonumber(string.match(stored, '^%d+'))
+  end
+  local runs = redis.call('HGETALL', guard)
+  for j = 1, #runs, 2 do
+    if (tonumber(string.match(runs[j + 1], '^%d+ (%d+)')) or 0) < now - idle then
+      redis.call('HDEL', guard, runs[j])
+    end
+  end
+  return nil
+end
+
 -- Writes Redis refused, as key, error pairs. Every write goes through redis.pcall (`try`), or
 -- belongs to an item whose reads (which fail on a key of the wrong type) come before its writes:
 -- nothing can stop a script half-way through a chunk.
@@ -113,7 +141,7 @@ local function write_buckets(key, old, hist, expire_at)
   end
   local added = redis.call('HSET', key, unpack(args, 1, n))
   if expire_at and not old[1] then
-    redis.call('EXPIREAT', key, expire_at)
+    expire_by(key, expire_at)
   end
   if added > 0 and redis.call('HLEN', key) > hist.max + 1 then
     local all, buckets = redis.call('HGETALL', key), {}

@@ -160,26 +160,38 @@ impl Keys {
         format!("{}cleaner:lock", self.prefix)
     }
 
-    /// `flush:<agent id>.<run>`: the number of the last flush chunk of that run of the agent
-    /// that was applied (the run random per start). In cluster mode this name and `:`, which
-    /// names the run's field in each slot's guard ([`Keys::slot_guard`]).
+    /// `flush:<agent id>.<run>`, the name of a run's chunk numbering (the run random per
+    /// start): its field in the guard ([`Keys::guard`]), and where versions before the guard
+    /// hash kept the run's last number. In cluster mode this name and `:`, which names the
+    /// run's field in each slot's guard ([`Keys::slot_guard`]).
     pub fn flush_sequence(&self, run_id: &str) -> String {
         let slots = if self.tagged { ":" } else { "" };
         format!("{}flush:{run_id}{slots}", self.prefix)
+    }
+
+    /// The exactly-once guard of one server (standalone, Sentinel): the hash `flush:`, and the
+    /// field in it of the run whose sequence is `sequence` (`<agent id>.<run>`).
+    pub fn guard<'s>(&self, sequence: &'s str) -> (String, &'s str) {
+        (format!("{}flush:", self.prefix), self.run_of(sequence))
     }
 
     /// In cluster mode, the exactly-once guard of the slot of hash tag `tag`: the hash
     /// `flush:{<tag>}`, and the field in it of the run whose sequence is `sequence`
     /// (`<agent id>.<run>`).
     pub fn slot_guard<'s>(&self, tag: &str, sequence: &'s str) -> (String, &'s str) {
+        (
+            format!("{}flush:{{{tag}}}", self.prefix),
+            self.run_of(sequence),
+        )
+    }
+
+    /// `<agent id>.<run>` of a [`Keys::flush_sequence`].
+    fn run_of<'s>(&self, sequence: &'s str) -> &'s str {
         let run = sequence
             .strip_prefix(&self.prefix)
             .and_then(|s| s.strip_prefix("flush:"))
             .unwrap_or(sequence);
-        (
-            format!("{}flush:{{{tag}}}", self.prefix),
-            run.strip_suffix(':').unwrap_or(run),
-        )
+        run.strip_suffix(':').unwrap_or(run)
     }
 
     /// Whether `sequence` names the per-slot sequence keys of a cluster run: chunks written
@@ -314,6 +326,10 @@ mod tests {
         assert_eq!(k.counter(1, "hits"), "app1:count:1:hits");
         assert_eq!(k.known(), "app1:known:");
         assert_eq!(k.flush_sequence("a.1f"), "app1:flush:a.1f");
+        assert_eq!(
+            k.guard(&k.flush_sequence("a.1f")),
+            ("app1:flush:".to_string(), "a.1f")
+        );
         let tagged = Keys::tagged("app1:");
         let sequence = tagged.flush_sequence("a.1f");
         assert_eq!(

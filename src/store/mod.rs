@@ -8,6 +8,7 @@ pub mod clock;
 pub mod keys;
 pub mod query;
 pub mod reader;
+pub mod server;
 mod slots;
 mod writer;
 
@@ -29,7 +30,7 @@ pub use query::{Queries, QueryError, Schedule};
 pub use reader::{QuantileRange, QuantilesView, Reader, SliceQuantiles, glob_match};
 pub use slots::{FollowUps, SlotsWritten, build_slot_chunks};
 pub use writer::{
-    ChunkSettings, Chunker, CounterWrite, FlushChunk, QuantileSettings, SEQUENCE_TTL_SECS,
+    ChunkSettings, Chunker, CounterWrite, FlushChunk, GUARD_IDLE_SECS, QuantileSettings,
     WriteFailure, Writer, Written, build_chunks,
 };
 

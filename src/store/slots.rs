@@ -12,8 +12,8 @@ use redis::aio::ConnectionLike;
 
 use super::writer::{Argv, BUCKET_WRITES_PER_SERIES, SET_MEMBERS_PER_SERIES, put_buckets};
 use super::{
-    ChunkSettings, Connection, CounterWrite, FlushChunk, Keys, SEQUENCE_TTL_SECS, StoreError,
-    Writer, clock, keys,
+    ChunkSettings, Connection, CounterWrite, FlushChunk, GUARD_IDLE_SECS, Keys, StoreError, Writer,
+    clock, keys,
 };
 use crate::aggregate::{ClosedWindow, StatKind, sketch};
 
@@ -358,10 +358,18 @@ impl Writer {
     /// the chunks of one slot one after the other (each only once the one before it is
     /// acknowledged), different slots concurrently. Replies' index members and averages are
     /// added to `follow_ups`.
+    ///
+    /// With `wait_replicas`, a pass that ends in an error acknowledges nothing: its chunks
+    /// answered so far were not waited for (`WAIT` follows a whole pass), and counting them
+    /// written would lose them with a master that dies before its replica has them. Sent again,
+    /// they answer *applied before* and are waited for then. Follow-ups gathered are kept
+    /// whatever the pass's end: they are `ZADD`s of members and averages, harmless to repeat
+    /// and to make for a hash that turns out lost (the cleaner removes its member).
     pub async fn write_slots(
         &mut self,
         sequence: &str,
         chunks: &[Arc<FlushChunk>],
+        sent_before: &[bool],
         follow_ups: &mut FollowUps,
     ) -> SlotsWritten {
         let mut acknowledged = vec![false; chunks.len()];
@@ -384,6 +392,10 @@ impl Writer {
         let keys = self.keys().clone();
         let keys = &keys;
         let now = clock::since_epoch().as_secs();
+        let in_doubt: Vec<bool> = (0..chunks.len())
+            .map(|i| self.in_doubt(sent_before.get(i) == Some(&true)))
+            .collect();
+        let in_doubt = &in_doubt;
         let script = &self.slot_script;
         // After the first failure nothing more is sent: the rest would most likely fail too,
         // each after a whole timeout (a cluster connection whose slot refresh hung after a
@@ -401,7 +413,14 @@ impl Writer {
                         if failed.load(std::sync::atomic::Ordering::Relaxed) {
                             break;
                         }
-                        let r = send_slot_chunk(&mut conn, script, &guard, now, &chunks[i]).await;
+                        let r = send_slot_chunk(
+                            &mut conn,
+                            script,
+                            &guard,
+                            (in_doubt[i], now),
+                            &chunks[i],
+                        )
+                        .await;
                         let error = r.is_err();
                         out.push((i, r));
                         if error {
@@ -421,8 +440,12 @@ impl Writer {
             match result {
                 Ok(reply) => {
                     acknowledged[i] = true;
-                    if redis::from_redis_value_ref::<i64>(&reply[0]).ok() == Some(0) {
-                        replayed += 1;
+                    let applied = redis::from_redis_value_ref::<i64>(&reply[0]).ok();
+                    if applied == Some(-2) {
+                        self.guard_lost(sequence);
+                    }
+                    if applied != Some(1) {
+                        replayed += usize::from(applied == Some(0));
                         follow_ups.take_all(&chunks[i], keys);
                     } else {
                         if let Some(redis::Value::Array(failures)) = reply.get(4) {
@@ -444,6 +467,9 @@ impl Writer {
                 Err(e) => error = Some(e),
             }
         }
+        if self.wait.is_some() && error.is_some() {
+            acknowledged.fill(false);
+        }
         if let Some((replicas, timeout_ms)) = self.wait
             && error.is_none()
             && acknowledged.iter().any(|a| *a)
@@ -461,12 +487,10 @@ impl Writer {
                 Ok(got) => {
                     self.telemetry.replica_waits_short.increment(1);
                     acknowledged.fill(false);
-                    *follow_ups = FollowUps::default();
                     error = Some(super::writer::short_wait(got, replicas, timeout_ms));
                 }
                 Err(e) => {
                     acknowledged.fill(false);
-                    *follow_ups = FollowUps::default();
                     error = Some(e.into());
                 }
             }
@@ -605,7 +629,7 @@ async fn send_slot_chunk(
     conn: &mut Connection,
     script: &redis::Script,
     (guard, run): &(String, &str),
-    now: u64,
+    (in_doubt, now): (bool, u64),
     chunk: &FlushChunk,
 ) -> ChunkReply {
     let data_keys = chunk.data_key_count();
@@ -615,7 +639,11 @@ async fn send_slot_chunk(
     for key in args.by_ref().take(data_keys) {
         cmd.arg(key);
     }
-    cmd.arg(chunk.seq).arg(run).arg(now).arg(SEQUENCE_TTL_SECS);
+    cmd.arg(chunk.seq)
+        .arg(run)
+        .arg(u8::from(in_doubt))
+        .arg(now)
+        .arg(GUARD_IDLE_SECS);
     for arg in args {
         cmd.arg(arg);
     }
@@ -638,7 +666,7 @@ async fn send_slot_chunk(
         .first()
         .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
     {
-        Some(0 | 1) => Ok(reply),
+        Some(-2 | 0 | 1) => Ok(reply),
         _ => Err(StoreError::Redis(redis::RedisError::from((
             redis::ErrorKind::Client,
             "a slot chunk's reply is not flush_slot.lua's",

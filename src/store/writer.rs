@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{RedisWrite, Script, ToRedisArgs};
 
+use super::server::ServerCheck;
 use super::slots::build_slot_chunks;
 use super::{Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
@@ -430,10 +431,10 @@ pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
     }
 }
 
-/// How long a run's sequence key outlives its last write: a copy of a chunk delayed longer than
-/// this (Redis closes idle connections long before: `tcp-keepalive` 300 s) could be applied
-/// again, and so could the last pipeline of a spool replayed this long after its crash.
-pub const SEQUENCE_TTL_SECS: u64 = 7 * 24 * 3600;
+/// How long a run that writes nothing keeps its field in the guard: a copy of a chunk delayed
+/// longer than this (Redis closes idle connections long before: `tcp-keepalive` 300 s) could be
+/// applied again, and so could the last pipeline of a spool replayed this long after its crash.
+pub const GUARD_IDLE_SECS: u64 = 7 * 24 * 3600;
 
 /// Sends flush chunks to Redis.
 pub struct Writer {
@@ -450,6 +451,10 @@ pub struct Writer {
     pub(super) telemetry: Arc<Telemetry>,
     /// When a refused write was last logged: they are counted always, logged once per 10 s.
     last_failure_log: Option<std::time::Instant>,
+    /// When a chunk dropped for a lost guard was last logged.
+    last_guard_log: Option<std::time::Instant>,
+    /// The server's eviction policy and clock, checked on every new connection.
+    pub(super) server: ServerCheck,
 }
 
 /// Why Redis refused one write of an applied chunk (the rest of the chunk was applied).
@@ -527,6 +532,8 @@ impl Writer {
             slot_tags: None,
             telemetry,
             last_failure_log: None,
+            last_guard_log: None,
+            server: ServerCheck::default(),
         }
     }
 
@@ -562,17 +569,53 @@ impl Writer {
         self.telemetry.redis_errors.increment(1);
     }
 
+    /// The writer's connection, made if need be; its server's eviction policy and clock are
+    /// checked when it is new, and once a minute.
     pub(super) async fn connection(&mut self) -> Result<Connection, StoreError> {
-        if let Some(c) = &self.connection {
-            return Ok(c.clone());
+        let connection = match &self.connection {
+            Some(c) => c.clone(),
+            None => {
+                let connection = self.store.connect().await?;
+                if self.connected_before {
+                    self.telemetry.redis_reconnects.increment(1);
+                }
+                self.connected_before = true;
+                self.connection = Some(connection.clone());
+                self.server.check_again();
+                connection
+            }
+        };
+        if self.server.due() {
+            let checked = self.server.check(connection.clone(), &self.telemetry).await;
+            if let Err(e) = checked {
+                self.connection_failed();
+                return Err(e);
+            }
         }
-        let connection = self.store.connect().await?;
-        if self.connected_before {
-            self.telemetry.redis_reconnects.increment(1);
-        }
-        self.connected_before = true;
-        self.connection = Some(connection.clone());
         Ok(connection)
+    }
+
+    /// Whether a chunk sent before without an answer goes marked (`flush.lua`'s in-doubt flag):
+    /// only where Redis may have evicted its guard.
+    pub(super) fn in_doubt(&self, sent_before: bool) -> bool {
+        sent_before && self.server.evicts_guard()
+    }
+
+    /// Counts (and now and then logs) a chunk that found its guard gone although it may have
+    /// been applied: not applied again.
+    pub(super) fn guard_lost(&mut self, sequence: &str) {
+        self.telemetry.chunks_guard_lost.increment(1);
+        let now = std::time::Instant::now();
+        if self
+            .last_guard_log
+            .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_INTERVAL)
+        {
+            self.last_guard_log = Some(now);
+            tracing::error!(
+                sequence,
+                "a chunk sent again after a lost reply found its guard evicted: Redis may have applied it, so it is dropped, not applied twice (its writes may be lost; chunks_guard_lost_total). Set maxmemory-policy noeviction"
+            );
+        }
     }
 
     /// Applies chunks of the run whose sequence key is `sequence` in one pipeline (one round
@@ -580,8 +623,16 @@ impl Writer {
     /// first one not acknowledged are never applied (the script sees the gap), so sending
     /// them all again from there is safe, and so is any copy of this pipeline still on its
     /// way. Any error drops the connection, so the next call starts afresh.
-    pub async fn write_chunks(&mut self, sequence: &str, chunks: &[Arc<FlushChunk>]) -> Written {
-        let result = self.try_write(sequence, chunks).await;
+    ///
+    /// `sent_before[i]`: chunk `i` was sent before without an answer (or comes from a spool),
+    /// so Redis may have applied it.
+    pub async fn write_chunks(
+        &mut self,
+        sequence: &str,
+        chunks: &[Arc<FlushChunk>],
+        sent_before: &[bool],
+    ) -> Written {
+        let result = self.try_write(sequence, chunks, sent_before).await;
         let written = match result {
             Ok(written) => written,
             Err(error) => Written {
@@ -600,19 +651,26 @@ impl Writer {
         &mut self,
         sequence: &str,
         chunks: &[Arc<FlushChunk>],
+        sent_before: &[bool],
     ) -> Result<Written, StoreError> {
         let mut conn = self.connection().await?;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         let mut prev = 0;
-        for chunk in chunks {
+        let (guard, run) = self.keys().guard(sequence);
+        let now = clock::since_epoch().as_secs();
+        for (i, chunk) in chunks.iter().enumerate() {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(self.script.get_hash())
-                .arg(1)
+                .arg(2)
+                .arg(&guard)
                 .arg(sequence)
                 .arg(chunk.seq)
                 .arg(prev)
-                .arg(SEQUENCE_TTL_SECS);
+                .arg(run)
+                .arg(u8::from(self.in_doubt(sent_before.get(i) == Some(&true))))
+                .arg(now)
+                .arg(GUARD_IDLE_SECS);
             for arg in chunk.argv.iter() {
                 cmd.arg(arg);
             }
@@ -642,6 +700,7 @@ impl Writer {
             {
                 Some(1) => self.report_failures(&reply[1..]),
                 Some(0) => replayed += 1,
+                Some(-2) => self.guard_lost(sequence),
                 // The chunk before it was not applied: the error is that chunk's.
                 _ => break,
             }

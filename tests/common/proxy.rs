@@ -21,7 +21,7 @@ pub enum Mode {
     HoldNextFlush,
     /// Forward the client's writes, drop every reply: Redis applies what the agent never hears of.
     SwallowReplies,
-    /// Each client write: 1 in 10 cuts the connection (what was read is lost), 1 in 4 stalls for
+    /// Each client write: 1 in 6 cuts the connection (what was read is lost), 1 in 4 stalls for
     /// up to 1.5 s and then arrives, whether the agent still waits or not.
     Chaos,
 }
@@ -135,12 +135,12 @@ impl Shared {
                 }
                 Mode::Chaos => {
                     let roll: f64 = rng.random();
-                    if roll < 0.1 {
+                    if roll < 1.0 / 6.0 {
                         self.cuts.fetch_add(1, Ordering::SeqCst);
                         replies.abort();
                         return;
                     }
-                    if roll < 0.1 + 0.25 {
+                    if roll < 1.0 / 6.0 + 0.25 {
                         self.stalls.fetch_add(1, Ordering::SeqCst);
                         let stall = rng.random_range(0..1500);
                         tokio::time::sleep(Duration::from_millis(stall)).await;

@@ -673,3 +673,90 @@ async fn a_foreign_key_at_an_index_holds_up_nothing() {
         assert_eq!(counter_total(&cluster, p, "second"), 1, "precision {p}");
     }
 }
+
+/// With `wait_replicas`, a window's slot chunks count as written only once `WAIT` saw them
+/// replicated. A master that refuses writes (out of memory) ends the pass in an error after the
+/// other masters' chunks were answered: none of them counts (they would be lost with a master dying before its
+/// replica had them), they go again, answered *applied before*, and are waited for then. A
+/// lagging replica makes the next `WAIT` short: again none counts. The follow-ups gathered on
+/// the way are all kept, so once written, every hash has its index member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_count_only_once_waited_for_and_their_index_members_are_kept() {
+    use statsd_redis::aggregate::ClosedWindow;
+    use statsd_redis::store::{FollowUps, Writer};
+
+    let mut cluster = Cluster::start();
+    let config = Config {
+        redis_timeout_ms: 500,
+        ..cluster_config(&cluster)
+    };
+    let store = Store::open(&config).unwrap();
+    let window = ClosedWindow {
+        start: unix_now(),
+        counters: (0..300)
+            .map(|i| (format!("waited.{i}").into(), 2))
+            .collect(),
+        ..ClosedWindow::default()
+    };
+    let chunks = slot_chunks(&cluster, store.keys(), &window, 1);
+    let telemetry = Arc::new(Telemetry::new());
+    let mut writer = Writer::new(store, Some((1, 300)), telemetry.clone());
+    let mut follow_ups = FollowUps::default();
+    let masters = cluster.masters();
+    let (refusing, lagging) = (masters[0], cluster.replica_of(masters[1]).unwrap());
+    let maxmemory = |port: u16, bytes: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .query(&mut cluster.conn(port))
+            .unwrap();
+    };
+
+    // One master out of memory refuses its chunks; the others answer theirs first.
+    maxmemory(refusing, "1");
+    let written = writer
+        .write_slots("flush:w.1:", &chunks, &[], &mut follow_ups)
+        .await;
+    assert!(written.error.is_some());
+    assert!(
+        !written.acknowledged.iter().any(|a| *a),
+        "chunks answered in a pass that failed count as written without a WAIT"
+    );
+    maxmemory(refusing, "0");
+    cluster.pause(lagging, true);
+    let sent = vec![true; chunks.len()];
+    let written = writer
+        .write_slots("flush:w.1:", &chunks, &sent, &mut follow_ups)
+        .await;
+    assert!(written.error.is_some(), "a lagging replica: a short WAIT");
+    assert!(!written.acknowledged.iter().any(|a| *a));
+    cluster.pause(lagging, false);
+    // The replica catches up within a few tries.
+    let mut written = None;
+    for _ in 0..20 {
+        let w = writer
+            .write_slots("flush:w.1:", &chunks, &sent, &mut follow_ups)
+            .await;
+        if w.error.is_none() {
+            written = Some(w);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let written = written.expect("written once the replica is back");
+    assert!(written.acknowledged.iter().all(|a| *a));
+    writer.write_follow_ups(&follow_ups).await.unwrap();
+    let known: std::collections::HashSet<String> = cluster
+        .zrange_withscores("known:")
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect();
+    for i in 0..300 {
+        for p in PRECISIONS {
+            assert_eq!(counter_total(&cluster, p, &format!("waited.{i}")), 2);
+            assert!(known.contains(&format!("{p}:waited.{i}")), "{p}:waited.{i}");
+        }
+    }
+    assert!(telemetry.render().contains("replica_waits_short_total 1"));
+}

@@ -181,6 +181,42 @@ async fn sets_count_distinct_members_per_slice_and_expire() {
     agent.stop().await;
 }
 
+/// The agent's clock 300 s behind Redis's (libfaketime under the agent): the expiry times the
+/// agent computes on its own clock (a slice's start plus its retention) are moved to Redis's, so
+/// a 1 s set slice lives its 120 s, not none, and a minute's quantile buckets their two hours,
+/// not 300 s less. The skew is exported.
+#[test]
+fn a_clock_behind_redis_expires_nothing_early() {
+    let redis = RedisServer::start();
+    let args = ["--quantile-write-secs", "0", "--cleaner-enabled", "false"];
+    let (agent, udp, http) = spawn_agent_with_clock("-300s", &redis.url(), &args);
+    let agent = Killed(agent);
+    let members: String = (0..600).map(|i| format!("users:u{i}|s\n")).collect();
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .send_to(format!("{members}lat:5|ms").as_bytes(), ("127.0.0.1", udp))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let sets: Vec<String> = get(&redis, redis::cmd("KEYS").arg("set:1:users:*"));
+    assert!(!sets.is_empty(), "the 1 s slices expired on write");
+    let members: u64 = sets
+        .iter()
+        .map(|k| get::<u64>(&redis, redis::cmd("PFCOUNT").arg(k)))
+        .sum();
+    assert!((590..=610).contains(&members), "{members} of 600");
+    for key in &sets {
+        let ttl: i64 = get(&redis, redis::cmd("TTL").arg(key));
+        assert!((110..=120).contains(&ttl), "{key}: {ttl} s left of 120");
+    }
+    let buckets: Vec<String> = get(&redis, redis::cmd("KEYS").arg("hist:60:lat:*"));
+    assert_eq!(buckets.len(), 1);
+    let ttl: i64 = get(&redis, redis::cmd("TTL").arg(&buckets[0]));
+    assert!(ttl > 120 * 60 - 90, "{}: {ttl} s left of 7200", buckets[0]);
+    let skew = metric_at(([127, 0, 0, 1], http).into(), "redis_clock_skew_seconds");
+    assert!((295.0..305.0).contains(&skew), "skew {skew}");
+    drop(agent);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_and_service_checks_become_recent_and_common_logs() {
     let redis = RedisServer::start();

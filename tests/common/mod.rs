@@ -385,8 +385,27 @@ pub fn free_port() -> u16 {
 
 /// Starts the binary on free ports; returns it with its UDP and HTTP ports once HTTP answers.
 pub fn spawn_agent(redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
+    spawn_agent_in(bin(), redis_url, extra)
+}
+
+/// [`spawn_agent`] with its clock running `offset` from the machine's (libfaketime's `-300s`).
+pub fn spawn_agent_with_clock(offset: &str, redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
+    const LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    assert!(
+        std::path::Path::new(LIBRARY).exists(),
+        "this test needs libfaketime: apt-get install -y faketime"
+    );
+    let mut agent = bin();
+    agent
+        .env("LD_PRELOAD", LIBRARY)
+        .env("FAKETIME", offset)
+        .env("DONT_FAKE_MONOTONIC", "1");
+    spawn_agent_in(agent, redis_url, extra)
+}
+
+fn spawn_agent_in(mut agent: Command, redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
     let (udp, http) = (free_port(), free_port());
-    let child = bin()
+    let child = agent
         .args([
             "--udp",
             &format!("127.0.0.1:{udp}"),

@@ -616,6 +616,16 @@ impl Cluster {
         self.node_mut(port).kill();
     }
 
+    /// Stops (SIGSTOP) or continues (SIGCONT) one node: a master that stalls, or a replica that
+    /// lags, with everything sent to it waiting in its socket.
+    pub fn pause(&mut self, port: u16, paused: bool) {
+        let node = self.node_mut(port);
+        let pid = node.child.as_ref().expect("a live node").id();
+        let signal = if paused { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: signalling a child process of this test.
+        unsafe { libc::kill(pid as i32, signal) };
+    }
+
     /// Starts a killed node again, on its port and dir (its `nodes.conf` kept): a master whose
     /// slots a replica took over comes back as that replica's replica.
     pub fn restart(&mut self, port: u16) {

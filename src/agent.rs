@@ -199,11 +199,13 @@ pub async fn run_reloading(
     // Every step that can fail comes before the first spawn (the stream listeners' registration
     // below included): a failure returns, and the binary exits 1, instead of leaving readers
     // running.
-    let http =
-        tokio::net::TcpListener::from_std(listeners.http).map_err(|source| AgentError::Http {
+    let app = router(AppState::new(telemetry.clone(), store.clone(), config.clone()));
+    let server = crate::http::serve(listeners.http, app, shutdown.clone()).map_err(|source| {
+        AgentError::Http {
             addr: config.http,
             source,
-        })?;
+        }
+    })?;
     let tracker = TaskTracker::new();
 
     let mut windows = Vec::new();
@@ -318,18 +320,6 @@ pub async fn run_reloading(
         .run(flusher_stop.clone()),
     );
 
-    let app = router(AppState {
-        telemetry,
-        store,
-        config: Arc::new(config.clone()),
-        connection: Default::default(),
-    });
-    let http_shutdown = shutdown.clone();
-    let server = tokio::spawn(async move {
-        axum::serve(http, app)
-            .with_graceful_shutdown(http_shutdown.cancelled_owned())
-            .await
-    });
 
     shutdown.cancelled().await;
     tracing::info!("shutting down: reading what is queued, then the final flush");
@@ -339,8 +329,6 @@ pub async fn run_reloading(
     if let Some(cleaner) = cleaner {
         let _ = cleaner.await;
     }
-    if let Ok(Err(e)) = server.await {
-        tracing::warn!(error = %e, "HTTP server ended with an error");
-    }
+    let _ = tokio::task::spawn_blocking(move || server.join()).await;
     Ok(())
 }

@@ -122,10 +122,22 @@ fn main() -> ExitCode {
     match run(config, reload) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", causes(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// An error and its causes, each cause that the text so far does not already say (many errors
+/// print their cause in their own message).
+fn causes(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1).map(ToString::to_string) {
+        if !text.contains(&cause) {
+            text = format!("{text}: {cause}");
+        }
+    }
+    text
 }
 
 /// clap names the flag even when the bad value came from its `STATSD_REDIS_*` variable: when

@@ -15,6 +15,115 @@ use crate::store::WriteFailure;
 
 const PREFIX: &str = "statsd_redis_";
 
+/// A log line for a condition that recurs (a failed accept, a dropped window, a refused write)
+/// at most once per period; the metrics count every occurrence.
+#[derive(Debug)]
+pub struct LogLimit {
+    period: std::time::Duration,
+    last: Option<std::time::Instant>,
+    /// Occurrences since the last line.
+    since: u64,
+}
+
+impl LogLimit {
+    /// Ten seconds: one line per condition stays readable in any log.
+    pub const PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+    pub const fn every(period: std::time::Duration) -> LogLimit {
+        LogLimit {
+            period,
+            last: None,
+            since: 0,
+        }
+    }
+
+    /// An occurrence: `Some(n)` when it is to be logged, `n` the occurrences the line stands
+    /// for (this one and those left unlogged since the last line).
+    pub fn occurred(&mut self) -> Option<u64> {
+        self.since += 1;
+        let now = std::time::Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) < self.period) {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.since))
+    }
+}
+
+impl Default for LogLimit {
+    fn default() -> Self {
+        LogLimit::every(LogLimit::PERIOD)
+    }
+}
+
+/// Whether windows are being written, as `/readyz` answers it: from the writer's own state
+/// (its last attempt, the oldest window waiting), never from a Redis call per request.
+#[derive(Debug, Default)]
+pub struct Readiness(std::sync::Mutex<ReadyState>);
+
+#[derive(Debug, Default)]
+struct ReadyState {
+    /// When the writer last found Redis taking its writes: a window written, or with nothing to
+    /// write, a `PING` answered.
+    last_ok: Option<std::time::Instant>,
+    /// Why its last attempt did not count, when it did not.
+    failing: Option<String>,
+    /// The start (Unix s) of the oldest window not yet written.
+    oldest_waiting: Option<u64>,
+}
+
+impl Readiness {
+    /// Not ready once the writer has not reached Redis, or the oldest window has waited, this
+    /// long: windows are not being written.
+    pub const STALE: std::time::Duration = std::time::Duration::from_secs(30);
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ReadyState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The writer's last attempt reached Redis and was taken.
+    pub fn written(&self) {
+        let mut state = self.state();
+        state.last_ok = Some(std::time::Instant::now());
+        state.failing = None;
+    }
+
+    /// The writer's last attempt failed (`why`), or Redis refused most of its writes.
+    pub fn failed(&self, why: String) {
+        self.state().failing = Some(why);
+    }
+
+    /// The start of the oldest window waiting, `None` when none waits.
+    pub fn waiting(&self, oldest: Option<u64>) {
+        self.state().oldest_waiting = oldest;
+    }
+
+    /// `Ok` when windows are being written, else why not; `now` in Unix seconds.
+    pub fn check(&self, now: u64) -> Result<(), String> {
+        let state = self.state();
+        if let Some(why) = &state.failing {
+            return Err(format!("the last write to Redis failed: {why}"));
+        }
+        match state.last_ok {
+            None => return Err("no write has reached Redis yet".into()),
+            Some(t) if t.elapsed() > Readiness::STALE => {
+                return Err(format!(
+                    "no write has reached Redis for {} s",
+                    t.elapsed().as_secs()
+                ));
+            }
+            Some(_) => {}
+        }
+        match state.oldest_waiting {
+            Some(start) if now.saturating_sub(start) > Readiness::STALE.as_secs() => Err(format!(
+                "the oldest window waiting to be written is {} s old",
+                now - start
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Flush duration buckets: a healthy flush takes milliseconds; the upper buckets show a Redis
 /// that is slow or timing out. Between 0.1 and 1 s, where a busy agent's flushes fall against
 /// its 1 s window, they are 100 ms apart, so a p99 read from them is within 0.1 s.
@@ -101,6 +210,7 @@ pub struct Telemetry {
     /// Redis's `maxmemory-policy` and whether it may evict keys, rendered with the process
     /// metrics (its label changes with the server's setting).
     redis_eviction: std::sync::Mutex<Option<(String, bool)>>,
+    pub readiness: Readiness,
 }
 
 fn metadata() -> Metadata<'static> {
@@ -374,6 +484,7 @@ impl Telemetry {
                 &[],
             ),
             redis_eviction: Default::default(),
+            readiness: Readiness::default(),
             handle,
         }
     }

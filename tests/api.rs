@@ -253,3 +253,110 @@ async fn api_recovers_after_a_redis_restart() {
     .await;
     agent.stop().await;
 }
+
+/// A flood of `known?match=` requests over a large index (200 000 members) never holds up the
+/// window closer: the HTTP server runs on its own threads, the index is read in ranges (a
+/// prefix glob reads only its range), and at most four API requests run at once (the rest wait
+/// or are told the server is busy). Every second's counts stay in their own 1 s slice, and
+/// `/healthz` answers throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_index_queries_holds_up_no_window() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    for batch in 0..20 {
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg("known:");
+        for i in 0..10_000 {
+            zadd.arg(0).arg(format!("60:flood.{batch}.{i:05}"));
+        }
+        let _: () = zadd.query(&mut conn).unwrap();
+    }
+    let agent = TestAgent::start(test_config(&redis));
+    let (status, page) = get_json(&agent, "/api/v1/known?match=flood.7.0012*");
+    assert_eq!(status, 200);
+    assert_eq!(page["total"], 10, "a prefix reads its range: {page}");
+
+    let http = agent.http;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood: Vec<_> = (0..16)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut answers = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    answers.push(http_get(http, "/api/v1/known?match=*9*&per_page=5").0);
+                }
+                answers
+            })
+        })
+        .collect();
+    let healthz = std::thread::spawn(move || {
+        (0..40)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(100));
+                http_get(http, "/healthz").0
+            })
+            .collect::<Vec<_>>()
+    });
+    // 50 a second for 4 s, each second's into its own slice.
+    for _ in 0..200 {
+        agent.send(b"steady:1|c");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answers: Vec<u16> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    assert!(answers.iter().all(|s| *s == 200 || *s == 503), "{answers:?}");
+    assert!(answers.contains(&200));
+    assert!(healthz.join().unwrap().iter().all(|s| *s == 200));
+    eventually(Duration::from_secs(5), "all written", || {
+        redis.counter_total(1, "steady") == 200
+    })
+    .await;
+    let slices = redis.get_counter("count:1:steady");
+    assert!(
+        slices.values().all(|n| *n <= 60),
+        "a second's slice holds more than a second of counts: {slices:?}"
+    );
+    agent.stop().await;
+}
+
+/// Connections that send half a request head (or nothing) are closed after the header timeout,
+/// not held with their descriptors; more than the connection limit of them at once only make
+/// later connections wait their turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_requests_are_not_held() {
+    use std::io::{Read, Write};
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    let http = agent.http;
+    let half: Vec<std::net::TcpStream> = (0..600)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(http).unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: te").unwrap();
+            s
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let answered = tokio::task::spawn_blocking(move || http_get(http, "/healthz").0)
+        .await
+        .unwrap();
+    assert_eq!(answered, 200);
+    // Those past the connection limit wait their turn in the kernel's backlog first.
+    let limit = 2 * statsd_redis::http::HEADER_TIMEOUT + Duration::from_secs(5);
+    for mut s in half {
+        s.set_read_timeout(Some(limit.saturating_sub(started.elapsed()) + Duration::from_secs(1)))
+            .unwrap();
+        // Closed by the server: end of file (perhaps after a 408), or a reset.
+        let mut buf = [0u8; 256];
+        let closed = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => continue,
+                Err(e) => break e.kind() == std::io::ErrorKind::ConnectionReset,
+            }
+        };
+        assert!(closed, "a half-sent request was held");
+    }
+    assert!(started.elapsed() < limit + Duration::from_secs(2));
+    agent.stop().await;
+}

@@ -234,7 +234,10 @@ fn redis_going_away_and_coming_back_is_logged_once_each_way() {
     };
     let up = || metric_at(format!("127.0.0.1:{http}").parse().unwrap(), "redis_up");
     socket.send_to(b"outage:1|c", ("127.0.0.1", udp)).unwrap();
-    wait_for("redis_up 1", &|| up() == 1.0);
+    wait_for("the first window written", &|| {
+        redis.counter_total(86400, "outage") == 1
+    });
+    assert_eq!(up(), 1.0);
     redis.kill();
     for _ in 0..3 {
         socket.send_to(b"outage:1|c", ("127.0.0.1", udp)).unwrap();
@@ -250,7 +253,11 @@ fn redis_going_away_and_coming_back_is_logged_once_each_way() {
     });
     let (code, log, _) = terminate(child);
     assert_eq!(code, Some(0), "{log}");
-    assert_eq!(log.matches("cannot write to Redis").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("cannot write to Redis; windows wait").count(),
+        1,
+        "{log}"
+    );
     assert_eq!(log.matches("Redis is reachable again").count(), 1, "{log}");
 }
 
@@ -432,5 +439,87 @@ fn get_help_lists_only_what_get_uses_and_version_names_the_commit() {
     assert!(
         version.contains(env!("CARGO_PKG_VERSION")) && version.contains('('),
         "{version}"
+    );
+}
+
+/// An error whose message already names its cause says it once.
+#[test]
+fn a_start_up_error_says_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "mine").unwrap();
+    let (code, _, err) = run(bin()
+        .args(["--udp", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--unix-stream", file.to_str().unwrap()]));
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.matches("not a socket").count(), 1, "{err}");
+}
+
+/// Logs that recur are rate-limited and say how many times: out of descriptors, `accept` fails
+/// again and again (one line per 10 s, not ten a second); a full backlog drops a window a
+/// second (one line per 10 s). An outage whose cause changes says the new cause (a Redis
+/// restarted with a password the agent does not have is not a broken pipe for good).
+#[test]
+fn recurring_errors_are_logged_now_and_then_with_their_latest_cause() {
+    use std::os::unix::process::CommandExt;
+    let mut redis = RedisServer::start();
+    let tcp = free_port();
+    let (udp, http) = (free_port(), free_port());
+    let mut agent = bin();
+    agent
+        .args(["--udp", &format!("127.0.0.1:{udp}")])
+        .args(["--http", &format!("127.0.0.1:{http}")])
+        .args(["--tcp", &format!("127.0.0.1:{tcp}")])
+        .args(["--redis", &redis.url(), "--max-backlog-windows", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit in the child before exec; no allocation, no lock.
+    unsafe {
+        agent.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = agent.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", http)).is_err() {
+        assert!(Instant::now() < deadline, "agent did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // More connections than descriptors: accept fails for 3 s.
+    let held: Vec<TcpStream> = (0..100)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", tcp)).ok())
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    drop(held);
+    // Redis gone: a window a second, a backlog of one, so a window dropped a second; then back
+    // with a password.
+    redis.kill();
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..4 {
+        socket.send_to(b"dropped:1|c", ("127.0.0.1", udp)).unwrap();
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+    redis.restart_after(Duration::ZERO, &["--requirepass", "another"]);
+    // A changed cause is logged 10 s into the outage at the earliest, then retries come every
+    // 5 s at most.
+    for _ in 0..14 {
+        socket.send_to(b"dropped:1|c", ("127.0.0.1", udp)).unwrap();
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+    let (_, log, _) = terminate(child);
+    assert!(log.contains("accept failed"), "{log}");
+    assert!(log.matches("accept failed").count() <= 1, "{log}");
+    assert!(log.contains("backlog full"), "{log}");
+    assert!(log.matches("backlog full").count() <= 2, "{log}");
+    assert!(
+        log.contains("now for another reason") && log.contains("AUTH"),
+        "{log}"
     );
 }

@@ -324,15 +324,74 @@ async fn ipv6_key_prefix_and_several_listeners() {
     agent.stop().await;
 }
 
+/// `/readyz` means "windows are being written", from the writer's own state: 503 with the reason
+/// when Redis is gone, when it refuses every write of a window (an ACL user without rights on
+/// `count:*`), or when it is out of memory; 200 again once windows go in. A request opens no
+/// Redis connection. `/healthz` answers throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_and_readiness_follow_redis() {
-    let redis = RedisServer::start();
-    let agent = TestAgent::start(test_config(&redis));
-    assert_eq!(http_get(agent.http, "/healthz").0, 200);
-    assert_eq!(http_get(agent.http, "/readyz").0, 200);
+async fn readiness_means_windows_are_being_written() {
+    let (redis, port) = RedisServer::start_tcp();
+    let admin = |args: &[&str]| {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query::<redis::Value>(&mut redis.conn()).unwrap()
+    };
+    // Everything but the counters' hashes.
+    admin(&[
+        "ACL", "SETUSER", "writer", "on", ">pw", "+@all", "~flush:*", "~known:*", "~stats:*",
+        "~gauge*", "~set:*", "~hist:*", "~cleaner:*",
+    ]);
+    let agent = TestAgent::start(Config {
+        redis: format!("redis://writer:pw@127.0.0.1:{port}/0"),
+        cleaner_enabled: false,
+        ..test_config(&redis)
+    });
+    let ready = || http_get(agent.http, "/readyz");
+    eventually(Duration::from_secs(3), "ready at start", || ready().0 == 200).await;
+    let mut watching = redis.conn();
+    let mut connections = || -> String {
+        let info: String = redis::cmd("INFO").arg("stats").query(&mut watching).unwrap();
+        info.lines()
+            .find(|l| l.starts_with("total_connections_received:"))
+            .unwrap()
+            .to_string()
+    };
+    let before = connections();
+    for _ in 0..100 {
+        assert_eq!(ready().0, 200);
+    }
+    assert_eq!(connections(), before, "a /readyz request costs Redis nothing");
+
+    agent.send(b"denied:1|c");
+    eventually(Duration::from_secs(5), "refused writes seen", || {
+        ready().1.contains("refused")
+    })
+    .await;
+    assert_eq!(ready().0, 503);
+    admin(&["ACL", "SETUSER", "writer", "~*"]);
+    agent.send(b"allowed:1|c");
+    eventually(Duration::from_secs(5), "ready again", || ready().0 == 200).await;
+
+    admin(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
+    admin(&["CONFIG", "SET", "maxmemory", "1"]);
+    agent.send(b"oom:1|c");
+    eventually(Duration::from_secs(5), "out of memory seen", || {
+        let (status, body) = ready();
+        status == 503 && body.contains("OOM")
+    })
+    .await;
+    admin(&["CONFIG", "SET", "maxmemory", "0"]);
+    eventually(Duration::from_secs(10), "ready after the retry", || {
+        ready().0 == 200
+    })
+    .await;
+    assert_eq!(redis.counter_total(1, "oom"), 1);
+
     drop(redis);
-    let (status, body) = http_get(agent.http, "/readyz");
-    assert_eq!(status, 503, "{body}");
+    agent.send(b"gone:1|c");
+    eventually(Duration::from_secs(5), "Redis gone seen", || ready().0 == 503).await;
     assert_eq!(http_get(agent.http, "/healthz").0, 200);
     agent.shutdown.cancel();
 }

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::spool::Spool;
 use crate::store::{FlushChunk, FollowUps, StoreError, Writer, clock};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{LogLimit, Telemetry};
 
 /// First wait after a failed write; doubled per failure up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(250);
@@ -25,21 +25,24 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// (`last_flush_timestamp_seconds`) stay true on an idle agent.
 const IDLE_PING: Duration = Duration::from_secs(5);
 
-/// Whether writes reach Redis: one log line when they stop, one when they come back, and the
-/// `redis_up` gauge, instead of a line per failed attempt.
+/// Whether writes reach Redis: one log line when they stop, one when they come back (and one
+/// when the error changes meanwhile, at most every 10 s: a Redis restarted with another
+/// password is not a broken pipe for ever), the `redis_up` gauge, and what `/readyz` answers.
 #[derive(Default)]
 struct RedisState {
-    /// Since when writes have failed.
-    down_since: Option<Instant>,
+    /// Since when writes have failed, and the last error logged.
+    down_since: Option<(Instant, String)>,
+    changed_log: LogLimit,
 }
 
 impl RedisState {
     fn up(&mut self, telemetry: &Telemetry, queued: usize) {
         telemetry.redis_up.set(1.0);
+        telemetry.readiness.written();
         telemetry
             .last_flush_timestamp
             .set(clock::since_epoch().as_secs_f64());
-        if let Some(since) = self.down_since.take() {
+        if let Some((since, _)) = self.down_since.take() {
             tracing::info!(
                 down_seconds = since.elapsed().as_secs_f64().round(),
                 backlog = queued,
@@ -56,18 +59,34 @@ impl RedisState {
         queued: usize,
     ) {
         telemetry.redis_up.set(0.0);
-        match self.down_since {
+        let text = error.to_string();
+        telemetry.readiness.failed(text.clone());
+        match &mut self.down_since {
             None => {
                 tracing::warn!(
                     window,
-                    error = %error,
+                    error = %text,
                     backlog = queued,
                     "cannot write to Redis; windows wait in the backlog and are retried (one line when it is back)"
                 );
-                self.down_since = Some(Instant::now());
+                self.down_since = Some((Instant::now(), text));
+                // A changed reason is logged 10 s into the outage at the earliest: the first
+                // seconds go from a broken connection to a refused one as a rule.
+                self.changed_log = LogLimit::default();
+                self.changed_log.occurred();
+            }
+            Some((since, logged)) if *logged != text && self.changed_log.occurred().is_some() => {
+                tracing::warn!(
+                    window,
+                    error = %text,
+                    backlog = queued,
+                    down_seconds = since.elapsed().as_secs_f64().round(),
+                    "still cannot write to Redis, now for another reason"
+                );
+                *logged = text;
             }
             Some(_) => {
-                tracing::debug!(window, error = %error, backlog = queued, "write still failing")
+                tracing::debug!(window, error = %text, backlog = queued, "write still failing")
             }
         }
     }
@@ -109,6 +128,18 @@ pub(super) struct Backlog {
     queued: std::sync::atomic::AtomicU64,
     /// A window was queued, or the closer finished.
     pub(super) changed: Notify,
+    /// Windows the backlog dropped, logged at most once per 10 s.
+    drop_log: Mutex<LogLimit>,
+}
+
+/// The backlog's gauges and the oldest window waiting, after `queue` changed.
+fn publish(queue: &VecDeque<PendingWindow>, telemetry: &Telemetry) {
+    let bytes: u64 = queue.iter().map(PendingWindow::bytes).sum();
+    telemetry.backlog_windows.set(queue.len() as f64);
+    telemetry.backlog_bytes.set(bytes as f64);
+    telemetry
+        .readiness
+        .waiting(queue.iter().map(|w| w.start).min());
 }
 
 impl Backlog {
@@ -165,17 +196,24 @@ impl Backlog {
                 break;
             };
             bytes -= dropped.bytes();
-            tracing::error!(
-                window = dropped.start,
-                "backlog full: dropped the oldest unwritten window"
-            );
             telemetry.windows_dropped.increment(1);
+            let logged = self
+                .drop_log
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .occurred();
+            if let Some(windows) = logged {
+                tracing::error!(
+                    window = dropped.start,
+                    windows,
+                    "backlog full: dropped the oldest unwritten windows (windows: how many since the last such line; all are counted in windows_dropped_total)"
+                );
+            }
             if let (Some(spool), Some(file)) = (spool, &dropped.file) {
                 spool.remove(file);
             }
         }
-        telemetry.backlog_windows.set(queue.len() as f64);
-        telemetry.backlog_bytes.set(bytes as f64);
+        publish(&queue, telemetry);
         drop(queue);
         self.changed.notify_one();
     }
@@ -193,8 +231,12 @@ pub(super) async fn write_backlog(
 ) {
     let mut backoff = MIN_BACKOFF;
     let mut redis = RedisState::default();
-    // The window being written, when its first chunk was sent, and (cluster) its follow-ups.
-    let mut current: Option<(u64, Instant, FollowUps)> = None;
+    // Whether Redis takes writes is known from the start (`/readyz`, `redis_up`).
+    match writer.ping().await {
+        Ok(()) => redis.up(telemetry, 0),
+        Err(e) => redis.down(telemetry, None, &e, 0),
+    }
+    let mut current: Option<Current> = None;
     loop {
         let next = backlog.lock().front_mut().map(|w| {
             let end = if writer.is_cluster() {
@@ -228,18 +270,27 @@ pub(super) async fn write_backlog(
             }
             continue;
         };
-        if let Some((_, _, left)) = current.take_if(|c| c.0 != id) {
+        if let Some(left) = current.take_if(|c| c.id != id) {
             // A window the backlog dropped part-written: what its acknowledged chunks left for
             // the hot keys is written all the same (once; they are only index members and
             // averages).
-            if !left.is_empty()
-                && let Err(e) = writer.write_follow_ups(&left).await
+            if !left.follow_ups.is_empty()
+                && let Err(e) = writer.write_follow_ups(&left.follow_ups).await
             {
                 tracing::warn!(error = %e, "could not write a dropped window's index members");
             }
         }
-        let (_, started, follow_ups) =
-            current.get_or_insert_with(|| (id, Instant::now(), FollowUps::default()));
+        let Current {
+            started,
+            follow_ups,
+            items,
+            ..
+        } = current.get_or_insert_with(|| Current {
+            id,
+            started: Instant::now(),
+            follow_ups: FollowUps::default(),
+            items: 0,
+        });
         // Without chunks left (all acknowledged, the follow-ups failed) only the follow-ups go.
         let (acknowledged, replayed, mut error) = if chunks.is_empty() {
             (Vec::new(), 0, None)
@@ -262,6 +313,12 @@ pub(super) async fn write_backlog(
                 "chunks were applied before (a lost reply, or a window sent again); not applied again"
             );
         }
+        *items += chunks
+            .iter()
+            .zip(&acknowledged)
+            .filter(|(_, a)| **a)
+            .map(|(c, _)| c.series)
+            .sum::<usize>();
         // The closer may have dropped this window meanwhile (backlog full).
         let unwritten = {
             let mut queue = backlog.lock();
@@ -272,6 +329,7 @@ pub(super) async fn write_backlog(
             })
         };
         let mut done = unwritten == Some(0);
+        let mut refused_most = None;
         if done && !follow_ups.is_empty() {
             match writer.write_follow_ups(follow_ups).await {
                 Ok(()) => *follow_ups = FollowUps::default(),
@@ -285,9 +343,7 @@ pub(super) async fn write_backlog(
             let mut queue = backlog.lock();
             if queue.front().is_some_and(|w| w.id == id) {
                 let finished = queue.pop_front();
-                telemetry.backlog_windows.set(queue.len() as f64);
-                let bytes: u64 = queue.iter().map(PendingWindow::bytes).sum();
-                telemetry.backlog_bytes.set(bytes as f64);
+                publish(&queue, telemetry);
                 drop(queue);
                 if let (Some(spool), Some(file)) = (spool, finished.and_then(|w| w.file)) {
                     spool.remove(&file);
@@ -297,12 +353,24 @@ pub(super) async fn write_backlog(
                 tracing::debug!(window = start, seconds, "window written");
                 telemetry.flushes_ok.increment(1);
             }
+            // Applied, but Redis refused as many writes as the window had items (an ACL
+            // without rights on our keys, say): not being written either.
+            let (refused, example) = writer.take_refused();
+            if refused > 0 && refused >= *items as u64 {
+                refused_most = Some(format!(
+                    "Redis refused {refused} writes of a window of {items} items, such as: {}",
+                    example.unwrap_or_default()
+                ));
+            }
         }
         let queued = backlog.lock().len();
         match error {
             None => {
                 backoff = MIN_BACKOFF;
                 redis.up(telemetry, queued);
+                if let Some(why) = refused_most {
+                    telemetry.readiness.failed(why);
+                }
             }
             Some(e) => {
                 redis.down(telemetry, Some(start), &e, queued);
@@ -312,6 +380,15 @@ pub(super) async fn write_backlog(
             }
         }
     }
+}
+
+/// The window being written: when its first chunk was sent, its follow-ups (cluster), and the
+/// items of its chunks acknowledged so far.
+struct Current {
+    id: u64,
+    started: Instant,
+    follow_ups: FollowUps,
+    items: usize,
 }
 
 /// Keeps the items whose chunk was not acknowledged (`acknowledged` covers the first ones).

@@ -1,6 +1,11 @@
-//! The agent's HTTP server (axum): `/metrics` (Prometheus text), `/healthz` (the process
-//! answers), `/readyz` (200 only while Redis answers a `PING`), the JSON API under `/api/v1/`
-//! ([`api`]) and the dashboard at `/`.
+//! The agent's HTTP server: `/metrics` (Prometheus text), `/healthz` (the process answers),
+//! `/readyz` (200 while windows are being written), the JSON API under `/api/v1/` ([`api`]) and
+//! the dashboard at `/`.
+//!
+//! [`serve`] runs it on a runtime of its own, so no request can keep the window closer or the
+//! writer waiting; each connection must send its request head within [`HEADER_TIMEOUT`], at most
+//! [`MAX_CONNECTIONS`] are served at once, and at most [`MAX_API_REQUESTS`] API requests run at
+//! once (`/healthz`, `/readyz` and `/metrics` never wait for them).
 
 mod api;
 
@@ -13,13 +18,28 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::store::{Connection, Queries, Reader, Store, StoreError};
-use crate::telemetry::Telemetry;
+use crate::store::{Connection, Queries, Reader, Store, StoreError, clock};
+use crate::telemetry::{LogLimit, Telemetry};
 
-/// Readiness must answer quickly even when Redis hangs.
-const READY_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a client may take to send a request's head: a connection that sends half a
+/// request (or nothing) is closed, not held with its descriptor for ever.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections served at once; further ones wait in the kernel's backlog until one closes.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// API requests that run at once: a query over a large index reads Redis for a while, and a
+/// flood of them must not take every thread of the server. Others wait up to
+/// [`API_QUEUE_WAIT`], then get 503.
+pub const MAX_API_REQUESTS: usize = 4;
+const API_QUEUE_WAIT: Duration = Duration::from_secs(5);
+
+/// Threads of the server's own runtime.
+const HTTP_THREADS: usize = 2;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -30,6 +50,20 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// One multiplexed connection shared by all API requests, made on first use.
     pub connection: Arc<tokio::sync::Mutex<Option<Connection>>>,
+    /// Permits for API requests ([`MAX_API_REQUESTS`]).
+    pub api_permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl AppState {
+    pub fn new(telemetry: Arc<Telemetry>, store: Store, config: Config) -> AppState {
+        AppState {
+            telemetry,
+            store,
+            config: Arc::new(config),
+            connection: Default::default(),
+            api_permits: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
+        }
+    }
 }
 
 impl AppState {
@@ -70,11 +104,37 @@ async fn forget_failed_connection(
     response
 }
 
+/// At most [`MAX_API_REQUESTS`] API requests at once; one that waits longer than
+/// [`API_QUEUE_WAIT`] for its turn is answered 503.
+async fn limit_api_requests(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let permit =
+        tokio::time::timeout(API_QUEUE_WAIT, state.api_permits.clone().acquire_owned()).await;
+    match permit {
+        Ok(Ok(_permit)) => next.run(request).await,
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({
+                "error": format!("busy: {MAX_API_REQUESTS} API requests are running; try again")
+            })),
+        )
+            .into_response(),
+    }
+}
+
 pub fn router(state: AppState) -> Router {
-    let api = api::routes().route_layer(middleware::from_fn_with_state(
-        state.clone(),
-        forget_failed_connection,
-    ));
+    let api = api::routes()
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            forget_failed_connection,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            limit_api_requests,
+        ));
     Router::new()
         .route("/", get(dashboard))
         .merge(api)
@@ -111,12 +171,85 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// Ready while windows are being written: the writer's last attempt reached Redis and was
+/// taken, within [`crate::telemetry::Readiness::STALE`], and no window has waited that long.
+/// From the writer's own state: a request costs Redis nothing.
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.store.ping(READY_TIMEOUT).await {
+    match state.telemetry.readiness.check(clock::since_epoch().as_secs()) {
         Ok(()) => (StatusCode::OK, "ready\n".to_string()),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("redis unavailable: {e}\n"),
-        ),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
     }
+}
+
+/// Serves `app` on `listener` until `shutdown`, on a runtime of its own (its own threads), so
+/// that no request delays the window closer or the writer. Returns when every connection has
+/// ended (each is asked to finish its request at the stop).
+pub fn serve(
+    listener: std::net::TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(HTTP_THREADS)
+        .thread_name("http")
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => accept(listener, app, shutdown).await,
+                    Err(e) => tracing::error!(error = %e, "HTTP listener unusable"),
+                }
+            })
+        })
+}
+
+async fn accept(listener: tokio::net::TcpListener, app: Router, shutdown: CancellationToken) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let connections = TaskTracker::new();
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut failed_log = LogLimit::default();
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            permit = permits.clone().acquire_owned() => permit,
+        };
+        let Ok(permit) = permit else { break };
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match stream {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, most likely: wait instead of spinning, log now and then.
+                if let Some(times) = failed_log.occurred() {
+                    tracing::warn!(error = %e, times, "HTTP accept failed (times: since the last such line)");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(HEADER_TIMEOUT, connection).await;
+                }
+            }
+            drop(permit);
+        });
+    }
+    connections.close();
+    connections.wait().await;
 }

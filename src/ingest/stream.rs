@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use super::{BadLineLog, LineHandler, SocketFile, Transport};
 use crate::aggregate::Window;
 use crate::protocol::BadLine;
-use crate::telemetry::Telemetry;
+use crate::telemetry::{LogLimit, Telemetry};
 
 /// Bytes asked of the socket per read.
 const READ_BYTES: usize = 64 << 10;
@@ -132,6 +132,7 @@ async fn accept_loop<S, F, Fut>(
     // At the limit the listener stops accepting until a connection closes: new ones wait in
     // the kernel's backlog (their lines kept) instead of being accepted and closed (lost).
     let permits = Arc::new(tokio::sync::Semaphore::new(settings.max_connections));
+    let mut failed_log = LogLimit::default();
     loop {
         let permit = match permits.clone().try_acquire_owned() {
             Ok(permit) => Some(permit),
@@ -161,8 +162,10 @@ async fn accept_loop<S, F, Fut>(
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
-                // Out of descriptors, most likely: wait instead of spinning.
-                tracing::warn!(transport = transport.as_str(), error = %e, "accept failed");
+                // Out of descriptors, most likely: wait instead of spinning, log now and then.
+                if let Some(times) = failed_log.occurred() {
+                    tracing::warn!(transport = transport.as_str(), error = %e, times, "accept failed (times: since the last such line)");
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }

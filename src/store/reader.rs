@@ -395,6 +395,12 @@ impl Reader {
 
     /// Series of an index (`known:` for counters, `known:gauge:` for gauges) whose name matches
     /// `pattern` (`*` any run, `?` one character), with their precisions, by name.
+    ///
+    /// The index is read in ranges, never whole in one call (a call over 700 000 members holds
+    /// Redis for most of a second): members are `<precision>:<series>`, all scored 0, so a
+    /// series prefix (the pattern's text before its first wildcard) is one lexical range per
+    /// precision, each read [`KNOWN_BATCH`] members at a time; the precisions are found by
+    /// skipping from one to the next.
     pub async fn known(
         &mut self,
         gauges: bool,
@@ -405,21 +411,44 @@ impl Reader {
         } else {
             self.keys.counter_index()
         };
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(&index.key)
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut self.conn)
-            .await?;
+        let glob = pattern.map(Glob::new);
+        let prefix = glob.as_ref().map_or("", Glob::prefix);
         let mut by_series: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        for m in members {
-            let Some((p, series)) = m.split_once(':') else {
+        let mut from: Vec<u8> = b"-".to_vec();
+        // One precision at a time: find the first member at or after `from`, then read that
+        // precision's range of the prefix.
+        while let Some(first) = self.lex_range(&index.key, &from, b"+", 1).await?.pop() {
+            let Some(p) = first.split(':').next().and_then(|p| p.parse::<u64>().ok()) else {
+                // Not ours: skip past it.
+                from = [b"(", first.as_bytes()].concat();
                 continue;
             };
-            let Ok(p) = p.parse() else { continue };
-            if pattern.is_none_or(|pat| glob_match(pat, series)) {
-                by_series.entry(series.to_string()).or_default().push(p);
+            let start = format!("{p}:{prefix}");
+            // No member holds the byte 0xFF (UTF-8 never does): the end of the prefix's range.
+            let end = [b"(", start.as_bytes(), b"\xff"].concat();
+            let mut at = [b"[", start.as_bytes()].concat();
+            loop {
+                let batch = self.lex_range(&index.key, &at, &end, KNOWN_BATCH).await?;
+                for member in &batch {
+                    let series = &member[start.len() - prefix.len()..];
+                    if glob.as_ref().is_none_or(|g| g.matches(series)) {
+                        match by_series.get_mut(series) {
+                            Some(precisions) => precisions.push(p),
+                            None => {
+                                by_series.insert(series.to_string(), vec![p]);
+                            }
+                        }
+                    }
+                }
+                match batch.last() {
+                    Some(last) if batch.len() == KNOWN_BATCH => {
+                        at = [b"(", last.as_bytes()].concat();
+                    }
+                    _ => break,
+                }
             }
+            // The next precision: past every member `<p>:…` (`;` follows `:`).
+            from = format!("[{p};").into_bytes();
         }
         Ok(by_series
             .into_iter()
@@ -429,31 +458,83 @@ impl Reader {
             })
             .collect())
     }
+
+    /// `ZRANGEBYLEX key min max LIMIT 0 count`.
+    async fn lex_range(
+        &mut self,
+        key: &str,
+        min: &[u8],
+        max: &[u8],
+        count: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(redis::cmd("ZRANGEBYLEX")
+            .arg(key)
+            .arg(min)
+            .arg(max)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(count)
+            .query_async(&mut self.conn)
+            .await?)
+    }
 }
 
-/// Glob matching with `*` and `?`, case sensitive (Redis's `MATCH` without character classes);
-/// `?` is one character, so tag values as sent (`city=Z?rich`) match as they read.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let pattern: Vec<char> = pattern.chars().collect();
-    let text: Vec<char> = text.chars().collect();
-    let (mut p, mut t) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
-            p += 1;
-            t += 1;
-        } else if p < pattern.len() && pattern[p] == '*' {
-            star = Some((p, t));
-            p += 1;
-        } else if let Some((sp, st)) = star {
-            p = sp + 1;
-            t = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
+/// Index members read per call: Redis answers 10 000 in a few milliseconds, so no other client
+/// waits long behind one of them.
+pub const KNOWN_BATCH: usize = 10_000;
+
+/// A glob (`*` any run, `?` one character), case sensitive, as Redis's `MATCH` without
+/// character classes; `?` is one character, so tag values as sent (`city=Z?rich`) match as they
+/// read. Compiled once, matched without allocating.
+#[derive(Debug, Clone)]
+pub struct Glob {
+    pattern: Vec<char>,
+    prefix: String,
+}
+
+impl Glob {
+    pub fn new(pattern: &str) -> Glob {
+        let literal = pattern.find(['*', '?']).unwrap_or(pattern.len());
+        Glob {
+            pattern: pattern.chars().collect(),
+            prefix: pattern[..literal].to_string(),
         }
     }
-    pattern[p..].iter().all(|c| *c == '*')
+
+    /// The text every match starts with: the pattern before its first wildcard.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn matches(&self, text: &str) -> bool {
+        let pattern = &self.pattern;
+        let char_at = |i: usize| text[i..].chars().next().unwrap_or_default();
+        let (mut p, mut t) = (0, 0);
+        // After a `*`: where it stands in the pattern, and how far into the text it reaches.
+        let mut star: Option<(usize, usize)> = None;
+        while t < text.len() {
+            let c = char_at(t);
+            if p < pattern.len() && (pattern[p] == '?' || pattern[p] == c) {
+                p += 1;
+                t += c.len_utf8();
+            } else if p < pattern.len() && pattern[p] == '*' {
+                star = Some((p, t));
+                p += 1;
+            } else if let Some((sp, st)) = star {
+                p = sp + 1;
+                t = st + char_at(st).len_utf8();
+                star = Some((sp, t));
+            } else {
+                return false;
+            }
+        }
+        pattern[p..].iter().all(|c| *c == '*')
+    }
+}
+
+/// Whether `text` matches the glob `pattern` (see [`Glob`]).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    Glob::new(pattern).matches(text)
 }
 
 #[cfg(test)]

@@ -453,6 +453,8 @@ pub struct Writer {
     last_failure_log: Option<std::time::Instant>,
     /// When a chunk dropped for a lost guard was last logged.
     last_guard_log: Option<std::time::Instant>,
+    /// Writes Redis refused since [`Writer::take_refused`], and the first of them.
+    refused: (u64, Option<String>),
     /// The server's eviction policy and clock, checked on every new connection.
     pub(super) server: ServerCheck,
 }
@@ -533,6 +535,7 @@ impl Writer {
             telemetry,
             last_failure_log: None,
             last_guard_log: None,
+            refused: (0, None),
             server: ServerCheck::default(),
         }
     }
@@ -736,6 +739,11 @@ impl Writer {
         })
     }
 
+    /// The writes Redis refused (and skipped) since the last call, and the first of them.
+    pub fn take_refused(&mut self) -> (u64, Option<String>) {
+        std::mem::take(&mut self.refused)
+    }
+
     /// Counts (and now and then logs) the writes Redis refused: `key, error` pairs.
     pub(super) fn report_failures(&mut self, pairs: &[redis::Value]) {
         for pair in pairs.chunks(2) {
@@ -748,6 +756,8 @@ impl Writer {
 
     /// Counts (and now and then logs) one write Redis refused and the writer skipped.
     pub(super) fn refused(&mut self, key: &str, error: &str) {
+        self.refused.0 += 1;
+        self.refused.1.get_or_insert_with(|| format!("{key}: {error}"));
         let reason = WriteFailure::of(error);
         self.telemetry.write_failures[reason as usize].increment(1);
         let now = std::time::Instant::now();

@@ -199,7 +199,11 @@ pub async fn run_reloading(
     // Every step that can fail comes before the first spawn (the stream listeners' registration
     // below included): a failure returns, and the binary exits 1, instead of leaving readers
     // running.
-    let app = router(AppState::new(telemetry.clone(), store.clone(), config.clone()));
+    let app = router(AppState::new(
+        telemetry.clone(),
+        store.clone(),
+        config.clone(),
+    ));
     let server = crate::http::serve(listeners.http, app, shutdown.clone()).map_err(|source| {
         AgentError::Http {
             addr: config.http,
@@ -319,7 +323,6 @@ pub async fn run_reloading(
         .with_reloads(reloads)
         .run(flusher_stop.clone()),
     );
-
 
     shutdown.cancelled().await;
     tracing::info!("shutting down: reading what is queued, then the final flush");

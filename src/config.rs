@@ -26,7 +26,8 @@ pub struct Config {
     pub unix_stream: Vec<PathBuf>,
     /// Permissions of the unix socket files, in octal.
     pub unix_socket_mode: String,
-    /// Open connections each stream listener (TCP, unix stream) takes; more are closed at once.
+    /// Open connections each stream listener (TCP, unix stream) takes; past it the listener
+    /// pauses, and new connections wait in the kernel's backlog until one closes.
     pub max_connections: usize,
     /// A stream connection that sends nothing for this long is closed; 0: never.
     pub stream_idle_timeout_secs: u64,
@@ -42,6 +43,14 @@ pub struct Config {
     pub redis_master_name: String,
     /// Cluster mode: seed nodes, `redis://[:password@]host:port` (any of them will do).
     pub redis_cluster_nodes: Vec<String>,
+    /// TLS (`rediss://`): the certificate authorities (PEM) that sign Redis's certificate, a
+    /// private CA's; empty: the Mozilla roots built in.
+    pub redis_tls_ca_file: PathBuf,
+    /// TLS: this client's certificate (PEM), for a Redis that asks for one
+    /// (`tls-auth-clients`); with `redis_tls_key_file`.
+    pub redis_tls_cert_file: PathBuf,
+    /// TLS: the private key (PEM) of `redis_tls_cert_file`.
+    pub redis_tls_key_file: PathBuf,
     /// A write counts as done only when this many replicas have it (`WAIT`; in a cluster, of
     /// every master); 0: when the master has it.
     pub wait_replicas: u32,
@@ -210,6 +219,9 @@ impl Default for Config {
             redis_sentinels: Vec::new(),
             redis_master_name: "mymaster".into(),
             redis_cluster_nodes: Vec::new(),
+            redis_tls_ca_file: PathBuf::new(),
+            redis_tls_cert_file: PathBuf::new(),
+            redis_tls_key_file: PathBuf::new(),
             wait_replicas: 0,
             // A replica on the same network acknowledges within a millisecond; longer means it
             // is behind or gone, and the window waits in the backlog instead.
@@ -559,6 +571,30 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub redis_cluster_nodes: Option<Vec<String>>,
+    /// TLS: PEM file of the CAs that sign Redis's certificate [default: the built-in roots].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_REDIS_TLS_CA_FILE",
+        value_name = "PATH"
+    )]
+    pub redis_tls_ca_file: Option<PathBuf>,
+    /// TLS: this client's certificate (PEM), for tls-auth-clients [default: none].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_REDIS_TLS_CERT_FILE",
+        value_name = "PATH"
+    )]
+    pub redis_tls_cert_file: Option<PathBuf>,
+    /// TLS: the key of --redis-tls-cert-file (PEM) [default: none].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_REDIS_TLS_KEY_FILE",
+        value_name = "PATH"
+    )]
+    pub redis_tls_key_file: Option<PathBuf>,
     /// Replicas that must have a write (WAIT) before it counts as done [default: 0].
     #[arg(long, env = "STATSD_REDIS_WAIT_REPLICAS", value_name = "N")]
     pub wait_replicas: Option<u32>,
@@ -721,6 +757,9 @@ impl Args {
             redis_sentinels,
             redis_master_name,
             redis_cluster_nodes,
+            redis_tls_ca_file,
+            redis_tls_cert_file,
+            redis_tls_key_file,
             wait_replicas,
             wait_timeout_ms,
             http,

@@ -42,7 +42,10 @@ impl LogLimit {
     pub fn occurred(&mut self) -> Option<u64> {
         self.since += 1;
         let now = std::time::Instant::now();
-        if self.last.is_some_and(|t| now.duration_since(t) < self.period) {
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < self.period)
+        {
             return None;
         }
         self.last = Some(now);

@@ -305,7 +305,10 @@ async fn a_flood_of_index_queries_holds_up_no_window() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let answers: Vec<u16> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
-    assert!(answers.iter().all(|s| *s == 200 || *s == 503), "{answers:?}");
+    assert!(
+        answers.iter().all(|s| *s == 200 || *s == 503),
+        "{answers:?}"
+    );
     assert!(answers.contains(&200));
     assert!(healthz.join().unwrap().iter().all(|s| *s == 200));
     eventually(Duration::from_secs(5), "all written", || {
@@ -344,8 +347,10 @@ async fn half_sent_requests_are_not_held() {
     // Those past the connection limit wait their turn in the kernel's backlog first.
     let limit = 2 * statsd_redis::http::HEADER_TIMEOUT + Duration::from_secs(5);
     for mut s in half {
-        s.set_read_timeout(Some(limit.saturating_sub(started.elapsed()) + Duration::from_secs(1)))
-            .unwrap();
+        s.set_read_timeout(Some(
+            limit.saturating_sub(started.elapsed()) + Duration::from_secs(1),
+        ))
+        .unwrap();
         // Closed by the server: end of file (perhaps after a 408), or a reset.
         let mut buf = [0u8; 256];
         let closed = loop {

@@ -340,8 +340,19 @@ async fn readiness_means_windows_are_being_written() {
     };
     // Everything but the counters' hashes.
     admin(&[
-        "ACL", "SETUSER", "writer", "on", ">pw", "+@all", "~flush:*", "~known:*", "~stats:*",
-        "~gauge*", "~set:*", "~hist:*", "~cleaner:*",
+        "ACL",
+        "SETUSER",
+        "writer",
+        "on",
+        ">pw",
+        "+@all",
+        "~flush:*",
+        "~known:*",
+        "~stats:*",
+        "~gauge*",
+        "~set:*",
+        "~hist:*",
+        "~cleaner:*",
     ]);
     let agent = TestAgent::start(Config {
         redis: format!("redis://writer:pw@127.0.0.1:{port}/0"),
@@ -349,10 +360,16 @@ async fn readiness_means_windows_are_being_written() {
         ..test_config(&redis)
     });
     let ready = || http_get(agent.http, "/readyz");
-    eventually(Duration::from_secs(3), "ready at start", || ready().0 == 200).await;
+    eventually(Duration::from_secs(3), "ready at start", || {
+        ready().0 == 200
+    })
+    .await;
     let mut watching = redis.conn();
     let mut connections = || -> String {
-        let info: String = redis::cmd("INFO").arg("stats").query(&mut watching).unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut watching)
+            .unwrap();
         info.lines()
             .find(|l| l.starts_with("total_connections_received:"))
             .unwrap()
@@ -362,7 +379,11 @@ async fn readiness_means_windows_are_being_written() {
     for _ in 0..100 {
         assert_eq!(ready().0, 200);
     }
-    assert_eq!(connections(), before, "a /readyz request costs Redis nothing");
+    assert_eq!(
+        connections(),
+        before,
+        "a /readyz request costs Redis nothing"
+    );
 
     agent.send(b"denied:1|c");
     eventually(Duration::from_secs(5), "refused writes seen", || {
@@ -391,7 +412,10 @@ async fn readiness_means_windows_are_being_written() {
 
     drop(redis);
     agent.send(b"gone:1|c");
-    eventually(Duration::from_secs(5), "Redis gone seen", || ready().0 == 503).await;
+    eventually(Duration::from_secs(5), "Redis gone seen", || {
+        ready().0 == 503
+    })
+    .await;
     assert_eq!(http_get(agent.http, "/healthz").0, 200);
     agent.shutdown.cancel();
 }

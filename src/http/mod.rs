@@ -175,9 +175,16 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 /// taken, within [`crate::telemetry::Readiness::STALE`], and no window has waited that long.
 /// From the writer's own state: a request costs Redis nothing.
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.telemetry.readiness.check(clock::since_epoch().as_secs()) {
+    match state
+        .telemetry
+        .readiness
+        .check(clock::since_epoch().as_secs())
+    {
         Ok(()) => (StatusCode::OK, "ready\n".to_string()),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
     }
 }
 

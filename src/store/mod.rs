@@ -19,8 +19,11 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{AsyncConnectionConfig, Client, Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, ConnectionAddr, ConnectionInfo,
+    IntoConnectionInfo, Pipeline, TlsCertificates,
+};
 
 use crate::config::{Config, ConfigError, RedisMode};
 
@@ -188,10 +191,15 @@ impl Store {
         };
         let timeout = Duration::from_millis(config.redis_timeout_ms);
         let url = config.redis.as_str();
+        let certs = tls_certificates(config)?;
         let target = match config.redis_mode {
-            RedisMode::Standalone => {
-                Target::Standalone(Client::open(url).map_err(|e| bad("redis", e))?)
-            }
+            RedisMode::Standalone => Target::Standalone(
+                match &certs {
+                    Some(certs) => Client::build_with_tls(url, certs.clone()),
+                    None => Client::open(url),
+                }
+                .map_err(|e| bad("redis", e))?,
+            ),
             RedisMode::Sentinel => {
                 if config.redis_sentinels.is_empty() {
                     return Err(ConfigError {
@@ -199,28 +207,8 @@ impl Store {
                         message: "sentinel mode needs at least one sentinel address".into(),
                     });
                 }
-                let master = url.into_connection_info().map_err(|e| bad("redis", e))?;
-                let mut node = SentinelNodeConnectionInfo::default()
-                    .set_redis_connection_info(master.redis_settings().clone());
-                if let ConnectionAddr::TcpTls { insecure, .. } = master.addr() {
-                    node = node.set_tls_mode(if *insecure {
-                        redis::TlsMode::Insecure
-                    } else {
-                        redis::TlsMode::Secure
-                    });
-                }
-                let sentinels: Vec<String> = config
-                    .redis_sentinels
-                    .iter()
-                    .map(|a| with_scheme(a))
-                    .collect();
-                let client = SentinelClient::build(
-                    sentinels,
-                    config.redis_master_name.clone(),
-                    Some(node),
-                    SentinelServerType::Master,
-                )
-                .map_err(|e| bad("redis_sentinels", e))?;
+                let client =
+                    sentinel_client(config, certs.as_ref()).map_err(|(key, e)| bad(key, e))?;
                 Target::Sentinel(tokio::sync::Mutex::new(client))
             }
             RedisMode::Cluster => {
@@ -236,7 +224,11 @@ impl Store {
                             .collect(),
                     )
                 };
-                let client = ClusterClient::builder(seeds)
+                let mut builder = ClusterClient::builder(seeds);
+                if let Some(certs) = certs {
+                    builder = builder.certs(certs);
+                }
+                let client = builder
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .retries(CLUSTER_RETRIES)
@@ -333,6 +325,167 @@ impl Store {
             .await
             .map_err(|_| StoreError::Timeout(timeout))?
     }
+}
+
+/// A Sentinel client: the sentinels of `redis_sentinels` (one password for all, the first
+/// given; TLS for those written `rediss://`), the master named `redis_master_name`, reached
+/// with the `redis` URL's user, password, database and TLS. An error names its key.
+fn sentinel_client(
+    config: &Config,
+    certs: Option<&TlsCertificates>,
+) -> Result<SentinelClient, (&'static str, redis::RedisError)> {
+    let master = config
+        .redis
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| ("redis", e))?;
+    let sentinels = config
+        .redis_sentinels
+        .iter()
+        .map(|a| with_scheme(a).into_connection_info())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ("redis_sentinels", e))?;
+    let tls = |info: &ConnectionInfo| matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    let mut builder = SentinelClientBuilder::new(
+        sentinels.iter().map(|s| s.addr().clone()),
+        &config.redis_master_name,
+        SentinelServerType::Master,
+    )
+    .map_err(|e| ("redis_sentinels", e))?;
+    let settings = master.redis_settings();
+    builder = builder.set_client_to_redis_db(settings.db());
+    if let Some(user) = settings.username() {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = settings.password() {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    if tls(&master) {
+        builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+        if let Some(certs) = certs {
+            builder = builder.set_client_to_redis_certificates(certs.clone());
+        }
+    }
+    if let Some(s) = sentinels
+        .iter()
+        .find(|s| s.redis_settings().password().is_some())
+    {
+        let settings = s.redis_settings();
+        if let Some(user) = settings.username() {
+            builder = builder.set_client_to_sentinel_username(user);
+        }
+        if let Some(password) = settings.password() {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+    }
+    if sentinels.iter().any(tls) {
+        builder = builder.set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+        if let Some(certs) = certs {
+            builder = builder.set_client_to_sentinel_certificates(certs.clone());
+        }
+    }
+    builder.build().map_err(|e| ("redis_sentinels", e))
+}
+
+/// The certificates of `redis_tls_ca_file`, `redis_tls_cert_file` and `redis_tls_key_file`,
+/// read and checked here so that a bad file is an error naming its key (the client would only
+/// fail every connect); `None` when none is set. A URL that asks to skip the certificate check
+/// (`#insecure`) is refused: the CA file is the way to trust a private CA.
+fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let error = |key: &str, message: String| ConfigError {
+        key: key.into(),
+        message,
+    };
+    let urls = std::iter::once(("redis", &config.redis))
+        .chain(
+            config
+                .redis_sentinels
+                .iter()
+                .map(|u| ("redis_sentinels", u)),
+        )
+        .chain(
+            config
+                .redis_cluster_nodes
+                .iter()
+                .map(|u| ("redis_cluster_nodes", u)),
+        );
+    for (key, url) in urls.clone() {
+        if url.ends_with("#insecure") {
+            return Err(error(
+                key,
+                "`#insecure` (TLS without checking the server's certificate) is not supported: \
+                 give redis_tls_ca_file the CA that signed it"
+                    .into(),
+            ));
+        }
+    }
+    let read = |key: &str, path: &std::path::Path| -> Result<Option<Vec<u8>>, ConfigError> {
+        if path.as_os_str().is_empty() {
+            return Ok(None);
+        }
+        std::fs::read(path)
+            .map(Some)
+            .map_err(|e| error(key, format!("cannot read {}: {e}", path.display())))
+    };
+    let ca = read("redis_tls_ca_file", &config.redis_tls_ca_file)?;
+    let cert = read("redis_tls_cert_file", &config.redis_tls_cert_file)?;
+    let key = read("redis_tls_key_file", &config.redis_tls_key_file)?;
+    for (name, pem) in [("redis_tls_ca_file", &ca), ("redis_tls_cert_file", &cert)] {
+        if let Some(pem) = pem
+            && !CertificateDer::pem_slice_iter(pem)
+                .next()
+                .is_some_and(|c| c.is_ok())
+        {
+            return Err(error(name, "holds no PEM certificate".into()));
+        }
+    }
+    if let Some(pem) = &key
+        && PrivateKeyDer::from_pem_slice(pem).is_err()
+    {
+        return Err(error(
+            "redis_tls_key_file",
+            "holds no PEM private key".into(),
+        ));
+    }
+    let client_tls = match (cert, key) {
+        (Some(client_cert), Some(client_key)) => Some(ClientTlsConfig {
+            client_cert,
+            client_key,
+        }),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(error(
+                "redis_tls_key_file",
+                "redis_tls_cert_file needs its key".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(error(
+                "redis_tls_cert_file",
+                "redis_tls_key_file needs its certificate".into(),
+            ));
+        }
+    };
+    if ca.is_none() && client_tls.is_none() {
+        return Ok(None);
+    }
+    if !urls
+        .into_iter()
+        .any(|(_, url)| url.starts_with("rediss://"))
+    {
+        let key = if ca.is_some() {
+            "redis_tls_ca_file"
+        } else {
+            "redis_tls_cert_file"
+        };
+        return Err(error(key, "set, but no rediss:// URL uses TLS".into()));
+    }
+    Ok(Some(TlsCertificates {
+        client_tls,
+        root_cert: ca,
+    }))
 }
 
 /// What is wrong with a Redis URL that the client refused, in words (the client says only

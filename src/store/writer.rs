@@ -757,7 +757,9 @@ impl Writer {
     /// Counts (and now and then logs) one write Redis refused and the writer skipped.
     pub(super) fn refused(&mut self, key: &str, error: &str) {
         self.refused.0 += 1;
-        self.refused.1.get_or_insert_with(|| format!("{key}: {error}"));
+        self.refused
+            .1
+            .get_or_insert_with(|| format!("{key}: {error}"));
         let reason = WriteFailure::of(error);
         self.telemetry.write_failures[reason as usize].increment(1);
         let now = std::time::Instant::now();

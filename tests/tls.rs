@@ -1,0 +1,200 @@
+//! TLS to a self-hosted Redis: a server whose certificate a private CA signed, which also asks
+//! for the client's (`tls-auth-clients yes`). Certificates made by the test with `openssl`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by the CA,
+/// written into `dir` as `<name>.pem` and `<name>.key`.
+fn make_certificates(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("openssl ({e}): the TLS tests need it (apt-get install -y openssl)")
+            });
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=statsd-redis test CA",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    for name in ["server", "client"] {
+        let (key, csr, pem, ext) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+        );
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    &key,
+                    "-out",
+                    &csr,
+                    "-subj",
+                    &format!("/CN={name}"),
+                ],
+            ]
+            .concat(),
+        );
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ]);
+    }
+}
+
+/// A private Redis listening with TLS on `port` (its own certificate, clients' checked against
+/// the CA) and on its unix socket without, for the test's reads.
+fn tls_redis(certs: &Path, port: u16) -> RedisServer {
+    let file = |name: &str| certs.join(name).to_str().unwrap().to_string();
+    RedisServer::start_with(&[
+        "--tls-port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--tls-cert-file",
+        &file("server.pem"),
+        "--tls-key-file",
+        &file("server.key"),
+        "--tls-ca-cert-file",
+        &file("ca.pem"),
+        "--tls-auth-clients",
+        "yes",
+    ])
+}
+
+/// With the CA and a client certificate the agent writes over TLS; without the client
+/// certificate Redis refuses it, without the CA it refuses Redis (and `/readyz` says why);
+/// `#insecure` and files that are not PEM stop it at start, naming the key.
+#[test]
+fn a_private_ca_and_a_client_certificate() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certificates(certs.path());
+    let port = free_port();
+    let redis = tls_redis(certs.path(), port);
+    let url = format!("rediss://127.0.0.1:{port}/0");
+    let file = |name: &str| certs.path().join(name).to_str().unwrap().to_string();
+    let (ca, cert, key) = (file("ca.pem"), file("client.pem"), file("client.key"));
+
+    let (agent, udp, http) = spawn_agent(
+        &url,
+        &[
+            "--redis-tls-ca-file",
+            &ca,
+            "--redis-tls-cert-file",
+            &cert,
+            "--redis-tls-key-file",
+            &key,
+        ],
+    );
+    let agent = Killed(agent);
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.send_to(b"tls.hits:3|c", ("127.0.0.1", udp)).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(redis.counter_total(1, "tls.hits"), 3);
+    assert_eq!(http_get(([127, 0, 0, 1], http).into(), "/readyz").0, 200);
+    drop(agent);
+
+    for (args, why) in [
+        (vec!["--redis-tls-ca-file", &ca], "no client certificate"),
+        (
+            vec!["--redis-tls-cert-file", &cert, "--redis-tls-key-file", &key],
+            "no CA",
+        ),
+    ] {
+        let (agent, _, http) = spawn_agent(&url, &args);
+        let agent = Killed(agent);
+        std::thread::sleep(Duration::from_millis(1500));
+        let (status, body) = http_get(([127, 0, 0, 1], http).into(), "/readyz");
+        assert_eq!(status, 503, "{why}: {body}");
+        drop(agent);
+    }
+
+    for (args, key) in [
+        (vec!["--redis", &format!("{url}#insecure")], "`redis`"),
+        (
+            vec!["--redis", &url, "--redis-tls-ca-file", &key],
+            "`redis_tls_ca_file`",
+        ),
+        (
+            vec!["--redis", &url, "--redis-tls-cert-file", &cert],
+            "`redis_tls_key_file`",
+        ),
+        (
+            vec![
+                "--redis",
+                "redis://127.0.0.1:6379/0",
+                "--redis-tls-ca-file",
+                &ca,
+            ],
+            "`redis_tls_ca_file`",
+        ),
+    ] {
+        let out = bin()
+            .args(["--udp", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(key) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -50,10 +50,42 @@ fn num(args: &[String], name: &str, default: u64) -> u64 {
     })
 }
 
+const USAGE: &str = "usage: loadgen send [--transport udp|tcp|unixgram] [--target ADDR|PATH] [--series N] [--lines-per-datagram N] [--lines N] [--rate LINES/S] [--types c,ms,g,s] [--prefix P] [--totals FILE]\n       loadgen check [--redis URL] --totals FILE [--precisions LIST] [--key-prefix P]";
+
+/// Every argument after the command is one of `flags` followed by its value: anything else
+/// (a typo, `--help`) prints the usage and exits, rather than send a million datagrams.
+fn only(args: &[String], flags: &[&str]) {
+    let mut rest = args.iter().skip(1);
+    while let Some(flag) = rest.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        if !flags.contains(&flag.as_str()) || rest.next().is_none() {
+            eprintln!("loadgen: unknown argument or missing value: {flag}\n{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(|s| s.as_str()) {
         Some("send") => {
+            only(
+                &args,
+                &[
+                    "--transport",
+                    "--target",
+                    "--series",
+                    "--lines-per-datagram",
+                    "--lines",
+                    "--rate",
+                    "--types",
+                    "--prefix",
+                    "--totals",
+                ],
+            );
             let send = Send {
                 transport: arg(&args, "--transport").unwrap_or("udp").to_string(),
                 target: arg(&args, "--target")
@@ -74,6 +106,10 @@ fn main() {
             run_send(&send);
         }
         Some("check") => {
+            only(
+                &args,
+                &["--redis", "--totals", "--precisions", "--key-prefix"],
+            );
             let redis = arg(&args, "--redis").unwrap_or("redis://127.0.0.1:6379/0");
             let totals = arg(&args, "--totals").expect("--totals FILE");
             let precisions: Vec<u64> = arg(&args, "--precisions")
@@ -88,10 +124,9 @@ fn main() {
                 arg(&args, "--key-prefix").unwrap_or(""),
             ));
         }
+        Some("--help" | "-h") => println!("{USAGE}"),
         _ => {
-            eprintln!(
-                "usage: loadgen send [--transport udp|tcp|unixgram] [--target ADDR|PATH] [--series N] [--lines-per-datagram N] [--lines N] [--rate LINES/S] [--types c,ms,g,s] [--prefix P] [--totals FILE]\n       loadgen check [--redis URL] --totals FILE [--precisions LIST] [--key-prefix P]"
-            );
+            eprintln!("{USAGE}");
             std::process::exit(2);
         }
     }

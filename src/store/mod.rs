@@ -434,9 +434,9 @@ fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigEr
     let key = read("redis_tls_key_file", &config.redis_tls_key_file)?;
     for (name, pem) in [("redis_tls_ca_file", &ca), ("redis_tls_cert_file", &cert)] {
         if let Some(pem) = pem
-            && !CertificateDer::pem_slice_iter(pem)
+            && CertificateDer::pem_slice_iter(pem)
                 .next()
-                .is_some_and(|c| c.is_ok())
+                .is_none_or(|c| c.is_err())
         {
             return Err(error(name, "holds no PEM certificate".into()));
         }

@@ -515,7 +515,9 @@ fn recurring_errors_are_logged_now_and_then_with_their_latest_cause() {
     }
     let (_, log, _) = terminate(child);
     // One line per listener (the HTTP one may run out of descriptors too).
-    let tcp_accepts = log.lines().filter(|l| l.contains("accept failed") && l.contains("tcp"));
+    let tcp_accepts = log
+        .lines()
+        .filter(|l| l.contains("accept failed") && l.contains("tcp"));
     assert_eq!(tcp_accepts.count(), 1, "{log}");
     assert!(log.matches("HTTP accept failed").count() <= 1, "{log}");
     assert!(log.contains("backlog full"), "{log}");

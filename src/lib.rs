@@ -16,7 +16,10 @@
 //! * [`store`]: the [`store::Store`] handle (one server, Sentinel or Redis Cluster), Redis key
 //!   names (one place), the flush and cleaner scripts, the writer (per slot in a cluster), the
 //!   cleaner, the reader and the queries the CLI and the API share.
-//! * [`http`]: `/metrics`, `/healthz`, `/readyz`, the JSON API and the dashboard.
+//! * [`http`]: `/metrics`, `/healthz`, `/readyz`, the JSON API, the Graphite API and the
+//!   dashboard.
+//! * [`graphite`]: the layout read back as Graphite: targets, functions, names, as
+//!   graphite-web answers them.
 //! * [`telemetry`]: every self-metric, named and described in one place.
 //! * [`config`]: defaults, TOML file, environment and flags.
 //! * [`agent`]: binds the sockets and runs everything with one shutdown order.
@@ -29,6 +32,7 @@ pub mod aggregate;
 pub mod cli;
 pub mod config;
 pub mod flush;
+pub mod graphite;
 pub mod http;
 pub mod ingest;
 pub mod protocol;

@@ -8,6 +8,7 @@
 //! once (`/healthz`, `/readyz` and `/metrics` never wait for them).
 
 mod api;
+mod graphite;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +53,8 @@ pub struct AppState {
     pub connection: Arc<tokio::sync::Mutex<Option<Connection>>>,
     /// Permits for API requests ([`MAX_API_REQUESTS`]).
     pub api_permits: Arc<tokio::sync::Semaphore>,
+    /// The set and timer names the Graphite API found by `SCAN`, kept a while.
+    pub scanned_names: Arc<crate::graphite::source::ScannedNames>,
 }
 
 impl AppState {
@@ -62,23 +65,31 @@ impl AppState {
             config: Arc::new(config),
             connection: Default::default(),
             api_permits: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
+            scanned_names: Default::default(),
         }
     }
 }
 
 impl AppState {
-    /// A reader over the shared connection, made when there is none (see [`forget_failed_connection`]).
-    async fn reader(&self) -> Result<Reader, StoreError> {
+    /// The shared connection, made when there is none (see [`forget_failed_connection`]).
+    async fn reader_connection(&self) -> Result<Connection, StoreError> {
         let mut slot = self.connection.lock().await;
-        let conn = match slot.as_ref() {
+        Ok(match slot.as_ref() {
             Some(c) => c.clone(),
             None => {
                 let c = self.store.connect().await?;
                 *slot = Some(c.clone());
                 c
             }
-        };
-        Ok(Reader::new(conn, self.store.keys().clone()))
+        })
+    }
+
+    /// A reader over the shared connection.
+    async fn reader(&self) -> Result<Reader, StoreError> {
+        Ok(Reader::new(
+            self.reader_connection().await?,
+            self.store.keys().clone(),
+        ))
     }
 
     /// The queries over [`AppState::reader`], with the agent's configuration.
@@ -127,6 +138,7 @@ async fn limit_api_requests(
 
 pub fn router(state: AppState) -> Router {
     let api = api::routes()
+        .merge(graphite::routes())
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             forget_failed_connection,

@@ -15,7 +15,7 @@ pub fn since_epoch() -> std::time::Duration {
 }
 
 /// (year, month 1-12, day 1-31) of days since 1970-01-01 (proleptic Gregorian).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -29,7 +29,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// Days since 1970-01-01 of a (year, month 1-12, day 1-31), the inverse of `civil_from_days`.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = year - i64::from(month <= 2);
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);
@@ -106,6 +106,26 @@ pub fn asctime(secs: u64) -> String {
     )
 }
 
+/// The time at the start of a `recent:` log entry (`<asctime> <message>`, as [`asctime`] writes
+/// it) and the message after it.
+pub fn parse_asctime(entry: &str) -> Option<(u64, &str)> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let (stamp, message) = (entry.get(..24)?, entry.get(25..).unwrap_or(""));
+    let name = stamp.get(4..7)?;
+    let month = MONTHS.iter().position(|m| *m == name)? as u32 + 1;
+    let day: u32 = stamp.get(8..10)?.trim().parse().ok()?;
+    let (h, mi, s): (u64, u64, u64) = (
+        stamp.get(11..13)?.parse().ok()?,
+        stamp.get(14..16)?.parse().ok()?,
+        stamp.get(17..19)?.parse().ok()?,
+    );
+    let year: i64 = stamp.get(20..24)?.parse().ok()?;
+    let days = u64::try_from(days_from_civil(year, month, day)).ok()?;
+    Some((days * 86_400 + h * 3600 + mi * 60 + s, message))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +149,7 @@ mod tests {
         assert_eq!(asctime(0), "Thu Jan  1 00:00:00 1970");
         assert_eq!(asctime(1_795_320_489), "Sun Nov 22 04:08:09 2026");
         assert_eq!(asctime(951_825_600), "Tue Feb 29 12:00:00 2000");
+        let entry = format!("{} deploy: v2", asctime(1_795_320_489));
+        assert_eq!(parse_asctime(&entry), Some((1_795_320_489, "deploy: v2")));
     }
 }

@@ -133,7 +133,7 @@ fn quantiles_of(buckets: &Buckets, mapping: &Mapping, qs: &[f64]) -> Vec<(f64, f
 
 /// A bucket hash as written by the flush: its accuracy and its buckets; `None` when it holds
 /// none.
-fn parse_buckets(fields: &[(String, String)]) -> Option<(f64, Buckets)> {
+pub(crate) fn parse_buckets(fields: &[(String, String)]) -> Option<(f64, Buckets)> {
     let alpha = fields.iter().find(|(f, _)| f == "a")?.1.parse().ok()?;
     let mut buckets = Buckets::default();
     for (field, count) in fields {

@@ -239,6 +239,42 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// One HTTP/1.1 request (`GET` with the parameters in `query`, or `POST` with them as a form
+/// body, as Grafana sends them): status, content type and body.
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    query: &str,
+) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let request = match method {
+        "POST" => format!(
+            "POST {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{query}",
+            query.len()
+        ),
+        _ if query.is_empty() => {
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        }
+        _ => format!("GET {path}?{query} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"),
+    };
+    s.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-type:")
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    (status, content_type, body.to_string())
+}
+
 /// Polls `check` until it holds; panics with `what` after `timeout`.
 pub async fn eventually(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;

@@ -1,0 +1,448 @@
+//! A Graphite-compatible read API over the agent's Redis layout, so that Grafana's built-in
+//! Graphite data source (URL `http://host:9102/graphite`, version 1.1) charts what the agent
+//! stores, with Redis the only store (README "Grafana"). What a request answers is what
+//! graphite-web 1.1 answers on the same data (`tests/graphite.rs` runs Debian's graphite-web
+//! beside the agent and compares).
+//!
+//! * [`attime`]: `from`, `until`, `now`; [`expr`]: targets; [`functions`]: the render
+//!   functions; [`series`]: graphite-web's series and its consolidation; [`names`]: tagged and
+//!   dotted names; [`source`]: the layout as Graphite sees it; [`pyfmt`]: numbers as Python
+//!   writes them. The HTTP side is `src/http/graphite.rs`.
+
+pub mod attime;
+pub mod expr;
+pub mod functions;
+pub mod names;
+pub mod pyfmt;
+pub mod series;
+pub mod source;
+
+use std::collections::HashMap;
+
+use futures_util::future::BoxFuture;
+
+use expr::{Call, Expr};
+use names::parse_tagged;
+use series::Series;
+use source::{Leaf, Source};
+
+/// At most this many series a render request reads, and nodes a find answers: past it the
+/// request is refused (400, naming the limit), never left to run.
+pub const MAX_SERIES: usize = 10_000;
+
+/// What went wrong, as graphite-web answers it: a bad request (400), an error inside a function
+/// (500), or Redis (503).
+#[derive(Debug)]
+pub enum GraphiteError {
+    BadRequest(String),
+    Internal(String),
+    Redis(crate::store::StoreError),
+}
+
+impl From<crate::store::StoreError> for GraphiteError {
+    fn from(e: crate::store::StoreError) -> Self {
+        GraphiteError::Redis(e)
+    }
+}
+
+pub fn bad(message: String) -> GraphiteError {
+    GraphiteError::BadRequest(message)
+}
+
+/// An evaluated argument of a function.
+#[derive(Debug, Clone)]
+pub enum Arg {
+    Series(Vec<Series>),
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    None,
+}
+
+impl Arg {
+    pub fn number(&self) -> Result<f64, GraphiteError> {
+        match self {
+            Arg::Int(n) => Ok(*n as f64),
+            Arg::Float(f) => Ok(*f),
+            Arg::Bool(b) => Ok(f64::from(u8::from(*b))),
+            Arg::Str(s) => s
+                .parse()
+                .map_err(|_| bad(format!("expected a number, got {s:?}"))),
+            _ => Err(bad("expected a number".into())),
+        }
+    }
+
+    /// A node index, when the argument is one.
+    pub fn as_index(&self) -> Option<i64> {
+        match self {
+            Arg::Int(n) => Some(*n),
+            Arg::Float(f) if f.fract() == 0.0 => Some(*f as i64),
+            _ => None,
+        }
+    }
+
+    /// The argument as text (a string's text, a number as Python's `str` writes it).
+    pub fn text(&self) -> String {
+        match self {
+            Arg::Str(s) => s.clone(),
+            other => other.python_str(),
+        }
+    }
+
+    /// Python's `str()` of the value.
+    pub fn python_str(&self) -> String {
+        match self {
+            Arg::Str(s) => s.clone(),
+            Arg::Int(n) => n.to_string(),
+            Arg::Float(f) => pyfmt::repr_string(*f),
+            Arg::Bool(b) => if *b { "True" } else { "False" }.into(),
+            Arg::None => "None".into(),
+            Arg::Series(_) => "[...]".into(),
+        }
+    }
+
+    pub fn truthy(&self) -> bool {
+        match self {
+            Arg::Bool(b) => *b,
+            Arg::Int(n) => *n != 0,
+            Arg::Float(f) => *f != 0.0,
+            Arg::Str(s) => !s.is_empty() && !s.eq_ignore_ascii_case("false"),
+            _ => false,
+        }
+    }
+}
+
+/// One render request's evaluation: the time range and where series come from.
+pub struct Evaluation<'a> {
+    pub source: Source<'a>,
+    pub now: i64,
+    /// Series read so far (against [`MAX_SERIES`]).
+    fetched: usize,
+}
+
+impl<'a> Evaluation<'a> {
+    pub fn new(source: Source<'a>, now: i64) -> Evaluation<'a> {
+        Evaluation {
+            source,
+            now,
+            fetched: 0,
+        }
+    }
+
+    /// The series of one target between `from` and `until`.
+    pub fn evaluate<'e>(
+        &'e mut self,
+        e: &'e Expr,
+        from: i64,
+        until: i64,
+    ) -> BoxFuture<'e, Result<Vec<Series>, GraphiteError>> {
+        Box::pin(async move {
+            match e {
+                Expr::Path(path) => self.fetch(path, from, until).await,
+                Expr::Call(call) => self.call(call, from, until).await,
+                _ => Err(bad(
+                    "a target is a series, a glob or a function call, not a value".into(),
+                )),
+            }
+        })
+    }
+
+    /// The series a path expression matches, in name order, each keeping the expression as
+    /// typed as its path expression.
+    async fn fetch(
+        &mut self,
+        path: &str,
+        from: i64,
+        until: i64,
+    ) -> Result<Vec<Series>, GraphiteError> {
+        let leaves = self.source.leaves(path).await.map_err(bad)?;
+        self.read(leaves, path, from, until).await
+    }
+
+    async fn read(
+        &mut self,
+        leaves: Vec<Leaf>,
+        path_expression: &str,
+        from: i64,
+        until: i64,
+    ) -> Result<Vec<Series>, GraphiteError> {
+        self.fetched += leaves.len();
+        if self.fetched > MAX_SERIES {
+            return Err(bad(format!(
+                "the targets match more than {MAX_SERIES} series, the limit of one request: narrow the glob"
+            )));
+        }
+        let mut out = Vec::new();
+        for leaf in &leaves {
+            if let Some(mut s) = self.source.fetch(leaf, from, until, self.now).await? {
+                s.path_expression = path_expression.to_string();
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn call(
+        &mut self,
+        call: &Call,
+        from: i64,
+        until: i64,
+    ) -> Result<Vec<Series>, GraphiteError> {
+        if !functions::NAMES.contains(&call.name.as_str()) {
+            return Err(bad(format!(
+                "Received request for unknown function: {}",
+                call.name
+            )));
+        }
+        if call.name == "seriesByTag" {
+            let specs: Vec<String> = call
+                .args
+                .iter()
+                .map(|a| match a {
+                    Expr::Str(s) => Ok(s.clone()),
+                    _ => Err(bad("seriesByTag takes tag expressions as strings".into())),
+                })
+                .collect::<Result<_, _>>()?;
+            let leaves = self.tagged(&specs).await?;
+            return self.read(leaves, &call.raw, from, until).await;
+        }
+        if call.name == "movingAverage" {
+            let (Some(target), Some(window)) = (call.args.first(), call.args.get(1)) else {
+                return Err(bad(
+                    "movingAverage() missing required argument: 'windowSize'".into(),
+                ));
+            };
+            let window = functions::Window::of(&self.literal(window)?)?;
+            // The window before the range is read too, so the first points have theirs.
+            let probe = self.evaluate(target, from, until).await?;
+            let preview = match &window {
+                functions::Window::Interval(secs, _) => *secs,
+                functions::Window::Points(n) => probe.iter().map(|s| s.step).max().unwrap_or(0) * n,
+            };
+            let fetched = self.evaluate(target, from - preview, until).await?;
+            return Ok(functions::moving_average(fetched, &window, preview));
+        }
+        let mut args = Vec::new();
+        for a in &call.args {
+            args.push(self.argument(a, from, until).await?);
+        }
+        let mut kwargs = HashMap::new();
+        for (k, a) in &call.kwargs {
+            kwargs.insert(k.clone(), self.argument(a, from, until).await?);
+        }
+        functions::apply(&call.name, args, kwargs, from, until)
+    }
+
+    async fn argument(&mut self, a: &Expr, from: i64, until: i64) -> Result<Arg, GraphiteError> {
+        match a {
+            Expr::Path(_) | Expr::Call(_) => Ok(Arg::Series(self.evaluate(a, from, until).await?)),
+            other => self.literal(other),
+        }
+    }
+
+    fn literal(&self, a: &Expr) -> Result<Arg, GraphiteError> {
+        Ok(match a {
+            Expr::Str(s) => Arg::Str(s.clone()),
+            Expr::Int(n) => Arg::Int(*n),
+            Expr::Float(f) => Arg::Float(*f),
+            Expr::Bool(b) => Arg::Bool(*b),
+            Expr::None => Arg::None,
+            _ => return Err(bad("expected a value, not a series".into())),
+        })
+    }
+
+    /// The series matching tag expressions, by Graphite name.
+    pub async fn tagged(&mut self, specs: &[String]) -> Result<Vec<Leaf>, GraphiteError> {
+        tagged(&mut self.source, specs).await
+    }
+}
+
+/// A tag expression of `seriesByTag`: `tag=value`, `tag!=value`, `tag=~regex`, `tag!=~regex`
+/// (a regex anchored at its start, as graphite-web's tag database anchors it).
+pub struct TagSpec {
+    pub tag: String,
+    op: &'static str,
+    value: String,
+    regex: Option<regex::Regex>,
+}
+
+impl TagSpec {
+    pub fn parse(spec: &str) -> Result<TagSpec, GraphiteError> {
+        let at = spec
+            .find(['=', '!'])
+            .ok_or_else(|| bad(format!("Invalid tag expression: {spec}")))?;
+        let (tag, rest) = spec.split_at(at);
+        let op = ["!=~", "=~", "!=", "="]
+            .into_iter()
+            .find(|op| rest.starts_with(op))
+            .ok_or_else(|| bad(format!("Invalid tag expression: {spec}")))?;
+        let value = rest[op.len()..].to_string();
+        let regex = op
+            .ends_with('~')
+            .then(|| {
+                let anchored = if value.starts_with('^') {
+                    value.clone()
+                } else {
+                    format!("^(?:{value})")
+                };
+                regex::Regex::new(&anchored)
+                    .map_err(|e| bad(format!("bad regular expression in {spec}: {e}")))
+            })
+            .transpose()?;
+        Ok(TagSpec {
+            tag: tag.to_string(),
+            op,
+            value,
+            regex,
+        })
+    }
+
+    pub fn matches(&self, value: &str) -> bool {
+        match (self.op, &self.regex) {
+            ("=", _) => value == self.value,
+            ("!=", _) => value != self.value,
+            ("=~", Some(r)) => r.is_match(value),
+            ("!=~", Some(r)) => !r.is_match(value),
+            _ => false,
+        }
+    }
+}
+
+/// A Graphite name's tags as graphite-web's tag database has them: `None` for a name it does
+/// not take (a bare tag), `name` last.
+pub fn tags_of(path: &str) -> Option<Vec<(String, String)>> {
+    if !path.contains(';') {
+        return Some(vec![("name".into(), path.to_string())]);
+    }
+    let t = parse_tagged(path)?;
+    let mut tags = t.tags;
+    tags.push(("name".into(), t.metric));
+    Some(tags)
+}
+
+/// Every series whose tags match all of `specs` (at least one of which must not match the empty
+/// string), sorted by Graphite name. A `name=` spec reads only that name's range.
+pub async fn tagged(source: &mut Source<'_>, specs: &[String]) -> Result<Vec<Leaf>, GraphiteError> {
+    let specs: Vec<TagSpec> = specs
+        .iter()
+        .map(|s| TagSpec::parse(s))
+        .collect::<Result<_, _>>()?;
+    if specs.is_empty() {
+        return Err(bad("no tag expressions specified".into()));
+    }
+    if specs.iter().all(|s| s.matches("")) {
+        return Err(bad(
+            "At least one tagspec must not match the empty string".into()
+        ));
+    }
+    let prefix = specs
+        .iter()
+        .find(|s| s.tag == "name" && s.op == "=")
+        .map_or(String::new(), |s| s.value.clone());
+    let candidates = source.all_with_prefix(&prefix).await?;
+    if candidates.len() > 10 * MAX_SERIES * 10 {
+        return Err(bad("too many series to match tags against".into()));
+    }
+    let mut out: Vec<Leaf> = candidates
+        .into_iter()
+        .filter(|leaf| {
+            let Some(tags) = tags_of(&leaf.path) else {
+                return false;
+            };
+            specs.iter().all(|spec| {
+                let value = tags
+                    .iter()
+                    .find(|(k, _)| *k == spec.tag)
+                    .map_or("", |(_, v)| v.as_str());
+                spec.matches(value)
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    if out.len() > MAX_SERIES {
+        return Err(bad(format!(
+            "the tag expressions match more than {MAX_SERIES} series, the limit of one request"
+        )));
+    }
+    Ok(out)
+}
+
+/// The JSON body of a render: `[{"target", "tags", "datapoints": [[value|null, t], …]}]`, with
+/// `maxDataPoints` consolidation and `noNullPoints` as graphite-web applies them.
+pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: bool) -> String {
+    if let (Some(max), false) = (max_points, data.is_empty()) {
+        let start = data.iter().map(|s| s.start).min().unwrap_or(0);
+        let end = data.iter().map(|s| s.end).max().unwrap_or(0);
+        for s in &mut data {
+            if !s.values.is_empty() {
+                series::fit(s, max, end - start);
+            }
+        }
+    }
+    let mut out = String::from("[");
+    let mut first = true;
+    for s in &data {
+        let mut points = s.datapoints();
+        if no_nulls {
+            points.retain(|(v, _)| v.is_some_and(|v| !v.is_nan()));
+            if points.is_empty() {
+                continue;
+            }
+        }
+        if !first {
+            out.push_str(", ");
+        }
+        first = false;
+        out.push_str("{\"target\": ");
+        out.push_str(&serde_json::to_string(&s.name).unwrap_or_default());
+        out.push_str(", \"tags\": {");
+        for (i, (k, v)) in s.tags.0.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&serde_json::to_string(k).unwrap_or_default());
+            out.push_str(": ");
+            out.push_str(&serde_json::to_string(v).unwrap_or_default());
+        }
+        out.push_str("}, \"datapoints\": [");
+        for (i, (v, t)) in points.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push('[');
+            match v {
+                Some(v) => pyfmt::json_number(*v, &mut out),
+                None => out.push_str("null"),
+            }
+            out.push_str(&format!(", {t}]"));
+        }
+        out.push_str("]}");
+    }
+    out.push(']');
+    out
+}
+
+/// The CSV body of a render: `name,YYYY-MM-DD HH:MM:SS,value` a point (UTC; a null is empty).
+pub fn render_csv(data: &[Series]) -> String {
+    let mut out = String::new();
+    for s in data {
+        let quoted = if s.name.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", s.name.replace('"', "\"\""))
+        } else {
+            s.name.clone()
+        };
+        for (i, v) in s.points().iter().enumerate() {
+            let t = s.start + i as i64 * s.step * s.values_per_point.max(1) as i64;
+            out.push_str(&quoted);
+            out.push(',');
+            out.push_str(&crate::store::clock::datetime(t.max(0) as u64));
+            out.push(',');
+            if let Some(v) = v {
+                pyfmt::repr(*v, &mut out);
+            }
+            out.push_str("\r\n");
+        }
+    }
+    out
+}

@@ -1,0 +1,162 @@
+//! Numbers as graphite-web writes them: Python's `repr` of a float (what `json.dumps` prints:
+//! shortest round-trip digits, fixed notation for exponents in [-4, 16), else `1e+16`), and
+//! `%g` (six significant digits), which some functions use in the names they give.
+
+use std::fmt::Write;
+
+/// Python's `repr(float)`: `7.0`, `0.30000000000000004`, `1e+16`, `1e-05`, `-0.0`; NaN and the
+/// infinities as Python names them (`nan`, `inf`, `-inf`).
+pub fn repr(v: f64, out: &mut String) {
+    if v.is_nan() {
+        out.push_str("nan");
+        return;
+    }
+    if v.is_infinite() {
+        out.push_str(if v > 0.0 { "inf" } else { "-inf" });
+        return;
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits: `d.ddde±x`.
+    let sci = format!("{v:e}");
+    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    out.push_str(sign);
+    if (-4..16).contains(&exponent) {
+        if exponent < 0 {
+            out.push_str("0.");
+            for _ in 0..(-exponent - 1) {
+                out.push('0');
+            }
+            out.push_str(&digits);
+        } else {
+            let point = exponent as usize + 1;
+            if digits.len() <= point {
+                out.push_str(&digits);
+                for _ in digits.len()..point {
+                    out.push('0');
+                }
+                out.push_str(".0");
+            } else {
+                out.push_str(&digits[..point]);
+                out.push('.');
+                out.push_str(&digits[point..]);
+            }
+        }
+    } else {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let _ = write!(
+            out,
+            "e{}{:02}",
+            if exponent < 0 { '-' } else { '+' },
+            exponent.abs()
+        );
+    }
+}
+
+/// [`repr`] into a new string.
+pub fn repr_string(v: f64) -> String {
+    let mut s = String::new();
+    repr(v, &mut s);
+    s
+}
+
+/// Python's `'%g' % v`: six significant digits, trailing zeros dropped, exponent notation below
+/// 1e-4 or from 1e6 on (`0.5`, `100`, `1e+06`, `1e-05`).
+pub fn percent_g(v: f64) -> String {
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    // The exponent after rounding to six significant digits.
+    let sci = format!("{v:.5e}");
+    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    if (-4..6).contains(&exponent) {
+        let decimals = (5 - exponent).max(0) as usize;
+        trim(&format!("{v:.decimals$}"))
+    } else {
+        format!(
+            "{}e{}{:02}",
+            trim(mantissa),
+            if exponent < 0 { '-' } else { '+' },
+            exponent.abs()
+        )
+    }
+}
+
+/// A number for JSON as graphite-web's `json.dumps` writes it, with its replacement of NaN by
+/// `null` and infinity by `1e9999`.
+pub fn json_number(v: f64, out: &mut String) {
+    if v.is_nan() {
+        out.push_str("null");
+    } else if v.is_infinite() {
+        out.push_str(if v > 0.0 { "1e9999" } else { "-1e9999" });
+    } else {
+        repr(v, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_as_python_writes_them() {
+        for (v, text) in [
+            (7.0, "7.0"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (22.666666666666668, "22.666666666666668"),
+            (1e16, "1e+16"),
+            (9999999999999998.0, "9999999999999998.0"),
+            (2.3e21, "2.3e+21"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (-0.0, "-0.0"),
+            (123456.789, "123456.789"),
+            (-1.5e-7, "-1.5e-07"),
+            (1.0e100, "1e+100"),
+            (0.5, "0.5"),
+        ] {
+            assert_eq!(repr_string(v), text, "{v}");
+        }
+    }
+
+    #[test]
+    fn percent_g_as_python_writes_it() {
+        for (v, text) in [
+            (0.5, "0.5"),
+            (100.0, "100"),
+            (2.0, "2"),
+            (1e6, "1e+06"),
+            (123456.0, "123456"),
+            (1234567.0, "1.23457e+06"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (1e20, "1e+20"),
+            (0.3333333, "0.333333"),
+            (-2.5, "-2.5"),
+        ] {
+            assert_eq!(percent_g(v), text, "{v}");
+        }
+    }
+}

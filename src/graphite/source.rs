@@ -1,0 +1,614 @@
+//! The agent's layout as Graphite sees it (README "Grafana"): which series exist, the tree of
+//! their dotted names, and each one's points at the precision whisper would choose.
+//!
+//! | type | Graphite name | a point |
+//! |---|---|---|
+//! | counter | `<name>` | the slice's count (`count:<p>:<name>`) |
+//! | gauge | `<name>` | the slice's last value (`gauge:<p>:<name>`) |
+//! | set | `<name>` | the slice's distinct members (`PFCOUNT set:<p>:<name>:<slice>`) |
+//! | timer, histogram, distribution | `<name>.<stat>` (`count`, `sum`, `mean`, `min`, `max`, `p50`, `p75`, `p90`, `p95`, `p99`, `p999`) | from the slice's quantile buckets (`hist:<q>:<name>:<type>:<slice>`) |
+//!
+//! One name is one series: a counter wins over a gauge of the same name, a gauge over a set, a
+//! set over a timer's statistic, a timer over a histogram over a distribution. Counters and
+//! gauges are found through `known:` and `known:gauge:`, read by range (a prefix is a range;
+//! the children of a node are found by skipping from one to the next); sets and timers have no
+//! index and are found by a bounded `SCAN` (sets with a slice at the coarsest precision, timers
+//! with statistics this hour or the last), remembered for [`NAMES_FOR`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::names::{NodePattern, agent_name, graphite_name};
+use super::series::{Point, Series};
+use crate::aggregate::{Mapping, StatKind};
+use crate::config::Config;
+use crate::store::reader::parse_buckets;
+use crate::store::{Connection, Keys, Reader, StoreError};
+
+/// How long the names found by `SCAN` (sets, timers) are used before they are looked for again.
+pub const NAMES_FOR: Duration = Duration::from_secs(30);
+/// At most this many set and timer names are found (each kind), and at most this many keys
+/// looked at for them: beyond, the tree misses some (they still render by name).
+const SCANNED_NAMES: usize = 20_000;
+
+/// The statistics of a timer, histogram or distribution, as the last node of their name.
+pub const STATS: [&str; 11] = [
+    "count", "sum", "mean", "min", "max", "p50", "p75", "p90", "p95", "p99", "p999",
+];
+
+/// Where a Graphite series' points come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Set,
+    Stat(StatKind, &'static str),
+}
+
+/// A series found: its Graphite name, the agent's name, and its kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leaf {
+    pub path: String,
+    pub series: String,
+    pub kind: Kind,
+}
+
+/// A node of the tree: its full dotted path, and whether a series ends there and whether
+/// others go on below it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub path: String,
+    /// The series that ends here, if one does.
+    pub leaf: Option<Leaf>,
+    pub branch: bool,
+}
+
+/// Set and timer names found by `SCAN`: Graphite name and leaf, sorted by name.
+type Names = Arc<Vec<(String, Leaf)>>;
+
+/// The [`Names`] last found, and when.
+#[derive(Default)]
+pub struct ScannedNames(tokio::sync::Mutex<Option<(Instant, Names)>>);
+
+/// Index members read per call while walking the tree.
+const BATCH: usize = 1000;
+
+pub struct Source<'a> {
+    conn: Connection,
+    keys: &'a Keys,
+    config: &'a Config,
+    scanned: &'a ScannedNames,
+    /// The precisions each index holds, found once a request.
+    precisions: BTreeMap<String, Vec<u64>>,
+}
+
+impl<'a> Source<'a> {
+    pub fn new(
+        conn: Connection,
+        keys: &'a Keys,
+        config: &'a Config,
+        scanned: &'a ScannedNames,
+    ) -> Source<'a> {
+        Source {
+            conn,
+            keys,
+            config,
+            scanned,
+            precisions: BTreeMap::new(),
+        }
+    }
+
+    /// Set and timer names, graphite name → leaf, sorted by graphite name.
+    async fn scanned(&mut self) -> Result<Arc<Vec<(String, Leaf)>>, StoreError> {
+        let mut cache = self.scanned.0.lock().await;
+        if let Some((at, names)) = cache.as_ref()
+            && at.elapsed() < NAMES_FOR
+        {
+            return Ok(names.clone());
+        }
+        let mut reader = Reader::new(self.conn.clone(), self.keys.clone());
+        let mut names: BTreeMap<String, Leaf> = BTreeMap::new();
+        let coarsest = self.config.precisions.iter().max().copied().unwrap_or(1);
+        let (sets, _) = reader
+            .series_of(None, coarsest, None, SCANNED_NAMES)
+            .await?;
+        for series in sets {
+            names.entry(graphite_name(&series)).or_insert(Leaf {
+                path: graphite_name(&series),
+                series,
+                kind: Kind::Set,
+            });
+        }
+        for kind in StatKind::ALL {
+            let (timers, _) = reader.series_of(Some(kind), 0, None, SCANNED_NAMES).await?;
+            for series in timers {
+                for stat in STATS {
+                    let path = stat_path(&series, stat);
+                    names.entry(path.clone()).or_insert(Leaf {
+                        path,
+                        series: series.clone(),
+                        kind: Kind::Stat(kind, stat),
+                    });
+                }
+            }
+        }
+        let names = Arc::new(names.into_iter().collect::<Vec<_>>());
+        *cache = Some((Instant::now(), names.clone()));
+        Ok(names)
+    }
+
+    /// The nodes matching a dotted glob (`web.*.hits`, `{a,b}`, `[…]`, `?`), level by level, in
+    /// name order; a tagged name (`name;k=v`) matches itself only.
+    pub async fn find(&mut self, pattern: &str) -> Result<Vec<Node>, String> {
+        if pattern.contains(';') {
+            let found = self.exact(pattern).await.map_err(|e| e.to_string())?;
+            return Ok(found
+                .into_iter()
+                .map(|l| Node {
+                    path: l.path.clone(),
+                    leaf: Some(l),
+                    branch: false,
+                })
+                .collect());
+        }
+        let parts: Vec<NodePattern> = split_nodes(pattern)
+            .iter()
+            .map(|p| NodePattern::new(p))
+            .collect::<Result<_, _>>()?;
+        let mut level: Vec<String> = vec![String::new()];
+        let mut found = Vec::new();
+        for (depth, part) in parts.iter().enumerate() {
+            let last = depth + 1 == parts.len();
+            let mut next = Vec::new();
+            for prefix in &level {
+                let children = self
+                    .children(prefix, part)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for (child, (leaf, branch)) in children {
+                    let path = format!("{prefix}{child}");
+                    if last {
+                        let leaf = leaf.map(|(kind, series)| Leaf {
+                            path: path.clone(),
+                            series,
+                            kind,
+                        });
+                        found.push(Node { path, leaf, branch });
+                    } else if branch {
+                        next.push(format!("{path}."));
+                    }
+                }
+            }
+            level = next;
+        }
+        found.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(found)
+    }
+
+    /// The series a path expression names: the leaves its glob matches, in name order (an
+    /// exact name, tagged or not, is looked up directly).
+    pub async fn leaves(&mut self, pattern: &str) -> Result<Vec<Leaf>, String> {
+        if pattern.contains(';') || !pattern.contains(['*', '?', '[', '{']) {
+            return self.exact(pattern).await.map_err(|e| e.to_string());
+        }
+        let nodes = self.find(pattern).await?;
+        Ok(nodes.into_iter().filter_map(|n| n.leaf).collect())
+    }
+
+    /// The series of one Graphite name, by precedence (counter, gauge, set, statistic).
+    pub async fn exact(&mut self, path: &str) -> Result<Vec<Leaf>, StoreError> {
+        // A tagged name is known by its canonical form only, as carbon stores it.
+        if graphite_name(path) != path {
+            return Ok(Vec::new());
+        }
+        let series = agent_name(path);
+        for (index, kind) in [
+            (self.keys.counter_index(), Kind::Counter),
+            (self.keys.gauge_index(), Kind::Gauge),
+        ] {
+            let members: Vec<String> = self
+                .config
+                .precisions
+                .iter()
+                .map(|p| format!("{p}:{series}"))
+                .collect();
+            let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
+                .arg(&index.key)
+                .arg(&members)
+                .query_async(&mut self.conn)
+                .await?;
+            if scores.iter().any(Option::is_some) {
+                return Ok(vec![Leaf {
+                    path: graphite_name(&series),
+                    series,
+                    kind,
+                }]);
+            }
+        }
+        let scanned = self.scanned().await?;
+        let graphite = graphite_name(&series);
+        Ok(scanned
+            .binary_search_by(|(name, _)| name.as_str().cmp(&graphite))
+            .ok()
+            .map(|i| scanned[i].1.clone())
+            .into_iter()
+            .collect())
+    }
+
+    /// The children of `prefix` (`""` or a path ending in `.`) that `part` matches: the series
+    /// that ends at each (kind and agent name, by precedence: counter, gauge, then what `SCAN`
+    /// found), and whether it is a branch.
+    async fn children(
+        &mut self,
+        prefix: &str,
+        part: &NodePattern,
+    ) -> Result<BTreeMap<String, (Option<(Kind, String)>, bool)>, StoreError> {
+        type Children = BTreeMap<String, (Option<(Kind, String)>, bool)>;
+        let mut out: Children = BTreeMap::new();
+        let add = |out: &mut Children, node: &str, leaf: Option<(Kind, String)>, branch: bool| {
+            if part.matches(node) {
+                let e = out.entry(node.to_string()).or_default();
+                if e.0.is_none() {
+                    e.0 = leaf;
+                }
+                e.1 |= branch;
+            }
+        };
+        for (index, kind) in [
+            (self.keys.counter_index().key, Kind::Counter),
+            (self.keys.gauge_index().key, Kind::Gauge),
+        ] {
+            let precisions = self.precisions_in(&index).await?;
+            // Every precision's range at once: in a cluster the index is one key anyway.
+            let walks = futures_util::future::try_join_all(precisions.iter().map(|p| {
+                let mut source =
+                    Source::new(self.conn.clone(), self.keys, self.config, self.scanned);
+                let (index, base) = (index.clone(), format!("{p}:{prefix}"));
+                async move { source.walk(&index, &base, part.literal()).await }
+            }))
+            .await?;
+            for (node, leaf, branch) in walks.into_iter().flatten() {
+                let leaf = leaf.then(|| (kind.clone(), agent_name(&format!("{prefix}{node}"))));
+                add(&mut out, &node, leaf, branch);
+            }
+        }
+        let scanned = self.scanned().await?;
+        let first = scanned.partition_point(|(name, _)| name.as_str() < prefix);
+        for (name, leaf) in &scanned[first..] {
+            let Some(rest) = name.strip_prefix(prefix) else {
+                break;
+            };
+            if rest.contains(';') {
+                continue;
+            }
+            match rest.split_once('.') {
+                Some((node, _)) => add(&mut out, node, None, true),
+                None => add(
+                    &mut out,
+                    rest,
+                    Some((leaf.kind.clone(), leaf.series.clone())),
+                    false,
+                ),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The distinct next nodes under `base` (`<precision>:<prefix>`) in an index (only `node`,
+    /// when given): leaf and branch flags per node. Tagged names are not in the tree. Once a
+    /// node is known to be a branch, the rest of its branch is skipped.
+    async fn walk(
+        &mut self,
+        index: &str,
+        base: &str,
+        node: Option<&str>,
+    ) -> Result<Vec<(String, bool, bool)>, StoreError> {
+        let (mut from, end) = match node {
+            Some(node) => (
+                [b"[", base.as_bytes(), node.as_bytes()].concat(),
+                [b"(", base.as_bytes(), node.as_bytes(), b".\xff"].concat(),
+            ),
+            None => (
+                [b"[", base.as_bytes()].concat(),
+                [b"(", base.as_bytes(), b"\xff"].concat(),
+            ),
+        };
+        let mut nodes: Vec<(String, bool, bool)> = Vec::new();
+        loop {
+            let batch = self.range(index, &from, &end, BATCH).await?;
+            let mut skip_to = None;
+            for member in &batch {
+                let rest = &member[base.len()..];
+                if rest.contains(';') {
+                    continue;
+                }
+                let (name, branch) = match rest.split_once('.') {
+                    Some((name, _)) => (name, true),
+                    None => (rest, false),
+                };
+                if node.is_some_and(|n| n != name) {
+                    continue;
+                }
+                match nodes.last_mut().filter(|(n, _, _)| n == name) {
+                    Some(last) => {
+                        last.1 |= !branch;
+                        last.2 |= branch;
+                    }
+                    None => nodes.push((name.to_string(), !branch, branch)),
+                }
+                if branch {
+                    skip_to = Some([b"(", base.as_bytes(), name.as_bytes(), b".\xff"].concat());
+                }
+            }
+            let Some(last) = batch.last().filter(|_| batch.len() == BATCH) else {
+                break;
+            };
+            // Past the last branch seen whole, or past the last member read.
+            let past_last = [b"(", last.as_bytes()].concat();
+            from = skip_to.filter(|s| *s > past_last).unwrap_or(past_last);
+        }
+        Ok(nodes)
+    }
+
+    /// The precisions an index holds members of (found by skipping from one to the next, once
+    /// a request).
+    async fn precisions_in(&mut self, index: &str) -> Result<Vec<u64>, StoreError> {
+        if let Some(known) = self.precisions.get(index) {
+            return Ok(known.clone());
+        }
+        let mut out = Vec::new();
+        let mut from = b"-".to_vec();
+        while let Some(first) = self.range(index, &from, b"+", 1).await?.pop() {
+            match first.split(':').next().and_then(|p| p.parse::<u64>().ok()) {
+                Some(p) => {
+                    out.push(p);
+                    from = format!("[{p};").into_bytes();
+                }
+                None => from = [b"(", first.as_bytes()].concat(),
+            }
+        }
+        self.precisions.insert(index.to_string(), out.clone());
+        Ok(out)
+    }
+
+    async fn range(
+        &mut self,
+        index: &str,
+        min: &[u8],
+        max: &[u8],
+        count: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(redis::cmd("ZRANGEBYLEX")
+            .arg(index)
+            .arg(min)
+            .arg(max)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(count)
+            .query_async(&mut self.conn)
+            .await?)
+    }
+
+    /// Every series whose Graphite name starts with `prefix` (all when empty), counters and
+    /// gauges from their indexes, sets and timers from what `SCAN` found: the tag database's
+    /// candidates.
+    pub async fn all_with_prefix(&mut self, prefix: &str) -> Result<Vec<Leaf>, StoreError> {
+        let mut by_path: BTreeMap<String, Leaf> = BTreeMap::new();
+        let agent_prefix = prefix.to_string();
+        for (index, kind) in [
+            (self.keys.counter_index().key, Kind::Counter),
+            (self.keys.gauge_index().key, Kind::Gauge),
+        ] {
+            let mut series_seen: BTreeSet<String> = BTreeSet::new();
+            for p in self.precisions_in(&index).await? {
+                let base = format!("{p}:{agent_prefix}");
+                let end = [b"(", base.as_bytes(), b"\xff"].concat();
+                let mut from = [b"[", base.as_bytes()].concat();
+                loop {
+                    let batch = self.range(&index, &from, &end, 10 * BATCH).await?;
+                    for m in &batch {
+                        series_seen.insert(m[p.to_string().len() + 1..].to_string());
+                    }
+                    match batch.last().filter(|_| batch.len() == 10 * BATCH) {
+                        Some(last) => from = [b"(", last.as_bytes()].concat(),
+                        None => break,
+                    }
+                }
+            }
+            for series in series_seen {
+                let path = graphite_name(&series);
+                by_path.entry(path.clone()).or_insert(Leaf {
+                    path,
+                    series,
+                    kind: kind.clone(),
+                });
+            }
+        }
+        for (path, leaf) in self.scanned().await?.iter() {
+            if path.starts_with(prefix) {
+                by_path.entry(path.clone()).or_insert(leaf.clone());
+            }
+        }
+        Ok(by_path.into_values().collect())
+    }
+
+    /// The points of `leaf` between `from` and `until` as one whisper file with an archive per
+    /// precision (`precision × sample_count` each) gives them: the finest archive that reaches
+    /// back to `from` (from `now`), the slice holding `from` excluded and the one holding
+    /// `until` included, null where nothing was written. `None` when the range lies wholly
+    /// outside the retention.
+    pub async fn fetch(
+        &mut self,
+        leaf: &Leaf,
+        from: i64,
+        until: i64,
+        now: i64,
+    ) -> Result<Option<Series>, StoreError> {
+        let mut archives: Vec<u64> = match leaf.kind {
+            Kind::Stat(..) => self.config.quantile_precisions.clone(),
+            _ => self.config.precisions.clone(),
+        };
+        archives.sort_unstable();
+        let samples = self.config.sample_count as i64;
+        let Some(&coarsest) = archives.last() else {
+            return Ok(None);
+        };
+        let max_retention = coarsest as i64 * samples;
+        if from > now || until < now - max_retention {
+            return Ok(None);
+        }
+        let from = from.max(now - max_retention);
+        let until = until.min(now);
+        let step = archives
+            .iter()
+            .map(|&p| p as i64)
+            .find(|p| p * samples >= now - from)
+            .unwrap_or(coarsest as i64);
+        let from_i = from - from.rem_euclid(step) + step;
+        let mut until_i = until - until.rem_euclid(step) + step;
+        if from_i == until_i {
+            until_i += step;
+        }
+        let slices: Vec<i64> = (0..)
+            .map(|i| from_i + i * step)
+            .take_while(|t| *t < until_i)
+            .collect();
+        let values = self.points(leaf, step as u64, &slices).await?;
+        let mut series = Series::new(&leaf.path, from_i, until_i, step, values);
+        series.path_expression = leaf.path.clone();
+        Ok(Some(series))
+    }
+
+    async fn points(
+        &mut self,
+        leaf: &Leaf,
+        step: u64,
+        slices: &[i64],
+    ) -> Result<Vec<Point>, StoreError> {
+        let keys = self.keys;
+        match &leaf.kind {
+            Kind::Counter | Kind::Gauge => {
+                let key = if leaf.kind == Kind::Counter {
+                    keys.counter(step, &leaf.series)
+                } else {
+                    keys.gauge(step, &leaf.series)
+                };
+                let values: Vec<Option<String>> = redis::cmd("HMGET")
+                    .arg(key)
+                    .arg(slices)
+                    .query_async(&mut self.conn)
+                    .await?;
+                Ok(values
+                    .into_iter()
+                    .map(|v| v.and_then(|v| v.parse().ok()))
+                    .collect())
+            }
+            Kind::Set => {
+                let counts = futures_util::future::try_join_all(slices.iter().map(|slice| {
+                    let mut conn = self.conn.clone();
+                    let key = keys.set(step, &leaf.series, *slice as u64);
+                    async move {
+                        redis::cmd("PFCOUNT")
+                            .arg(key)
+                            .query_async::<u64>(&mut conn)
+                            .await
+                    }
+                }))
+                .await?;
+                // A slice without members has no key: null, as a counter's missing slice.
+                Ok(counts
+                    .into_iter()
+                    .map(|n| (n > 0).then_some(n as f64))
+                    .collect())
+            }
+            Kind::Stat(kind, stat) => {
+                let hashes = futures_util::future::try_join_all(slices.iter().map(|slice| {
+                    let mut conn = self.conn.clone();
+                    let key = keys.hist_slice(step, &leaf.series, *kind, *slice as u64);
+                    async move {
+                        redis::cmd("HGETALL")
+                            .arg(key)
+                            .query_async::<Vec<(String, String)>>(&mut conn)
+                            .await
+                    }
+                }))
+                .await?;
+                Ok(hashes.iter().map(|h| stat_of(h, stat)).collect())
+            }
+        }
+    }
+}
+
+/// A timer statistic's Graphite name: `<metric>.<stat>`, its tags after.
+fn stat_path(series: &str, stat: &str) -> String {
+    let name = graphite_name(series);
+    match name.split_once(';') {
+        Some((metric, tags)) => format!("{metric}.{stat};{tags}"),
+        None => format!("{name}.{stat}"),
+    }
+}
+
+/// One statistic of a slice's quantile buckets: the count (weights summed), the sum and mean
+/// (each bucket at its estimate), the extremes (the first and last bucket's estimates) and
+/// quantiles, each within the buckets' accuracy; null for a slice without values.
+fn stat_of(hash: &[(String, String)], stat: &str) -> Point {
+    let (alpha, buckets) = parse_buckets(hash)?;
+    let total = buckets.total();
+    if total <= 0.0 {
+        return None;
+    }
+    let mapping = Mapping::new(alpha);
+    let sum = || {
+        buckets
+            .iter()
+            .map(|(b, w)| mapping.value(b) * w)
+            .sum::<f64>()
+    };
+    match stat {
+        "count" => Some(total),
+        "sum" => Some(sum()),
+        "mean" => Some(sum() / total),
+        "min" => buckets.quantile(&mapping, 0.0),
+        "max" => buckets.quantile(&mapping, 1.0),
+        p => {
+            let digits = p.strip_prefix('p')?;
+            let q: f64 = format!("0.{digits}").parse().ok()?;
+            buckets.quantile(&mapping, q)
+        }
+    }
+}
+
+/// A glob's nodes, split at the dots outside `{…}`.
+pub fn split_nodes(pattern: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut depth = 0;
+    for c in pattern.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            '.' if depth == 0 => {
+                out.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        out.last_mut().expect("one").push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timer_statistics_are_nodes_under_the_timer() {
+        assert_eq!(stat_path("api.latency", "p99"), "api.latency.p99");
+        assert_eq!(
+            stat_path("api.latency;region=eu;env=prod", "count"),
+            "api.latency.count;env=prod;region=eu"
+        );
+        assert_eq!(split_nodes("web.{a,b}.x"), ["web", "{a,b}", "x"]);
+    }
+}

@@ -1,0 +1,578 @@
+//! The Graphite API under `/graphite` (README "Grafana"): what Grafana's Graphite data source
+//! asks, answered from the agent's Redis as graphite-web answers it (`src/graphite/`).
+//! Parameters come in the query string or, as Grafana posts them, a form body.
+
+use std::collections::BTreeMap;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use super::AppState;
+use crate::graphite::source::{Node, Source};
+use crate::graphite::{self, GraphiteError, attime, expr, functions, tagged};
+use crate::store::clock;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/graphite/render", get(render).post(render))
+        .route("/graphite/metrics/find", get(find).post(find))
+        .route("/graphite/metrics", get(find).post(find))
+        .route("/graphite/metrics/expand", get(expand).post(expand))
+        .route(
+            "/graphite/tags/autoComplete/tags",
+            get(tag_names).post(tag_names),
+        )
+        .route(
+            "/graphite/tags/autoComplete/values",
+            get(tag_values).post(tag_values),
+        )
+        .route(
+            "/graphite/tags/findSeries",
+            get(find_series).post(find_series),
+        )
+        .route("/graphite/version", get(version))
+        .route("/graphite/metrics/index.json", get(index_json))
+        .route("/graphite/functions", get(function_index))
+        .route("/graphite/functions/{name}", get(function_one))
+        .route("/graphite/events/get_data", get(events))
+}
+
+/// The version Grafana reads to know that tags and `seriesByTag` are there (1.1).
+pub const VERSION: &str = "1.1.10";
+
+/// The request's parameters, query string and form body together, in order.
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn of(query: Option<String>, body: &Bytes) -> Params {
+        let mut all: Vec<(String, String)> =
+            serde_urlencoded::from_str(query.as_deref().unwrap_or("")).unwrap_or_default();
+        all.extend(serde_urlencoded::from_bytes::<Vec<(String, String)>>(body).unwrap_or_default());
+        Params(all)
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// `now` (pinned, or the clock), then `from` (default `-1d`) and `until` (default `now`),
+    /// ordered, as graphite-web reads them.
+    fn times(&self) -> Result<(i64, i64, i64), GraphiteError> {
+        let clock = clock::since_epoch().as_secs() as i64;
+        let read = |name: &str, default: &str, now: i64| {
+            let text = self.get(name).unwrap_or(default);
+            attime::parse(text, now).map_err(|e| {
+                GraphiteError::BadRequest(format!("Invalid value {text:?} for param {name}: {e}"))
+            })
+        };
+        let now = read("now", "now", clock)?;
+        let from = read("from", "-1d", now)?;
+        let until = read("until", "now", now)?;
+        let (from, until) = (from.min(until), from.max(until));
+        if from == until {
+            return Err(GraphiteError::BadRequest("Invalid empty time range".into()));
+        }
+        Ok((now, from, until))
+    }
+}
+
+/// graphite-web's error answers: 400 `Invalid parameters (…)`, 500 for an error inside a
+/// function, 503 when Redis does not answer.
+fn error(e: GraphiteError) -> Response {
+    match e {
+        GraphiteError::BadRequest(m) => (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            format!("Invalid parameters ({m})"),
+        )
+            .into_response(),
+        GraphiteError::Internal(m) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            m,
+        )
+            .into_response(),
+        GraphiteError::Redis(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({ "error": e.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+/// The tag API's errors, as JSON.
+fn json_error(e: GraphiteError) -> Response {
+    match e {
+        GraphiteError::BadRequest(m) => {
+            (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": m }))).into_response()
+        }
+        other => error(other),
+    }
+}
+
+async fn source(state: &AppState) -> Result<Source<'_>, GraphiteError> {
+    Ok(Source::new(
+        state.reader_connection().await?,
+        state.store.keys(),
+        &state.config,
+        &state.scanned_names,
+    ))
+}
+
+fn json_body(text: String) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+async fn render(State(state): State<AppState>, RawQuery(query): RawQuery, body: Bytes) -> Response {
+    let params = Params::of(query, &body);
+    match try_render(&state, &params).await {
+        Ok(r) => r,
+        Err(e) => error(e),
+    }
+}
+
+async fn try_render(state: &AppState, params: &Params) -> Result<Response, GraphiteError> {
+    let (now, from, until) = params.times()?;
+    let targets: Vec<&str> = params
+        .all("target")
+        .into_iter()
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    let mut parsed = Vec::new();
+    for (i, target) in targets.iter().enumerate() {
+        let e = expr::parse(target).map_err(|m| {
+            GraphiteError::BadRequest(format!(
+                "target {} does not parse: {m}; target: {target:?}",
+                i + 1
+            ))
+        })?;
+        parsed.push(e);
+    }
+    let mut evaluation = graphite::Evaluation::new(source(state).await?, now);
+    let mut data = Vec::new();
+    for e in &parsed {
+        data.extend(evaluation.evaluate(e, from, until).await?);
+    }
+    let max_points = params
+        .get("maxDataPoints")
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse::<usize>().ok());
+    if max_points == Some(0) {
+        return Err(GraphiteError::BadRequest(
+            "maxDataPoints must be at least 1".into(),
+        ));
+    }
+    match params.get("format").unwrap_or("json") {
+        "csv" => Ok((
+            [(header::CONTENT_TYPE, "text/csv")],
+            graphite::render_csv(&data),
+        )
+            .into_response()),
+        "json" => Ok(json_body(graphite::render_json(
+            data,
+            max_points,
+            params.get("noNullPoints").is_some(),
+        ))),
+        other => Err(GraphiteError::BadRequest(format!(
+            "format {other:?} is not served: json or csv"
+        ))),
+    }
+}
+
+/// `/metrics/find`: the nodes a glob matches at its last level, `treejson` (Grafana's) or
+/// `completer`.
+async fn find(State(state): State<AppState>, RawQuery(query): RawQuery, body: Bytes) -> Response {
+    let params = Params::of(query, &body);
+    let answer = async {
+        let query = params
+            .get("query")
+            .ok_or_else(|| GraphiteError::BadRequest("Missing required parameter 'query'".into()))?
+            .to_string();
+        if query.is_empty() {
+            return Err(GraphiteError::BadRequest(
+                "Required parameter 'query' is empty".into(),
+            ));
+        }
+        if let Some(now) = params.get("now") {
+            attime::parse(now, 0).map_err(GraphiteError::BadRequest)?;
+        }
+        let format = params.get("format").unwrap_or("treejson");
+        let base = match query.rsplit_once('.') {
+            Some((head, _)) => format!("{head}."),
+            None => String::new(),
+        };
+        let mut query = query.clone();
+        if format == "completer" {
+            query = query.replace("..", "*.");
+            if !query.ends_with('*') {
+                query.push('*');
+            }
+        }
+        let nodes = found(&state, &query).await?;
+        let entries = entries(&nodes);
+        match format {
+            "treejson" => {
+                let mut seen = std::collections::HashSet::new();
+                let (mut branches, mut leaves) = (Vec::new(), Vec::new());
+                // `wildcards=1`: a `*` node first, when there is more than one.
+                let wildcard = params.get("wildcards").is_some_and(|w| w != "0") && nodes.len() > 1;
+                if wildcard {
+                    let leaf = nodes.iter().all(|n| !n.branch);
+                    branches.push(json!({
+                        "text": "*",
+                        "id": format!("{base}*"),
+                        "allowChildren": u8::from(!leaf),
+                        "expandable": u8::from(!leaf),
+                        "leaf": u8::from(leaf),
+                    }));
+                }
+                for (name, _, leaf) in entries {
+                    if !seen.insert(name.clone()) {
+                        continue;
+                    }
+                    let node = json!({
+                        "text": name,
+                        "id": format!("{base}{name}"),
+                        "allowChildren": u8::from(!leaf),
+                        "expandable": u8::from(!leaf),
+                        "leaf": u8::from(leaf),
+                    });
+                    if leaf {
+                        leaves.push(node)
+                    } else {
+                        branches.push(node)
+                    }
+                }
+                branches.extend(leaves);
+                Ok(Value::Array(branches))
+            }
+            "completer" => Ok(json!({
+                "metrics": entries
+                    .into_iter()
+                    .map(|(name, path, leaf)| json!({
+                        "path": if leaf { path } else { format!("{path}.") },
+                        "name": name,
+                        "is_leaf": if leaf { "1" } else { "0" },
+                    }))
+                    .collect::<Vec<_>>()
+            })),
+            _ => Err(GraphiteError::BadRequest(
+                "Invalid value for 'format' parameter".into(),
+            )),
+        }
+    };
+    match answer.await {
+        Ok(v) => json_body(v.to_string()),
+        Err(e) => error(e),
+    }
+}
+
+/// The nodes of a glob, within the limit.
+async fn found(state: &AppState, query: &str) -> Result<Vec<Node>, GraphiteError> {
+    let nodes = source(state)
+        .await?
+        .find(query)
+        .await
+        .map_err(GraphiteError::BadRequest)?;
+    if nodes.len() > graphite::MAX_SERIES {
+        return Err(GraphiteError::BadRequest(format!(
+            "the query matches more than {} nodes, the limit: narrow it",
+            graphite::MAX_SERIES
+        )));
+    }
+    Ok(nodes)
+}
+
+/// A node as graphite-web lists it: a branch and a leaf of one path are two entries, the
+/// branch first; sorted by name.
+fn entries(nodes: &[Node]) -> Vec<(String, String, bool)> {
+    let mut out: Vec<(String, String, bool)> = Vec::new();
+    for n in nodes {
+        let name = n
+            .path
+            .rsplit_once('.')
+            .map_or(n.path.as_str(), |(_, last)| last);
+        if n.branch {
+            out.push((name.to_string(), n.path.clone(), false));
+        }
+        if n.leaf.is_some() {
+            out.push((name.to_string(), n.path.clone(), true));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// `/metrics/expand`: the paths every `query` matches, sorted (`leavesOnly`, `groupByExpr`).
+async fn expand(State(state): State<AppState>, RawQuery(query): RawQuery, body: Bytes) -> Response {
+    let params = Params::of(query, &body);
+    let answer = async {
+        let leaves_only = params.get("leavesOnly").is_some_and(|v| v != "0");
+        let mut by_query: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+        for q in params.all("query") {
+            let nodes = found(&state, q).await?;
+            by_query.entry(q.to_string()).or_default().extend(
+                nodes
+                    .into_iter()
+                    .filter(|n| n.leaf.is_some() || !leaves_only)
+                    .map(|n| n.path),
+            );
+        }
+        if params.get("groupByExpr").is_some_and(|v| v != "0") {
+            Ok(json!({ "results": by_query }))
+        } else {
+            let all: std::collections::BTreeSet<String> =
+                by_query.into_values().flatten().collect();
+            Ok(json!({ "results": all }))
+        }
+    };
+    match answer.await {
+        Ok(v) => json_body(v.to_string()),
+        Err(e) => error(e),
+    }
+}
+
+/// The limit of an autocomplete answer (`limit`, 100 by default).
+fn limit(params: &Params) -> usize {
+    params
+        .get("limit")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+}
+
+/// `/tags/autoComplete/tags`: the tag names of the series the `expr`s match (of all series
+/// without), less those the expressions name, sorted, starting with `tagPrefix`.
+async fn tag_names(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    let params = Params::of(query, &body);
+    let answer = async {
+        let exprs: Vec<String> = params.all("expr").iter().map(|s| s.to_string()).collect();
+        let prefix = params.get("tagPrefix").unwrap_or("");
+        let mut source = source(&state).await?;
+        let leaves = if exprs.is_empty() {
+            source.all_with_prefix("").await?
+        } else {
+            tagged(&mut source, &exprs).await?
+        };
+        let named: Vec<String> = exprs
+            .iter()
+            .filter_map(|e| graphite::TagSpec::parse(e).ok().map(|s| s.tag))
+            .collect();
+        let mut names = std::collections::BTreeSet::new();
+        for leaf in &leaves {
+            for (k, _) in graphite::tags_of(&leaf.path).unwrap_or_default() {
+                if k.starts_with(prefix) && !named.contains(&k) {
+                    names.insert(k);
+                }
+            }
+        }
+        Ok(json!(
+            names.into_iter().take(limit(&params)).collect::<Vec<_>>()
+        ))
+    };
+    match answer.await {
+        Ok(v) => json_body(v.to_string()),
+        Err(e) => json_error(e),
+    }
+}
+
+/// `/tags/autoComplete/values`: the values of `tag` among the series the `expr`s match (and
+/// that have it), sorted, starting with `valuePrefix`.
+async fn tag_values(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    let params = Params::of(query, &body);
+    let answer = async {
+        let tag = params
+            .get("tag")
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| GraphiteError::BadRequest("no tag specified".into()))?
+            .to_string();
+        let mut exprs: Vec<String> = params.all("expr").iter().map(|s| s.to_string()).collect();
+        exprs.push(format!("{tag}!="));
+        let prefix = params.get("valuePrefix").unwrap_or("");
+        let mut source = source(&state).await?;
+        let leaves = tagged(&mut source, &exprs).await?;
+        let mut values = std::collections::BTreeSet::new();
+        for leaf in &leaves {
+            for (k, v) in graphite::tags_of(&leaf.path).unwrap_or_default() {
+                if k == tag && v.starts_with(prefix) {
+                    values.insert(v);
+                }
+            }
+        }
+        Ok(json!(
+            values.into_iter().take(limit(&params)).collect::<Vec<_>>()
+        ))
+    };
+    match answer.await {
+        Ok(v) => json_body(v.to_string()),
+        Err(e) => json_error(e),
+    }
+}
+
+/// `/tags/findSeries`: the names of the series the `expr`s match, sorted.
+async fn find_series(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    let params = Params::of(query, &body);
+    let answer = async {
+        let exprs: Vec<String> = params.all("expr").iter().map(|s| s.to_string()).collect();
+        let mut source = source(&state).await?;
+        let leaves = tagged(&mut source, &exprs).await?;
+        Ok(json!(
+            leaves.into_iter().map(|l| l.path).collect::<Vec<_>>()
+        ))
+    };
+    match answer.await {
+        Ok(v) => json_body(v.to_string()),
+        Err(e) => json_error(e),
+    }
+}
+
+async fn version() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        format!("{VERSION}\n"),
+    )
+}
+
+/// `/metrics/index.json`: every dotted series name (leaves), sorted.
+async fn index_json(State(state): State<AppState>) -> Response {
+    let answer = async {
+        let mut source = source(&state).await?;
+        let leaves = source.all_with_prefix("").await?;
+        Ok::<_, GraphiteError>(json!(
+            leaves
+                .into_iter()
+                .map(|l| l.path)
+                .filter(|p| !p.contains(';'))
+                .collect::<Vec<_>>()
+        ))
+    };
+    match answer.await {
+        Ok(v) => json_body(v.to_string()),
+        Err(e) => error(e),
+    }
+}
+
+/// `/functions`: graphite-web's index format, for the functions served.
+async fn function_index() -> Response {
+    let mut index = serde_json::Map::new();
+    for name in functions::NAMES {
+        index.insert(name.to_string(), function_entry(name));
+    }
+    json_body(Value::Object(index).to_string())
+}
+
+/// `/functions/<name>`: one entry of the index; 404 for a function not served.
+async fn function_one(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    match functions::NAMES.iter().find(|n| **n == name) {
+        Some(name) => json_body(function_entry(name).to_string()),
+        None => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({ "error": format!("Function \"{name}\" not found") })),
+        )
+            .into_response(),
+    }
+}
+
+fn function_entry(name: &str) -> Value {
+    let (group, params) = functions::signature(name);
+    {
+        {
+            json!({
+                "name": name,
+                "function": format!("{name}({})", params.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")),
+                "description": functions::description(name),
+                "module": "statsd_redis.graphite",
+                "group": group,
+                "params": params.iter().map(|(n, t, required)| {
+                    let mut p = json!({ "name": n.trim_start_matches('*').split('=').next().unwrap_or(n), "type": t });
+                    if *required {
+                        p["required"] = json!(true);
+                    }
+                    if n.starts_with('*') {
+                        p["multiple"] = json!(true);
+                    }
+                    p
+                }).collect::<Vec<_>>(),
+            })
+        }
+    }
+}
+
+/// `/events/get_data`: the DogStatsD events and service checks the agent logged (`recent:`),
+/// as Grafana draws annotations: `[{"when", "what", "data", "tags": [name, severity], "id"}]`
+/// between `from` and `until`, oldest first; `tags` (space separated) keeps those with all of
+/// them.
+async fn events(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::of(query, &Bytes::new());
+    let answer = async {
+        let (_, from, until) = params.times()?;
+        let wanted: Vec<&str> = params
+            .all("tags")
+            .into_iter()
+            .flat_map(|t| t.split([' ', ',']))
+            .filter(|t| !t.is_empty())
+            .collect();
+        let mut reader = state.reader().await?;
+        let mut out = Vec::new();
+        for (name, severity) in reader.log_names(graphite::MAX_SERIES).await? {
+            if !wanted.iter().all(|t| *t == name || *t == severity) {
+                continue;
+            }
+            let log = reader.log(&name, &severity, 100).await?;
+            for entry in log.recent {
+                let Some((when, what)) = clock::parse_asctime(&entry) else {
+                    continue;
+                };
+                let when = when as i64;
+                if (from..=until).contains(&when) {
+                    out.push((when, what.to_string(), name.clone(), severity.clone()));
+                }
+            }
+        }
+        out.sort();
+        Ok(json!(
+            out.into_iter()
+                .enumerate()
+                .map(|(i, (when, what, name, severity))| json!({
+                    "when": when,
+                    "what": what,
+                    "data": "",
+                    "tags": [name, severity],
+                    "id": i + 1,
+                }))
+                .collect::<Vec<_>>()
+        ))
+    };
+    match answer.await {
+        Ok(v) => json_body(v.to_string()),
+        Err(e) => error(e),
+    }
+}

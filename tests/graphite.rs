@@ -1,0 +1,430 @@
+//! The Graphite API, answer for answer against graphite-web: Debian's `graphite-web` 1.1.8
+//! reads the same private Redis through a storage finder of the test's own
+//! (`tests/graphite/redis_finder.py`: the book's layout as one whisper file per series, an
+//! archive per precision; graphite-web's own tag database kept in step with `known:`), the
+//! requests Grafana's Graphite data source sends (`tests/graphite/probe.py`: its health check,
+//! panel targets wrapped in `aliasSub`, browsing, tag autocomplete, every function served,
+//! `maxDataPoints`, ranges that switch precision, time forms, errors) go to both with `now`
+//! pinned, and the parsed answers must agree: the same series in the same order, names, tags,
+//! timestamps, values within 1e-9, nulls in the same places; the same status.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+use statsd_redis::config::Config;
+
+/// The seeded data's now (2025-10-09 09:13:57 UTC, aligned to nothing).
+const NOW: &str = "1760001237";
+
+/// Requests the agent answers otherwise than graphite-web on purpose, and why.
+const DIFFERENT: &[(&str, &str)] = &[
+    (
+        "err.unparsable",
+        "a target that does not parse is a 400 naming the position; graphite-web renders the longest prefix that parses (200, [] here)",
+    ),
+    (
+        "err.trailing_paren",
+        "as err.unparsable (graphite-web drops the `)`)",
+    ),
+    (
+        "err.trailing_space",
+        "as err.unparsable (graphite-web drops ` foo`)",
+    ),
+    (
+        "tags.list",
+        "`/tags` lists graphite-web's own database rows, which the agent has not; Grafana does not ask for it",
+    ),
+    ("tags.detail", "as tags.list"),
+    (
+        "functions",
+        "graphite-web 1.1.8 answers 500 under Python 3.11 (inspect.getargspec is gone); the agent lists its functions",
+    ),
+    ("functions.one", "as functions"),
+];
+
+/// graphite-web answers these with 500 (an error raised inside a function: a traceback page);
+/// the agent with 400 and what is wrong.
+const ERRORS_SAID: &[&str] = &[
+    "fn.seriesByTag.all_match_empty",
+    "err.bad_summarize",
+    "err.missing_arg",
+    "fn.highestCurrent.default",
+    "mdp.5min_0",
+];
+
+/// Not comparable: `intervals` of find's json format come from the wall clock; events are
+/// posted to graphite-web's own database (the agent's come from DogStatsD events: below).
+const SKIPPED: &[&str] = &["find.json", "events.post", "events.range", "events.tags"];
+
+fn harness() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphite")
+}
+
+/// graphite-web over `redis`, stopped when dropped.
+struct GraphiteWeb {
+    state: tempfile::TempDir,
+    url: String,
+}
+
+impl GraphiteWeb {
+    fn start(redis: &RedisServer) -> GraphiteWeb {
+        assert!(
+            Path::new("/usr/bin/graphite-manage").exists(),
+            "this test runs graphite-web: apt-get install -y --no-install-recommends graphite-web python3-redis"
+        );
+        let state = tempfile::tempdir().unwrap();
+        let out = Command::new(harness().join("graphite-web.sh"))
+            .arg("start")
+            .env(
+                "ORACLE_REDIS_URL",
+                format!("unix://{}", redis.socket.display()),
+            )
+            .env("ORACLE_STATE", state.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "graphite-web did not start: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = std::fs::read_to_string(state.path().join("url")).unwrap();
+        GraphiteWeb {
+            state,
+            url: url.trim().to_string(),
+        }
+    }
+}
+
+impl Drop for GraphiteWeb {
+    fn drop(&mut self) {
+        let _ = Command::new(harness().join("graphite-web.sh"))
+            .arg("stop")
+            .env("ORACLE_STATE", self.state.path())
+            .output();
+    }
+}
+
+fn python(args: &[&str]) -> String {
+    let out = Command::new("/usr/bin/python3")
+        .args(args)
+        .current_dir(harness())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python3 {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A JSON answer with graphite-web's infinities (`1e9999`, beyond what a double parses) as
+/// strings, as `probe.py` keeps them.
+fn finite(body: &str) -> String {
+    body.replace("-1e9999", "\"-inf\"")
+        .replace("1e9999", "\"1e9999\"")
+        .replace("\"-inf\"", "\"-1e9999\"")
+}
+
+/// Where two parsed answers differ: numbers within 1e-9 (relative), everything else equal.
+fn differences(want: &Value, got: &Value, at: &str, out: &mut Vec<String>) {
+    match (want, got) {
+        (Value::Number(a), Value::Number(b)) => {
+            let (a, b) = (
+                a.as_f64().unwrap_or(f64::NAN),
+                b.as_f64().unwrap_or(f64::NAN),
+            );
+            if (a - b).abs() > 1e-9 * a.abs().max(b.abs()).max(1.0) {
+                out.push(format!("{at}: {a} != {b}"));
+            }
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            let keys = |o: &serde_json::Map<String, Value>| {
+                let mut k: Vec<String> = o.keys().cloned().collect();
+                k.sort();
+                k
+            };
+            if keys(a) != keys(b) {
+                out.push(format!("{at}: keys {:?} != {:?}", keys(a), keys(b)));
+            }
+            for (k, v) in a {
+                if let Some(w) = b.get(k) {
+                    differences(v, w, &format!("{at}.{k}"), out);
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            if a.len() != b.len() {
+                out.push(format!("{at}: length {} != {}", a.len(), b.len()));
+            }
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                differences(x, y, &format!("{at}[{i}]"), out);
+            }
+        }
+        (a, b) if a != b => out.push(format!("{at}: {a} != {b}")),
+        _ => {}
+    }
+}
+
+/// Every request of the corpus, graphite-web's answer beside the agent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_as_graphite_web_answers() {
+    let redis = RedisServer::start();
+    let url = format!("unix://{}", redis.socket.display());
+    python(&["seed.py", "--url", &url, "--now", NOW]);
+    let agent = TestAgent::start(Config {
+        cleaner_enabled: false,
+        ..test_config(&redis)
+    });
+    let graphite = GraphiteWeb::start(&redis);
+    let answers = graphite.state.path().join("answers.jsonl");
+    python(&[
+        "probe.py",
+        "--base",
+        &graphite.url,
+        "--out",
+        answers.to_str().unwrap(),
+        "--now",
+        NOW,
+        "--quiet",
+    ]);
+    let mut failures = Vec::new();
+    let (mut compared, mut different) = (0, 0);
+    for line in std::fs::read_to_string(&answers).unwrap().lines() {
+        let want: Value = serde_json::from_str(line).unwrap();
+        let id = want["id"].as_str().unwrap().to_string();
+        if SKIPPED.contains(&id.as_str()) {
+            continue;
+        }
+        let params: Vec<(String, String)> = want["params"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|kv| {
+                (
+                    kv[0].as_str().unwrap().into(),
+                    kv[1].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        let query = serde_urlencoded::to_string(&params).unwrap();
+        let path = format!("/graphite{}", want["path"].as_str().unwrap());
+        let (status, _, body) =
+            http_request(agent.http, want["method"].as_str().unwrap(), &path, &query);
+        let want_status = want["status"].as_u64().unwrap() as u16;
+        if let Some((_, why)) = DIFFERENT.iter().find(|(d, _)| *d == id) {
+            different += 1;
+            assert_ne!(
+                (status, body.as_str()),
+                (want_status, want["body"].as_str().unwrap()),
+                "{id} answers as graphite-web now: drop it from DIFFERENT ({why})"
+            );
+            continue;
+        }
+        compared += 1;
+        if ERRORS_SAID.contains(&id.as_str()) {
+            if !(want_status == 500 && status == 400) {
+                failures.push(format!(
+                    "{id}: status {status}, graphite-web {want_status}: expected 400 for its 500"
+                ));
+            }
+            continue;
+        }
+        if status != want_status {
+            failures.push(format!(
+                "{id}: status {status} != graphite-web's {want_status}: {body}"
+            ));
+            continue;
+        }
+        if want_status >= 500 {
+            continue;
+        }
+        match (&want["json"], serde_json::from_str::<Value>(&finite(&body))) {
+            (Value::Null, _) => {
+                // A text answer (400 `Invalid parameters (…)`, `/version`): the status says it.
+            }
+            (want_json, Ok(got)) => {
+                let mut diffs = Vec::new();
+                differences(want_json, &got, "$", &mut diffs);
+                if !diffs.is_empty() {
+                    diffs.truncate(8);
+                    failures.push(format!("{id}:\n    {}", diffs.join("\n    ")));
+                }
+            }
+            (_, Err(e)) => failures.push(format!("{id}: not JSON ({e}): {body}")),
+        }
+    }
+    assert!(compared > 180, "only {compared} requests compared");
+    assert!(
+        failures.is_empty(),
+        "{} of {compared} answers differ from graphite-web's ({different} differ on purpose):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    drop(agent);
+}
+
+/// The agent's own data, as it writes it from StatsD traffic, read by both: counters and gauges
+/// sent over UDP, flushed, then Grafana's requests at a `now` just after, the same answers. Sets
+/// and timers, which graphite-web knows nothing of, are checked against what was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_agent_writes_reads_back_alike() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(Config {
+        cleaner_enabled: false,
+        ..test_config(&redis)
+    });
+    // Within one minute and one 5 s slice, so that the answers are whole.
+    while !(1..3).contains(&(unix_now() % 5)) || unix_now() % 60 > 50 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let sent = unix_now();
+    agent.send(b"shop.orders:3|c\nshop.orders:4|c\nshop.refunds:1|c\nshop.queue:12|g\nshop.checkout:100|ms\nshop.checkout:300|ms\nshop.buyers:alice|s\nshop.buyers:bob|s\nshop.orders;region=eu:5|c\n_e{6,9}:deploy|shop v1.2|#service:shop");
+    eventually(std::time::Duration::from_secs(5), "flushed", || {
+        redis.counter_total(1, "shop.orders") == 7
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let now = (sent + 3).to_string();
+    let graphite = GraphiteWeb::start(&redis);
+    let http = agent.http;
+    let ask = |base: &str, method: &str, path: &str, params: &[(&str, &str)]| -> (u16, Value) {
+        let query = serde_urlencoded::to_string(params).unwrap();
+        let (status, _, body) = match base {
+            "agent" => http_request(http, method, &format!("/graphite{path}"), &query),
+            url => {
+                let addr: SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+                http_request(addr, method, path, &query)
+            }
+        };
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    };
+    for (path, params) in [
+        (
+            "/render",
+            vec![
+                (
+                    "target",
+                    r#"aliasSub(shop.{orders,refunds,queue}, "(^.*$)", "\1 A")"#,
+                ),
+                ("from", "-1min"),
+                ("until", "now"),
+                ("maxDataPoints", "30"),
+            ],
+        ),
+        (
+            "/render",
+            vec![
+                ("target", "sumSeries(shop.{orders,refunds})"),
+                ("from", "-5min"),
+                ("until", "now"),
+            ],
+        ),
+        (
+            "/render",
+            vec![
+                ("target", "summarize(shop.orders,'1min','sum')"),
+                ("from", "-10min"),
+                ("until", "now"),
+            ],
+        ),
+        (
+            "/render",
+            vec![
+                ("target", "seriesByTag('name=shop.orders')"),
+                ("from", "-1h"),
+                ("until", "now"),
+            ],
+        ),
+        (
+            "/render",
+            vec![
+                ("target", "shop.queue"),
+                ("from", "-2min"),
+                ("until", "now"),
+            ],
+        ),
+        (
+            "/metrics/find",
+            vec![("query", "shop.{orders,queue,refunds}")],
+        ),
+        ("/tags/autoComplete/values", vec![("tag", "region")]),
+    ] {
+        let mut params = params.clone();
+        if path == "/render" {
+            params.push(("format", "json"));
+        }
+        params.push(("now", &now));
+        let method = if path == "/render" { "POST" } else { "GET" };
+        let (status, want) = ask(&graphite.url, method, path, &params);
+        let (got_status, got) = ask("agent", method, path, &params);
+        assert_eq!((got_status, status), (200, 200), "{path} {params:?}");
+        let mut diffs = Vec::new();
+        differences(&want, &got, "$", &mut diffs);
+        assert!(diffs.is_empty(), "{path} {params:?}:\n{}", diffs.join("\n"));
+    }
+
+    // What graphite-web cannot read: a set's distinct members and a timer's statistics, in the
+    // slice that holds the window; an event, as an annotation.
+    let render = |target: &str, from: &str| {
+        let query = serde_urlencoded::to_string([
+            ("target", target),
+            ("from", from),
+            ("until", "now"),
+            ("now", now.as_str()),
+        ])
+        .unwrap();
+        let (status, _, body) = http_request(http, "GET", "/graphite/render", &query);
+        assert_eq!(status, 200, "{target}: {body}");
+        let series: Value = serde_json::from_str(&body).unwrap();
+        series[0]["datapoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p[0].as_f64())
+            .collect::<Vec<f64>>()
+    };
+    assert_eq!(render("shop.buyers", "-1min"), [2.0]);
+    assert_eq!(render("shop.checkout.count", "-1h"), [2.0]);
+    let p50 = render("shop.checkout.p50", "-1h")[0];
+    assert!((p50 - 100.0).abs() <= 1.0, "p50 {p50} within 1 % of 100");
+    let max = render("shop.checkout.max", "-1h")[0];
+    assert!((max - 300.0).abs() <= 3.0, "max {max} within 1 % of 300");
+    let find = ask(
+        "agent",
+        "GET",
+        "/metrics/find",
+        &[("query", "shop.checkout.*")],
+    )
+    .1;
+    let leaves: Vec<&str> = find
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["text"].as_str())
+        .collect();
+    assert!(
+        leaves.contains(&"p99") && leaves.contains(&"count"),
+        "{leaves:?}"
+    );
+    let from = (sent - 60).to_string();
+    let until = (sent + 60).to_string();
+    let query = serde_urlencoded::to_string([
+        ("from", from.as_str()),
+        ("until", until.as_str()),
+        ("tags", "shop"),
+    ])
+    .unwrap();
+    let (status, _, body) = http_request(http, "GET", "/graphite/events/get_data", &query);
+    assert_eq!(status, 200);
+    let events: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(events[0]["what"], "deploy: shop v1.2");
+    assert_eq!(events[0]["tags"], serde_json::json!(["shop", "info"]));
+    assert!(events[0]["when"].as_i64().unwrap().abs_diff(sent as i64) <= 2);
+}

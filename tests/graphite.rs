@@ -428,3 +428,37 @@ async fn what_the_agent_writes_reads_back_alike() {
     assert_eq!(events[0]["tags"], serde_json::json!(["shop", "info"]));
     assert!(events[0]["when"].as_i64().unwrap().abs_diff(sent as i64) <= 2);
 }
+
+/// Bad input gets a clear answer, never a stall: a target that does not parse is a 400 naming
+/// the position, an unknown function a 400 naming it, a glob past the series one request may
+/// read a 400 naming the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_targets_get_a_clear_answer() {
+    let redis = RedisServer::start();
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg("known:");
+    for i in 0..=statsd_redis::graphite::MAX_SERIES {
+        zadd.arg(0).arg(format!("60:many.s{i}"));
+    }
+    let _: () = zadd.query(&mut redis.conn()).unwrap();
+    let agent = TestAgent::start(Config {
+        cleaner_enabled: false,
+        ..test_config(&redis)
+    });
+    for (target, says) in [
+        ("sumSeries(many.s1", "position 17"),
+        ("fooBar(many.s1)", "unknown function: fooBar"),
+        ("many.*", "more than 10000 series"),
+        ("scale(many.s1)", "missing required argument: 'factor'"),
+    ] {
+        let query = serde_urlencoded::to_string([("target", target), ("from", "-1h")]).unwrap();
+        let (status, _, body) = http_request(agent.http, "POST", "/graphite/render", &query);
+        assert_eq!(status, 400, "{target}: {body}");
+        assert!(body.contains(says), "{target}: {body}");
+    }
+    let (status, _, body) =
+        http_request(agent.http, "GET", "/graphite/metrics/find", "query=many.*");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("limit"), "{body}");
+    drop(agent);
+}

@@ -173,14 +173,22 @@ impl<'a> Evaluation<'a> {
                 "the targets match more than {MAX_SERIES} series, the limit of one request: narrow the glob"
             )));
         }
-        let mut out = Vec::new();
-        for leaf in &leaves {
-            if let Some(mut s) = self.source.fetch(leaf, from, until, self.now).await? {
+        let now = self.now;
+        // All at once, each over a clone of the connection: Redis answers one while the next is
+        // on its way.
+        let fetched = futures_util::future::try_join_all(leaves.iter().map(|leaf| {
+            let mut source = self.source.clone_for_fetch();
+            async move { source.fetch(leaf, from, until, now).await }
+        }))
+        .await?;
+        Ok(fetched
+            .into_iter()
+            .flatten()
+            .map(|mut s| {
                 s.path_expression = path_expression.to_string();
-                out.push(s);
-            }
-        }
-        Ok(out)
+                s
+            })
+            .collect())
     }
 
     async fn call(
@@ -380,7 +388,9 @@ pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: b
             }
         }
     }
-    let mut out = String::from("[");
+    let points: usize = data.iter().map(|s| s.values.len()).sum();
+    let mut out = String::with_capacity(64 + 24 * points);
+    out.push('[');
     let mut first = true;
     for s in &data {
         let mut points = s.datapoints();
@@ -415,7 +425,9 @@ pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: b
                 Some(v) => pyfmt::json_number(*v, &mut out),
                 None => out.push_str("null"),
             }
-            out.push_str(&format!(", {t}]"));
+            out.push_str(", ");
+            pyfmt::integer(*t, &mut out);
+            out.push(']');
         }
         out.push_str("]}");
     }

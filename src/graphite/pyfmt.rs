@@ -15,6 +15,12 @@ pub fn repr(v: f64, out: &mut String) {
         out.push_str(if v > 0.0 { "inf" } else { "-inf" });
         return;
     }
+    // Whole numbers below 1e16 (counts, mostly): their digits and `.0`.
+    if v.fract() == 0.0 && v.abs() < 1e16 && !(v == 0.0 && v.is_sign_negative()) {
+        integer(v as i64, out);
+        out.push_str(".0");
+        return;
+    }
     // Rust's `{:e}` gives the shortest round-trip digits: `d.ddde±x`.
     let sci = format!("{v:e}");
     let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
@@ -59,6 +65,25 @@ pub fn repr(v: f64, out: &mut String) {
             exponent.abs()
         );
     }
+}
+
+/// An integer's digits, without the formatting machinery (a render writes one per point).
+pub fn integer(n: i64, out: &mut String) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push('-');
+    }
+    out.extend(digits[at..].iter().map(|d| *d as char));
 }
 
 /// [`repr`] into a new string.
@@ -134,6 +159,8 @@ mod tests {
             (-0.0, "-0.0"),
             (123456.789, "123456.789"),
             (-1.5e-7, "-1.5e-07"),
+            (-42.0, "-42.0"),
+            (9007199254740993.0, "9007199254740992.0"),
             (1.0e100, "1e+100"),
             (0.5, "0.5"),
         ] {

@@ -71,7 +71,10 @@ type Names = Arc<Vec<(String, Leaf)>>;
 #[derive(Default)]
 pub struct ScannedNames(tokio::sync::Mutex<Option<(Instant, Names)>>);
 
-/// Index members read per call while walking the tree.
+/// Index members read by the first call of a walk, and after each branch skipped.
+const FIRST_BATCH: usize = 16;
+
+/// Index members read per call at most while walking the tree.
 const BATCH: usize = 1000;
 
 pub struct Source<'a> {
@@ -97,6 +100,12 @@ impl<'a> Source<'a> {
             scanned,
             precisions: BTreeMap::new(),
         }
+    }
+
+    /// A source over a clone of the (multiplexed) connection, for a read that runs beside
+    /// others.
+    pub fn clone_for_fetch(&self) -> Source<'a> {
+        Source::new(self.conn.clone(), self.keys, self.config, self.scanned)
     }
 
     /// Set and timer names, graphite name → leaf, sorted by graphite name.
@@ -262,8 +271,7 @@ impl<'a> Source<'a> {
             let precisions = self.precisions_in(&index).await?;
             // Every precision's range at once: in a cluster the index is one key anyway.
             let walks = futures_util::future::try_join_all(precisions.iter().map(|p| {
-                let mut source =
-                    Source::new(self.conn.clone(), self.keys, self.config, self.scanned);
+                let mut source = self.clone_for_fetch();
                 let (index, base) = (index.clone(), format!("{p}:{prefix}"));
                 async move { source.walk(&index, &base, part.literal()).await }
             }))
@@ -315,8 +323,11 @@ impl<'a> Source<'a> {
             ),
         };
         let mut nodes: Vec<(String, bool, bool)> = Vec::new();
+        // Small reads where a branch is skipped as soon as it is seen (a level of a few large
+        // branches), growing while a level is a run of leaves.
+        let mut size = FIRST_BATCH;
         loop {
-            let batch = self.range(index, &from, &end, BATCH).await?;
+            let batch = self.range(index, &from, &end, size).await?;
             let mut skip_to = None;
             for member in &batch {
                 let rest = &member[base.len()..];
@@ -341,12 +352,21 @@ impl<'a> Source<'a> {
                     skip_to = Some([b"(", base.as_bytes(), name.as_bytes(), b".\xff"].concat());
                 }
             }
-            let Some(last) = batch.last().filter(|_| batch.len() == BATCH) else {
+            let Some(last) = batch.last().filter(|_| batch.len() == size) else {
                 break;
             };
             // Past the last branch seen whole, or past the last member read.
             let past_last = [b"(", last.as_bytes()].concat();
-            from = skip_to.filter(|s| *s > past_last).unwrap_or(past_last);
+            size = match skip_to.filter(|s| *s > past_last) {
+                Some(skip) => {
+                    from = skip;
+                    FIRST_BATCH
+                }
+                None => {
+                    from = past_last;
+                    (size * 4).min(BATCH)
+                }
+            };
         }
         Ok(nodes)
     }
@@ -494,6 +514,9 @@ impl<'a> Source<'a> {
                 } else {
                     keys.gauge(step, &leaf.series)
                 };
+                if slices.is_empty() {
+                    return Ok(Vec::new());
+                }
                 let values: Vec<Option<String>> = redis::cmd("HMGET")
                     .arg(key)
                     .arg(slices)

@@ -51,6 +51,10 @@ DEFAULT_CACHE_DURATION = 0
 FIND_CACHE_DURATION = 0
 CARBONLINK_HOSTS = []                        # no carbon cache to merge from
 FUNCTION_PLUGINS = []
+# The finder reads the whole index per request: at a million series (scripts/bench-graphite.sh)
+# that takes longer than graphite-web's default 3 s / 6 s allow.
+FIND_TIMEOUT = 600.0
+FETCH_TIMEOUT = 600.0
 EOF
   if [ "${ORACLE_FUNCTIONS_SHIM:-0}" = 1 ]; then
     # Opt-in, NOT stock behaviour: Debian's 1.1.8 answers /functions with HTTP 500 under

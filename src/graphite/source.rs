@@ -517,15 +517,12 @@ impl<'a> Source<'a> {
                 if slices.is_empty() {
                     return Ok(Vec::new());
                 }
-                let values: Vec<Option<String>> = redis::cmd("HMGET")
+                let values: Vec<redis::Value> = redis::cmd("HMGET")
                     .arg(key)
                     .arg(slices)
                     .query_async(&mut self.conn)
                     .await?;
-                Ok(values
-                    .into_iter()
-                    .map(|v| v.and_then(|v| v.parse().ok()))
-                    .collect())
+                Ok(values.iter().map(number).collect())
             }
             Kind::Set => {
                 let counts = futures_util::future::try_join_all(slices.iter().map(|slice| {
@@ -561,6 +558,22 @@ impl<'a> Source<'a> {
             }
         }
     }
+}
+
+/// A stored value as a number: a count's digits read directly (a render reads thousands), any
+/// other text as a float; `None` for a missing field or text that is no number.
+fn number(v: &redis::Value) -> Point {
+    let redis::Value::BulkString(bytes) = v else {
+        return None;
+    };
+    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    if !digits.is_empty() && digits.len() < 16 && digits.iter().all(u8::is_ascii_digit) {
+        let n = digits
+            .iter()
+            .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+        return Some(if digits.len() < bytes.len() { -n } else { n } as f64);
+    }
+    std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
 /// A timer statistic's Graphite name: `<metric>.<stat>`, its tags after.
@@ -633,5 +646,18 @@ mod tests {
             "api.latency.count;env=prod;region=eu"
         );
         assert_eq!(split_nodes("web.{a,b}.x"), ["web", "{a,b}", "x"]);
+    }
+
+    #[test]
+    fn stored_values_read_as_numbers() {
+        let v = |t: &str| number(&redis::Value::BulkString(t.as_bytes().to_vec()));
+        assert_eq!(v("42"), Some(42.0));
+        assert_eq!(v("-7"), Some(-7.0));
+        assert_eq!(v("10.25"), Some(10.25));
+        assert_eq!(v("0.30000000000000004"), Some(0.1 + 0.2));
+        assert_eq!(v("99999999999999999999"), Some(1e20));
+        assert_eq!(v("x"), None);
+        assert_eq!(v("-"), None);
+        assert_eq!(number(&redis::Value::Nil), None);
     }
 }

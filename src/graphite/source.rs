@@ -23,7 +23,7 @@ use super::names::{NodePattern, agent_name, graphite_name};
 use super::series::{Point, Series};
 use crate::aggregate::{Mapping, StatKind};
 use crate::config::Config;
-use crate::store::reader::parse_buckets;
+use crate::store::reader::{lex_range, parse_buckets};
 use crate::store::{Connection, Keys, Reader, StoreError};
 
 /// How long the names found by `SCAN` (sets, timers) are used before they are looked for again.
@@ -399,15 +399,7 @@ impl<'a> Source<'a> {
         max: &[u8],
         count: usize,
     ) -> Result<Vec<String>, StoreError> {
-        Ok(redis::cmd("ZRANGEBYLEX")
-            .arg(index)
-            .arg(min)
-            .arg(max)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(count)
-            .query_async(&mut self.conn)
-            .await?)
+        lex_range(&mut self.conn, index, min, max, count).await
     }
 
     /// Every series whose Graphite name starts with `prefix` (all when empty), counters and

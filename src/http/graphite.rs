@@ -117,6 +117,22 @@ fn error(e: GraphiteError) -> Response {
     }
 }
 
+/// A JSON answer, or its error as graphite-web answers it.
+fn json_answer(answer: Result<Value, GraphiteError>) -> Response {
+    match answer {
+        Ok(v) => json_body(v.to_string()),
+        Err(e) => error(e),
+    }
+}
+
+/// A JSON answer, or its error as the tag API writes them (`{"error": …}`).
+fn tag_answer(answer: Result<Value, GraphiteError>) -> Response {
+    match answer {
+        Ok(v) => json_body(v.to_string()),
+        Err(e) => json_error(e),
+    }
+}
+
 /// The tag API's errors, as JSON.
 fn json_error(e: GraphiteError) -> Response {
     match e {
@@ -278,10 +294,7 @@ async fn find(State(state): State<AppState>, RawQuery(query): RawQuery, body: By
             )),
         }
     };
-    match answer.await {
-        Ok(v) => json_body(v.to_string()),
-        Err(e) => error(e),
-    }
+    json_answer(answer.await)
 }
 
 /// The nodes of a glob, within the limit.
@@ -343,10 +356,21 @@ async fn expand(State(state): State<AppState>, RawQuery(query): RawQuery, body: 
             Ok(json!({ "results": all }))
         }
     };
-    match answer.await {
-        Ok(v) => json_body(v.to_string()),
-        Err(e) => error(e),
-    }
+    json_answer(answer.await)
+}
+
+/// What `pick` takes of the series' tags (key, value), distinct and sorted, at most `limit`.
+fn distinct_tags(
+    leaves: &[crate::graphite::source::Leaf],
+    limit: usize,
+    pick: impl Fn(&str, &str) -> Option<String>,
+) -> Value {
+    let picked: std::collections::BTreeSet<String> = leaves
+        .iter()
+        .flat_map(|leaf| graphite::tags_of(&leaf.path).unwrap_or_default())
+        .filter_map(|(k, v)| pick(&k, &v))
+        .collect();
+    json!(picked.into_iter().take(limit).collect::<Vec<_>>())
 }
 
 /// The limit of an autocomplete answer (`limit`, 100 by default).
@@ -378,22 +402,11 @@ async fn tag_names(
             .iter()
             .filter_map(|e| graphite::TagSpec::parse(e).ok().map(|s| s.tag))
             .collect();
-        let mut names = std::collections::BTreeSet::new();
-        for leaf in &leaves {
-            for (k, _) in graphite::tags_of(&leaf.path).unwrap_or_default() {
-                if k.starts_with(prefix) && !named.contains(&k) {
-                    names.insert(k);
-                }
-            }
-        }
-        Ok(json!(
-            names.into_iter().take(limit(&params)).collect::<Vec<_>>()
-        ))
+        Ok(distinct_tags(&leaves, limit(&params), |k, _| {
+            (k.starts_with(prefix) && !named.iter().any(|n| n == k)).then(|| k.to_string())
+        }))
     };
-    match answer.await {
-        Ok(v) => json_body(v.to_string()),
-        Err(e) => json_error(e),
-    }
+    tag_answer(answer.await)
 }
 
 /// `/tags/autoComplete/values`: the values of `tag` among the series the `expr`s match (and
@@ -415,22 +428,11 @@ async fn tag_values(
         let prefix = params.get("valuePrefix").unwrap_or("");
         let mut source = source(&state).await?;
         let leaves = tagged(&mut source, &exprs).await?;
-        let mut values = std::collections::BTreeSet::new();
-        for leaf in &leaves {
-            for (k, v) in graphite::tags_of(&leaf.path).unwrap_or_default() {
-                if k == tag && v.starts_with(prefix) {
-                    values.insert(v);
-                }
-            }
-        }
-        Ok(json!(
-            values.into_iter().take(limit(&params)).collect::<Vec<_>>()
-        ))
+        Ok(distinct_tags(&leaves, limit(&params), |k, v| {
+            (k == tag && v.starts_with(prefix)).then(|| v.to_string())
+        }))
     };
-    match answer.await {
-        Ok(v) => json_body(v.to_string()),
-        Err(e) => json_error(e),
-    }
+    tag_answer(answer.await)
 }
 
 /// `/tags/findSeries`: the names of the series the `expr`s match, sorted.
@@ -448,10 +450,7 @@ async fn find_series(
             leaves.into_iter().map(|l| l.path).collect::<Vec<_>>()
         ))
     };
-    match answer.await {
-        Ok(v) => json_body(v.to_string()),
-        Err(e) => json_error(e),
-    }
+    tag_answer(answer.await)
 }
 
 async fn version() -> impl IntoResponse {
@@ -474,10 +473,7 @@ async fn index_json(State(state): State<AppState>) -> Response {
                 .collect::<Vec<_>>()
         ))
     };
-    match answer.await {
-        Ok(v) => json_body(v.to_string()),
-        Err(e) => error(e),
-    }
+    json_answer(answer.await)
 }
 
 /// `/functions`: graphite-web's index format, for the functions served.
@@ -571,8 +567,5 @@ async fn events(State(state): State<AppState>, RawQuery(query): RawQuery) -> Res
                 .collect::<Vec<_>>()
         ))
     };
-    match answer.await {
-        Ok(v) => json_body(v.to_string()),
-        Err(e) => error(e),
-    }
+    json_answer(answer.await)
 }

@@ -459,7 +459,6 @@ impl Reader {
             .collect())
     }
 
-    /// `ZRANGEBYLEX key min max LIMIT 0 count`.
     async fn lex_range(
         &mut self,
         key: &str,
@@ -467,16 +466,27 @@ impl Reader {
         max: &[u8],
         count: usize,
     ) -> Result<Vec<String>, StoreError> {
-        Ok(redis::cmd("ZRANGEBYLEX")
-            .arg(key)
-            .arg(min)
-            .arg(max)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(count)
-            .query_async(&mut self.conn)
-            .await?)
+        lex_range(&mut self.conn, key, min, max, count).await
     }
+}
+
+/// `ZRANGEBYLEX key min max LIMIT 0 count`: an index read by range (every score is 0).
+pub async fn lex_range(
+    conn: &mut Connection,
+    key: &str,
+    min: &[u8],
+    max: &[u8],
+    count: usize,
+) -> Result<Vec<String>, StoreError> {
+    Ok(redis::cmd("ZRANGEBYLEX")
+        .arg(key)
+        .arg(min)
+        .arg(max)
+        .arg("LIMIT")
+        .arg(0)
+        .arg(count)
+        .query_async(conn)
+        .await?)
 }
 
 /// Index members read per call: Redis answers 10 000 in a few milliseconds, so no other client

@@ -3,7 +3,6 @@
 //! multiplexed connection, reconnecting after any failure, and reports what Redis refused.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use redis::{RedisWrite, Script, ToRedisArgs};
 
@@ -11,7 +10,7 @@ use super::server::ServerCheck;
 use super::slots::build_slot_chunks;
 use super::{Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{LogLimit, Telemetry};
 
 /// The flush scripts, each after what they share.
 const FLUSH_SCRIPT: &str = concat!(include_str!("hourly.lua"), include_str!("flush.lua"));
@@ -449,10 +448,10 @@ pub struct Writer {
     pub(super) slot_script: Script,
     slot_tags: Option<Arc<Vec<String>>>,
     pub(super) telemetry: Arc<Telemetry>,
-    /// When a refused write was last logged: they are counted always, logged once per 10 s.
-    last_failure_log: Option<std::time::Instant>,
-    /// When a chunk dropped for a lost guard was last logged.
-    last_guard_log: Option<std::time::Instant>,
+    /// Refused writes and chunks dropped for a lost guard: counted always, logged once per
+    /// 10 s.
+    failure_log: LogLimit,
+    guard_log: LogLimit,
     /// Writes Redis refused since [`Writer::take_refused`], and the first of them.
     refused: (u64, Option<String>),
     /// The server's eviction policy and clock, checked on every new connection.
@@ -533,8 +532,8 @@ impl Writer {
             slot_script: Script::new(FLUSH_SLOT_SCRIPT),
             slot_tags: None,
             telemetry,
-            last_failure_log: None,
-            last_guard_log: None,
+            failure_log: LogLimit::default(),
+            guard_log: LogLimit::default(),
             refused: (0, None),
             server: ServerCheck::default(),
         }
@@ -608,14 +607,10 @@ impl Writer {
     /// been applied: not applied again.
     pub(super) fn guard_lost(&mut self, sequence: &str) {
         self.telemetry.chunks_guard_lost.increment(1);
-        let now = std::time::Instant::now();
-        if self
-            .last_guard_log
-            .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_INTERVAL)
-        {
-            self.last_guard_log = Some(now);
+        if let Some(times) = self.guard_log.occurred() {
             tracing::error!(
                 sequence,
+                times,
                 "a chunk sent again after a lost reply found its guard evicted: Redis may have applied it, so it is dropped, not applied twice (its writes may be lost; chunks_guard_lost_total). Set maxmemory-policy noeviction"
             );
         }
@@ -762,16 +757,12 @@ impl Writer {
             .get_or_insert_with(|| format!("{key}: {error}"));
         let reason = WriteFailure::of(error);
         self.telemetry.write_failures[reason as usize].increment(1);
-        let now = std::time::Instant::now();
-        if self
-            .last_failure_log
-            .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_INTERVAL)
-        {
-            self.last_failure_log = Some(now);
+        if let Some(times) = self.failure_log.occurred() {
             tracing::warn!(
                 key,
                 error,
                 reason = reason.as_str(),
+                times,
                 "Redis refused a write and it was skipped (more are counted in write_failures_total)"
             );
         }
@@ -786,9 +777,6 @@ pub(super) fn short_wait(got: u32, replicas: u32, timeout_ms: u64) -> StoreError
         format!("{got} of {replicas} within {timeout_ms} ms"),
     )))
 }
-
-/// Refused writes are logged at most this often; all are counted.
-const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

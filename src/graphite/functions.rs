@@ -11,6 +11,7 @@ use super::{Arg, GraphiteError, bad};
 /// Every function the render API takes (aliases included), for `/functions` and for an
 /// unknown function's error.
 pub const NAMES: &[&str] = &[
+    "absolute",
     "aggregate",
     "alias",
     "aliasByNode",
@@ -21,18 +22,29 @@ pub const NAMES: &[&str] = &[
     "avg",
     "consolidateBy",
     "constantLine",
+    "countSeries",
+    "derivative",
+    "diffSeries",
+    "divideSeries",
+    "exclude",
     "groupByNode",
     "groupByNodes",
     "groupByTags",
+    "grep",
     "highestCurrent",
+    "highestMax",
     "integral",
     "keepLastValue",
     "limit",
+    "lowestCurrent",
     "maxSeries",
     "minSeries",
     "movingAverage",
     "nonNegativeDerivative",
+    "offset",
     "perSecond",
+    "removeAboveValue",
+    "removeBelowValue",
     "scale",
     "scaleToSeconds",
     "seriesByTag",
@@ -40,6 +52,7 @@ pub const NAMES: &[&str] = &[
     "sum",
     "sumSeries",
     "summarize",
+    "timeShift",
     "transformNull",
 ];
 
@@ -558,6 +571,139 @@ pub fn apply(
         "limit" => {
             let n = required(arg(1, "n"), "n")?.number()? as usize;
             let mut l = list(arg(0, "seriesList"));
+            l.truncate(n);
+            Ok(l)
+        }
+        "diffSeries" => aggregate(all_series(&args), "diff"),
+        "countSeries" => {
+            let mut l = all_series(&args);
+            let Some((start, end, step)) = normalize(&mut l) else {
+                return Ok(Vec::new());
+            };
+            let name = format!("countSeries({})", path_expressions(&l));
+            let values = rows(&l).iter().map(|r| Some(r.len() as f64)).collect();
+            Ok(vec![Series::new(&name, start, end, step, values)])
+        }
+        "divideSeries" => {
+            let dividends = list(arg(0, "dividendSeriesList"));
+            let divisor = list(arg(1, "divisorSeries"));
+            match divisor.len() {
+                0 => Ok(dividends
+                    .into_iter()
+                    .map(|mut s| {
+                        s.rename(format!("divideSeries({},MISSING)", s.name));
+                        map_values(&mut s, |_| None);
+                        s
+                    })
+                    .collect()),
+                1 => Ok(dividends
+                    .iter()
+                    .map(|s1| {
+                        let mut both = vec![s1.clone(), divisor[0].clone()];
+                        let (start, end, step) = normalize(&mut both).unwrap_or_default();
+                        let (a, b) = (both[0].points(), both[1].points());
+                        let values = (0..a.len().max(b.len()))
+                            .map(|i| {
+                                match (a.get(i).copied().flatten(), b.get(i).copied().flatten()) {
+                                    (Some(x), Some(y)) if y != 0.0 => Some(x / y),
+                                    _ => None,
+                                }
+                            })
+                            .collect();
+                        let name = format!("divideSeries({},{})", s1.name, divisor[0].name);
+                        Series::new(&name, start, end, step, values)
+                    })
+                    .collect()),
+                n => Err(bad(format!(
+                    "divideSeries second argument must reference exactly 1 series (got {n})"
+                ))),
+            }
+        }
+        "derivative" => {
+            let l = list(arg(0, "seriesList"));
+            Ok(l.into_iter()
+                .map(|mut s| {
+                    let mut prev: Point = None;
+                    let values = s
+                        .points()
+                        .into_iter()
+                        .map(|v| {
+                            let d = match (prev, v) {
+                                (Some(p), Some(v)) => Some(v - p),
+                                _ => None,
+                            };
+                            prev = v;
+                            d
+                        })
+                        .collect();
+                    s.tags.set("derivative", "1");
+                    let new = format!("derivative({})", s.name);
+                    let mut out = s.with(new.clone(), values);
+                    out.path_expression = new;
+                    out.values_per_point = 1;
+                    out
+                })
+                .collect())
+        }
+        "absolute" => {
+            let mut l = list(arg(0, "seriesList"));
+            for s in &mut l {
+                s.tags.set("absolute", "1");
+                s.rename(format!("absolute({})", s.name));
+                map_values(s, |v| v.map(f64::abs));
+            }
+            Ok(l)
+        }
+        "offset" => {
+            let factor = required(arg(1, "factor"), "factor")?.number()?;
+            let mut l = list(arg(0, "seriesList"));
+            for s in &mut l {
+                s.tags.set("offset", repr_string(factor));
+                s.rename(format!("offset({},{})", s.name, percent_g(factor)));
+                map_values(s, |v| v.map(|v| v + factor));
+            }
+            Ok(l)
+        }
+        "removeBelowValue" | "removeAboveValue" => {
+            let n = required(arg(1, "n"), "n")?.number()?;
+            let below = name == "removeBelowValue";
+            let mut l = list(arg(0, "seriesList"));
+            for s in &mut l {
+                s.rename(format!("{name}({}, {})", s.name, percent_g(n)));
+                map_values(s, |v| match v {
+                    Some(v) if (below && v < n) || (!below && v > n) => None,
+                    other => other,
+                });
+            }
+            Ok(l)
+        }
+        "exclude" | "grep" => {
+            let pattern = required(arg(1, "pattern"), "pattern")?.text();
+            let re = regex::Regex::new(&pattern)
+                .map_err(|e| bad(format!("{name}: bad regular expression {pattern:?}: {e}")))?;
+            let keep = name == "grep";
+            Ok(list(arg(0, "seriesList"))
+                .into_iter()
+                .filter(|s| re.is_match(&s.name) == keep)
+                .collect())
+        }
+        "highestMax" | "lowestCurrent" => {
+            let n = required(arg(1, "n"), "n")?.number()? as usize;
+            let mut l = list(arg(0, "seriesList"));
+            let key = |s: &Series| {
+                let points = s.points();
+                let v = if name == "highestMax" {
+                    points.iter().flatten().copied().reduce(f64::max)
+                } else {
+                    points.iter().rev().flatten().next().copied()
+                };
+                v.unwrap_or(f64::NEG_INFINITY)
+            };
+            if name == "highestMax" {
+                l.sort_by(|a, b| key(b).total_cmp(&key(a)));
+            } else {
+                l.sort_by(|a, b| key(a).total_cmp(&key(b)));
+            }
             l.truncate(n);
             Ok(l)
         }
@@ -1088,6 +1234,29 @@ pub fn signature(name: &str) -> (&'static str, Vec<(&'static str, &'static str, 
             ],
         ),
         "transformNull" => ("Transform", vec![series, ("default", "float", false)]),
+        "diffSeries" | "countSeries" => ("Combine", vec![lists]),
+        "divideSeries" => (
+            "Combine",
+            vec![
+                ("dividendSeriesList", "seriesList", true),
+                ("divisorSeries", "seriesList", true),
+            ],
+        ),
+        "derivative" | "absolute" => ("Transform", vec![series]),
+        "offset" => ("Transform", vec![series, ("factor", "float", true)]),
+        "removeBelowValue" | "removeAboveValue" => {
+            ("Filter Data", vec![series, ("n", "float", true)])
+        }
+        "exclude" | "grep" => ("Filter Series", vec![series, ("pattern", "string", true)]),
+        "highestMax" | "lowestCurrent" => ("Filter Series", vec![series, ("n", "integer", true)]),
+        "timeShift" => (
+            "Transform",
+            vec![
+                series,
+                ("timeShift", "interval", true),
+                ("resetEnd", "boolean", false),
+            ],
+        ),
         _ => ("Special", vec![]),
     }
 }
@@ -1125,6 +1294,19 @@ pub fn description(name: &str) -> &'static str {
         "sortByName" => "Sorts the series by name.",
         "summarize" => "Combines the points of each interval into one.",
         "transformNull" => "Replaces nulls with default.",
+        "diffSeries" => "Subtracts the other series from the first, point by point.",
+        "countSeries" => "How many series there are, at every point.",
+        "divideSeries" => "Divides each series by one divisor series, point by point.",
+        "derivative" => "The change from the previous point.",
+        "absolute" => "The absolute value of every point.",
+        "offset" => "Adds factor to every point.",
+        "removeBelowValue" => "Nulls the points below n.",
+        "removeAboveValue" => "Nulls the points above n.",
+        "exclude" => "The series whose name the regular expression does not match.",
+        "grep" => "The series whose name the regular expression matches.",
+        "highestMax" => "The n series with the highest maximum.",
+        "lowestCurrent" => "The n series whose last value is lowest.",
+        "timeShift" => "The series as they were that long before (`1d`, `7d`), drawn over now.",
         _ => "",
     }
 }

@@ -231,6 +231,40 @@ impl<'a> Evaluation<'a> {
             let fetched = self.evaluate(target, from - preview, until).await?;
             return Ok(functions::moving_average(fetched, &window, preview));
         }
+        if call.name == "timeShift" {
+            let (Some(target), Some(shift)) = (call.args.first(), call.args.get(1)) else {
+                return Err(bad(
+                    "timeShift() missing required argument: 'timeShift'".into()
+                ));
+            };
+            let mut shift = self.literal(shift)?.text();
+            // A shift without a sign goes back (graphite-web's default).
+            if shift.starts_with(|c: char| c.is_ascii_digit()) {
+                shift = format!("-{shift}");
+            }
+            let delta = attime::parse(&format!("now{shift}"), 0).map_err(bad)?;
+            let reset_end = match call.args.get(2) {
+                Some(a) => self.literal(a)?.truthy(),
+                None => true,
+            };
+            let unshifted = self.evaluate(target, from, until).await?;
+            let Some(first) = unshifted.first() else {
+                return Ok(Vec::new());
+            };
+            let (start, end) = (first.start, first.end);
+            let mut shifted = self.evaluate(target, from + delta, until + delta).await?;
+            for s in &mut shifted {
+                s.tags.set("timeShift", shift.clone());
+                s.name = format!("timeShift({}, \"{shift}\")", s.name);
+                s.end = if reset_end {
+                    end
+                } else {
+                    s.end - s.start + start
+                };
+                s.start = start;
+            }
+            return Ok(shifted);
+        }
         let mut args = Vec::new();
         for a in &call.args {
             args.push(self.argument(a, from, until).await?);

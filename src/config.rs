@@ -304,12 +304,27 @@ fn err(key: &str, message: impl Into<String>) -> ConfigError {
 
 /// A Redis URL without its password, for logs and printed configurations.
 pub fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (url, query) = url
+        .split_once('?')
+        .map_or((url, None), |(u, q)| (u, Some(q)));
+    let mut out = match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***@{}", &url[..scheme], &url[at + 1..])
         }
         _ => url.to_string(),
+    };
+    // A unix socket's password goes in the query: `redis+unix:///r.sock?pass=…`.
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if matches!(k, "pass" | "password") => format!("{k}=***"),
+                _ => p.to_string(),
+            })
+            .collect();
+        out = format!("{out}?{}", params.join("&"));
     }
+    out
 }
 
 impl Config {

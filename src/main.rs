@@ -182,7 +182,11 @@ type LogFilter = tracing_subscriber::reload::Handle<EnvFilter, tracing_subscribe
 /// Logs to stderr in `log_format`, filtered by `RUST_LOG` when set, else by `log_level`; returns
 /// the handle that changes the filter on SIGHUP (`None` while `RUST_LOG` rules).
 fn init_logs(config: &Config) -> Option<LogFilter> {
-    let from_env = EnvFilter::try_from_default_env().ok();
+    // An empty RUST_LOG is no filter at all, not one that logs nothing.
+    let from_env = std::env::var("RUST_LOG")
+        .is_ok_and(|v| !v.trim().is_empty())
+        .then(|| EnvFilter::try_from_default_env().ok())
+        .flatten();
     let env_rules = from_env.is_some();
     let filter = from_env.unwrap_or_else(|| EnvFilter::new(&config.log_level));
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);

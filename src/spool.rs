@@ -92,13 +92,20 @@ impl Spool {
         );
         let path = self.dir.join(name);
         let tmp = path.with_extension("tmp");
-        let mut file = File::create(&tmp)?;
-        file.write_all(&encode(start, sequence, chunks))?;
-        if self.fsync {
-            file.sync_all()?;
+        let written = (|| {
+            let mut file = File::create(&tmp)?;
+            file.write_all(&encode(start, sequence, chunks))?;
+            if self.fsync {
+                file.sync_all()?;
+            }
+            drop(file);
+            fs::rename(&tmp, &path)
+        })();
+        if written.is_err() {
+            // What a full disk let through of it is no use, and takes space.
+            let _ = fs::remove_file(&tmp);
         }
-        drop(file);
-        fs::rename(&tmp, &path)?;
+        written?;
         if self.fsync {
             File::open(&self.dir)?.sync_all()?;
         }

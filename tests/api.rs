@@ -365,3 +365,30 @@ async fn half_sent_requests_are_not_held() {
     assert!(started.elapsed() < limit + Duration::from_secs(2));
     agent.stop().await;
 }
+
+/// A request whose body never arrives takes no turn among the four API requests that may run
+/// at once: the body is read first, within 10 s (then 408), so others are answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_arrives_holds_no_turn() {
+    use std::io::{Read, Write};
+    let (_redis, agent) = agent_with_data().await;
+    let http = agent.http;
+    let slow: Vec<std::net::TcpStream> = (0..6)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(http).unwrap();
+            s.write_all(b"POST /graphite/render HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\ntarget=")
+                .unwrap();
+            s
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _) = get_json(&agent, "/api/v1/known?match=web");
+    assert_eq!(status, 200, "answered while six bodies are on their way");
+    for mut s in slow {
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+    agent.stop().await;
+}

@@ -197,6 +197,18 @@ fn printed_configurations_never_show_a_password() {
     assert_eq!(code, 0);
     assert!(!out.contains("s3cret"), "{out}");
     assert!(out.contains("redis://***@127.0.0.1:1/0"), "{out}");
+    // A unix socket's password goes in the query string.
+    let (code, out, _) = run(bin().args([
+        "--redis",
+        "redis+unix:///run/redis.sock?user=agent&pass=s3cret&db=2",
+        "--print-config",
+    ]));
+    assert_eq!(code, 0);
+    assert!(!out.contains("s3cret"), "{out}");
+    assert!(
+        out.contains("redis+unix:///run/redis.sock?user=agent&pass=***&db=2"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -51,6 +51,8 @@ const DIFFERENT: &[(&str, &str)] = &[
 /// the agent with 400 and what is wrong.
 const ERRORS_SAID: &[&str] = &[
     "fn.seriesByTag.all_match_empty",
+    "fn.groupByTags.missing_tag",
+    "fn.constantLine.one_second",
     "err.bad_summarize",
     "err.missing_arg",
     "fn.highestCurrent.default",
@@ -429,9 +431,10 @@ async fn what_the_agent_writes_reads_back_alike() {
     assert!(events[0]["when"].as_i64().unwrap().abs_diff(sent as i64) <= 2);
 }
 
-/// Bad input gets a clear answer, never a stall: a target that does not parse is a 400 naming
-/// the position, an unknown function a 400 naming it, a glob past the series one request may
-/// read a 400 naming the limit.
+/// Bad input gets a clear answer, never a stall or a crash: a target that does not parse is a
+/// 400 naming the position, an unknown function a 400 naming it, a glob past the series one
+/// request may read, calls nested past 64 (a stack's worth of evaluation) and braces that
+/// multiply past 1000 alternatives a 400 naming the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_targets_get_a_clear_answer() {
     let redis = RedisServer::start();
@@ -445,7 +448,11 @@ async fn bad_targets_get_a_clear_answer() {
         cleaner_enabled: false,
         ..test_config(&redis)
     });
+    let nested = format!("{}many.s1{}", "sumSeries(".repeat(300), ")".repeat(300));
+    let piped = format!("many.s1{}", "|scale(1)".repeat(300));
     for (target, says) in [
+        (nested.as_str(), "deeper than 64"),
+        (piped.as_str(), "deeper than 64"),
         ("sumSeries(many.s1", "position 17"),
         ("fooBar(many.s1)", "unknown function: fooBar"),
         ("many.*", "more than 10000 series"),
@@ -456,9 +463,13 @@ async fn bad_targets_get_a_clear_answer() {
         assert_eq!(status, 400, "{target}: {body}");
         assert!(body.contains(says), "{target}: {body}");
     }
-    let (status, _, body) =
-        http_request(agent.http, "GET", "/graphite/metrics/find", "query=many.*");
-    assert_eq!(status, 400, "{body}");
-    assert!(body.contains("limit"), "{body}");
+    for query in [
+        "query=many.*",
+        &format!("query=many.{}", "{a,b}".repeat(30)),
+    ] {
+        let (status, _, body) = http_request(agent.http, "GET", "/graphite/metrics/find", query);
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("limit"), "{body}");
+    }
     drop(agent);
 }

@@ -120,7 +120,8 @@ fn tls_redis(certs: &Path, port: u16) -> RedisServer {
 
 /// With the CA and a client certificate the agent writes over TLS; without the client
 /// certificate Redis refuses it, without the CA it refuses Redis (and `/readyz` says why);
-/// `#insecure` and files that are not PEM stop it at start, naming the key.
+/// `#insecure`, files that are not PEM and a key that is not the certificate's stop it at
+/// start, naming the key.
 #[test]
 fn a_private_ca_and_a_client_certificate() {
     let certs = tempfile::tempdir().unwrap();
@@ -130,6 +131,7 @@ fn a_private_ca_and_a_client_certificate() {
     let url = format!("rediss://127.0.0.1:{port}/0");
     let file = |name: &str| certs.path().join(name).to_str().unwrap().to_string();
     let (ca, cert, key) = (file("ca.pem"), file("client.pem"), file("client.key"));
+    let server_key = file("server.key");
 
     let (agent, udp, http) = spawn_agent(
         &url,
@@ -173,6 +175,17 @@ fn a_private_ca_and_a_client_certificate() {
         ),
         (
             vec!["--redis", &url, "--redis-tls-cert-file", &cert],
+            "`redis_tls_key_file`",
+        ),
+        (
+            vec![
+                "--redis",
+                &url,
+                "--redis-tls-cert-file",
+                &cert,
+                "--redis-tls-key-file",
+                &server_key,
+            ],
             "`redis_tls_key_file`",
         ),
         (

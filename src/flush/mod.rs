@@ -28,7 +28,7 @@ use crate::aggregate::{Ledger, Window};
 use crate::config::Config;
 use crate::spool::Spool;
 use crate::store::{Chunker, FlushChunk, Writer, clock};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{LogLimit, Telemetry};
 use backlog::{Backlog, PendingWindow, write_backlog};
 use coarse::Coarse;
 use quantiles::QuantileGroups;
@@ -61,6 +61,8 @@ struct Closer {
     quantiles: Option<QuantileGroups>,
     /// When samples dropped by the series cap were last logged.
     last_drop_log: Option<Instant>,
+    /// Spool writes that failed (a full disk fails every one): logged at most every 10 s.
+    spool_log: LogLimit,
     spool: Option<Arc<Spool>>,
     /// Configurations a SIGHUP read: the keys that apply to a running flusher are taken at
     /// the next close ([`Closer::take_reload`]).
@@ -105,6 +107,7 @@ impl Flusher {
                 coarse: Coarse::new(&config),
                 quantiles: QuantileGroups::new(&config),
                 last_drop_log: None,
+                spool_log: LogLimit::default(),
                 spool: spool.map(Arc::new),
                 reloads: None,
                 config,
@@ -217,7 +220,9 @@ impl Closer {
                 .write(start, self.last_window, &self.sequence, &chunks)
                 .inspect_err(|e| {
                     self.telemetry.spool_write_errors.increment(1);
-                    tracing::error!(window = start, error = %e, "cannot spool the window; it is kept in memory only");
+                    if let Some(times) = self.spool_log.occurred() {
+                        tracing::error!(window = start, error = %e, times, "cannot spool the window; it is kept in memory only (times: spool writes failed since the last such line)");
+                    }
                 })
                 .ok()
         });

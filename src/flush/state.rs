@@ -29,7 +29,7 @@ impl Closer {
     /// With a spool, while `coarse_write_secs` or `quantile_write_secs` holds anything back:
     /// the state file replaced after closing window `start`, with that window's chunks, so
     /// that a crash between the two files still finds the window.
-    pub(super) fn spool_held(&self, start: u64, chunks: &[Arc<FlushChunk>]) {
+    pub(super) fn spool_held(&mut self, start: u64, chunks: &[Arc<FlushChunk>]) {
         let holding = self.coarse.is_some() || self.quantiles.is_some();
         let Some(spool) = self.spool.as_ref().filter(|_| holding) else {
             return;
@@ -43,7 +43,9 @@ impl Closer {
         );
         if let Err(e) = spool.write_state(held) {
             self.telemetry.spool_write_errors.increment(1);
-            tracing::error!(window = start, error = %e, "cannot spool the sums held back; the outdated state file is removed, so a crash before the next write loses them (never applies them twice)");
+            if let Some(times) = self.spool_log.occurred() {
+                tracing::error!(window = start, error = %e, times, "cannot spool the sums held back; the outdated state file is removed, so a crash before the next write loses them (never applies them twice)");
+            }
         }
     }
 }

@@ -27,6 +27,7 @@ fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
         coarse: Coarse::new(&config),
         quantiles: QuantileGroups::new(&config),
         last_drop_log: None,
+        spool_log: Default::default(),
         spool: None,
         reloads: None,
         config,

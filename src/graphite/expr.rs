@@ -31,9 +31,26 @@ pub struct Call {
 /// Symbols that cannot stand in a path unescaped.
 const SYMBOLS: &[u8] = b"(){},.'\"\\|";
 
+/// How deeply calls may nest (pipes count as nesting): far beyond any dashboard's, and short of
+/// what evaluating them would take of a thread's stack.
+pub const MAX_DEPTH: usize = 64;
+
+/// How long a target may be.
+pub const MAX_LENGTH: usize = 64 * 1024;
+
 /// Parses a whole target; the error names the byte position and what was expected there.
 pub fn parse(target: &str) -> Result<Expr, String> {
-    let mut p = Parser { s: target, at: 0 };
+    if target.len() > MAX_LENGTH {
+        return Err(format!(
+            "the target is {} bytes long; at most {MAX_LENGTH} are read",
+            target.len()
+        ));
+    }
+    let mut p = Parser {
+        s: target,
+        at: 0,
+        depth: 0,
+    };
     p.space();
     let e = p.expression()?;
     p.space();
@@ -46,6 +63,8 @@ pub fn parse(target: &str) -> Result<Expr, String> {
 struct Parser<'a> {
     s: &'a str,
     at: usize,
+    /// Calls open (and pipes applied) around the position.
+    depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -82,8 +101,27 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// One level deeper, or the error when that is past [`MAX_DEPTH`].
+    fn deeper(&mut self) -> Result<(), String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!(
+                "position {}: calls nest deeper than {MAX_DEPTH}, the limit",
+                self.at
+            ));
+        }
+        Ok(())
+    }
+
     /// `(call | path) ( '|' call )*`
     fn expression(&mut self) -> Result<Expr, String> {
+        let depth = self.depth;
+        let e = self.piped();
+        self.depth = depth;
+        e
+    }
+
+    fn piped(&mut self) -> Result<Expr, String> {
         self.space();
         let mut e = match self.call()? {
             Some(call) => Expr::Call(call),
@@ -96,6 +134,7 @@ impl<'a> Parser<'a> {
                 return Ok(e);
             }
             self.space();
+            self.deeper()?;
             match self.call()? {
                 Some(mut call) => {
                     call.args.insert(0, e);
@@ -121,6 +160,7 @@ impl<'a> Parser<'a> {
             return Ok(None);
         }
         self.at += 1;
+        self.deeper()?;
         let (mut args, mut kwargs) = (Vec::new(), Vec::new());
         self.space();
         if self.peek() != Some(b')') {
@@ -146,6 +186,7 @@ impl<'a> Parser<'a> {
         if !self.eat(b')') {
             return Err(self.error("`,` or `)`"));
         }
+        self.depth -= 1;
         Ok(Some(Call {
             name,
             args,
@@ -365,6 +406,29 @@ mod tests {
         let inner = call(&c.args[0]);
         assert_eq!(inner.name, "sumSeries");
         assert_eq!(call(&inner.args[0]).raw, "seriesByTag('name=a')");
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let nested = |n: usize| format!("{}x{}", "sumSeries(".repeat(n), ")".repeat(n));
+        assert!(parse(&nested(MAX_DEPTH)).is_ok());
+        assert!(
+            parse(&nested(MAX_DEPTH + 1))
+                .unwrap_err()
+                .contains("deeper than 64")
+        );
+        assert!(
+            parse(&"sumSeries(".repeat(5000))
+                .unwrap_err()
+                .contains("deeper")
+        );
+        let piped = format!("x{}", "|scale(1)".repeat(MAX_DEPTH + 1));
+        assert!(parse(&piped).unwrap_err().contains("deeper"));
+        assert!(
+            parse(&"a".repeat(MAX_LENGTH + 1))
+                .unwrap_err()
+                .contains("bytes long")
+        );
     }
 
     #[test]

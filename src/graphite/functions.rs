@@ -275,8 +275,8 @@ pub fn apply(
             let value = required(arg(0, "value"), "value")?.number()?;
             let step = (until - from) / 2;
             if step == 0 {
-                return Err(GraphiteError::Internal(
-                    "range() arg 3 must not be zero".into(),
+                return Err(bad(
+                    "constantLine needs a range of at least 2 s (it draws 3 points)".into(),
                 ));
             }
             let name = repr_string(value);
@@ -811,9 +811,7 @@ pub fn interval_secs(text: &str) -> Result<i64, GraphiteError> {
     let secs = super::attime::parse(&format!("now+{}", text.trim_start_matches(['+', '-'])), 0)
         .map_err(bad)?;
     if secs <= 0 {
-        return Err(GraphiteError::Internal(format!(
-            "interval {text:?} is not positive"
-        )));
+        return Err(bad(format!("interval {text:?} is not positive")));
     }
     Ok(secs)
 }
@@ -890,8 +888,8 @@ fn group_by(
             // graphite-web parses the key as a tagged name: a series without one of the tags
             // makes an empty value, which it refuses.
             if super::tags_of(&k).is_none() {
-                return Err(GraphiteError::Internal(format!(
-                    "groupByTags: {k:?} is no tagged name (a series lacks one of the tags)"
+                return Err(bad(format!(
+                    "groupByTags: a series lacks one of the tags, so {k:?} is no tagged name"
                 )));
             }
             s.path_expression = k.clone();

@@ -30,12 +30,11 @@ use source::{Leaf, Source};
 /// request is refused (400, naming the limit), never left to run.
 pub const MAX_SERIES: usize = 10_000;
 
-/// What went wrong, as graphite-web answers it: a bad request (400), an error inside a function
-/// (500), or Redis (503).
+/// What went wrong: a bad request (400: a target, a time, a function's arguments or what they
+/// make of the data; graphite-web answers some of these with a 500), or Redis (503).
 #[derive(Debug)]
 pub enum GraphiteError {
     BadRequest(String),
-    Internal(String),
     Redis(crate::store::StoreError),
 }
 

@@ -87,14 +87,21 @@ pub struct NodePattern {
 
 impl NodePattern {
     pub fn new(node: &str) -> Result<NodePattern, String> {
-        let alternatives = expand_braces(node);
+        let alternatives = expand_braces(node, MAX_ALTERNATIVES).ok_or_else(|| {
+            let shown: String = node.chars().take(60).collect();
+            format!(
+                "the glob node `{shown}…` expands to more than {MAX_ALTERNATIVES} alternatives, the limit"
+            )
+        })?;
         let literal = (alternatives.len() == 1 && !has_wildcard(&alternatives[0]))
             .then(|| alternatives[0].clone());
         let alternatives = alternatives
             .iter()
             .map(|a| {
-                regex::Regex::new(&fnmatch_regex(a))
-                    .map_err(|e| format!("bad pattern `{node}`: {e}"))
+                regex::Regex::new(&fnmatch_regex(a)).map_err(|e| {
+                    let shown: String = node.chars().take(60).collect();
+                    format!("bad pattern `{shown}`: {e}")
+                })
             })
             .collect::<Result<_, _>>()?;
         Ok(NodePattern {
@@ -117,22 +124,32 @@ fn has_wildcard(s: &str) -> bool {
     s.contains(['*', '?', '['])
 }
 
+/// The alternatives one glob node may expand to (`{a,b}{c,d}` is four): each is a pattern
+/// matched against every candidate, and their number grows as the product of the lists.
+pub const MAX_ALTERNATIVES: usize = 1000;
+
 /// `a{b,c}d{e,f}` → `abde`, `abdf`, `acde`, `acdf` (graphite-web's `expand_braces`: the first
-/// brace pair, recursively).
-fn expand_braces(s: &str) -> Vec<String> {
+/// brace pair, recursively); `None` past `max` alternatives.
+fn expand_braces(s: &str, max: usize) -> Option<Vec<String>> {
     let (Some(open), Some(close)) = (s.find('{'), s.find('}')) else {
-        return vec![s.to_string()];
+        return Some(vec![s.to_string()]);
     };
     if close < open {
-        return vec![s.to_string()];
+        return Some(vec![s.to_string()]);
     }
     let (before, inside, after) = (&s[..open], &s[open + 1..close], &s[close + 1..]);
-    let mut out = Vec::new();
+    let mut out: Vec<String> = Vec::new();
     for alternative in inside.split(',') {
-        out.extend(expand_braces(&format!("{before}{alternative}{after}")));
+        out.extend(expand_braces(
+            &format!("{before}{alternative}{after}"),
+            max,
+        )?);
+        if out.len() > max {
+            return None;
+        }
     }
     out.dedup();
-    out
+    Some(out)
 }
 
 /// Python's `fnmatch.translate`, anchored.
@@ -213,5 +230,13 @@ mod tests {
         assert_eq!(NodePattern::new("hits").unwrap().literal(), Some("hits"));
         assert_eq!(NodePattern::new("h*").unwrap().literal(), None);
         assert!(NodePattern::new("a.b").unwrap().matches("a.b"));
+        // 2^10 alternatives are past the limit; the refusal comes before they are made.
+        let exponential = "{a,b}".repeat(30);
+        assert!(
+            NodePattern::new(&exponential)
+                .unwrap_err()
+                .contains("limit")
+        );
+        assert!(NodePattern::new(&"{a,b}".repeat(9)).is_ok());
     }
 }

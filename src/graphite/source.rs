@@ -189,6 +189,13 @@ impl<'a> Source<'a> {
                     }
                 }
             }
+            if next.len() > super::MAX_SERIES {
+                return Err(format!(
+                    "the glob matches more than {} branches at its level {}, the limit: narrow it",
+                    super::MAX_SERIES,
+                    depth + 1
+                ));
+            }
             level = next;
         }
         found.sort_by(|a, b| a.path.cmp(&b.path));

@@ -93,20 +93,13 @@ impl Params {
     }
 }
 
-/// graphite-web's error answers: 400 `Invalid parameters (…)`, 500 for an error inside a
-/// function, 503 when Redis does not answer.
+/// graphite-web's error answers: 400 `Invalid parameters (…)`; 503 when Redis does not answer.
 fn error(e: GraphiteError) -> Response {
     match e {
         GraphiteError::BadRequest(m) => (
             StatusCode::BAD_REQUEST,
             [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
             format!("Invalid parameters ({m})"),
-        )
-            .into_response(),
-        GraphiteError::Internal(m) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            m,
         )
             .into_response(),
         GraphiteError::Redis(e) => (
@@ -174,8 +167,14 @@ async fn try_render(state: &AppState, params: &Params) -> Result<Response, Graph
     let mut parsed = Vec::new();
     for (i, target) in targets.iter().enumerate() {
         let e = expr::parse(target).map_err(|m| {
+            let shown: String = target.chars().take(200).collect();
+            let more = if shown.len() < target.len() {
+                "…"
+            } else {
+                ""
+            };
             GraphiteError::BadRequest(format!(
-                "target {} does not parse: {m}; target: {target:?}",
+                "target {} does not parse: {m}; target: {shown:?}{more}",
                 i + 1
             ))
         })?;

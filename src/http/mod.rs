@@ -117,6 +117,33 @@ async fn forget_failed_connection(
     response
 }
 
+/// How long a client may take to send a request's body, and how large it may be: an API request
+/// holds one of the [`MAX_API_REQUESTS`] only once its body is in.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// Reads an API request's body whole before anything else (and before it may take a turn): a
+/// body that does not arrive within [`BODY_TIMEOUT`] is answered 408, one larger than
+/// [`MAX_BODY_BYTES`] 413.
+async fn read_body_first(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES));
+    let error = |status: StatusCode, message: &str| {
+        (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
+    };
+    match read.await {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, bytes.into())).await,
+        Ok(Err(_)) => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the request body is larger than 2 MiB",
+        ),
+        Err(_) => error(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body did not arrive within 10 s",
+        ),
+    }
+}
+
 /// At most [`MAX_API_REQUESTS`] API requests at once; one that waits longer than
 /// [`API_QUEUE_WAIT`] for its turn is answered 503.
 async fn limit_api_requests(
@@ -148,7 +175,8 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             limit_api_requests,
-        ));
+        ))
+        .route_layer(middleware::from_fn(read_body_first));
     Router::new()
         .route("/", get(dashboard))
         .merge(api)

@@ -450,10 +450,32 @@ fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigEr
         ));
     }
     let client_tls = match (cert, key) {
-        (Some(client_cert), Some(client_key)) => Some(ClientTlsConfig {
-            client_cert,
-            client_key,
-        }),
+        (Some(client_cert), Some(client_key)) => {
+            // rustls checks that the key goes with the certificate only when a connection is
+            // made: made here once, a mismatch stops the start instead of every connect.
+            let chain = CertificateDer::pem_slice_iter(&client_cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| error("redis_tls_cert_file", e.to_string()))?;
+            let private = PrivateKeyDer::from_pem_slice(&client_key)
+                .map_err(|e| error("redis_tls_key_file", e.to_string()))?;
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| error("redis_tls_cert_file", e.to_string()))?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_client_auth_cert(chain, private)
+            .map_err(|e| {
+                error(
+                    "redis_tls_key_file",
+                    format!("does not go with redis_tls_cert_file's certificate ({e})"),
+                )
+            })?;
+            Some(ClientTlsConfig {
+                client_cert,
+                client_key,
+            })
+        }
         (None, None) => None,
         (Some(_), None) => {
             return Err(error(

@@ -91,25 +91,31 @@ impl Spool {
             fnv1a(sequence.as_bytes())
         );
         let path = self.dir.join(name);
-        let tmp = path.with_extension("tmp");
-        let written = (|| {
-            let mut file = File::create(&tmp)?;
-            file.write_all(&encode(start, sequence, chunks))?;
-            if self.fsync {
-                file.sync_all()?;
-            }
-            drop(file);
-            fs::rename(&tmp, &path)
-        })();
-        if written.is_err() {
-            // What a full disk let through of it is no use, and takes space.
-            let _ = fs::remove_file(&tmp);
-        }
-        written?;
+        self.replace(&path, &encode(start, sequence, chunks))?;
         if self.fsync {
             File::open(&self.dir)?.sync_all()?;
         }
         Ok(path)
+    }
+
+    /// Writes `bytes` whole under a temporary name and renames it to `path`, so a crash leaves
+    /// the old file or the new one. On failure the temporary file goes (what a full disk let
+    /// through of it is no use, and takes space).
+    fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        let written = (|| {
+            let mut file = File::create(&tmp)?;
+            file.write_all(bytes)?;
+            if self.fsync {
+                file.sync_all()?;
+            }
+            drop(file);
+            fs::rename(&tmp, path)
+        })();
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written
     }
 
     /// Removes a window's file once Redis has all of it (or the backlog dropped it).
@@ -130,18 +136,8 @@ impl Spool {
     /// reads as a damaged file and does not take up.
     pub fn write_state(&self, state: Vec<u8>) -> io::Result<()> {
         let path = self.dir.join(STATE_FILE);
-        let tmp = path.with_extension("tmp");
-        let written = (|| {
-            let mut file = File::create(&tmp)?;
-            file.write_all(&seal(state))?;
-            if self.fsync {
-                file.sync_all()?;
-            }
-            drop(file);
-            fs::rename(&tmp, &path)
-        })();
+        let written = self.replace(&path, &seal(state));
         if written.is_err() {
-            let _ = fs::remove_file(&tmp);
             let removed = match fs::remove_file(&path) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => File::options()
                     .write(true)

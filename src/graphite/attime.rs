@@ -11,6 +11,10 @@ use crate::store::clock::{civil_from_days, days_from_civil};
 const MONTHS: [&str; 12] = [
     "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
 ];
+/// The years a time may fall in, as Python's `datetime` (graphite-web's) has them, and the
+/// same as Unix seconds (0001-01-01 00:00:00 to 9999-12-31 23:59:59).
+const YEARS: std::ops::RangeInclusive<i64> = 1..=9999;
+const SECONDS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
 const WEEKDAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
 /// `text` as Unix seconds, `now` being Unix seconds; an error says what it could not read, in
@@ -28,14 +32,21 @@ pub fn parse(text: &str, now: i64) -> Result<i64, String> {
             && s[4..6].parse::<u32>().is_ok_and(|m| m < 13)
             && s[6..].parse::<u32>().is_ok_and(|d| d < 32);
         if !ymd {
-            return s.parse().map_err(|_| format!("Invalid timestamp: {s}"));
+            return s
+                .parse()
+                .ok()
+                .filter(|t| SECONDS.contains(t))
+                .ok_or_else(|| format!("Invalid timestamp: {s}"));
         }
     }
     let (reference, offset) = match s.find('+').or_else(|| s.find('-')) {
         Some(at) => (&s[..at], &s[at..]),
         None => (s.as_str(), ""),
     };
-    Ok(reference_time(reference, now)? + offset_secs(offset)?)
+    reference_time(reference, now)?
+        .checked_add(offset_secs(offset)?)
+        .filter(|t| SECONDS.contains(t))
+        .ok_or_else(|| format!("year is out of range: {text}"))
 }
 
 /// A civil time of day on `now`'s date, in seconds.
@@ -51,7 +62,11 @@ fn reference_time(reference: &str, now: i64) -> Result<i64, String> {
     };
     if let Some(i) = r.find(':').filter(|i| (1..3).contains(i)) {
         hour = number(&r[..i])?;
-        let end = (i + 3).min(r.len());
+        // The two characters after the `:`.
+        let end = r[i + 1..]
+            .char_indices()
+            .nth(2)
+            .map_or(r.len(), |(j, _)| i + 1 + j);
         minute = number(&r[i + 1..end])?;
         r = &r[end..];
         if let Some(rest) = r.strip_prefix("am") {
@@ -78,6 +93,7 @@ fn reference_time(reference: &str, now: i64) -> Result<i64, String> {
     }
     let today = now.div_euclid(86400);
     let (year, _, _) = civil_from_days(today);
+    let head = r.get(..3).unwrap_or("");
     let day = match r {
         "" | "today" => today,
         "yesterday" => today - 1,
@@ -96,8 +112,8 @@ fn reference_time(reference: &str, now: i64) -> Result<i64, String> {
         _ if r.len() == 8 && r.bytes().all(|b| b.is_ascii_digit()) => {
             date(number(&r[..4])?, number(&r[4..6])?, number(&r[6..])?)?
         }
-        _ if r.len() >= 3 && MONTHS.contains(&&r[..3]) => {
-            let month = MONTHS.iter().position(|m| *m == &r[..3]).unwrap_or(0) as i64 + 1;
+        _ if MONTHS.contains(&head) => {
+            let month = MONTHS.iter().position(|m| *m == head).unwrap_or(0) as i64 + 1;
             let tail = r.as_bytes();
             let d = if r.len() >= 2 && tail[r.len() - 2..].iter().all(u8::is_ascii_digit) {
                 number(&r[r.len() - 2..])?
@@ -108,10 +124,10 @@ fn reference_time(reference: &str, now: i64) -> Result<i64, String> {
             };
             date(year, month, d)?
         }
-        _ if r.len() >= 3 && WEEKDAYS.contains(&&r[..3]) => {
+        _ if WEEKDAYS.contains(&head) => {
             // 1970-01-01 was a Thursday.
             let weekday = (today + 4).rem_euclid(7);
-            let wanted = WEEKDAYS.iter().position(|w| *w == &r[..3]).unwrap_or(0) as i64;
+            let wanted = WEEKDAYS.iter().position(|w| *w == head).unwrap_or(0) as i64;
             today - (weekday - wanted).rem_euclid(7)
         }
         _ => return Err(format!("Unknown day reference: {reference}")),
@@ -121,6 +137,9 @@ fn reference_time(reference: &str, now: i64) -> Result<i64, String> {
 
 /// Days since the epoch of a civil date, checked.
 fn date(year: i64, month: i64, day: i64) -> Result<i64, String> {
+    if !YEARS.contains(&year) {
+        return Err(format!("year {year} is out of range"));
+    }
     if !(1..=12).contains(&month) {
         return Err("month must be in 1..12".into());
     }
@@ -172,7 +191,10 @@ fn offset_secs(offset: &str) -> Result<i64, String> {
         } else {
             return Err(format!("Invalid offset unit '{unit}'"));
         };
-        total += sign * number * seconds;
+        total = number
+            .checked_mul(sign * seconds)
+            .and_then(|n| total.checked_add(n))
+            .ok_or_else(|| format!("Invalid offset: {offset} is out of range"))?;
     }
     Ok(total)
 }
@@ -216,5 +238,24 @@ mod tests {
             parse("yesterdayish", NOW),
             Err("Unknown day reference: yesterdayish".into())
         );
+    }
+
+    /// Characters of several bytes where a reference's letters or digits are looked for, and
+    /// times past Python's years (graphite-web's limit), are errors, never a panic or a wrap.
+    #[test]
+    fn odd_bytes_and_far_times_are_errors() {
+        for text in [
+            "0*€?",
+            "ééé",
+            "1:aé",
+            "mo€",
+            "12/31/10000",
+            "99999999999999999",
+            "now+9999999999999999y",
+            "-9223372036854775807s-9223372036854775807s",
+        ] {
+            assert!(parse(text, NOW).is_err(), "{text}");
+        }
+        assert_eq!(parse("253402300799", NOW), Ok(253_402_300_799));
     }
 }

@@ -15,11 +15,10 @@ use crate::store::WriteFailure;
 
 const PREFIX: &str = "statsd_redis_";
 
-/// A log line for a condition that recurs (a failed accept, a dropped window, a refused write)
-/// at most once per period; the metrics count every occurrence.
-#[derive(Debug)]
+/// A log line for a condition that recurs (a failed accept, a dropped window, a refused write,
+/// a bad line) at most once per [`LogLimit::PERIOD`]; the metrics count every occurrence.
+#[derive(Debug, Default)]
 pub struct LogLimit {
-    period: std::time::Duration,
     last: Option<std::time::Instant>,
     /// Occurrences since the last line.
     since: u64,
@@ -29,14 +28,6 @@ impl LogLimit {
     /// Ten seconds: one line per condition stays readable in any log.
     pub const PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
-    pub const fn every(period: std::time::Duration) -> LogLimit {
-        LogLimit {
-            period,
-            last: None,
-            since: 0,
-        }
-    }
-
     /// An occurrence: `Some(n)` when it is to be logged, `n` the occurrences the line stands
     /// for (this one and those left unlogged since the last line).
     pub fn occurred(&mut self) -> Option<u64> {
@@ -44,18 +35,12 @@ impl LogLimit {
         let now = std::time::Instant::now();
         if self
             .last
-            .is_some_and(|t| now.duration_since(t) < self.period)
+            .is_some_and(|t| now.duration_since(t) < LogLimit::PERIOD)
         {
             return None;
         }
         self.last = Some(now);
         Some(std::mem::take(&mut self.since))
-    }
-}
-
-impl Default for LogLimit {
-    fn default() -> Self {
-        LogLimit::every(LogLimit::PERIOD)
     }
 }
 

@@ -20,7 +20,7 @@ mod state;
 mod tests;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -59,8 +59,8 @@ struct Closer {
     coarse: Option<Coarse>,
     /// `quantile_write_secs`, when it defers the buckets.
     quantiles: Option<QuantileGroups>,
-    /// When samples dropped by the series cap were last logged.
-    last_drop_log: Option<Instant>,
+    /// Samples dropped by the series cap: logged at most every 10 s.
+    drop_log: LogLimit,
     /// Spool writes that failed (a full disk fails every one): logged at most every 10 s.
     spool_log: LogLimit,
     spool: Option<Arc<Spool>>,
@@ -106,7 +106,7 @@ impl Flusher {
                 chunker: Chunker::new(keys, &config),
                 coarse: Coarse::new(&config),
                 quantiles: QuantileGroups::new(&config),
-                last_drop_log: None,
+                drop_log: LogLimit::default(),
                 spool_log: LogLimit::default(),
                 spool: spool.map(Arc::new),
                 reloads: None,

@@ -1,14 +1,9 @@
 //! What the closer reports of each window: active series per type, and the samples the series
 //! cap dropped (counted always, logged now and then with the prefixes that filled it).
 
-use std::time::{Duration, Instant};
-
 use super::Closer;
 use crate::aggregate::{ClosedWindow, DROPPED_LOGS, StatKind, Window};
 use crate::protocol::MetricType;
-
-/// Windows whose cap dropped samples are logged at most this often (all are counted).
-const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Closer {
     /// Active series per type, for `active_series`.
@@ -38,12 +33,7 @@ impl Closer {
         self.telemetry
             .logs_dropped
             .increment(window.dropped[DROPPED_LOGS]);
-        let now = Instant::now();
-        if self
-            .last_drop_log
-            .is_none_or(|t| now.duration_since(t) >= DROP_LOG_INTERVAL)
-        {
-            self.last_drop_log = Some(now);
+        if self.drop_log.occurred().is_some() {
             let busiest: Vec<String> = window
                 .busiest_prefixes(5)
                 .into_iter()

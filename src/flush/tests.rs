@@ -26,7 +26,7 @@ fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
         slot_seqs: Default::default(),
         coarse: Coarse::new(&config),
         quantiles: QuantileGroups::new(&config),
-        last_drop_log: None,
+        drop_log: Default::default(),
         spool_log: Default::default(),
         spool: None,
         reloads: None,

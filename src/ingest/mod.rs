@@ -9,11 +9,10 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use crate::aggregate::{LogEntry, Window};
 use crate::protocol::{self, BadLine, Line, SeriesNamer};
-use crate::telemetry::Tally;
+use crate::telemetry::{LogLimit, Tally};
 
 /// Bad lines kept for the log: the longest prefix of a line worth printing.
 const BAD_LINE_LOG_BYTES: usize = 200;
@@ -47,24 +46,20 @@ impl Transport {
     }
 }
 
-/// At most one bad-line log message per listener per this period; the metrics count them all.
-const BAD_LINE_LOG_PERIOD: Duration = Duration::from_secs(10);
-
-/// The rate limit of one listener's bad-line log messages, shared by its readers.
+/// The rate limit of one listener's bad-line log messages, shared by its readers: one per
+/// [`LogLimit::PERIOD`]; the metrics count them all.
 #[derive(Debug, Default)]
-pub struct BadLineLog {
-    last: Mutex<Option<Instant>>,
-}
+pub struct BadLineLog(Mutex<LogLimit>);
 
 impl BadLineLog {
     /// Logs the handler's first bad line since the last message, unless one was logged less
-    /// than [`BAD_LINE_LOG_PERIOD`] ago.
+    /// than [`LogLimit::PERIOD`] ago.
     pub fn log(&self, handler: &mut LineHandler, transport: Transport) {
         if handler.bad_example.is_none() {
             return;
         }
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_some_and(|t| t.elapsed() < BAD_LINE_LOG_PERIOD) {
+        let mut limit = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if limit.occurred().is_none() {
             return;
         }
         if let Some((reason, line)) = handler.bad_example.take() {
@@ -75,7 +70,6 @@ impl BadLineLog {
                 "bad line (further ones are only counted for the next 10 s)"
             );
         }
-        *last = Some(Instant::now());
     }
 }
 

@@ -20,7 +20,8 @@ use crate::store::{QueryError, Schedule, StoreError};
 /// Largest page of the known-series list and longest slowest/log listing.
 const MAX_PAGE: usize = 500;
 
-pub struct ApiError(StatusCode, String);
+/// An API error: its status, and the text of its body `{"error": "..."}`.
+pub struct ApiError(pub StatusCode, pub String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {

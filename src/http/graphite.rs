@@ -13,6 +13,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::AppState;
+use super::api::ApiError;
 use crate::graphite::source::{Node, Source};
 use crate::graphite::{self, GraphiteError, attime, expr, functions, tagged};
 use crate::store::clock;
@@ -72,6 +73,10 @@ impl Params {
             .collect()
     }
 
+    fn owned(&self, name: &str) -> Vec<String> {
+        self.all(name).into_iter().map(str::to_string).collect()
+    }
+
     /// `now` (pinned, or the clock), then `from` (default `-1d`) and `until` (default `now`),
     /// ordered, as graphite-web reads them.
     fn times(&self) -> Result<(i64, i64, i64), GraphiteError> {
@@ -102,11 +107,7 @@ fn error(e: GraphiteError) -> Response {
             format!("Invalid parameters ({m})"),
         )
             .into_response(),
-        GraphiteError::Redis(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({ "error": e.to_string() })),
-        )
-            .into_response(),
+        GraphiteError::Redis(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -129,9 +130,7 @@ fn tag_answer(answer: Result<Value, GraphiteError>) -> Response {
 /// The tag API's errors, as JSON.
 fn json_error(e: GraphiteError) -> Response {
     match e {
-        GraphiteError::BadRequest(m) => {
-            (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": m }))).into_response()
-        }
+        GraphiteError::BadRequest(m) => ApiError(StatusCode::BAD_REQUEST, m).into_response(),
         other => error(other),
     }
 }
@@ -244,31 +243,27 @@ async fn find(State(state): State<AppState>, RawQuery(query): RawQuery, body: By
         let entries = entries(&nodes);
         match format {
             "treejson" => {
-                let mut seen = std::collections::HashSet::new();
-                let (mut branches, mut leaves) = (Vec::new(), Vec::new());
-                // `wildcards=1`: a `*` node first, when there is more than one.
-                let wildcard = params.get("wildcards").is_some_and(|w| w != "0") && nodes.len() > 1;
-                if wildcard {
-                    let leaf = nodes.iter().all(|n| !n.branch);
-                    branches.push(json!({
-                        "text": "*",
-                        "id": format!("{base}*"),
-                        "allowChildren": u8::from(!leaf),
-                        "expandable": u8::from(!leaf),
-                        "leaf": u8::from(leaf),
-                    }));
-                }
-                for (name, _, leaf) in entries {
-                    if !seen.insert(name.clone()) {
-                        continue;
-                    }
-                    let node = json!({
+                let node = |name: &str, leaf: bool| {
+                    json!({
                         "text": name,
                         "id": format!("{base}{name}"),
                         "allowChildren": u8::from(!leaf),
                         "expandable": u8::from(!leaf),
                         "leaf": u8::from(leaf),
-                    });
+                    })
+                };
+                let mut seen = std::collections::HashSet::new();
+                let (mut branches, mut leaves) = (Vec::new(), Vec::new());
+                // `wildcards=1`: a `*` node first, when there is more than one.
+                let wildcard = params.get("wildcards").is_some_and(|w| w != "0") && nodes.len() > 1;
+                if wildcard {
+                    branches.push(node("*", nodes.iter().all(|n| !n.branch)));
+                }
+                for (name, _, leaf) in entries {
+                    if !seen.insert(name.clone()) {
+                        continue;
+                    }
+                    let node = node(&name, leaf);
                     if leaf {
                         leaves.push(node)
                     } else {
@@ -389,7 +384,7 @@ async fn tag_names(
 ) -> Response {
     let params = Params::of(query, &body);
     let answer = async {
-        let exprs: Vec<String> = params.all("expr").iter().map(|s| s.to_string()).collect();
+        let exprs = params.owned("expr");
         let prefix = params.get("tagPrefix").unwrap_or("");
         let mut source = source(&state).await?;
         let leaves = if exprs.is_empty() {
@@ -422,7 +417,7 @@ async fn tag_values(
             .filter(|t| !t.is_empty())
             .ok_or_else(|| GraphiteError::BadRequest("no tag specified".into()))?
             .to_string();
-        let mut exprs: Vec<String> = params.all("expr").iter().map(|s| s.to_string()).collect();
+        let mut exprs = params.owned("expr");
         exprs.push(format!("{tag}!="));
         let prefix = params.get("valuePrefix").unwrap_or("");
         let mut source = source(&state).await?;
@@ -442,7 +437,7 @@ async fn find_series(
 ) -> Response {
     let params = Params::of(query, &body);
     let answer = async {
-        let exprs: Vec<String> = params.all("expr").iter().map(|s| s.to_string()).collect();
+        let exprs = params.owned("expr");
         let mut source = source(&state).await?;
         let leaves = tagged(&mut source, &exprs).await?;
         Ok(json!(
@@ -488,37 +483,39 @@ async fn function_index() -> Response {
 async fn function_one(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
     match functions::NAMES.iter().find(|n| **n == name) {
         Some(name) => json_body(function_entry(name).to_string()),
-        None => (
+        None => ApiError(
             StatusCode::NOT_FOUND,
-            axum::Json(json!({ "error": format!("Function \"{name}\" not found") })),
+            format!("Function \"{name}\" not found"),
         )
-            .into_response(),
+        .into_response(),
     }
 }
 
 fn function_entry(name: &str) -> Value {
     let (group, params) = functions::signature(name);
-    {
-        {
-            json!({
-                "name": name,
-                "function": format!("{name}({})", params.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")),
-                "description": functions::description(name),
-                "module": "statsd_redis.graphite",
-                "group": group,
-                "params": params.iter().map(|(n, t, required)| {
-                    let mut p = json!({ "name": n.trim_start_matches('*').split('=').next().unwrap_or(n), "type": t });
-                    if *required {
-                        p["required"] = json!(true);
-                    }
-                    if n.starts_with('*') {
-                        p["multiple"] = json!(true);
-                    }
-                    p
-                }).collect::<Vec<_>>(),
-            })
-        }
-    }
+    let names: Vec<&str> = params.iter().map(|p| p.0).collect();
+    let params: Vec<Value> = params
+        .iter()
+        .map(|(n, t, required)| {
+            let bare = n.trim_start_matches('*').split('=').next().unwrap_or(n);
+            let mut p = json!({ "name": bare, "type": t });
+            if *required {
+                p["required"] = json!(true);
+            }
+            if n.starts_with('*') {
+                p["multiple"] = json!(true);
+            }
+            p
+        })
+        .collect();
+    json!({
+        "name": name,
+        "function": format!("{name}({})", names.join(", ")),
+        "description": functions::description(name),
+        "module": "statsd_redis.graphite",
+        "group": group,
+        "params": params,
+    })
 }
 
 /// `/events/get_data`: the DogStatsD events and service checks the agent logged (`recent:`),

@@ -70,9 +70,7 @@ impl AppState {
             scanned_names: Default::default(),
         }
     }
-}
 
-impl AppState {
     /// The shared connection, made when there is none (see [`forget_failed_connection`]).
     async fn reader_connection(&self) -> Result<Connection, StoreError> {
         let mut slot = self.connection.lock().await;
@@ -128,20 +126,18 @@ const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 async fn read_body_first(request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
     let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES));
-    let error = |status: StatusCode, message: &str| {
-        (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
-    };
-    match read.await {
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, bytes.into())).await,
-        Ok(Err(_)) => error(
+    let (status, message) = match read.await {
+        Ok(Ok(bytes)) => return next.run(Request::from_parts(parts, bytes.into())).await,
+        Ok(Err(_)) => (
             StatusCode::PAYLOAD_TOO_LARGE,
             "the request body is larger than 2 MiB",
         ),
-        Err(_) => error(
+        Err(_) => (
             StatusCode::REQUEST_TIMEOUT,
             "the request body did not arrive within 10 s",
         ),
-    }
+    };
+    api::ApiError(status, message.into()).into_response()
 }
 
 /// At most [`MAX_API_REQUESTS`] API requests at once; one that waits longer than
@@ -155,13 +151,11 @@ async fn limit_api_requests(
         tokio::time::timeout(API_QUEUE_WAIT, state.api_permits.clone().acquire_owned()).await;
     match permit {
         Ok(Ok(_permit)) => next.run(request).await,
-        _ => (
+        _ => api::ApiError(
             StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({
-                "error": format!("busy: {MAX_API_REQUESTS} API requests are running; try again")
-            })),
+            format!("busy: {MAX_API_REQUESTS} API requests are running; try again"),
         )
-            .into_response(),
+        .into_response(),
     }
 }
 

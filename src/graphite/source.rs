@@ -23,7 +23,7 @@ use super::names::{NodePattern, agent_name, graphite_name};
 use super::series::{Point, Series};
 use crate::aggregate::{Mapping, StatKind};
 use crate::config::Config;
-use crate::store::reader::{lex_range, parse_buckets};
+use crate::store::reader::{index_precisions, index_series, lex_range, parse_buckets};
 use crate::store::{Connection, Keys, Reader, StoreError};
 
 /// How long the names found by `SCAN` (sets, timers) are used before they are looked for again.
@@ -334,7 +334,7 @@ impl<'a> Source<'a> {
         // branches), growing while a level is a run of leaves.
         let mut size = FIRST_BATCH;
         loop {
-            let batch = self.range(index, &from, &end, size).await?;
+            let batch = lex_range(&mut self.conn, index, &from, &end, size).await?;
             let mut skip_to = None;
             for member in &batch {
                 let rest = &member[base.len()..];
@@ -384,29 +384,9 @@ impl<'a> Source<'a> {
         if let Some(known) = self.precisions.get(index) {
             return Ok(known.clone());
         }
-        let mut out = Vec::new();
-        let mut from = b"-".to_vec();
-        while let Some(first) = self.range(index, &from, b"+", 1).await?.pop() {
-            match first.split(':').next().and_then(|p| p.parse::<u64>().ok()) {
-                Some(p) => {
-                    out.push(p);
-                    from = format!("[{p};").into_bytes();
-                }
-                None => from = [b"(", first.as_bytes()].concat(),
-            }
-        }
-        self.precisions.insert(index.to_string(), out.clone());
-        Ok(out)
-    }
-
-    async fn range(
-        &mut self,
-        index: &str,
-        min: &[u8],
-        max: &[u8],
-        count: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        lex_range(&mut self.conn, index, min, max, count).await
+        let found = index_precisions(&mut self.conn, index).await?;
+        self.precisions.insert(index.to_string(), found.clone());
+        Ok(found)
     }
 
     /// Every series whose Graphite name starts with `prefix` (all when empty), counters and
@@ -414,26 +394,16 @@ impl<'a> Source<'a> {
     /// candidates.
     pub async fn all_with_prefix(&mut self, prefix: &str) -> Result<Vec<Leaf>, StoreError> {
         let mut by_path: BTreeMap<String, Leaf> = BTreeMap::new();
-        let agent_prefix = prefix.to_string();
         for (index, kind) in [
             (self.keys.counter_index().key, Kind::Counter),
             (self.keys.gauge_index().key, Kind::Gauge),
         ] {
             let mut series_seen: BTreeSet<String> = BTreeSet::new();
             for p in self.precisions_in(&index).await? {
-                let base = format!("{p}:{agent_prefix}");
-                let end = [b"(", base.as_bytes(), b"\xff"].concat();
-                let mut from = [b"[", base.as_bytes()].concat();
-                loop {
-                    let batch = self.range(&index, &from, &end, 10 * BATCH).await?;
-                    for m in &batch {
-                        series_seen.insert(m[p.to_string().len() + 1..].to_string());
-                    }
-                    match batch.last().filter(|_| batch.len() == 10 * BATCH) {
-                        Some(last) => from = [b"(", last.as_bytes()].concat(),
-                        None => break,
-                    }
-                }
+                index_series(&mut self.conn, &index, p, prefix, |series| {
+                    series_seen.insert(series.to_string());
+                })
+                .await?;
             }
             for series in series_seen {
                 let path = graphite_name(&series);

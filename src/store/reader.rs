@@ -414,41 +414,18 @@ impl Reader {
         let glob = pattern.map(Glob::new);
         let prefix = glob.as_ref().map_or("", Glob::prefix);
         let mut by_series: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        let mut from: Vec<u8> = b"-".to_vec();
-        // One precision at a time: find the first member at or after `from`, then read that
-        // precision's range of the prefix.
-        while let Some(first) = self.lex_range(&index.key, &from, b"+", 1).await?.pop() {
-            let Some(p) = first.split(':').next().and_then(|p| p.parse::<u64>().ok()) else {
-                // Not ours: skip past it.
-                from = [b"(", first.as_bytes()].concat();
-                continue;
-            };
-            let start = format!("{p}:{prefix}");
-            // No member holds the byte 0xFF (UTF-8 never does): the end of the prefix's range.
-            let end = [b"(", start.as_bytes(), b"\xff"].concat();
-            let mut at = [b"[", start.as_bytes()].concat();
-            loop {
-                let batch = self.lex_range(&index.key, &at, &end, KNOWN_BATCH).await?;
-                for member in &batch {
-                    let series = &member[start.len() - prefix.len()..];
-                    if glob.as_ref().is_none_or(|g| g.matches(series)) {
-                        match by_series.get_mut(series) {
-                            Some(precisions) => precisions.push(p),
-                            None => {
-                                by_series.insert(series.to_string(), vec![p]);
-                            }
+        for p in index_precisions(&mut self.conn, &index.key).await? {
+            index_series(&mut self.conn, &index.key, p, prefix, |series| {
+                if glob.as_ref().is_none_or(|g| g.matches(series)) {
+                    match by_series.get_mut(series) {
+                        Some(precisions) => precisions.push(p),
+                        None => {
+                            by_series.insert(series.to_string(), vec![p]);
                         }
                     }
                 }
-                match batch.last() {
-                    Some(last) if batch.len() == KNOWN_BATCH => {
-                        at = [b"(", last.as_bytes()].concat();
-                    }
-                    _ => break,
-                }
-            }
-            // The next precision: past every member `<p>:…` (`;` follows `:`).
-            from = format!("[{p};").into_bytes();
+            })
+            .await?;
         }
         Ok(by_series
             .into_iter()
@@ -457,16 +434,6 @@ impl Reader {
                 KnownSeries { series, precisions }
             })
             .collect())
-    }
-
-    async fn lex_range(
-        &mut self,
-        key: &str,
-        min: &[u8],
-        max: &[u8],
-        count: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        lex_range(&mut self.conn, key, min, max, count).await
     }
 }
 
@@ -492,6 +459,51 @@ pub async fn lex_range(
 /// Index members read per call: Redis answers 10 000 in a few milliseconds, so no other client
 /// waits long behind one of them.
 pub const KNOWN_BATCH: usize = 10_000;
+
+/// The precisions an index (members `<precision>:<series>`, all scored 0) holds members of,
+/// found by skipping from one to the next: a call per precision. A member that does not start
+/// with a number is not ours and is skipped.
+pub async fn index_precisions(conn: &mut Connection, key: &str) -> Result<Vec<u64>, StoreError> {
+    let mut precisions = Vec::new();
+    let mut from = b"-".to_vec();
+    while let Some(first) = lex_range(conn, key, &from, b"+", 1).await?.pop() {
+        match first.split(':').next().and_then(|p| p.parse::<u64>().ok()) {
+            Some(p) => {
+                precisions.push(p);
+                // Past every member `<p>:…` (`;` follows `:`; `<p><digit>…` sorts before).
+                from = format!("[{p};").into_bytes();
+            }
+            None => from = [b"(", first.as_bytes()].concat(),
+        }
+    }
+    Ok(precisions)
+}
+
+/// The series of an index at precision `p` whose names start with `prefix`, in name order, to
+/// `each`: one lexical range, read [`KNOWN_BATCH`] members at a time.
+pub async fn index_series(
+    conn: &mut Connection,
+    key: &str,
+    p: u64,
+    prefix: &str,
+    mut each: impl FnMut(&str),
+) -> Result<(), StoreError> {
+    let start = format!("{p}:{prefix}");
+    let skip = start.len() - prefix.len();
+    // No member holds the byte 0xFF (UTF-8 never does): the end of the prefix's range.
+    let end = [b"(", start.as_bytes(), b"\xff"].concat();
+    let mut at = [b"[", start.as_bytes()].concat();
+    loop {
+        let batch = lex_range(conn, key, &at, &end, KNOWN_BATCH).await?;
+        for member in &batch {
+            each(&member[skip..]);
+        }
+        match batch.last() {
+            Some(last) if batch.len() == KNOWN_BATCH => at = [b"(", last.as_bytes()].concat(),
+            _ => return Ok(()),
+        }
+    }
+}
 
 /// A glob (`*` any run, `?` one character), case sensitive, as Redis's `MATCH` without
 /// character classes; `?` is one character, so tag values as sent (`city=Z?rich`) match as they

@@ -494,16 +494,9 @@ impl<'a> Source<'a> {
                 Ok(values.iter().map(number).collect())
             }
             Kind::Set => {
-                let counts = futures_util::future::try_join_all(slices.iter().map(|slice| {
-                    let mut conn = self.conn.clone();
-                    let key = keys.set(step, &leaf.series, *slice as u64);
-                    async move {
-                        redis::cmd("PFCOUNT")
-                            .arg(key)
-                            .query_async::<u64>(&mut conn)
-                            .await
-                    }
-                }))
+                let counts: Vec<u64> = each_slice(&self.conn, "PFCOUNT", slices, |s| {
+                    keys.set(step, &leaf.series, s)
+                })
                 .await?;
                 // A slice without members has no key: null, as a counter's missing slice.
                 Ok(counts
@@ -512,21 +505,32 @@ impl<'a> Source<'a> {
                     .collect())
             }
             Kind::Stat(kind, stat) => {
-                let hashes = futures_util::future::try_join_all(slices.iter().map(|slice| {
-                    let mut conn = self.conn.clone();
-                    let key = keys.hist_slice(step, &leaf.series, *kind, *slice as u64);
-                    async move {
-                        redis::cmd("HGETALL")
-                            .arg(key)
-                            .query_async::<Vec<(String, String)>>(&mut conn)
-                            .await
-                    }
-                }))
-                .await?;
+                let hashes: Vec<Vec<(String, String)>> =
+                    each_slice(&self.conn, "HGETALL", slices, |s| {
+                        keys.hist_slice(step, &leaf.series, *kind, s)
+                    })
+                    .await?;
                 Ok(hashes.iter().map(|h| stat_of(h, stat)).collect())
             }
         }
     }
+}
+
+/// `command <key of the slice>` for every slice, all at once (a key per slice: sets, quantile
+/// buckets), over clones of the multiplexed connection.
+async fn each_slice<T: redis::FromRedisValue>(
+    conn: &Connection,
+    command: &str,
+    slices: &[i64],
+    key: impl Fn(u64) -> String,
+) -> Result<Vec<T>, StoreError> {
+    let calls = slices.iter().map(|slice| {
+        let mut conn = conn.clone();
+        let mut cmd = redis::cmd(command);
+        cmd.arg(key(*slice as u64));
+        async move { cmd.query_async::<T>(&mut conn).await }
+    });
+    Ok(futures_util::future::try_join_all(calls).await?)
 }
 
 /// A stored value as a number: a count's digits read directly (a render reads thousands), any

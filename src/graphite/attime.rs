@@ -6,11 +6,7 @@
 //! `MM/DD/YY[YY]`, a month name and day (`oct9`), or a weekday (`HH:MM_YYYYMMDD` is 09:00 of
 //! that day). Spaces, `_` and `,` are dropped first.
 
-use crate::store::clock::{civil_from_days, days_from_civil};
-
-const MONTHS: [&str; 12] = [
-    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-];
+use crate::store::clock::{MONTHS, civil_from_days, days_from_civil};
 /// The years a time may fall in, as Python's `datetime` (graphite-web's) has them, and the
 /// same as Unix seconds (0001-01-01 00:00:00 to 9999-12-31 23:59:59).
 const YEARS: std::ops::RangeInclusive<i64> = 1..=9999;
@@ -94,6 +90,7 @@ fn reference_time(reference: &str, now: i64) -> Result<i64, String> {
     let today = now.div_euclid(86400);
     let (year, _, _) = civil_from_days(today);
     let head = r.get(..3).unwrap_or("");
+    let month_of = |name: &str| MONTHS.iter().position(|m| m.eq_ignore_ascii_case(name));
     let day = match r {
         "" | "today" => today,
         "yesterday" => today - 1,
@@ -112,8 +109,8 @@ fn reference_time(reference: &str, now: i64) -> Result<i64, String> {
         _ if r.len() == 8 && r.bytes().all(|b| b.is_ascii_digit()) => {
             date(number(&r[..4])?, number(&r[4..6])?, number(&r[6..])?)?
         }
-        _ if MONTHS.contains(&head) => {
-            let month = MONTHS.iter().position(|m| *m == head).unwrap_or(0) as i64 + 1;
+        _ if month_of(head).is_some() => {
+            let month = month_of(head).unwrap_or(0) as i64 + 1;
             let tail = r.as_bytes();
             let d = if r.len() >= 2 && tail[r.len() - 2..].iter().all(u8::is_ascii_digit) {
                 number(&r[r.len() - 2..])?

@@ -87,12 +87,14 @@ pub fn datetime(secs: u64) -> String {
     )
 }
 
+/// Month names as `asctime` writes them.
+pub(crate) const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
 /// `secs` as C's `asctime` prints it (in UTC): `Www Mmm dd hh:mm:ss yyyy`, day padded by a space.
 pub fn asctime(secs: u64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
     let days = secs / 86_400;
     let (y, m, d) = civil_from_days(days as i64);
     let t = secs % 86_400;
@@ -109,9 +111,6 @@ pub fn asctime(secs: u64) -> String {
 /// The time at the start of a `recent:` log entry (`<asctime> <message>`, as [`asctime`] writes
 /// it) and the message after it.
 pub fn parse_asctime(entry: &str) -> Option<(u64, &str)> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
     let (stamp, message) = (entry.get(..24)?, entry.get(25..).unwrap_or(""));
     let name = stamp.get(4..7)?;
     let month = MONTHS.iter().position(|m| *m == name)? as u32 + 1;

@@ -295,7 +295,7 @@ pub struct ConfigError {
     pub message: String,
 }
 
-fn err(key: &str, message: impl Into<String>) -> ConfigError {
+pub(crate) fn err(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         key: key.into(),
         message: message.into(),

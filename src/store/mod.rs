@@ -25,7 +25,7 @@ use redis::{
     IntoConnectionInfo, Pipeline, TlsCertificates,
 };
 
-use crate::config::{Config, ConfigError, RedisMode};
+use crate::config::{Config, ConfigError, RedisMode, err};
 
 pub use cleaner::Cleaner;
 pub use keys::Keys;
@@ -394,10 +394,6 @@ fn sentinel_client(
 fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let error = |key: &str, message: String| ConfigError {
-        key: key.into(),
-        message,
-    };
     let urls = std::iter::once(("redis", &config.redis))
         .chain(
             config
@@ -413,11 +409,10 @@ fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigEr
         );
     for (key, url) in urls.clone() {
         if url.ends_with("#insecure") {
-            return Err(error(
+            return Err(err(
                 key,
                 "`#insecure` (TLS without checking the server's certificate) is not supported: \
-                 give redis_tls_ca_file the CA that signed it"
-                    .into(),
+                 give redis_tls_ca_file the CA that signed it",
             ));
         }
     }
@@ -427,7 +422,7 @@ fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigEr
         }
         std::fs::read(path)
             .map(Some)
-            .map_err(|e| error(key, format!("cannot read {}: {e}", path.display())))
+            .map_err(|e| err(key, format!("cannot read {}: {e}", path.display())))
     };
     let ca = read("redis_tls_ca_file", &config.redis_tls_ca_file)?;
     let cert = read("redis_tls_cert_file", &config.redis_tls_cert_file)?;
@@ -438,35 +433,32 @@ fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigEr
                 .next()
                 .is_none_or(|c| c.is_err())
         {
-            return Err(error(name, "holds no PEM certificate".into()));
+            return Err(err(name, "holds no PEM certificate"));
         }
     }
-    if let Some(pem) = &key
-        && PrivateKeyDer::from_pem_slice(pem).is_err()
-    {
-        return Err(error(
-            "redis_tls_key_file",
-            "holds no PEM private key".into(),
-        ));
-    }
-    let client_tls = match (cert, key) {
-        (Some(client_cert), Some(client_key)) => {
+    let private = key
+        .as_ref()
+        .map(|pem| {
+            PrivateKeyDer::from_pem_slice(pem)
+                .map_err(|_| err("redis_tls_key_file", "holds no PEM private key"))
+        })
+        .transpose()?;
+    let client_tls = match (cert, key.zip(private)) {
+        (Some(client_cert), Some((client_key, private))) => {
             // rustls checks that the key goes with the certificate only when a connection is
             // made: made here once, a mismatch stops the start instead of every connect.
             let chain = CertificateDer::pem_slice_iter(&client_cert)
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| error("redis_tls_cert_file", e.to_string()))?;
-            let private = PrivateKeyDer::from_pem_slice(&client_key)
-                .map_err(|e| error("redis_tls_key_file", e.to_string()))?;
+                .map_err(|e| err("redis_tls_cert_file", e.to_string()))?;
             rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
                 rustls::crypto::ring::default_provider(),
             ))
             .with_safe_default_protocol_versions()
-            .map_err(|e| error("redis_tls_cert_file", e.to_string()))?
+            .map_err(|e| err("redis_tls_cert_file", e.to_string()))?
             .with_root_certificates(rustls::RootCertStore::empty())
             .with_client_auth_cert(chain, private)
             .map_err(|e| {
-                error(
+                err(
                     "redis_tls_key_file",
                     format!("does not go with redis_tls_cert_file's certificate ({e})"),
                 )
@@ -478,15 +470,15 @@ fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigEr
         }
         (None, None) => None,
         (Some(_), None) => {
-            return Err(error(
+            return Err(err(
                 "redis_tls_key_file",
-                "redis_tls_cert_file needs its key".into(),
+                "redis_tls_cert_file needs its key",
             ));
         }
         (None, Some(_)) => {
-            return Err(error(
+            return Err(err(
                 "redis_tls_cert_file",
-                "redis_tls_key_file needs its certificate".into(),
+                "redis_tls_key_file needs its certificate",
             ));
         }
     };
@@ -502,7 +494,7 @@ fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigEr
         } else {
             "redis_tls_cert_file"
         };
-        return Err(error(key, "set, but no rediss:// URL uses TLS".into()));
+        return Err(err(key, "set, but no rediss:// URL uses TLS"));
     }
     Ok(Some(TlsCertificates {
         client_tls,

@@ -31,7 +31,7 @@ pub fn parse(text: &str, now: i64) -> Result<i64, String> {
             return s
                 .parse()
                 .ok()
-                .filter(|t| SECONDS.contains(t))
+                .filter(|t| in_range(*t))
                 .ok_or_else(|| format!("Invalid timestamp: {s}"));
         }
     }
@@ -41,8 +41,13 @@ pub fn parse(text: &str, now: i64) -> Result<i64, String> {
     };
     reference_time(reference, now)?
         .checked_add(offset_secs(offset)?)
-        .filter(|t| SECONDS.contains(t))
+        .filter(|t| in_range(*t))
         .ok_or_else(|| format!("year is out of range: {text}"))
+}
+
+/// Whether Unix seconds `t` fall in the years a time may have (1 to 9999).
+pub fn in_range(t: i64) -> bool {
+    SECONDS.contains(&t)
 }
 
 /// A civil time of day on `now`'s date, in seconds.

@@ -221,13 +221,21 @@ impl<'a> Evaluation<'a> {
                 ));
             };
             let window = functions::Window::of(&self.literal(window)?)?;
-            // The window before the range is read too, so the first points have theirs.
-            let probe = self.evaluate(target, from, until).await?;
+            // The window before the range is read too, so the first points have theirs; a
+            // window of points is as long as the series' step says (read first, as there).
             let preview = match &window {
                 functions::Window::Interval(secs, _) => *secs,
-                functions::Window::Points(n) => probe.iter().map(|s| s.step).max().unwrap_or(0) * n,
+                functions::Window::Points(n) => {
+                    let probe = self.evaluate(target, from, until).await?;
+                    let step = probe.iter().map(|s| s.step).max().unwrap_or(0);
+                    step.saturating_mul(*n)
+                }
             };
-            let fetched = self.evaluate(target, from - preview, until).await?;
+            let start = from
+                .checked_sub(preview)
+                .filter(|t| attime::in_range(*t))
+                .ok_or_else(|| bad("movingAverage's window reaches before the year 1".into()))?;
+            let fetched = self.evaluate(target, start, until).await?;
             return Ok(functions::moving_average(fetched, &window, preview));
         }
         if call.name == "timeShift" {

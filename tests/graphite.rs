@@ -461,7 +461,10 @@ async fn bad_targets_get_a_clear_answer() {
             "movingAverage(many.s1,9223372036854775807)",
             "reaches before the year 1",
         ),
-        ("movingAverage(many.s1,'5000y')", "reaches before the year 1"),
+        (
+            "movingAverage(many.s1,'5000y')",
+            "reaches before the year 1",
+        ),
     ] {
         let query = serde_urlencoded::to_string([("target", target), ("from", "-1h")]).unwrap();
         let (status, _, body) = http_request(agent.http, "POST", "/graphite/render", &query);

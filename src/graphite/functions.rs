@@ -332,11 +332,7 @@ pub fn apply(
                         })
                         .collect();
                     s.tags.set(name, "1");
-                    let new = format!("{name}({})", s.name);
-                    let mut out = s.with(new.clone(), values);
-                    out.path_expression = new;
-                    out.values_per_point = 1;
-                    out
+                    s.derived(format!("{name}({})", s.name), values)
                 })
                 .collect())
         }
@@ -356,11 +352,7 @@ pub fn apply(
                         })
                         .collect();
                     s.tags.set("integral", "1");
-                    let new = format!("integral({})", s.name);
-                    let mut out = s.with(new.clone(), values);
-                    out.path_expression = new;
-                    out.values_per_point = 1;
-                    out
+                    s.derived(format!("integral({})", s.name), values)
                 })
                 .collect())
         }
@@ -460,12 +452,10 @@ pub fn apply(
                         s.name,
                         if align { ", true" } else { "" }
                     );
-                    let mut out = s.with(new.clone(), values);
-                    out.path_expression = new;
+                    let mut out = s.derived(new, values);
                     out.start = start;
                     out.end = end;
                     out.step = interval;
-                    out.values_per_point = 1;
                     out
                 })
                 .collect())
@@ -637,11 +627,7 @@ pub fn apply(
                         })
                         .collect();
                     s.tags.set("derivative", "1");
-                    let new = format!("derivative({})", s.name);
-                    let mut out = s.with(new.clone(), values);
-                    out.path_expression = new;
-                    out.values_per_point = 1;
-                    out
+                    s.derived(format!("derivative({})", s.name), values)
                 })
                 .collect())
         }
@@ -1121,10 +1107,8 @@ pub fn moving_average(fetched: Vec<Series>, window: &Window, preview: i64) -> Ve
                         .then(|| sum(&present) / present.len() as f64)
                 })
                 .collect();
-            let mut new = s.with(name.clone(), out);
-            new.path_expression = name;
+            let mut new = s.derived(name, out);
             new.start = s.start + preview;
-            new.values_per_point = 1;
             new
         })
         .collect()

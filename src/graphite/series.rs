@@ -90,6 +90,18 @@ impl Series {
         }
     }
 
+    /// What a function computing from [`Series::points`] makes of it: named `name`, which is
+    /// its path expression too, its tags kept, one value per point.
+    pub fn derived(&self, name: String, values: Vec<Point>) -> Series {
+        Series {
+            path_expression: name.clone(),
+            name,
+            values,
+            values_per_point: 1,
+            ..self.clone()
+        }
+    }
+
     /// Sets the name and makes it the path expression too, as most functions do.
     pub fn rename(&mut self, name: String) {
         self.path_expression = name.clone();

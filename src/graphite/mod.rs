@@ -30,6 +30,10 @@ use source::{Leaf, Source};
 /// request is refused (400, naming the limit), never left to run.
 pub const MAX_SERIES: usize = 10_000;
 
+/// At most this many series are matched against a request's tag expressions (a `name=`
+/// expression narrows them to that name's range first).
+const MAX_TAG_CANDIDATES: usize = 100 * MAX_SERIES;
+
 /// What went wrong: a bad request (400: a target, a time, a function's arguments or what they
 /// make of the data; graphite-web answers some of these with a 500), or Redis (503).
 #[derive(Debug)]
@@ -364,10 +368,7 @@ pub fn tags_of(path: &str) -> Option<Vec<(String, String)>> {
     if !path.contains(';') {
         return Some(vec![("name".into(), path.to_string())]);
     }
-    let t = parse_tagged(path)?;
-    let mut tags = t.tags;
-    tags.push(("name".into(), t.metric));
-    Some(tags)
+    parse_tagged(path).map(names::Tagged::into_tags)
 }
 
 /// Every series whose tags match all of `specs` (at least one of which must not match the empty
@@ -390,7 +391,7 @@ pub async fn tagged(source: &mut Source<'_>, specs: &[String]) -> Result<Vec<Lea
         .find(|s| s.tag == "name" && s.op == "=")
         .map_or(String::new(), |s| s.value.clone());
     let candidates = source.all_with_prefix(&prefix).await?;
-    if candidates.len() > 10 * MAX_SERIES * 10 {
+    if candidates.len() > MAX_TAG_CANDIDATES {
         return Err(bad("too many series to match tags against".into()));
     }
     let mut out: Vec<Leaf> = candidates

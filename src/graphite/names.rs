@@ -16,6 +16,15 @@ pub struct Tagged {
     pub tags: Vec<(String, String)>,
 }
 
+impl Tagged {
+    /// Its tags as graphite-web's tag dict holds them: in order, then `name`, the metric.
+    pub fn into_tags(self) -> Vec<(String, String)> {
+        let mut tags = self.tags;
+        tags.push(("name".into(), self.metric));
+        tags
+    }
+}
+
 /// `name;k=v;…` if graphite-web takes it as a tagged series; `None` for a dotted name or one
 /// whose tags it refuses.
 pub fn parse_tagged(name: &str) -> Option<Tagged> {

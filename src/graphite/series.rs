@@ -38,10 +38,8 @@ impl Tags {
                 && b.len() > letters + 2
                 && name.ends_with(')')
         };
-        if !looks_like_call && let Some(tags) = super::names::parse_tagged(name) {
-            let mut out: Vec<(String, String)> = tags.tags;
-            out.push(("name".into(), tags.metric));
-            return Tags(out);
+        if !looks_like_call && let Some(tagged) = super::names::parse_tagged(name) {
+            return Tags(tagged.into_tags());
         }
         Tags(vec![("name".into(), name.to_string())])
     }

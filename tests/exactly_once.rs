@@ -22,6 +22,16 @@ fn via_proxy(redis: &RedisServer, proxy: &FaultProxy) -> Config {
     }
 }
 
+/// A first flush through the proxy: it loads the scripts, so a chunk held later is a whole
+/// flush.
+async fn first_flush(agent: &TestAgent, redis: &RedisServer) {
+    agent.send(b"warm:1|c");
+    eventually(Duration::from_secs(10), "first flush", || {
+        redis.counter_total(1, "warm") == 1
+    })
+    .await;
+}
+
 /// After the agent gave up on the held copy and its retry was applied: a later flush is
 /// acknowledged too, then the old copy reaches Redis.
 async fn deliver_the_held_copy_late(agent: &TestAgent, redis: &RedisServer, proxy: &FaultProxy) {
@@ -48,12 +58,7 @@ async fn a_copy_delivered_after_its_retry_was_acknowledged_is_not_applied_again(
     let (redis, port) = RedisServer::start_tcp();
     let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 1).await;
     let agent = TestAgent::start(via_proxy(&redis, &proxy));
-    // A first flush loads the script, so the held copy is a whole flush.
-    agent.send(b"warm:1|c");
-    eventually(Duration::from_secs(10), "first flush", || {
-        redis.counter_total(1, "warm") == 1
-    })
-    .await;
+    first_flush(&agent, &redis).await;
 
     proxy.set_mode(Mode::HoldNextFlush);
     agent.send(b"late:5|c\nlate.t:2|ms");
@@ -93,11 +98,7 @@ async fn a_late_copy_of_a_held_buckets_chunk_is_not_applied_again() {
         quantile_precisions: vec![5, 3600],
         ..via_proxy(&redis, &proxy)
     });
-    agent.send(b"warm:1|c");
-    eventually(Duration::from_secs(10), "first flush", || {
-        redis.counter_total(1, "warm") == 1
-    })
-    .await;
+    first_flush(&agent, &redis).await;
     // Early in a 5 s group: its statistics are written seconds before the group ends.
     while unix_now() % 5 != 1 {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -601,11 +602,7 @@ async fn an_evicted_guard_never_doubles_a_window() {
     let (redis, port) = RedisServer::start_tcp();
     let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 5).await;
     let agent = TestAgent::start(via_proxy(&redis, &proxy));
-    agent.send(b"warm:1|c");
-    eventually(Duration::from_secs(10), "first flush", || {
-        redis.counter_total(1, "warm") == 1
-    })
-    .await;
+    first_flush(&agent, &redis).await;
     assert_eq!(
         agent.metric(r#"redis_evicts_keys{policy="noeviction"}"#),
         0.0

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, RawQuery, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -48,6 +49,17 @@ pub const VERSION: &str = "1.1.10";
 
 /// The request's parameters, query string and form body together, in order.
 struct Params(Vec<(String, String)>);
+
+/// A handler's parameters: the query string's, then a form body's (Grafana posts them).
+impl<S: Send + Sync> FromRequest<S> for Params {
+    type Rejection = BytesRejection;
+
+    async fn from_request(request: Request, state: &S) -> Result<Params, BytesRejection> {
+        let query = request.uri().query().map(str::to_string);
+        let body = Bytes::from_request(request, state).await?;
+        Ok(Params::of(query, &body))
+    }
+}
 
 impl Params {
     fn of(query: Option<String>, body: &Bytes) -> Params {
@@ -148,8 +160,7 @@ fn json_body(text: String) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
-async fn render(State(state): State<AppState>, RawQuery(query): RawQuery, body: Bytes) -> Response {
-    let params = Params::of(query, &body);
+async fn render(State(state): State<AppState>, params: Params) -> Response {
     match try_render(&state, &params).await {
         Ok(r) => r,
         Err(e) => error(e),
@@ -212,8 +223,7 @@ async fn try_render(state: &AppState, params: &Params) -> Result<Response, Graph
 
 /// `/metrics/find`: the nodes a glob matches at its last level, `treejson` (Grafana's) or
 /// `completer`.
-async fn find(State(state): State<AppState>, RawQuery(query): RawQuery, body: Bytes) -> Response {
-    let params = Params::of(query, &body);
+async fn find(State(state): State<AppState>, params: Params) -> Response {
     let answer = async {
         let query = params
             .get("query")
@@ -328,8 +338,7 @@ fn entries(nodes: &[Node]) -> Vec<(String, String, bool)> {
 }
 
 /// `/metrics/expand`: the paths every `query` matches, sorted (`leavesOnly`, `groupByExpr`).
-async fn expand(State(state): State<AppState>, RawQuery(query): RawQuery, body: Bytes) -> Response {
-    let params = Params::of(query, &body);
+async fn expand(State(state): State<AppState>, params: Params) -> Response {
     let answer = async {
         let leaves_only = params.get("leavesOnly").is_some_and(|v| v != "0");
         let mut by_query: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
@@ -377,12 +386,7 @@ fn limit(params: &Params) -> usize {
 
 /// `/tags/autoComplete/tags`: the tag names of the series the `expr`s match (of all series
 /// without), less those the expressions name, sorted, starting with `tagPrefix`.
-async fn tag_names(
-    State(state): State<AppState>,
-    RawQuery(query): RawQuery,
-    body: Bytes,
-) -> Response {
-    let params = Params::of(query, &body);
+async fn tag_names(State(state): State<AppState>, params: Params) -> Response {
     let answer = async {
         let exprs = params.owned("expr");
         let prefix = params.get("tagPrefix").unwrap_or("");
@@ -405,12 +409,7 @@ async fn tag_names(
 
 /// `/tags/autoComplete/values`: the values of `tag` among the series the `expr`s match (and
 /// that have it), sorted, starting with `valuePrefix`.
-async fn tag_values(
-    State(state): State<AppState>,
-    RawQuery(query): RawQuery,
-    body: Bytes,
-) -> Response {
-    let params = Params::of(query, &body);
+async fn tag_values(State(state): State<AppState>, params: Params) -> Response {
     let answer = async {
         let tag = params
             .get("tag")
@@ -430,12 +429,7 @@ async fn tag_values(
 }
 
 /// `/tags/findSeries`: the names of the series the `expr`s match, sorted.
-async fn find_series(
-    State(state): State<AppState>,
-    RawQuery(query): RawQuery,
-    body: Bytes,
-) -> Response {
-    let params = Params::of(query, &body);
+async fn find_series(State(state): State<AppState>, params: Params) -> Response {
     let answer = async {
         let exprs = params.owned("expr");
         let mut source = source(&state).await?;

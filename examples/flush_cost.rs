@@ -5,7 +5,7 @@
 //! `scripts/quantile-cost.sh` writes timers with and without their quantile buckets.
 //!
 //! cargo run --release --example flush_cost -- --redis URL [--cluster] [--series N] [--windows N] [--start SECS]
-//!     [--step SECS] [--warmup N [--masters URL,URL...]] [--timers --samples N [--no-buckets | --buckets-only] [--quantile-precisions 60,3600]]
+//!     [--step SECS] [--bare] [--warmup N [--masters URL,URL...]] [--timers --samples N [--no-buckets | --buckets-only] [--quantile-precisions 60,3600]]
 //!
 //! With `--timers` each series is a timer with `--samples` values a window, spread like latencies
 //! (log-normal, median 100 ms), into the hourly stats and the quantile buckets (none with
@@ -14,6 +14,9 @@
 //! `--step` is the time between windows (default 1 s; 60 writes each minute's slice anew).
 //! `--start` is the first window's start (default: now); a second run that goes on where a first
 //! one stopped writes into the hashes the first one made, as an agent does all day.
+//! `--bare` sends the counters' book commands bare instead, as the floor the writer is measured
+//! against: per chunk of 1000 series one pipeline of the seven `HINCRBY`s of each and one `ZADD`
+//! of their 1 s `known:` members, no guard (`scripts/write-cost.sh`).
 //! `--warmup N` writes N windows first, unmeasured, in the same run (they create the keys), then
 //! prints the server's CPU over the measured windows and its `HINCRBY` calls (from `INFO`, asked
 //! of the node `--redis` names, or summed over every node `--masters` names: a cluster's masters).
@@ -35,6 +38,8 @@ async fn main() {
     let (mut timers, mut samples, mut buckets, mut stats_too, mut step) =
         (false, 20, true, true, 1);
     let mut warmup = 0;
+    let mut bare = false;
+    let mut pace = false;
     let mut masters: Vec<String> = Vec::new();
     let mut quantile_precisions = Config::default().quantile_precisions;
     let mut start = std::time::SystemTime::now()
@@ -54,6 +59,8 @@ async fn main() {
             "--no-buckets" => buckets = false,
             "--buckets-only" => stats_too = false,
             "--step" => step = value().parse().expect("--step SECS"),
+            "--bare" => bare = true,
+            "--pace" => pace = true,
             "--warmup" => warmup = value().parse().expect("--warmup N"),
             "--masters" => masters = value().split(',').map(String::from).collect(),
             "--quantile-precisions" => {
@@ -149,8 +156,20 @@ async fn main() {
                 ..ClosedWindow::default()
             }
         };
+        if pace {
+            // As an agent writes: a window a second, Redis idle in between.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            tokio::time::sleep(std::time::Duration::from_nanos(
+                1_000_000_000 - u64::from(now.subsec_nanos()),
+            ))
+            .await;
+        }
         let began = Instant::now();
-        if cluster {
+        if bare {
+            write_bare(&config.redis, &window).await;
+        } else if cluster {
             let chunks: Vec<_> = build_slot_chunks(&window, &precisions, &settings)
                 .into_iter()
                 .map(|mut c| {
@@ -199,6 +218,33 @@ async fn main() {
             "Redis CPU {cpu:.2} s, HINCRBY {calls}, {:.2} us per HINCRBY",
             cpu / calls.max(1) as f64 * 1e6
         );
+    }
+}
+
+/// The counters of `window` as bare commands at the default precisions: the seven `HINCRBY`s
+/// of each series and its 1 s `known:` member, 1000 series a pipeline.
+async fn write_bare(url: &str, window: &ClosedWindow) {
+    let client = redis::Client::open(url).expect("the URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    for chunk in window.counters.chunks(1000) {
+        let mut pipe = redis::pipe();
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg("known:");
+        for (series, n) in chunk {
+            for p in DEFAULT_PRECISIONS {
+                pipe.cmd("HINCRBY")
+                    .arg(format!("count:{p}:{series}"))
+                    .arg(window.start / p * p)
+                    .arg(*n)
+                    .ignore();
+            }
+            zadd.arg(0).arg(format!("1:{series}"));
+        }
+        pipe.add_command(zadd).ignore();
+        let () = pipe.query_async(&mut conn).await.expect("bare commands");
     }
 }
 

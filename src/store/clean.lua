@@ -3,9 +3,10 @@
 --
 -- ARGV: index key, hash prefix, now (epoch s), sample count, then members `<precision>:<series>`.
 -- For each member: delete the slices at or before `now - sample_count * precision`; if the hash
--- is then empty (or was already gone), remove the member from the index. Both happen in this
--- one atomic call, so a writer's new slice either lands before (the hash is not empty) or after
--- (its own ZADD puts the member back).
+-- is then empty (or was already gone, or the key is another program's, of another type), remove
+-- the member from the index. Both happen in this one atomic call, so a writer's new slice
+-- either lands before (the hash is not empty) or after (the writer adds the member with a
+-- slice's first write: src/store/standalone.rs, `Indexed`).
 -- Returns {slices removed, members removed}.
 
 local index, hash_prefix = ARGV[1], ARGV[2]
@@ -18,7 +19,7 @@ for i = 5, #ARGV do
   if precision then
     slices = slices + trim(hash, precision, now, sample_count)
   end
-  if redis.call('EXISTS', hash) == 0 then
+  if not is_hash(hash) then
     redis.call('ZREM', index, member)
     removed = removed + 1
   end

@@ -14,7 +14,7 @@ for k = 1, #KEYS do
   if precision > 0 then
     slices = slices + trim(hash, precision, now, sample_count)
   end
-  if redis.call('EXISTS', hash) == 0 then
+  if not is_hash(hash) then
     gone[#gone + 1] = k
   end
 end

@@ -2,10 +2,15 @@
 -- for one hash.
 
 -- Deletes the slices of `hash` at or before `now - sample_count * precision`; returns how many.
+-- A key of another type (another program's under our names) is left alone.
 local function trim(hash, precision, now, sample_count)
   local cutoff = now - sample_count * precision
   local old = {}
-  for _, slice in ipairs(redis.call('HKEYS', hash)) do
+  local fields = redis.pcall('HKEYS', hash)
+  if fields.err then
+    return 0
+  end
+  for _, slice in ipairs(fields) do
     local t = tonumber(slice)
     if t and t <= cutoff then
       old[#old + 1] = slice
@@ -18,3 +23,9 @@ local function trim(hash, precision, now, sample_count)
   return #old
 end
 
+
+-- Whether `hash` is one of ours still: a hash. Gone, or a key of another type (another
+-- program's), its index member goes.
+local function is_hash(hash)
+  return redis.call('TYPE', hash).ok == 'hash'
+end

@@ -380,6 +380,18 @@ impl Default for Ledger {
     }
 }
 
+/// Puts a window's items in one order that is the same every window (by a hash of the name
+/// with fixed keys), where a window's hash map gives a new one each time: Redis then meets a
+/// series' keys in the order it made them, and spends about a third less on each `HINCRBY`
+/// (`scripts/write-cost.sh`, docs/benchmarks.md). 1 ms for 20 000 series, 90 ms for a million.
+fn in_fixed_order<T>(items: &mut [T], name: impl Fn(&T) -> &SeriesName) {
+    items.sort_by_cached_key(|item| {
+        let mut hasher = std::hash::DefaultHasher::new();
+        name(item).as_str().hash(&mut hasher);
+        hasher.finish()
+    });
+}
+
 impl Ledger {
     pub fn new(forget_idle_secs: u64) -> Ledger {
         Ledger {
@@ -421,6 +433,7 @@ impl Ledger {
             }
             closed.counters.push((series, whole as i64));
         }
+        in_fixed_order(&mut closed.counters, |(series, _)| series);
         for (kind, stats) in StatKind::ALL.into_iter().zip(window.stats) {
             closed
                 .stats
@@ -436,6 +449,9 @@ impl Ledger {
             .into_iter()
             .map(|(series, members)| (series, members.into_iter().collect()))
             .collect();
+        in_fixed_order(&mut closed.stats, |(series, ..)| series);
+        in_fixed_order(&mut closed.gauges, |(series, _)| series);
+        in_fixed_order(&mut closed.sets, |(series, _)| series);
         closed.logs = window.logs;
         closed
     }

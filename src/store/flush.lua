@@ -1,27 +1,21 @@
--- Applies one flush chunk atomically and exactly once (the layout: README, "The Redis layout").
+-- Applies the part of one flush chunk that is not counters: statistics and quantile buckets,
+-- gauges, sets and logs (the layout: README, "The Redis layout"). The chunk's counters are sent
+-- beside this call as bare commands, and the exactly-once check is made by the agent: the call
+-- is one command of the chunk's MULTI/EXEC, which runs only when the run's guard is still what
+-- the agent read (src/store/standalone.rs, where the argument for exactly once is written).
 --
 -- Key names follow src/store/keys.rs (the prefix, then the book's names); the tests read every
 -- key back through that module. hourly.lua is put in front of it (failed, try, the rollover,
 -- merge_stats, log_common, log_recent).
 --
--- KEYS[1]  the exactly-once guard, the hash flush: (hourly.lua, guard_last): per run (field
---          <agent id>.<run>) the number of its last chunk applied and when. Chunks are numbered
---          in the order the agent sends them.
--- KEYS[2]  the run's string key flush:<agent id>.<run>, where versions before the hash kept
---          its number: read when the run has no field (a spool written by such a version).
--- ARGV     the chunk's number; the number of the chunk sent just before it in the same
---          pipeline, or 0 for a pipeline's first chunk (every chunk before it was acknowledged);
---          the run (the field); 1 when the chunk may have been applied before (it was sent
---          before without an answer) and Redis may evict keys, else 0; the agent's time (Unix
---          s); how long a run that writes nothing keeps its field (s);
---          key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),
+-- ARGV     the agent's time (Unix s), key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),
 --          asctime of the window, idle lifetime of log keys (s, 0: none), then sections, each a
 --          count followed by its items:
---          precisions: precision, slice, what to do with the counters at it (below);
---                      gauges and sets are written at every precision listed
+--          precisions: precision, slice, what the chunk does with its counters there (sent
+--                      bare; gauges and sets are written at every precision listed)
 --          (then, not a section) the quantile buckets' relative accuracy, the most buckets a
 --          hash keeps, and a count of slice precisions, each: precision, slice, expire at
---          counters:   series, integer increment
+--          counters:   series, integer increment (skipped here: they go bare)
 --          stats:      series, type (AccessTime|Histogram|Distribution), count, sum, sumsq, min,
 --                      max, bucket count b, b pairs of bucket field and weight (added to
 --                      hist:<p>:<series>:<type>:<slice> at each slice precision); a count of 0
@@ -30,49 +24,13 @@
 --          sets:       series, member count m, m members
 --          logs:       name, severity, message
 --
--- Returns {1, key, error, key, error, ...} when applied: each pair is a write that Redis refused
--- (a key of another type, a count that would overflow) and that was skipped, the rest applied;
--- {0} when the chunk was applied before (a late copy or a retry); {-1} when the chunk sent
--- before it in the pipeline was not applied, so this one is not either (nothing written); {-2}
--- when the run's guard is gone although the chunk may have been applied before (nothing
--- written: see below).
---
--- Why a copy is never applied twice, in any order of arrival: a chunk is applied only when its
--- number is above the run's last one, which it then becomes; the numbers only grow. Why none is
--- skipped: a pipeline's first chunk follows only acknowledged ones, and each later chunk is
--- applied only right after the one before it.
---
--- Both need the guard to live as long as the data it guards. It has no TTL, so only Redis
--- losing data (a restart without persistence, a failover to a replica that lagged: the data
--- went with it, so applying again is right), an allkeys-* maxmemory-policy or a hand can take
--- it. Under an evicting policy the agent marks the chunks it sent before without an answer: a
--- marked chunk that finds no guard may have been applied, and is not applied again.
+-- Returns {key, error, key, error, ...}: each pair a write that Redis refused (a key of another
+-- type, a value that would not be a number) and that was skipped, the rest applied.
 
-local seq, prev, run, in_doubt = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
-local now = tonumber(redis.call('TIME')[1])
-skew = now - tonumber(ARGV[5])
-local last = guard_last(KEYS[1], run, now, tonumber(ARGV[6]))
-  or tonumber(redis.call('GET', KEYS[2]) or '')
-if not last and in_doubt then
-  return {-2}
-end
-last = last or 0
-if last >= seq then
-  -- A write all the same: a WAIT for replicas after this reply then waits for everything the
-  -- master had so far, the earlier copy of this chunk included, even on a new connection.
-  redis.call('HSET', KEYS[1], run, last .. ' ' .. now)
-  return {0}
-end
-if prev > 0 and last ~= prev then
-  return {-1}
-end
--- The first write of the chunk: a Redis out of memory refuses it, before anything else is
--- written; after it, Redis lets the script finish.
-redis.call('HSET', KEYS[1], run, seq .. ' ' .. now)
-
-local prefix, sample_count, asctime = ARGV[7], tonumber(ARGV[8]), ARGV[10]
-hour, log_ttl = ARGV[9], tonumber(ARGV[11])
-local i = 12
+skew = tonumber(redis.call('TIME')[1]) - tonumber(ARGV[1])
+local prefix, sample_count, asctime = ARGV[2], tonumber(ARGV[3]), ARGV[5]
+hour, log_ttl = ARGV[4], tonumber(ARGV[6])
+local i = 7
 local function count()
   local n = tonumber(ARGV[i])
   i = i + 1
@@ -86,18 +44,10 @@ end
 -- The chunk's writes. Every error that can be foreseen is caught closer to where it happens;
 -- one that could not (a bug) still cannot leave the chunk half-applied unreported.
 local function apply()
-  -- Per precision, what happens to the chunk's counters (CounterWrite in src/store/writer.rs):
-  -- 0 nothing, 1 written and indexed with a new slice, 2 written only, 3 indexed only.
-  local precisions, slices, written, index_new, index_all = {}, {}, {}, {}, {}
+  -- Per precision its slice (what it does with the counters is the agent's business).
+  local precisions, slices = {}, {}
   for p = 1, count() do
     precisions[p], slices[p] = ARGV[i], ARGV[i + 1]
-    local mode = ARGV[i + 2]
-    if mode == '1' or mode == '2' then
-      written[#written + 1] = p
-      index_new[p] = mode == '1'
-    elseif mode == '3' then
-      index_all[#index_all + 1] = p
-    end
     i = i + 3
   end
   local hist = {alpha = ARGV[i], max = tonumber(ARGV[i + 1])}
@@ -131,46 +81,9 @@ local function apply()
     return z
   end
 
-  -- Counters (update_counter): count:<p>:<series> and the known: index (members
-  -- `<precision>:<series>`, score '0'). One loop per precision over the chunk's series: the body
-  -- is a single call, which is most of a flush's work.
-  -- An index member is added only with a new slice (the slice's total equals this increment): a
-  -- slice that existed means its hash existed, and an existing hash keeps its member (the cleaner
-  -- removes a member only with its emptied hash, atomically). For the coarse precisions that
-  -- skips all but the first write of a slice, and most of the index work.
-  local known = zadder(prefix .. 'known:')
-  local series_count = count()
-  local first = i
-  i = first + 2 * series_count
-  for _, p in ipairs(written) do
-    local key, slice = prefix .. 'count:' .. precisions[p] .. ':', slices[p]
-    if index_new[p] then
-      local member = precisions[p] .. ':'
-      for j = first, i - 1, 2 do
-        local n = ARGV[j + 1]
-        local r = redis.pcall('HINCRBY', key .. ARGV[j], slice, n)
-        if r == tonumber(n) then
-          known.add('0', member .. ARGV[j])
-        elseif type(r) == 'table' then
-          failed(key .. ARGV[j], r.err)
-        end
-      end
-    else
-      for j = first, i - 1, 2 do
-        local r = redis.pcall('HINCRBY', key .. ARGV[j], slice, ARGV[j + 1])
-        if type(r) == 'table' then
-          failed(key .. ARGV[j], r.err)
-        end
-      end
-    end
-  end
-  for _, p in ipairs(index_all) do
-    local member = precisions[p] .. ':'
-    for j = first, i - 1, 2 do
-      known.add('0', member .. ARGV[j])
-    end
-  end
-  known.flush()
+  -- The counters went bare beside this call.
+  local counters = count()
+  i = i + 2 * counters
 
   -- Statistics (update_stats) and, for timers, slowest:AccessTime (access_time). An item reads
   -- all it needs first (a key of the wrong type fails there), so it is written whole or not at
@@ -268,5 +181,4 @@ local ok, err = pcall(apply)
 if not ok then
   failed('(script)', err)
 end
-table.insert(failures, 1, 1)
 return failures

@@ -10,6 +10,7 @@ pub mod query;
 pub mod reader;
 pub mod server;
 mod slots;
+mod standalone;
 mod writer;
 
 use std::sync::Arc;

@@ -8,6 +8,7 @@ use redis::{RedisWrite, Script, ToRedisArgs};
 
 use super::server::ServerCheck;
 use super::slots::build_slot_chunks;
+use super::standalone::Indexed;
 use super::{Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
 use crate::telemetry::{LogLimit, Telemetry};
@@ -443,7 +444,9 @@ pub struct Writer {
     /// `wait_replicas` and `wait_timeout_ms`: chunks count as acknowledged only once `WAIT`
     /// reports this many replicas.
     pub(super) wait: Option<(u32, u64)>,
-    script: Script,
+    pub(super) script: Script,
+    /// The index members this writer has added (one server).
+    pub(super) indexed: Indexed,
     /// Cluster mode's per-slot script, and a hash tag for each slot (made on first use).
     pub(super) slot_script: Script,
     slot_tags: Option<Arc<Vec<String>>>,
@@ -529,6 +532,7 @@ impl Writer {
             connected_before: false,
             wait,
             script: Script::new(FLUSH_SCRIPT),
+            indexed: Indexed::default(),
             slot_script: Script::new(FLUSH_SLOT_SCRIPT),
             slot_tags: None,
             telemetry,
@@ -583,6 +587,8 @@ impl Writer {
                 }
                 self.connected_before = true;
                 self.connection = Some(connection.clone());
+                // A new connection may be to a server that lost data (a restart, a failover).
+                self.indexed.clear();
                 self.server.check_again();
                 connection
             }
@@ -652,64 +658,13 @@ impl Writer {
         sent_before: &[bool],
     ) -> Result<Written, StoreError> {
         let mut conn = self.connection().await?;
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        let mut prev = 0;
-        let (guard, run) = self.keys().guard(sequence);
-        let now = clock::since_epoch().as_secs();
-        for (i, chunk) in chunks.iter().enumerate() {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(self.script.get_hash())
-                .arg(2)
-                .arg(&guard)
-                .arg(sequence)
-                .arg(chunk.seq)
-                .arg(prev)
-                .arg(run)
-                .arg(u8::from(self.in_doubt(sent_before.get(i) == Some(&true))))
-                .arg(now)
-                .arg(GUARD_IDLE_SECS);
-            for arg in chunk.argv.iter() {
-                cmd.arg(arg);
-            }
-            pipe.add_command(cmd);
-            prev = chunk.seq;
-        }
-        let mut replies: Vec<redis::RedisResult<redis::Value>> =
-            pipe.query_async(&mut conn).await?;
-        let no_script = |r: &redis::RedisResult<redis::Value>| matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript));
-        if replies.iter().any(no_script) {
-            self.script.prepare_invoke().load_async(&mut conn).await?;
-            replies = pipe.query_async(&mut conn).await?;
-        }
-        let (mut acknowledged, mut replayed, mut error) = (0, 0, None);
-        for reply in replies {
-            let reply: Vec<redis::Value> = match reply.and_then(|v| Ok(redis::from_redis_value(v)?))
-            {
-                Ok(reply) => reply,
-                Err(e) => {
-                    error = Some(e.into());
-                    break;
-                }
-            };
-            match reply
-                .first()
-                .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
-            {
-                Some(1) => self.report_failures(&reply[1..]),
-                Some(0) => replayed += 1,
-                Some(-2) => self.guard_lost(sequence),
-                // The chunk before it was not applied: the error is that chunk's.
-                _ => break,
-            }
-            acknowledged += 1;
-        }
-        if error.is_none() && acknowledged < chunks.len() {
-            error = Some(StoreError::Redis(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "a flush chunk was not applied after the one before it failed",
-            ))));
-        }
+        let (mut acknowledged, replayed, mut error) = match self
+            .write_one_server(&mut conn, sequence, chunks, sent_before)
+            .await
+        {
+            Ok((acknowledged, replayed)) => (acknowledged, replayed, None),
+            Err(e) => return Err(e),
+        };
         if let Some((replicas, timeout_ms)) = self.wait
             && acknowledged > 0
         {

@@ -343,9 +343,10 @@ pub fn spawn_redis(dir: &std::path::Path, socket: &std::path::Path, extra: &[&st
         })
 }
 
-/// A TCP proxy of the test's own in front of Redis. While armed, the first reply that reports a
-/// flush chunk applied (`[1]`) is swallowed and the client connection cut: the write happened,
-/// the agent never hears of it.
+/// A TCP proxy of the test's own in front of Redis. While armed, the first replies to a flush
+/// chunk's transaction (`MULTI` answered, its first write queued: the whole `MULTI` … `EXEC` is
+/// on its way to Redis) are swallowed and the client connection cut: the write happened, the
+/// agent never hears of it.
 pub struct LossyProxy {
     pub addr: SocketAddr,
     pub armed: Arc<std::sync::atomic::AtomicBool>,
@@ -383,7 +384,7 @@ impl LossyProxy {
                         if n == 0 {
                             break;
                         }
-                        if buf[..n].starts_with(b"*1\r\n:1\r\n")
+                        if buf[..n].starts_with(b"+OK\r\n+QUEUED\r\n")
                             && a.swap(false, std::sync::atomic::Ordering::SeqCst)
                         {
                             c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

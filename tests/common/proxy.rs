@@ -15,11 +15,13 @@ use tokio::sync::Notify;
 pub enum Mode {
     /// Forward everything.
     Pass,
-    /// Hold the next client write that carries a flush (`EVALSHA`) until
+    /// Hold the next client write that carries a flush chunk (a transaction, `MULTI` … `EXEC`,
+    /// on one server; an `EVALSHA` in a cluster) until
     /// [`FaultProxy::release`], then deliver it to Redis on its original connection, long after
     /// the agent gave up on it.
     HoldNextFlush,
-    /// Forward the client's writes, drop every reply: Redis applies what the agent never hears of.
+    /// Forward the client's writes, drop the replies from the first to a flush chunk's
+    /// transaction on: Redis applies what the agent never hears of.
     SwallowReplies,
     /// Each client write: 1 in 6 cuts the connection (what was read is lost), 1 in 4 stalls for
     /// up to 1.5 s and then arrives, whether the agent still waits or not.
@@ -104,13 +106,19 @@ impl Shared {
         let mode = self.mode.clone();
         let replies = tokio::spawn(async move {
             let mut buf = vec![0u8; 1 << 16];
+            // The agent checks a chunk's guard before it sends the chunk: those replies pass.
+            let mut deaf = false;
             while let Ok(n) = sr.read(&mut buf).await {
                 if n == 0 {
                     break;
                 }
-                if *mode.lock().unwrap() != Mode::SwallowReplies {
-                    let _ = cw.write_all(&buf[..n]).await;
+                if *mode.lock().unwrap() == Mode::SwallowReplies {
+                    deaf = deaf || contains(&buf[..n], b"+QUEUED\r\n");
+                    if deaf {
+                        continue;
+                    }
                 }
+                let _ = cw.write_all(&buf[..n]).await;
             }
         });
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -123,7 +131,9 @@ impl Shared {
             let data = &buf[..n];
             let mode = *self.mode.lock().unwrap();
             match mode {
-                Mode::HoldNextFlush if contains(data, b"EVALSHA") => {
+                Mode::HoldNextFlush
+                    if contains(data, b"EVALSHA") || contains(data, b"\r\nMULTI\r\n") =>
+                {
                     *self.mode.lock().unwrap() = Mode::Pass;
                     *self.held.lock().unwrap() = data.to_vec();
                     self.release.notified().await;

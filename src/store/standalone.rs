@@ -1,0 +1,618 @@
+//! One server's writes (standalone, or the master Sentinel names): each flush chunk is one
+//! `MULTI`/`EXEC` of bare commands — the seven `HINCRBY`s of each counter and their index
+//! members — beside one `flush.lua` call for the rest of the chunk (statistics, buckets, gauges,
+//! sets, logs), and the check that makes it exactly once is made by the agent.
+//!
+//! # Why a chunk is applied exactly once
+//!
+//! The guard is the hash `flush:`: per run (field `<agent id>.<run>`) the number of its last
+//! chunk applied and Redis's time then. A chunk goes out in two steps on one connection:
+//!
+//! 1. **The check**: `WATCH <run's watch key>`, `HGET flush: <run>`, `TIME`. The agent decides
+//!    from the number read: above the chunk's, or equal, it was applied before (a lost reply, a
+//!    late copy); below, it is applied now; missing, the run is new here, or the guard was lost
+//!    with Redis's data (apply again: the data went with it) or evicted (a chunk that may have
+//!    been applied is dropped, never applied twice).
+//! 2. **The transaction**: `MULTI`, the chunk's writes, `HSET flush: <run> "<number> <time>"`,
+//!    `SET` and `DEL` of the run's watch key, `EXEC`.
+//!
+//! Every connection that applies a chunk of the run touches the run's watch key in its `EXEC`.
+//! `WATCH` makes an `EXEC` run only when no other connection touched the key since this
+//! connection's `WATCH`, and the check's `WATCH` comes before its `HGET`, which comes before the
+//! agent's decision. So an `EXEC` runs only if the number the agent decided on is still the
+//! guard's number: a copy held up on an old connection and delivered after its retry was
+//! applied finds its `WATCH` broken and does nothing (`EXEC` answers nil). A chunk is applied
+//! only above the run's last number, which it then becomes, and numbers only grow: no copy is
+//! applied twice. The chunks of a call go in order, each only after the one before it was
+//! acknowledged (or, for the first, after every earlier one was): none is skipped. The watch
+//! key never outlives the `EXEC` that makes it, so exactly once costs one key, the guard.
+//!
+//! Redis refuses a whole transaction it has not started (out of memory, a replica): nothing of
+//! the chunk is written and it is sent again. Writes refused at queueing for their key (an ACL
+//! without it) are left out and the chunk sent again without them; writes refused while the
+//! transaction runs (another program's key under our names, a count that would overflow) are
+//! skipped, the rest applied. Both are counted (`write_failures_total`).
+//!
+//! # Index members
+//!
+//! A counter's `known:` member is needed once its hash exists. The agent adds it with the first
+//! write of each slice that it makes ([`Indexed`]): a slice it wrote before in an applied chunk
+//! means the hash, and so its member, exists (the cleaner removes a member only with its emptied
+//! hash, in one call, and never empties a hash whose slice is current). At 1 s that is every
+//! window; at the coarser precisions once a slice.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use redis::Value;
+
+use super::{Connection, StoreError, Writer, clock};
+
+/// Sends of one chunk that end with nothing applied and no error (a `WATCH` broken by a late
+/// copy, writes left out for their ACL) before the call gives up on it.
+const MAX_ATTEMPTS: usize = 8;
+
+/// A flush chunk's arguments by section (the layout is documented in `flush.lua`).
+struct Sections<'a> {
+    args: Vec<&'a [u8]>,
+    /// Per precision: the precision, its slice, what the chunk does with its counters there.
+    precisions: Vec<(&'a [u8], &'a [u8], u8)>,
+    /// Where the counters' count is in `args`, and how many there are.
+    counters_at: usize,
+    counters: usize,
+}
+
+impl<'a> Sections<'a> {
+    fn read(args: impl Iterator<Item = &'a [u8]>) -> Option<Sections<'a>> {
+        let args: Vec<&[u8]> = args.collect();
+        let number =
+            |i: usize| -> Option<usize> { std::str::from_utf8(args.get(i)?).ok()?.parse().ok() };
+        let count = number(5)?;
+        let mut precisions = Vec::with_capacity(count);
+        for k in 0..count {
+            let at = 6 + 3 * k;
+            let mode = number(at + 2)?;
+            precisions.push((*args.get(at)?, *args.get(at + 1)?, u8::try_from(mode).ok()?));
+        }
+        let quantiles_at = 6 + 3 * count;
+        let counters_at = quantiles_at + 3 + 3 * number(quantiles_at + 2)?;
+        let counters = number(counters_at)?;
+        (args.len() > counters_at + 2 * counters).then_some(Sections {
+            args,
+            precisions,
+            counters_at,
+            counters,
+        })
+    }
+
+    fn prefix(&self) -> &[u8] {
+        self.args[0]
+    }
+
+    /// The counters: series, increment.
+    fn counters(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + '_ {
+        let first = self.counters_at + 1;
+        self.args[first..first + 2 * self.counters]
+            .chunks(2)
+            .map(|pair| (pair[0], pair[1]))
+    }
+
+    /// Everything after the counters: the counts of statistics, gauges, sets and logs, each
+    /// followed by its items.
+    fn rest(&self) -> &[&'a [u8]] {
+        &self.args[self.counters_at + 1 + 2 * self.counters..]
+    }
+
+    /// Whether anything but counters is in the chunk.
+    fn has_rest(&self) -> bool {
+        self.rest().iter().any(|a| *a != b"0")
+    }
+}
+
+/// The slices (precision, start) a chunk wrote and indexed its counters at.
+type Slices = Arc<[(u64, u64)]>;
+
+/// What the agent knows of its own index members: per counter series, the slices (precision,
+/// start) of the last applied chunk that wrote and indexed it. A write into one of them needs no
+/// member; any other does.
+#[derive(Default)]
+pub(super) struct Indexed {
+    series: HashMap<Box<[u8]>, Slices>,
+    /// When entries whose slices have all ended were last dropped (agent's clock, s).
+    pruned: u64,
+}
+
+impl Indexed {
+    fn has(&self, series: &[u8], precision: u64, slice: u64) -> bool {
+        self.series
+            .get(series)
+            .is_some_and(|slices| slices.contains(&(precision, slice)))
+    }
+
+    fn applied(&mut self, series: &[u8], slices: &Slices) {
+        match self.series.get_mut(series) {
+            Some(known) => *known = slices.clone(),
+            None => {
+                self.series.insert(series.into(), slices.clone());
+            }
+        }
+    }
+
+    /// Forgets everything, when Redis may have lost data (a new connection, a run's guard field
+    /// gone): the next write of every series adds its members.
+    pub(super) fn clear(&mut self) {
+        self.series.clear();
+    }
+
+    /// Drops, once a minute, the series whose recorded slices have all ended: any write of
+    /// theirs starts a new slice anyway.
+    fn prune(&mut self, now: u64) {
+        if now < self.pruned + 60 {
+            return;
+        }
+        self.pruned = now;
+        self.series
+            .retain(|_, slices| slices.iter().any(|&(p, start)| start + p > now));
+    }
+}
+
+fn number<T: std::str::FromStr>(bytes: &[u8]) -> Option<T> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// What the check read: the run's last applied number (`None`: no field, nor a string key of an
+/// older version), Redis's time, the fields of runs idle for a week, and whether the flush
+/// script is loaded.
+struct GuardRead {
+    last: Option<u64>,
+    now: u64,
+    idle: Vec<Vec<u8>>,
+    script_loaded: bool,
+}
+
+/// One queued command of a transaction: what its reply means.
+enum Queued {
+    /// A counter's write or index members: a refusal is counted, the rest goes on.
+    Book(Vec<u8>),
+    /// The `flush.lua` call: its reply lists the writes it skipped.
+    Script,
+    /// The guard and the watch key: refused, the chunk is not applied.
+    Guard,
+}
+
+/// How one send of a chunk ended.
+enum Sent {
+    Applied,
+    AppliedBefore,
+    /// Nothing applied: a broken `WATCH` or writes left out; send again.
+    Again,
+}
+
+impl Writer {
+    /// The check, alone (the first of a call; later ones ride on the transaction before).
+    async fn check(
+        &mut self,
+        conn: &mut Connection,
+        keys: &RunKeys,
+    ) -> Result<GuardRead, StoreError> {
+        let mut pipe = redis::pipe();
+        keys.check(&mut pipe, self.script.get_hash());
+        let replies: Vec<Value> = pipe.query_async(conn).await?;
+        self.read_check(conn, keys, &replies).await
+    }
+
+    /// The check's replies (WATCH, HGET, TIME, SCRIPT EXISTS) read; when the run has no field,
+    /// its older string key and the guard's idle fields are read too.
+    async fn read_check(
+        &mut self,
+        conn: &mut Connection,
+        keys: &RunKeys,
+        replies: &[Value],
+    ) -> Result<GuardRead, StoreError> {
+        let [_, field, time, exists] = replies else {
+            return Err(unexpected("the check's replies"));
+        };
+        let field: Option<Vec<u8>> =
+            redis::from_redis_value_ref(field).map_err(redis::RedisError::from)?;
+        let (now, _): (u64, u64) =
+            redis::from_redis_value_ref(time).map_err(redis::RedisError::from)?;
+        let exists: Vec<bool> =
+            redis::from_redis_value_ref(exists).map_err(redis::RedisError::from)?;
+        let mut read = GuardRead {
+            last: field.as_deref().and_then(leading_number),
+            now,
+            idle: Vec::new(),
+            script_loaded: exists.first() == Some(&true),
+        };
+        if field.is_none() {
+            self.indexed.clear();
+            type Runs = Vec<(Vec<u8>, Vec<u8>)>;
+            let (legacy, runs): (Option<Vec<u8>>, Runs) = redis::pipe()
+                .cmd("GET")
+                .arg(&keys.sequence)
+                .cmd("HGETALL")
+                .arg(&keys.guard)
+                .query_async(conn)
+                .await?;
+            read.last = legacy.as_deref().and_then(leading_number);
+            read.idle = runs
+                .into_iter()
+                .filter(|(_, value)| {
+                    let at = value
+                        .split(|b| *b == b' ')
+                        .nth(1)
+                        .and_then(number::<u64>)
+                        .unwrap_or(0);
+                    at + super::GUARD_IDLE_SECS < now
+                })
+                .map(|(run, _)| run)
+                .collect();
+        }
+        Ok(read)
+    }
+
+    /// Applies chunks of one run in order on one server; see the module's documentation.
+    pub(super) async fn write_one_server(
+        &mut self,
+        conn: &mut Connection,
+        sequence: &str,
+        chunks: &[Arc<super::FlushChunk>],
+        sent_before: &[bool],
+    ) -> Result<(usize, usize), StoreError> {
+        let (guard, run) = self.keys().guard(sequence);
+        let keys = RunKeys {
+            watch: format!("{sequence}.watch"),
+            sequence: sequence.to_string(),
+            run: run.to_string(),
+            guard,
+        };
+        let (mut acknowledged, mut replayed) = (0, 0);
+        let mut read = self.check(conn, &keys).await?;
+        let mut prev = 0;
+        for (i, chunk) in chunks.iter().enumerate() {
+            let Some(sections) = Sections::read(chunk.args()) else {
+                // Only a damaged spool file could hold one: it is dropped, said, not retried.
+                self.refused("(flush chunk)", "ERR a flush chunk that does not parse");
+                acknowledged += 1;
+                prev = 0;
+                continue;
+            };
+            let in_doubt = self.in_doubt(sent_before.get(i) == Some(&true));
+            let mut left_out: HashSet<Vec<u8>> = HashSet::new();
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                if attempts > MAX_ATTEMPTS {
+                    return Err(unexpected(
+                        "a flush chunk found its guard changed by another connection time after time",
+                    ));
+                }
+                let Some(last) = read.last.or((!in_doubt).then_some(0)) else {
+                    // Its guard is gone although the chunk may have been applied.
+                    let () = redis::cmd("UNWATCH").query_async(conn).await?;
+                    self.guard_lost(sequence);
+                    if i + 1 < chunks.len() {
+                        read = self.check(conn, &keys).await?;
+                    }
+                    break;
+                };
+                if last < chunk.seq && prev > 0 && last != prev {
+                    let () = redis::cmd("UNWATCH").query_async(conn).await?;
+                    return Err(unexpected(
+                        "a flush chunk was not applied after the one before it failed",
+                    ));
+                }
+                let apply = last < chunk.seq;
+                if apply && sections.has_rest() && !read.script_loaded {
+                    self.script.prepare_invoke().load_async(conn).await?;
+                    read.script_loaded = true;
+                }
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                pipe.cmd("MULTI");
+                let mut queued = Vec::new();
+                let mut members = Vec::new();
+                let applied_slices = if apply {
+                    for field in &read.idle {
+                        pipe.cmd("HDEL").arg(&keys.guard).arg(field);
+                        queued.push(Queued::Guard);
+                    }
+                    self.queue_counters(&sections, &left_out, &mut pipe, &mut queued, &mut members)
+                } else {
+                    None
+                };
+                if apply && sections.has_rest() {
+                    let mut script = redis::cmd("EVALSHA");
+                    script
+                        .arg(self.script.get_hash())
+                        .arg(0)
+                        .arg(clock::unix_now());
+                    for arg in &sections.args[..sections.counters_at] {
+                        script.arg(*arg);
+                    }
+                    script.arg(0);
+                    for arg in sections.rest() {
+                        script.arg(*arg);
+                    }
+                    pipe.add_command(script);
+                    queued.push(Queued::Script);
+                }
+                let number = if apply { chunk.seq } else { last };
+                pipe.cmd("HSET")
+                    .arg(&keys.guard)
+                    .arg(&keys.run)
+                    .arg(format!("{number} {}", read.now));
+                pipe.cmd("SET").arg(&keys.watch).arg(1);
+                pipe.cmd("DEL").arg(&keys.watch);
+                queued.extend([Queued::Guard, Queued::Guard, Queued::Guard]);
+                pipe.cmd("EXEC");
+                // The next check rides along: it serves the next chunk, or this one again.
+                let next = i + 1 < chunks.len();
+                if next {
+                    keys.check(&mut pipe, self.script.get_hash());
+                }
+                let replies: Vec<redis::RedisResult<Value>> = pipe.query_async(conn).await?;
+                let (transaction, check) = replies.split_at(queued.len() + 2);
+                let sent = self.read_transaction(transaction, &queued, &mut left_out, apply)?;
+                if next {
+                    let check: Vec<Value> = check
+                        .iter()
+                        .map(|r| r.clone().map_err(StoreError::from))
+                        .collect::<Result<_, _>>()?;
+                    read = self.read_check(conn, &keys, &check).await?;
+                } else if matches!(sent, Sent::Again) {
+                    read = self.check(conn, &keys).await?;
+                }
+                match sent {
+                    Sent::Applied => {
+                        if let Some(slices) = applied_slices {
+                            for series in &members {
+                                self.indexed.applied(series, &slices);
+                            }
+                        }
+                        self.indexed.prune(clock::unix_now());
+                    }
+                    Sent::AppliedBefore => replayed += 1,
+                    Sent::Again => continue,
+                }
+                break;
+            }
+            acknowledged += 1;
+            prev = chunk.seq;
+        }
+        Ok((acknowledged, replayed))
+    }
+
+    /// Queues the chunk's counters: the `HINCRBY`s at each precision that writes them (but
+    /// those `left_out`), then one `ZADD` of the index members they need. Returns the slices
+    /// to record once the chunk is applied, with the series to record them for in `recorded`
+    /// (none when some writes were left out).
+    fn queue_counters(
+        &self,
+        sections: &Sections,
+        left_out: &HashSet<Vec<u8>>,
+        pipe: &mut redis::Pipeline,
+        queued: &mut Vec<Queued>,
+        recorded: &mut Vec<Vec<u8>>,
+    ) -> Option<Slices> {
+        let prefix = sections.prefix();
+        let mut index = redis::cmd("ZADD");
+        let known = [prefix, b"known:"].concat();
+        index.arg(&known);
+        let mut members = 0;
+        let mut slices = Vec::new();
+        for &(p, slice, mode) in &sections.precisions {
+            let (write, index_new, index_all) = (mode == 1 || mode == 2, mode == 1, mode == 3);
+            let (precision, start) = (number::<u64>(p), number::<u64>(slice));
+            if let (true, Some(precision), Some(start)) = (index_new, precision, start) {
+                slices.push((precision, start));
+            }
+            for (series, n) in sections.counters() {
+                let key = [prefix, b"count:", p, b":", series].concat();
+                let refused = left_out.contains(&key);
+                if write && !refused {
+                    pipe.cmd("HINCRBY").arg(&key).arg(slice).arg(n);
+                    queued.push(Queued::Book(key));
+                }
+                let new_slice = match (precision, start) {
+                    (Some(precision), Some(start)) => !self.indexed.has(series, precision, start),
+                    _ => true,
+                };
+                if !refused && (index_all || (index_new && new_slice)) {
+                    index.arg(b"0").arg([p, b":", series].concat());
+                    members += 1;
+                }
+            }
+        }
+        if members > 0 && !left_out.contains(&known) {
+            pipe.add_command(index);
+            queued.push(Queued::Book(known));
+        }
+        if slices.is_empty() || !left_out.is_empty() {
+            return None;
+        }
+        recorded.extend(sections.counters().map(|(series, _)| series.to_vec()));
+        Some(slices.into())
+    }
+
+    /// Reads the replies of `MULTI` … `EXEC`: refusals at queueing (left out next time, or the
+    /// chunk fails), the transaction's outcome, and the writes it skipped.
+    fn read_transaction(
+        &mut self,
+        replies: &[redis::RedisResult<Value>],
+        queued: &[Queued],
+        left_out: &mut HashSet<Vec<u8>>,
+        apply: bool,
+    ) -> Result<Sent, StoreError> {
+        let (Some(multi), Some(exec)) = (replies.first(), replies.last()) else {
+            return Err(unexpected("a transaction's replies"));
+        };
+        multi.clone()?;
+        let mut again = false;
+        for (reply, what) in replies[1..replies.len() - 1].iter().zip(queued) {
+            let Err(e) = reply else { continue };
+            match what {
+                Queued::Book(key) if e.code() == Some("NOPERM") => {
+                    self.refused(&String::from_utf8_lossy(key), &e.to_string());
+                    left_out.insert(key.clone());
+                    again = true;
+                }
+                // Refused before it started (out of memory, a replica, a guard it may not
+                // write): nothing is applied.
+                _ => return Err(e.clone().into()),
+            }
+        }
+        if again {
+            // EXEC answers EXECABORT: nothing was applied.
+            return Ok(Sent::Again);
+        }
+        let results = match exec {
+            Ok(Value::Nil) => return Ok(Sent::Again),
+            Ok(Value::Array(results)) => results,
+            Ok(_) => return Err(unexpected("EXEC's reply")),
+            Err(e) => return Err(e.clone().into()),
+        };
+        for (result, what) in results.iter().zip(queued) {
+            match (result, what) {
+                (Value::ServerError(e), Queued::Book(key)) => {
+                    self.refused(&String::from_utf8_lossy(key), &server_error(e));
+                }
+                (Value::ServerError(e), Queued::Script) => {
+                    self.refused("(flush.lua)", &server_error(e));
+                }
+                (Value::ServerError(e), Queued::Guard) => {
+                    // The guard could not be written: another program's key of another type
+                    // under its name. Everything else went in; the chunk is not acknowledged
+                    // and will find the guard as it was, so it is sent again and counted twice:
+                    // said loudly rather than hidden.
+                    return Err(StoreError::Redis(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "the exactly-once guard could not be written",
+                        server_error(e),
+                    ))));
+                }
+                (Value::Array(failures), Queued::Script) => self.report_failures(failures),
+                _ => {}
+            }
+        }
+        Ok(if apply {
+            Sent::Applied
+        } else {
+            Sent::AppliedBefore
+        })
+    }
+}
+
+/// The keys and field of one run's guard.
+struct RunKeys {
+    guard: String,
+    run: String,
+    /// The run's string key of versions before the guard hash (read when it has no field).
+    sequence: String,
+    /// Touched by every transaction that applies a chunk of the run; never kept.
+    watch: String,
+}
+
+impl RunKeys {
+    fn check(&self, pipe: &mut redis::Pipeline, script: &str) {
+        pipe.cmd("WATCH")
+            .arg(&self.watch)
+            .cmd("HGET")
+            .arg(&self.guard)
+            .arg(&self.run)
+            .cmd("TIME")
+            .cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(script);
+    }
+}
+
+/// The number at the start of a guard's value ("<number> <time>", or a bare number).
+fn leading_number(value: &[u8]) -> Option<u64> {
+    number(value.split(|b| *b == b' ').next()?)
+}
+
+/// A Redis error as Redis says it: its code, then the rest.
+fn server_error(e: &redis::ServerError) -> String {
+    format!("{} {}", e.code(), e.details().unwrap_or_default())
+}
+
+fn unexpected(what: &'static str) -> StoreError {
+    StoreError::Redis(redis::RedisError::from((redis::ErrorKind::Client, what)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::ClosedWindow;
+    use crate::store::{ChunkSettings, CounterWrite, Keys, build_chunks};
+
+    fn chunk(window: &ClosedWindow) -> super::super::FlushChunk {
+        let settings = ChunkSettings {
+            keys: Keys::new("p:"),
+            sample_count: 120,
+            log_ttl_secs: 0,
+            max_series: 100,
+            quantiles: Default::default(),
+        };
+        let precisions = [(1, CounterWrite::Write), (60, CounterWrite::IndexOnly)];
+        build_chunks(window, &precisions, &settings).remove(0)
+    }
+
+    #[test]
+    fn a_chunk_reads_back_by_section() {
+        let mut window = ClosedWindow {
+            start: 120,
+            counters: vec![("a".into(), 3), ("b".into(), -2)],
+            ..ClosedWindow::default()
+        };
+        let c = chunk(&window);
+        let sections = Sections::read(c.args()).unwrap();
+        assert_eq!(sections.prefix(), b"p:");
+        assert_eq!(
+            sections.precisions,
+            [(&b"1"[..], &b"120"[..], 1), (&b"60"[..], &b"120"[..], 3)]
+        );
+        let counters: Vec<_> = sections.counters().collect();
+        assert_eq!(counters, [(&b"a"[..], &b"3"[..]), (&b"b"[..], &b"-2"[..])]);
+        assert!(!sections.has_rest(), "counters only");
+
+        window.gauges = vec![("g".into(), 1.5)];
+        let c = chunk(&window);
+        let sections = Sections::read(c.args()).unwrap();
+        assert_eq!(sections.counters().count(), 2);
+        assert!(sections.has_rest());
+        assert_eq!(sections.rest(), [&b"0"[..], b"1", b"g", b"1.5", b"0", b"0"]);
+    }
+
+    #[test]
+    fn a_truncated_chunk_does_not_read() {
+        let window = ClosedWindow {
+            start: 120,
+            counters: vec![("a".into(), 3)],
+            ..ClosedWindow::default()
+        };
+        let c = chunk(&window);
+        let args: Vec<&[u8]> = c.args().collect();
+        for end in 0..args.len() - 4 {
+            assert!(
+                Sections::read(args[..end].iter().copied()).is_none(),
+                "{end}"
+            );
+        }
+    }
+
+    #[test]
+    fn members_are_known_for_the_slices_last_applied_and_forgotten_once_they_end() {
+        let mut indexed = Indexed::default();
+        let slices: Slices = [(1, 100), (60, 60)].into();
+        indexed.applied(b"s", &slices);
+        assert!(indexed.has(b"s", 60, 60));
+        assert!(!indexed.has(b"s", 60, 120), "a new slice");
+        assert!(!indexed.has(b"t", 1, 100), "another series");
+        indexed.prune(119);
+        assert!(indexed.has(b"s", 60, 60), "the minute is not over");
+        indexed.prune(180);
+        assert!(!indexed.has(b"s", 60, 60));
+    }
+}

@@ -1,0 +1,175 @@
+//! One server's write path, driven through the agent's own writer against a private Redis: the
+//! guard's upkeep, the string keys of older versions, index members after Redis lost its data,
+//! and a guard key that is not ours.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use statsd_redis::aggregate::ClosedWindow;
+use statsd_redis::config::DEFAULT_PRECISIONS as PRECISIONS;
+use statsd_redis::store::{Chunker, FlushChunk, Store, Writer};
+use statsd_redis::telemetry::Telemetry;
+
+fn writer(redis: &RedisServer) -> (Writer, Chunker) {
+    let config = test_config(redis);
+    let store = Store::open(&config).unwrap();
+    let chunker = Chunker::new(store.keys().clone(), &config);
+    (
+        Writer::new(store, None, Arc::new(Telemetry::new())),
+        chunker,
+    )
+}
+
+/// A window of counters `series` (each `n`) at `start`, its chunks numbered from `first`.
+fn chunks(
+    chunker: &Chunker,
+    start: u64,
+    series: &[&str],
+    n: i64,
+    first: u64,
+) -> Vec<Arc<FlushChunk>> {
+    let window = ClosedWindow {
+        start,
+        counters: series.iter().map(|s| ((*s).into(), n)).collect(),
+        ..ClosedWindow::default()
+    };
+    (first..)
+        .zip(chunker.whole(&window))
+        .map(|(seq, mut chunk)| {
+            chunk.seq = seq;
+            Arc::new(chunk)
+        })
+        .collect()
+}
+
+fn query<T: redis::FromRedisValue>(redis: &RedisServer, cmd: &mut redis::Cmd) -> T {
+    cmd.query(&mut redis.conn()).unwrap()
+}
+
+/// The guard keeps no TTL: a run's first chunk drops the fields of runs idle for a week, and
+/// only those; a live run's late copy is still refused afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_run_drops_only_the_guard_fields_of_runs_idle_for_a_week() {
+    let redis = RedisServer::start();
+    let day = 86_400;
+    let _: () = query(
+        &redis,
+        redis::cmd("HSET")
+            .arg("flush:")
+            .arg("idle.run")
+            .arg(format!("5 {}", unix_now() - 8 * day))
+            .arg("live.run")
+            .arg(format!("5 {}", unix_now() - day)),
+    );
+    let (mut writer, chunker) = writer(&redis);
+    let now = unix_now();
+    let written = writer
+        .write_chunks(
+            "flush:new.run",
+            &chunks(&chunker, now, &["prune"], 3, 1),
+            &[],
+        )
+        .await;
+    assert!(written.error.is_none(), "{:?}", written.error);
+    let mut fields: Vec<String> = query(&redis, redis::cmd("HKEYS").arg("flush:"));
+    fields.sort();
+    assert_eq!(fields, ["live.run", "new.run"]);
+
+    let late = writer
+        .write_chunks(
+            "flush:live.run",
+            &chunks(&chunker, now, &["prune"], 3, 5),
+            &[],
+        )
+        .await;
+    assert!(late.error.is_none(), "{:?}", late.error);
+    assert_eq!((late.acknowledged, late.replayed), (1, 1));
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "prune"), 3, "precision {p}");
+    }
+    let keys: Vec<String> = query(&redis, redis::cmd("KEYS").arg("flush:*"));
+    assert_eq!(keys, ["flush:"], "the watch key never outlives its EXEC");
+}
+
+/// A spool written by a version that kept each run's number in a string key: its chunks are
+/// checked against that key, so those applied before are not applied again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_of_an_older_version_is_checked_against_its_string_key() {
+    let redis = RedisServer::start();
+    let _: () = query(&redis, redis::cmd("SET").arg("flush:old.1").arg(3));
+    let (mut writer, chunker) = writer(&redis);
+    let now = unix_now();
+    let mut all = chunks(&chunker, now, &["spooled"], 2, 1);
+    for seq in 2..=4 {
+        all.extend(chunks(&chunker, now + seq - 1, &["spooled"], 2, seq));
+    }
+    let written = writer.write_chunks("flush:old.1", &all, &[true; 4]).await;
+    assert!(written.error.is_none(), "{:?}", written.error);
+    assert_eq!((written.acknowledged, written.replayed), (4, 3));
+    assert_eq!(
+        redis.counter_total(1, "spooled"),
+        2,
+        "only the fourth chunk"
+    );
+    let guard: String = query(&redis, redis::cmd("HGET").arg("flush:").arg("old.1"));
+    assert!(guard.starts_with("4 "), "{guard}");
+}
+
+/// The writer adds a counter's index members with the first write of each slice; when Redis
+/// loses its data in the middle of a slice (a restart without persistence, a FLUSHALL), the
+/// next write brings every member back at once, not a slice later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_members_come_back_at_once_after_redis_lost_its_data() {
+    let redis = RedisServer::start();
+    let (mut writer, chunker) = writer(&redis);
+    // Two windows in the same slice of every precision above 1 s.
+    let start = unix_now() / 86_400 * 86_400 + 7;
+    let members = |redis: &RedisServer| {
+        let mut m = redis.known("known:");
+        m.sort();
+        m
+    };
+    let expected: Vec<String> = {
+        let mut m: Vec<String> = PRECISIONS.iter().map(|p| format!("{p}:x")).collect();
+        m.sort();
+        m
+    };
+    let first = writer
+        .write_chunks("flush:w.1", &chunks(&chunker, start, &["x"], 1, 1), &[])
+        .await;
+    assert!(first.error.is_none(), "{:?}", first.error);
+    assert_eq!(members(&redis), expected);
+
+    let _: () = query(&redis, &mut redis::cmd("FLUSHALL"));
+    let second = writer
+        .write_chunks("flush:w.1", &chunks(&chunker, start + 1, &["x"], 1, 2), &[])
+        .await;
+    assert!(second.error.is_none(), "{:?}", second.error);
+    assert_eq!(members(&redis), expected);
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "x"), 1, "precision {p}");
+    }
+}
+
+/// Another program's key of another type where the guard goes: the chunk is refused before
+/// anything is written, and said to be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_key_that_is_not_ours_stops_the_chunk_before_any_write() {
+    let redis = RedisServer::start();
+    let _: () = query(&redis, redis::cmd("SET").arg("flush:").arg("theirs"));
+    let (mut writer, chunker) = writer(&redis);
+    let written = writer
+        .write_chunks(
+            "flush:w.1",
+            &chunks(&chunker, unix_now(), &["x"], 1, 1),
+            &[],
+        )
+        .await;
+    assert_eq!(written.acknowledged, 0);
+    let error = written.error.expect("an error").to_string();
+    assert!(error.contains("WRONGTYPE"), "{error}");
+    let keys: Vec<String> = query(&redis, redis::cmd("KEYS").arg("*"));
+    assert_eq!(keys, ["flush:"]);
+}

@@ -560,7 +560,7 @@ pub struct Args {
         value_name = "MODE"
     )]
     pub redis_mode: Option<RedisMode>,
-    /// Sentinel addresses, host:port (sentinel mode).
+    /// Sentinel addresses, host:port (sentinel mode) [default: none].
     #[arg(
         long,
         global = true,
@@ -895,6 +895,54 @@ mod tests {
                 "{key}"
             );
         }
+    }
+
+    /// The `[default: …]` each flag's help shows is the default the agent really has: a value as
+    /// `--print-config` writes it (lists joined by commas), or, for an empty one, `none`.
+    #[test]
+    fn every_flags_help_shows_the_real_default() {
+        let command = <Args as clap::Args>::augment_args(clap::Command::new("statsd-redis"));
+        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        // Defaults that depend on something else, said in words.
+        let said = [
+            ("redis_cluster_nodes", "the --redis URL"),
+            ("redis_tls_ca_file", "the built-in roots"),
+            ("agent_id", "random per start"),
+        ];
+        let mut wrong = Vec::new();
+        for (key, value) in &defaults {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_id().as_str() == key)
+                .unwrap();
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let Some(shown) = help
+                .rsplit_once("[default: ")
+                .and_then(|(_, rest)| rest.strip_suffix("].").or(rest.strip_suffix(']')))
+                .map(|shown| shown.replace('\n', " "))
+            else {
+                wrong.push(format!("`{key}`: its help shows no default"));
+                continue;
+            };
+            let real = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Array(a) => a
+                    .iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), String::from))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            let expected = match said.iter().find(|(k, _)| k == key) {
+                Some((_, words)) => words.to_string(),
+                None if real.is_empty() => "none".into(),
+                None => real,
+            };
+            if shown != expected {
+                wrong.push(format!("`{key}`: help {shown:?}, real {expected:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
     #[test]

@@ -90,6 +90,26 @@ async fn index_members_without_a_hash_are_removed() {
     assert!(redis.known("known:gauge:").is_empty());
 }
 
+/// A member whose key another program holds, of another type, is not ours to trim: it goes, the
+/// key stays as it is, and the batch's other members are trimmed as usual.
+#[tokio::test]
+async fn index_members_of_another_programs_keys_are_removed() {
+    let redis = RedisServer::start();
+    let now = unix_now();
+    cmd::<()>(&redis, redis::cmd("SET").arg("count:60:theirs").arg("x"));
+    index(&redis, "known:", "60:theirs");
+    seed(&redis, "count:1:ours", now - 499..=now);
+    index(&redis, "known:", "1:ours");
+    let mut c = cleaner(&redis, "a", 60, 120);
+    assert!(c.hold_lease().await.unwrap());
+    c.pass(now).await.unwrap();
+    assert_eq!(redis.known("known:"), ["1:ours"]);
+    let theirs: String = cmd(&redis, redis::cmd("GET").arg("count:60:theirs"));
+    assert_eq!(theirs, "x");
+    let kept: usize = cmd(&redis, redis::cmd("HLEN").arg("count:1:ours"));
+    assert_eq!(kept, 120);
+}
+
 #[tokio::test]
 async fn gauges_are_trimmed_like_counters() {
     let redis = RedisServer::start();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use statsd_redis::config::{Args, Config, LogFormat};
+use statsd_redis::store::Store;
 use statsd_redis::telemetry::Telemetry;
 use statsd_redis::{agent, cli};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -69,6 +70,14 @@ fn ignore_hangups_until_handled() {
     }
 }
 
+/// The configuration from the flags, the environment and the file, validated, and its `redis*`
+/// keys checked by opening a store (nothing is connected): a bad URL is a configuration error.
+fn settle(args: Args) -> Result<Config, statsd_redis::config::ConfigError> {
+    let config = args.into_config()?;
+    Store::check(&config)?;
+    Ok(config)
+}
+
 fn main() -> ExitCode {
     ignore_hangups_until_handled();
     one_malloc_arena();
@@ -90,7 +99,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let config = match cli.args.clone().into_config() {
+    let config = match settle(cli.args.clone()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -232,7 +241,7 @@ impl Reload {
     /// `log_level` is applied; any other key that changed is logged as taking effect at the
     /// next start (the sockets, windows, writer and cleaner were made from the old values).
     fn apply(&mut self) {
-        let new = match self.args.clone().into_config() {
+        let new = match settle(self.args.clone()) {
             Ok(new) => new,
             Err(e) => {
                 tracing::error!(error = %e, "SIGHUP: the configuration does not read; the running one is kept");

@@ -553,7 +553,17 @@ fn with_scheme(addr: &str) -> String {
 
 #[cfg(test)]
 mod url_tests {
-    use super::url_problem;
+    use super::{Store, url_problem};
+    use crate::config::Config;
+
+    #[test]
+    fn a_bad_redis_url_is_an_error_of_the_redis_key() {
+        let config = Config {
+            redis: "http://x".into(),
+            ..Config::default()
+        };
+        assert_eq!(Store::check(&config).unwrap_err().key, "redis");
+    }
 
     #[test]
     fn a_bad_redis_url_says_what_is_wrong() {

@@ -9,9 +9,70 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::ingest::Transport;
 use crate::protocol::{BadLine, MetricType};
-use crate::store::WriteFailure;
+
+/// How lines arrive; the label of the receive metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+    /// Unix datagram socket.
+    Unixgram,
+    /// Unix stream socket.
+    Unix,
+}
+
+impl Transport {
+    pub const ALL: [Transport; 4] = [
+        Transport::Udp,
+        Transport::Tcp,
+        Transport::Unixgram,
+        Transport::Unix,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+            Transport::Unixgram => "unixgram",
+            Transport::Unix => "unix",
+        }
+    }
+}
+
+/// Why Redis refused one write of an applied chunk (the rest of the chunk was applied).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFailure {
+    /// The key holds another type: another program's key under our names.
+    WrongType,
+    /// `HINCRBY` would leave the signed 64-bit range.
+    Overflow,
+    /// The hash field holds something that is not an integer.
+    NotInteger,
+    /// Statistics merged with stored values would be NaN.
+    NotANumber,
+    Other,
+}
+
+impl WriteFailure {
+    pub const ALL: [WriteFailure; 5] = [
+        WriteFailure::WrongType,
+        WriteFailure::Overflow,
+        WriteFailure::NotInteger,
+        WriteFailure::NotANumber,
+        WriteFailure::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteFailure::WrongType => "wrong_type",
+            WriteFailure::Overflow => "overflow",
+            WriteFailure::NotInteger => "not_integer",
+            WriteFailure::NotANumber => "not_a_number",
+            WriteFailure::Other => "other",
+        }
+    }
+}
 
 const PREFIX: &str = "statsd_redis_";
 

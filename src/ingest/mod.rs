@@ -12,39 +12,11 @@ use std::sync::Mutex;
 
 use crate::aggregate::{LogEntry, Window};
 use crate::protocol::{self, BadLine, Line, SeriesNamer};
+pub use crate::telemetry::Transport;
 use crate::telemetry::{LogLimit, Tally};
 
 /// Bad lines kept for the log: the longest prefix of a line worth printing.
 const BAD_LINE_LOG_BYTES: usize = 200;
-
-/// How lines arrive; the label of the receive metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
-    Udp,
-    Tcp,
-    /// Unix datagram socket.
-    Unixgram,
-    /// Unix stream socket.
-    Unix,
-}
-
-impl Transport {
-    pub const ALL: [Transport; 4] = [
-        Transport::Udp,
-        Transport::Tcp,
-        Transport::Unixgram,
-        Transport::Unix,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Udp => "udp",
-            Transport::Tcp => "tcp",
-            Transport::Unixgram => "unixgram",
-            Transport::Unix => "unix",
-        }
-    }
-}
 
 /// The rate limit of one listener's bad-line log messages, shared by its readers: one per
 /// [`LogLimit::PERIOD`]; the metrics count them all.

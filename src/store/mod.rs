@@ -34,8 +34,8 @@ pub use query::{Queries, QueryError, Schedule};
 pub use reader::{QuantileRange, QuantilesView, Reader, SliceQuantiles, glob_match};
 pub use slots::{FollowUps, SlotsWritten, build_slot_chunks};
 pub use writer::{
-    ChunkSettings, Chunker, CounterWrite, FlushChunk, GUARD_IDLE_SECS, QuantileSettings,
-    WriteFailure, Writer, Written, build_chunks,
+    ChunkSettings, Chunker, CounterWrite, FlushChunk, GUARD_IDLE_SECS, QuantileSettings, Writer,
+    Written, build_chunks,
 };
 
 /// A failed Redis call.

@@ -11,7 +11,7 @@ use super::slots::build_slot_chunks;
 use super::standalone::Indexed;
 use super::{Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
-use crate::telemetry::{LogLimit, Telemetry};
+use crate::telemetry::{LogLimit, Telemetry, WriteFailure};
 
 /// The flush scripts, each after what they share.
 const FLUSH_SCRIPT: &str = concat!(include_str!("hourly.lua"), include_str!("flush.lua"));
@@ -461,52 +461,18 @@ pub struct Writer {
     pub(super) server: ServerCheck,
 }
 
-/// Why Redis refused one write of an applied chunk (the rest of the chunk was applied).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteFailure {
-    /// The key holds another type: another program's key under our names.
-    WrongType,
-    /// `HINCRBY` would leave the signed 64-bit range.
-    Overflow,
-    /// The hash field holds something that is not an integer.
-    NotInteger,
-    /// Statistics merged with stored values would be NaN.
-    NotANumber,
-    Other,
-}
-
-impl WriteFailure {
-    pub const ALL: [WriteFailure; 5] = [
-        WriteFailure::WrongType,
-        WriteFailure::Overflow,
-        WriteFailure::NotInteger,
-        WriteFailure::NotANumber,
-        WriteFailure::Other,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WriteFailure::WrongType => "wrong_type",
-            WriteFailure::Overflow => "overflow",
-            WriteFailure::NotInteger => "not_integer",
-            WriteFailure::NotANumber => "not_a_number",
-            WriteFailure::Other => "other",
-        }
-    }
-
-    /// The reason of a Redis error text.
-    fn of(error: &str) -> WriteFailure {
-        if error.starts_with("WRONGTYPE") {
-            WriteFailure::WrongType
-        } else if error.contains("overflow") {
-            WriteFailure::Overflow
-        } else if error.contains("not an integer") {
-            WriteFailure::NotInteger
-        } else if error.contains("not a number") || error.contains("NaN") {
-            WriteFailure::NotANumber
-        } else {
-            WriteFailure::Other
-        }
+/// The reason of a Redis error text.
+fn write_failure(error: &str) -> WriteFailure {
+    if error.starts_with("WRONGTYPE") {
+        WriteFailure::WrongType
+    } else if error.contains("overflow") {
+        WriteFailure::Overflow
+    } else if error.contains("not an integer") {
+        WriteFailure::NotInteger
+    } else if error.contains("not a number") || error.contains("NaN") {
+        WriteFailure::NotANumber
+    } else {
+        WriteFailure::Other
     }
 }
 
@@ -710,7 +676,7 @@ impl Writer {
         self.refused
             .1
             .get_or_insert_with(|| format!("{key}: {error}"));
-        let reason = WriteFailure::of(error);
+        let reason = write_failure(error);
         self.telemetry.write_failures[reason as usize].increment(1);
         if let Some(times) = self.failure_log.occurred() {
             tracing::warn!(
@@ -798,7 +764,7 @@ mod tests {
             ),
             ("ERR something else", WriteFailure::Other),
         ] {
-            assert_eq!(WriteFailure::of(error), reason, "{error}");
+            assert_eq!(write_failure(error), reason, "{error}");
         }
     }
 

@@ -5,12 +5,13 @@
 //! `scripts/quantile-cost.sh` writes timers with and without their quantile buckets.
 //!
 //! cargo run --release --example flush_cost -- --redis URL [--cluster] [--series N] [--windows N] [--start SECS]
-//!     [--step SECS] [--bare] [--warmup N [--masters URL,URL...]] [--timers --samples N [--no-buckets | --buckets-only] [--quantile-precisions 60,3600]]
+//!     [--step SECS] [--bare] [--warmup N [--masters URL,URL...]] [--timers --samples N [--no-buckets | --buckets-only] [--quantile-precisions 60,3600] | --gauges | --sets M]
 //!
 //! With `--timers` each series is a timer with `--samples` values a window, spread like latencies
 //! (log-normal, median 100 ms), into the hourly stats and the quantile buckets (none with
 //! `--no-buckets`: the script then writes the stats alone, as before buckets existed; with
 //! `--buckets-only` the buckets alone, as `quantile_write_secs` writes a period's sums).
+//! `--gauges` writes gauges instead, `--sets M` sets of M members a window each.
 //! `--step` is the time between windows (default 1 s; 60 writes each minute's slice anew).
 //! `--start` is the first window's start (default: now); a second run that goes on where a first
 //! one stopped writes into the hashes the first one made, as an agent does all day.
@@ -40,6 +41,7 @@ async fn main() {
     let mut warmup = 0;
     let mut bare = false;
     let mut pace = false;
+    let (mut gauges, mut set_members) = (false, 0);
     let mut masters: Vec<String> = Vec::new();
     let mut quantile_precisions = Config::default().quantile_precisions;
     let mut start = std::time::SystemTime::now()
@@ -61,6 +63,8 @@ async fn main() {
             "--step" => step = value().parse().expect("--step SECS"),
             "--bare" => bare = true,
             "--pace" => pace = true,
+            "--gauges" => gauges = true,
+            "--sets" => set_members = value().parse().expect("--sets M"),
             "--warmup" => warmup = value().parse().expect("--warmup N"),
             "--masters" => masters = value().split(',').map(String::from).collect(),
             "--quantile-precisions" => {
@@ -149,6 +153,27 @@ async fn main() {
                 stats,
                 ..ClosedWindow::default()
             }
+        } else if gauges {
+            ClosedWindow {
+                start: start + w * step,
+                gauges: (0..series)
+                    .map(|i| (format!("hg.{i}").into(), (w + i) as f64))
+                    .collect(),
+                ..ClosedWindow::default()
+            }
+        } else if set_members > 0 {
+            ClosedWindow {
+                start: start + w * step,
+                sets: (0..series)
+                    .map(|i| {
+                        let members = (0..set_members)
+                            .map(|m| format!("{}", (w * 7 + m) % 1000).into_bytes().into())
+                            .collect();
+                        (format!("hs.{i}").into(), members)
+                    })
+                    .collect(),
+                ..ClosedWindow::default()
+            }
         } else {
             ClosedWindow {
                 start: start + w * step,
@@ -208,14 +233,23 @@ async fn main() {
     }
     println!(
         "{windows} windows of {series} {} series: {:.3} s per window",
-        if timers { "timer" } else { "counter" },
+        if timers {
+            "timer"
+        } else if gauges {
+            "gauge"
+        } else if set_members > 0 {
+            "set"
+        } else {
+            "counter"
+        },
         seconds / windows as f64
     );
     if let Some((cpu0, calls0)) = before {
         let (cpu1, calls1) = server_usage(&masters).await;
         let (cpu, calls) = (cpu1 - cpu0, calls1 - calls0);
         println!(
-            "Redis CPU {cpu:.2} s, HINCRBY {calls}, {:.2} us per HINCRBY",
+            "Redis CPU {cpu:.2} s, {:.2} us per series and window, HINCRBY {calls}, {:.2} us per HINCRBY",
+            cpu / (windows * series) as f64 * 1e6,
             cpu / calls.max(1) as f64 * 1e6
         );
     }

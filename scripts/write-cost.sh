@@ -8,20 +8,21 @@
 # `secs` windows of the same number of series written bare. Both after one unmeasured window
 # that makes the keys.
 #
-#   [AGENT=binary] scripts/write-cost.sh [series=20000] [secs=10] [runs=3]
+#   [AGENT=binary] [TYPE=c|ms|g|s] scripts/write-cost.sh [series=20000] [secs=10] [runs=3]
 #
 # AGENT: another build of the agent to measure (an earlier commit's, say); the bare commands are
-# always this checkout's examples/flush_cost.
+# always this checkout's examples/flush_cost. TYPE: timers, gauges or sets instead of counters
+# (loadgen's types): then the Redis CPU per series and window is given, and no bare run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-series=${1:-20000}; secs=${2:-10}; runs=${3:-3}
+series=${1:-20000}; secs=${2:-10}; runs=${3:-3}; type=${TYPE:-c}
 cargo build --release --quiet --bin statsd-redis --example loadgen --example flush_cost
 . scripts/common.sh
 usage() { # port: the server's CPU seconds (user + system) and HINCRBY calls so far
   redis-cli -p "$1" info all | tr -d '\r' |
     awk -F'[:,=]' '/^used_cpu_(user|sys):/ {cpu += $2} /^cmdstat_hincrby:/ {calls = $3} END {print cpu, calls + 0}'
 }
-metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="statsd_redis_$2" '$1 == m { print $2 }'; }
+metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="statsd_redis_$2" '$1 == m || index($1, m "{") == 1 { s += $2 } END { print s + 0 }'; }
 # The last window closes and is written: no line moves and the backlog is empty.
 settle() {
   local prev=-1 now
@@ -42,15 +43,20 @@ for run in $(seq 1 "$runs"); do
   until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
   # One unmeasured window first (it makes the keys), as the bare run has.
   target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
-    --lines-per-datagram 20 --lines "$series" >/dev/null
+    --lines-per-datagram 20 --lines "$series" --types "$type" >/dev/null
   settle
   read -r cpu0 calls0 < <(usage "$port")
   target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
-    --lines-per-datagram 20 --rate $((series * 2)) --lines $((series * 2 * secs)) >/dev/null
+    --lines-per-datagram 20 --rate $((series * 2)) --lines $((series * 2 * secs)) --types "$type" >/dev/null
   settle
   read -r cpu1 calls1 < <(usage "$port")
   kill "$agent"; wait "$agent" || true
   agent_us=$(python3 -c "print(($cpu1 - $cpu0) / max(1, $calls1 - $calls0) * 1e6)")
+  if [ "$type" != c ]; then
+    python3 -c "print(f'run $run  type $type  {($cpu1 - $cpu0) / ($series * $secs) * 1e6:.2f} us of Redis CPU per series and window')"
+    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+    continue
+  fi
   # flush_cost measures the windows after its warm-up: "... us per HINCRBY" last.
   bare_us=$(target/release/examples/flush_cost --redis "redis://127.0.0.1:$port" --bare \
     --series "$series" --warmup 1 --windows "$secs" | awk '/per HINCRBY/ {print $(NF-3)}')

@@ -35,8 +35,13 @@ fn chunks(
         counters: series.iter().map(|s| ((*s).into(), n)).collect(),
         ..ClosedWindow::default()
     };
+    numbered(chunker, &window, first)
+}
+
+/// `window`'s chunks, numbered from `first`.
+fn numbered(chunker: &Chunker, window: &ClosedWindow, first: u64) -> Vec<Arc<FlushChunk>> {
     (first..)
-        .zip(chunker.whole(&window))
+        .zip(chunker.whole(window))
         .map(|(seq, mut chunk)| {
             chunk.seq = seq;
             Arc::new(chunk)
@@ -117,40 +122,52 @@ async fn a_spool_of_an_older_version_is_checked_against_its_string_key() {
     assert!(guard.starts_with("4 "), "{guard}");
 }
 
-/// The writer adds a counter's index members with the first write of each slice; when Redis
-/// loses its data in the middle of a slice (a restart without persistence, a FLUSHALL), the
-/// next write brings every member back at once, not a slice later.
+/// The writer adds index members with the first write of each slice; when Redis loses its data
+/// in the middle of a slice (a restart without persistence, a FLUSHALL), the next write brings
+/// every member back at once, not a slice later. Counters and gauges alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_members_come_back_at_once_after_redis_lost_its_data() {
     let redis = RedisServer::start();
     let (mut writer, chunker) = writer(&redis);
     // Two windows in the same slice of every precision above 1 s.
     let start = unix_now() / 86_400 * 86_400 + 7;
-    let members = |redis: &RedisServer| {
-        let mut m = redis.known("known:");
+    let window = |start| ClosedWindow {
+        start,
+        counters: vec![("x".into(), 1)],
+        gauges: vec![("g".into(), 2.5)],
+        ..ClosedWindow::default()
+    };
+    let members = |index: &str| {
+        let mut m = redis.known(index);
         m.sort();
         m
     };
-    let expected: Vec<String> = {
-        let mut m: Vec<String> = PRECISIONS.iter().map(|p| format!("{p}:x")).collect();
+    let expected = |series: &str| {
+        let mut m: Vec<String> = PRECISIONS.iter().map(|p| format!("{p}:{series}")).collect();
         m.sort();
         m
     };
     let first = writer
-        .write_chunks("flush:w.1", &chunks(&chunker, start, &["x"], 1, 1), &[])
+        .write_chunks("flush:w.1", &numbered(&chunker, &window(start), 1), &[])
         .await;
     assert!(first.error.is_none(), "{:?}", first.error);
-    assert_eq!(members(&redis), expected);
+    assert_eq!(members("known:"), expected("x"));
+    assert_eq!(members("known:gauge:"), expected("g"));
 
     let _: () = query(&redis, &mut redis::cmd("FLUSHALL"));
     let second = writer
-        .write_chunks("flush:w.1", &chunks(&chunker, start + 1, &["x"], 1, 2), &[])
+        .write_chunks("flush:w.1", &numbered(&chunker, &window(start + 1), 2), &[])
         .await;
     assert!(second.error.is_none(), "{:?}", second.error);
-    assert_eq!(members(&redis), expected);
+    assert_eq!(members("known:"), expected("x"));
+    assert_eq!(members("known:gauge:"), expected("g"));
     for p in PRECISIONS {
         assert_eq!(redis.counter_total(p, "x"), 1, "precision {p}");
+        let values: Vec<f64> = query(&redis, redis::cmd("HVALS").arg(format!("gauge:{p}:g")));
+        assert_eq!(values, [2.5], "precision {p}");
     }
+    let current: f64 = query(&redis, redis::cmd("HGET").arg("gauges:").arg("g"));
+    assert_eq!(current, 2.5);
 }
 
 /// Another program's key of another type where the guard goes: the chunk is refused before

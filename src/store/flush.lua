@@ -1,8 +1,9 @@
--- Applies the part of one flush chunk that is not counters: statistics and quantile buckets,
--- gauges, sets and logs (the layout: README, "The Redis layout"). The chunk's counters are sent
--- beside this call as bare commands, and the exactly-once check is made by the agent: the call
--- is one command of the chunk's MULTI/EXEC, which runs only when the run's guard is still what
--- the agent read (src/store/standalone.rs, where the argument for exactly once is written).
+-- Applies the part of one flush chunk that is not counters or gauges: statistics and quantile
+-- buckets, sets and logs (the layout: README, "The Redis layout"). The chunk's counters and
+-- gauges are sent beside this call as bare commands, and the exactly-once check is made by the
+-- agent: the call is one command of the chunk's MULTI/EXEC, which runs only when the run's guard
+-- is still what the agent read (src/store/standalone.rs, where the argument for exactly once is
+-- written).
 --
 -- Key names follow src/store/keys.rs (the prefix, then the book's names); the tests read every
 -- key back through that module. hourly.lua is put in front of it (failed, try, the rollover,
@@ -20,7 +21,7 @@
 --                      max, bucket count b, b pairs of bucket field and weight (added to
 --                      hist:<p>:<series>:<type>:<slice> at each slice precision); a count of 0
 --                      writes the buckets only
---          gauges:     series, value
+--          gauges:     series, value (skipped here: they go bare)
 --          sets:       series, member count m, m members
 --          logs:       name, severity, message
 --
@@ -122,22 +123,9 @@ local function apply()
     try(slowest, 'ZREMRANGEBYRANK', slowest, 0, -101)
   end
 
-  -- Gauges: the current value, and the value per slice indexed like counters.
-  local known_gauges = zadder(prefix .. 'known:gauge:')
-  local gauges = prefix .. 'gauges:'
-  for _ = 1, count() do
-    local series, value = ARGV[i], ARGV[i + 1]
-    i = i + 2
-    try(gauges, 'HSET', gauges, series, value)
-    for p = 1, #precisions do
-      local member = precisions[p] .. ':' .. series
-      -- Indexed with a new slice only, as the counters are.
-      if try(prefix .. 'gauge:' .. member, 'HSET', prefix .. 'gauge:' .. member, slices[p], value) == 1 then
-        known_gauges.add('0', member)
-      end
-    end
-  end
-  known_gauges.flush()
+  -- The gauges went bare beside this call, as the counters did.
+  local gauges = count()
+  i = i + 2 * gauges
 
   -- Sets: one HyperLogLog per slice, expiring with the slice's retention.
   -- PFADD takes at most this many members per call (Lua's unpack has a stack limit).

@@ -1,7 +1,7 @@
 //! One server's writes (standalone, or the master Sentinel names): each flush chunk is one
-//! `MULTI`/`EXEC` of bare commands — the seven `HINCRBY`s of each counter and their index
-//! members — beside one `flush.lua` call for the rest of the chunk (statistics, buckets, gauges,
-//! sets, logs), and the check that makes it exactly once is made by the agent.
+//! `MULTI`/`EXEC` of bare commands — the seven `HINCRBY`s of each counter, a gauge's `HSET`s and
+//! their index members — beside one `flush.lua` call for the rest of the chunk (statistics,
+//! buckets, sets, logs), and the check that makes it exactly once is made by the agent.
 //!
 //! # Why a chunk is applied exactly once
 //!
@@ -35,11 +35,12 @@
 //!
 //! # Index members
 //!
-//! A counter's `known:` member is needed once its hash exists. The agent adds it with the first
-//! write of each slice that it makes ([`Indexed`]): a slice it wrote before in an applied chunk
-//! means the hash, and so its member, exists (the cleaner removes a member only with its emptied
-//! hash, in one call, and never empties a hash whose slice is current). At 1 s that is every
-//! window; at the coarser precisions once a slice.
+//! A counter's `known:` member (a gauge's `known:gauge:` one) is needed once its hash exists.
+//! The agent adds it with the first write of each slice that it makes ([`Indexed`]): a slice it
+//! wrote before in an applied chunk means the hash, and so its member, exists (the cleaner
+//! removes a member only with its emptied hash, in one call, and never empties a hash whose slice
+//! is current). At 1 s that is every window; at the coarser precisions once a slice. When Redis
+//! may have lost data (a new connection, the run's field gone) the agent forgets them all.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -60,6 +61,9 @@ struct Sections<'a> {
     /// Where the counters' count is in `args`, and how many there are.
     counters_at: usize,
     counters: usize,
+    /// Where the gauges' count is in `args` (after the statistics), and how many there are.
+    gauges_at: usize,
+    gauges: usize,
 }
 
 impl<'a> Sections<'a> {
@@ -77,11 +81,21 @@ impl<'a> Sections<'a> {
         let quantiles_at = 6 + 3 * count;
         let counters_at = quantiles_at + 3 + 3 * number(quantiles_at + 2)?;
         let counters = number(counters_at)?;
-        (args.len() > counters_at + 2 * counters).then_some(Sections {
+        // Statistics: series, type, count, sum, sumsq, min, max, then their buckets.
+        let stats_at = counters_at + 1 + 2 * counters;
+        let mut gauges_at = stats_at + 1;
+        for _ in 0..number(stats_at)? {
+            gauges_at += 8 + 2 * number(gauges_at + 7)?;
+        }
+        let gauges = number(gauges_at)?;
+        // Sets and logs follow, each at least its count.
+        (args.len() >= gauges_at + 1 + 2 * gauges + 2).then_some(Sections {
             args,
             precisions,
             counters_at,
             counters,
+            gauges_at,
+            gauges,
         })
     }
 
@@ -97,15 +111,41 @@ impl<'a> Sections<'a> {
             .map(|pair| (pair[0], pair[1]))
     }
 
-    /// Everything after the counters: the counts of statistics, gauges, sets and logs, each
-    /// followed by its items.
-    fn rest(&self) -> &[&'a [u8]] {
-        &self.args[self.counters_at + 1 + 2 * self.counters..]
+    /// The gauges: series, value.
+    fn gauges(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + '_ {
+        let first = self.gauges_at + 1;
+        self.args[first..first + 2 * self.gauges]
+            .chunks(2)
+            .map(|pair| (pair[0], pair[1]))
     }
 
-    /// Whether anything but counters is in the chunk.
-    fn has_rest(&self) -> bool {
-        self.rest().iter().any(|a| *a != b"0")
+    /// The statistics section (its count, then its items) and the sets and logs sections: what
+    /// `flush.lua` writes.
+    fn scripted(&self) -> (&[&'a [u8]], &[&'a [u8]]) {
+        (
+            &self.args[self.counters_at + 1 + 2 * self.counters..self.gauges_at],
+            &self.args[self.gauges_at + 1 + 2 * self.gauges..],
+        )
+    }
+
+    /// Whether the chunk holds anything for `flush.lua`.
+    fn has_scripted(&self) -> bool {
+        let (stats, rest) = self.scripted();
+        stats.iter().chain(rest).any(|a| *a != b"0")
+    }
+
+    /// `flush.lua`'s arguments after the agent's time: the chunk's, its counters and gauges
+    /// left out (counts of 0).
+    fn script_args(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        let (stats, rest) = self.scripted();
+        let none: &[u8] = b"0";
+        self.args[..self.counters_at]
+            .iter()
+            .copied()
+            .chain([none])
+            .chain(stats.iter().copied())
+            .chain([none])
+            .chain(rest.iter().copied())
     }
 }
 
@@ -180,6 +220,74 @@ enum Queued {
     Guard,
 }
 
+/// Where a transaction's writes are queued, and the keys an ACL refused, left out.
+struct Book<'p> {
+    left_out: &'p HashSet<Vec<u8>>,
+    pipe: &'p mut redis::Pipeline,
+    queued: &'p mut Vec<Queued>,
+}
+
+/// One `ZADD` of index members `<precision>:<series>`, score 0.
+struct Index<'k> {
+    key: &'k [u8],
+    command: redis::Cmd,
+    members: usize,
+}
+
+impl<'k> Index<'k> {
+    fn new(key: &'k [u8]) -> Index<'k> {
+        let mut command = redis::cmd("ZADD");
+        command.arg(key);
+        Index {
+            key,
+            command,
+            members: 0,
+        }
+    }
+
+    fn add(&mut self, precision: &[u8], series: &[u8]) {
+        self.command
+            .arg(b"0")
+            .arg([precision, b":", series].concat());
+        self.members += 1;
+    }
+
+    fn queue(self, book: &mut Book) {
+        if self.members > 0 && !book.left_out.contains(self.key) {
+            book.pipe.add_command(self.command);
+            book.queued.push(Queued::Book(self.key.to_vec()));
+        }
+    }
+}
+
+/// What to record in [`Indexed`] once the chunk is applied: the slices its series were written
+/// and indexed at, and the series (none when writes were left out).
+#[derive(Default)]
+struct Indexing {
+    slices: Option<Slices>,
+    series: Vec<Vec<u8>>,
+}
+
+impl Indexing {
+    fn of<'a>(
+        slices: Vec<(u64, u64)>,
+        series: impl Iterator<Item = &'a [u8]>,
+        book: &Book,
+    ) -> Indexing {
+        if slices.is_empty() || !book.left_out.is_empty() {
+            return Indexing::default();
+        }
+        Indexing {
+            slices: Some(slices.into()),
+            series: series.map(<[u8]>::to_vec).collect(),
+        }
+    }
+}
+
+/// [`Writer::indexed`]'s entries: counters' members (`known:`), gauges' (`known:gauge:`).
+pub(super) const COUNTERS: usize = 0;
+pub(super) const GAUGES: usize = 1;
+
 /// How one send of a chunk ended.
 enum Sent {
     Applied,
@@ -225,7 +333,7 @@ impl Writer {
             script_loaded: exists.first() == Some(&true),
         };
         if field.is_none() {
-            self.indexed.clear();
+            self.indexed.iter_mut().for_each(Indexed::clear);
             type Runs = Vec<(Vec<u8>, Vec<u8>)>;
             let (legacy, runs): (Option<Vec<u8>>, Runs) = redis::pipe()
                 .cmd("GET")
@@ -303,7 +411,7 @@ impl Writer {
                     ));
                 }
                 let apply = last < chunk.seq;
-                if apply && sections.has_rest() && !read.script_loaded {
+                if apply && sections.has_scripted() && !read.script_loaded {
                     self.script.prepare_invoke().load_async(conn).await?;
                     read.script_loaded = true;
                 }
@@ -311,28 +419,30 @@ impl Writer {
                 pipe.ignore_errors();
                 pipe.cmd("MULTI");
                 let mut queued = Vec::new();
-                let mut members = Vec::new();
-                let applied_slices = if apply {
+                let mut indexing = [Indexing::default(), Indexing::default()];
+                if apply {
                     for field in &read.idle {
                         pipe.cmd("HDEL").arg(&keys.guard).arg(field);
                         queued.push(Queued::Guard);
                     }
-                    self.queue_counters(&sections, &left_out, &mut pipe, &mut queued, &mut members)
-                } else {
-                    None
-                };
-                if apply && sections.has_rest() {
+                    let mut book = Book {
+                        left_out: &left_out,
+                        pipe: &mut pipe,
+                        queued: &mut queued,
+                    };
+                    indexing = [
+                        self.queue_counters(&sections, &mut book),
+                        self.queue_gauges(&sections, &mut book),
+                    ];
+                }
+                if apply && sections.has_scripted() {
                     let mut script = redis::cmd("EVALSHA");
                     script
                         .arg(self.script.get_hash())
                         .arg(0)
                         .arg(clock::unix_now());
-                    for arg in &sections.args[..sections.counters_at] {
-                        script.arg(*arg);
-                    }
-                    script.arg(0);
-                    for arg in sections.rest() {
-                        script.arg(*arg);
+                    for arg in sections.script_args() {
+                        script.arg(arg);
                     }
                     pipe.add_command(script);
                     queued.push(Queued::Script);
@@ -365,12 +475,15 @@ impl Writer {
                 }
                 match sent {
                     Sent::Applied => {
-                        if let Some(slices) = applied_slices {
-                            for series in &members {
-                                self.indexed.applied(series, &slices);
+                        let now = clock::unix_now();
+                        for (indexed, done) in self.indexed.iter_mut().zip(indexing) {
+                            if let Some(slices) = done.slices {
+                                for series in &done.series {
+                                    indexed.applied(series, &slices);
+                                }
                             }
+                            indexed.prune(now);
                         }
-                        self.indexed.prune(clock::unix_now());
                     }
                     Sent::AppliedBefore => replayed += 1,
                     Sent::Again => continue,
@@ -384,55 +497,70 @@ impl Writer {
     }
 
     /// Queues the chunk's counters: the `HINCRBY`s at each precision that writes them (but
-    /// those `left_out`), then one `ZADD` of the index members they need. Returns the slices
-    /// to record once the chunk is applied, with the series to record them for in `recorded`
-    /// (none when some writes were left out).
-    fn queue_counters(
-        &self,
-        sections: &Sections,
-        left_out: &HashSet<Vec<u8>>,
-        pipe: &mut redis::Pipeline,
-        queued: &mut Vec<Queued>,
-        recorded: &mut Vec<Vec<u8>>,
-    ) -> Option<Slices> {
+    /// those left out), then one `ZADD` of the index members they need.
+    fn queue_counters(&self, sections: &Sections, book: &mut Book) -> Indexing {
         let prefix = sections.prefix();
-        let mut index = redis::cmd("ZADD");
         let known = [prefix, b"known:"].concat();
-        index.arg(&known);
-        let mut members = 0;
+        let mut index = Index::new(&known);
         let mut slices = Vec::new();
         for &(p, slice, mode) in &sections.precisions {
             let (write, index_new, index_all) = (mode == 1 || mode == 2, mode == 1, mode == 3);
-            let (precision, start) = (number::<u64>(p), number::<u64>(slice));
-            if let (true, Some(precision), Some(start)) = (index_new, precision, start) {
-                slices.push((precision, start));
+            let at = number::<u64>(p).zip(number::<u64>(slice));
+            if let (true, Some(at)) = (index_new, at) {
+                slices.push(at);
             }
             for (series, n) in sections.counters() {
                 let key = [prefix, b"count:", p, b":", series].concat();
-                let refused = left_out.contains(&key);
+                let refused = book.left_out.contains(&key);
                 if write && !refused {
-                    pipe.cmd("HINCRBY").arg(&key).arg(slice).arg(n);
-                    queued.push(Queued::Book(key));
+                    book.pipe.cmd("HINCRBY").arg(&key).arg(slice).arg(n);
+                    book.queued.push(Queued::Book(key));
                 }
-                let new_slice = match (precision, start) {
-                    (Some(precision), Some(start)) => !self.indexed.has(series, precision, start),
-                    _ => true,
-                };
+                let new_slice = at.is_none_or(|(p, s)| !self.indexed[COUNTERS].has(series, p, s));
                 if !refused && (index_all || (index_new && new_slice)) {
-                    index.arg(b"0").arg([p, b":", series].concat());
-                    members += 1;
+                    index.add(p, series);
                 }
             }
         }
-        if members > 0 && !left_out.contains(&known) {
-            pipe.add_command(index);
-            queued.push(Queued::Book(known));
+        index.queue(book);
+        Indexing::of(slices, sections.counters().map(|(series, _)| series), book)
+    }
+
+    /// Queues the chunk's gauges: each one's current value in `gauges:` and its value in the
+    /// slice of every precision, then one `ZADD` of the index members they need.
+    fn queue_gauges(&self, sections: &Sections, book: &mut Book) -> Indexing {
+        if sections.gauges == 0 {
+            return Indexing::default();
         }
-        if slices.is_empty() || !left_out.is_empty() {
-            return None;
+        let prefix = sections.prefix();
+        let current = [prefix, b"gauges:"].concat();
+        let known = [prefix, b"known:gauge:"].concat();
+        let mut index = Index::new(&known);
+        let slices: Vec<(u64, u64)> = sections
+            .precisions
+            .iter()
+            .filter_map(|&(p, slice, _)| number::<u64>(p).zip(number::<u64>(slice)))
+            .collect();
+        for (series, value) in sections.gauges() {
+            if !book.left_out.contains(&current) {
+                book.pipe.cmd("HSET").arg(&current).arg(series).arg(value);
+                book.queued.push(Queued::Book(current.clone()));
+            }
+            for &(p, slice, _) in &sections.precisions {
+                let key = [prefix, b"gauge:", p, b":", series].concat();
+                if book.left_out.contains(&key) {
+                    continue;
+                }
+                book.pipe.cmd("HSET").arg(&key).arg(slice).arg(value);
+                book.queued.push(Queued::Book(key));
+                let at = number::<u64>(p).zip(number::<u64>(slice));
+                if at.is_none_or(|(p, s)| !self.indexed[GAUGES].has(series, p, s)) {
+                    index.add(p, series);
+                }
+            }
         }
-        recorded.extend(sections.counters().map(|(series, _)| series.to_vec()));
-        Some(slices.into())
+        index.queue(book);
+        Indexing::of(slices, sections.gauges().map(|(series, _)| series), book)
     }
 
     /// Reads the replies of `MULTI` … `EXEC`: refusals at queueing (left out next time, or the
@@ -575,14 +703,42 @@ mod tests {
         );
         let counters: Vec<_> = sections.counters().collect();
         assert_eq!(counters, [(&b"a"[..], &b"3"[..]), (&b"b"[..], &b"-2"[..])]);
-        assert!(!sections.has_rest(), "counters only");
+        assert!(!sections.has_scripted(), "counters only");
 
         window.gauges = vec![("g".into(), 1.5)];
         let c = chunk(&window);
         let sections = Sections::read(c.args()).unwrap();
         assert_eq!(sections.counters().count(), 2);
-        assert!(sections.has_rest());
-        assert_eq!(sections.rest(), [&b"0"[..], b"1", b"g", b"1.5", b"0", b"0"]);
+        assert_eq!(
+            sections.gauges().collect::<Vec<_>>(),
+            [(&b"g"[..], &b"1.5"[..])]
+        );
+        assert!(!sections.has_scripted(), "gauges go bare too");
+
+        let mut stats = crate::aggregate::Stats::new();
+        stats.count = 1.0;
+        stats
+            .buckets
+            .add(crate::aggregate::Bucket::Positive(3), 1.0);
+        window.stats = vec![("t".into(), crate::aggregate::StatKind::Timer, stats)];
+        window.sets = vec![("s".into(), vec![b"m"[..].into()])];
+        let c = chunk(&window);
+        let sections = Sections::read(c.args()).unwrap();
+        assert_eq!(
+            sections.gauges().count(),
+            1,
+            "found past the statistics' buckets"
+        );
+        assert!(sections.has_scripted());
+        let args: Vec<&[u8]> = c.args().collect();
+        let script: Vec<&[u8]> = sections.script_args().collect();
+        // The chunk's own arguments, but for counters and gauges left out.
+        assert_eq!(script.len(), args.len() - 4 - 2);
+        assert_eq!(script[sections.counters_at], b"0");
+        assert!(
+            script.ends_with(&[&b"1"[..], b"s", b"1", b"m", b"0"]),
+            "{script:?}"
+        );
     }
 
     #[test]

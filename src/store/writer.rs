@@ -445,8 +445,8 @@ pub struct Writer {
     /// reports this many replicas.
     pub(super) wait: Option<(u32, u64)>,
     pub(super) script: Script,
-    /// The index members this writer has added (one server).
-    pub(super) indexed: Indexed,
+    /// The index members this writer has added (one server): counters', gauges'.
+    pub(super) indexed: [Indexed; 2],
     /// Cluster mode's per-slot script, and a hash tag for each slot (made on first use).
     pub(super) slot_script: Script,
     slot_tags: Option<Arc<Vec<String>>>,
@@ -498,7 +498,7 @@ impl Writer {
             connected_before: false,
             wait,
             script: Script::new(FLUSH_SCRIPT),
-            indexed: Indexed::default(),
+            indexed: Default::default(),
             slot_script: Script::new(FLUSH_SLOT_SCRIPT),
             slot_tags: None,
             telemetry,
@@ -554,7 +554,7 @@ impl Writer {
                 self.connected_before = true;
                 self.connection = Some(connection.clone());
                 // A new connection may be to a server that lost data (a restart, a failover).
-                self.indexed.clear();
+                self.indexed.iter_mut().for_each(Indexed::clear);
                 self.server.check_again();
                 connection
             }

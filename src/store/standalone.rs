@@ -149,6 +149,11 @@ impl<'a> Sections<'a> {
     }
 }
 
+/// How long [`Indexed`] keeps a series that is not written, and the most series it keeps: about
+/// 70 bytes each (a 30-byte name), so at most about 70 MB for counters and as much for gauges.
+const KEEP_INDEXED_SECS: u64 = 600;
+const MAX_INDEXED: usize = 1_000_000;
+
 /// The slices (precision, start) a chunk wrote and indexed its counters at.
 type Slices = Arc<[(u64, u64)]>;
 
@@ -184,15 +189,23 @@ impl Indexed {
         self.series.clear();
     }
 
-    /// Drops, once a minute, the series whose recorded slices have all ended: any write of
-    /// theirs starts a new slice anyway.
+    /// Drops, once a minute, the series whose recorded slices have all ended (any write of
+    /// theirs starts a new slice anyway) or that have not been written for ten minutes (one that
+    /// comes back adds its members again: a `ZADD` member per precision). A flood of new names
+    /// is bounded too: past a million series the record starts afresh.
     fn prune(&mut self, now: u64) {
+        if self.series.len() > MAX_INDEXED {
+            self.clear();
+        }
         if now < self.pruned + 60 {
             return;
         }
         self.pruned = now;
-        self.series
-            .retain(|_, slices| slices.iter().any(|&(p, start)| start + p > now));
+        self.series.retain(|_, slices| {
+            let current = slices.iter().any(|&(p, start)| start + p > now);
+            let latest = slices.iter().map(|&(_, start)| start).max().unwrap_or(0);
+            current && latest + KEEP_INDEXED_SECS > now
+        });
     }
 }
 
@@ -770,5 +783,13 @@ mod tests {
         assert!(indexed.has(b"s", 60, 60), "the minute is not over");
         indexed.prune(180);
         assert!(!indexed.has(b"s", 60, 60));
+
+        // A day's slice lasts, but a series not written for ten minutes goes.
+        let day: Slices = [(1, 86_400 + 5), (86_400, 86_400)].into();
+        indexed.applied(b"d", &day);
+        indexed.prune(86_400 + 5 + 599);
+        assert!(indexed.has(b"d", 86_400, 86_400));
+        indexed.prune(86_400 + 5 + 600 + 60);
+        assert!(!indexed.has(b"d", 86_400, 86_400));
     }
 }

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::store::{Connection, Queries, Reader, Store, StoreError, clock};
+use crate::store::{Cached, Connection, Queries, Reader, Store, StoreError, clock};
 use crate::telemetry::{LogLimit, Telemetry};
 
 /// How long a client may take to send a request's head: a connection that sends half a
@@ -52,7 +52,7 @@ pub struct AppState {
     /// One multiplexed connection shared by all API requests, made on first use. (More, for
     /// the Graphite API's many reads at once, made renders no faster on two cores: parsing the
     /// replies then competed with Redis for them.)
-    pub connection: Arc<tokio::sync::Mutex<Option<Connection>>>,
+    pub connection: Arc<tokio::sync::Mutex<Cached>>,
     /// Permits for API requests ([`MAX_API_REQUESTS`]).
     pub api_permits: Arc<tokio::sync::Semaphore>,
     /// The set and timer names the Graphite API found by `SCAN`, kept a while.
@@ -73,15 +73,7 @@ impl AppState {
 
     /// The shared connection, made when there is none (see [`forget_failed_connection`]).
     async fn reader_connection(&self) -> Result<Connection, StoreError> {
-        let mut slot = self.connection.lock().await;
-        Ok(match slot.as_ref() {
-            Some(c) => c.clone(),
-            None => {
-                let c = self.store.connect().await?;
-                *slot = Some(c.clone());
-                c
-            }
-        })
+        Ok(self.connection.lock().await.get(&self.store).await?.0)
     }
 
     /// A reader over the shared connection.
@@ -110,7 +102,7 @@ async fn forget_failed_connection(
 ) -> Response {
     let response = next.run(request).await;
     if response.status() == StatusCode::SERVICE_UNAVAILABLE {
-        *state.connection.lock().await = None;
+        state.connection.lock().await.forget();
     }
     response
 }

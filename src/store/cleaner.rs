@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::unix_now;
 use super::keys::{self, Index};
-use super::{Connection, Keys, Store, StoreError};
+use super::{Cached, Connection, Keys, Store, StoreError};
 use crate::telemetry::Telemetry;
 
 /// Index members per script call: each member's hash holds about `sample_count` slices, so 100
@@ -36,7 +36,7 @@ pub struct PassReport {
 
 pub struct Cleaner {
     store: Store,
-    connection: Option<Connection>,
+    connection: Cached,
     keys: Keys,
     owner: String,
     interval: Duration,
@@ -61,7 +61,7 @@ impl Cleaner {
         Cleaner {
             keys: store.keys().clone(),
             store,
-            connection: None,
+            connection: Cached::default(),
             owner,
             interval,
             sample_count,
@@ -78,18 +78,13 @@ impl Cleaner {
     }
 
     async fn connection(&mut self) -> Result<Connection, StoreError> {
-        if let Some(c) = &self.connection {
-            return Ok(c.clone());
-        }
-        let c = self.store.connect().await?;
-        self.connection = Some(c.clone());
-        Ok(c)
+        Ok(self.connection.get(&self.store).await?.0)
     }
 
     /// Forgets the connection after an error so the next call reconnects.
     fn failed<T>(&mut self, r: Result<T, StoreError>) -> Result<T, StoreError> {
         if r.is_err() {
-            self.connection = None;
+            self.connection.forget();
             self.telemetry.redis_errors.increment(1);
         }
         r

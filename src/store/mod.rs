@@ -38,6 +38,29 @@ pub use writer::{
     Written, build_chunks,
 };
 
+/// One connection from [`Store::connect`], made on first use and forgotten after a failure, so
+/// the next use connects afresh (a multiplexed connection to a server that restarted stays
+/// broken): the writer's, the cleaner's, the HTTP side's.
+#[derive(Default)]
+pub struct Cached(Option<Connection>);
+
+impl Cached {
+    /// The connection, made if there is none; `true` with one just made.
+    pub async fn get(&mut self, store: &Store) -> Result<(Connection, bool), StoreError> {
+        if let Some(c) = &self.0 {
+            return Ok((c.clone(), false));
+        }
+        let c = store.connect().await?;
+        self.0 = Some(c.clone());
+        Ok((c, true))
+    }
+
+    /// Forgets the connection after a failure.
+    pub fn forget(&mut self) {
+        self.0 = None;
+    }
+}
+
 /// A failed Redis call.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -9,7 +9,7 @@ use redis::{RedisWrite, Script, ToRedisArgs};
 use super::server::ServerCheck;
 use super::slots::build_slot_chunks;
 use super::standalone::Indexed;
-use super::{Connection, Keys, Store, StoreError, clock, keys};
+use super::{Cached, Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
 use crate::telemetry::{LogLimit, Telemetry, WriteFailure};
 
@@ -439,7 +439,7 @@ pub const GUARD_IDLE_SECS: u64 = 7 * 24 * 3600;
 /// Sends flush chunks to Redis.
 pub struct Writer {
     store: Store,
-    connection: Option<Connection>,
+    connection: Cached,
     connected_before: bool,
     /// `wait_replicas` and `wait_timeout_ms`: chunks count as acknowledged only once `WAIT`
     /// reports this many replicas.
@@ -494,7 +494,7 @@ impl Writer {
     pub fn new(store: Store, wait: Option<(u32, u64)>, telemetry: Arc<Telemetry>) -> Writer {
         Writer {
             store,
-            connection: None,
+            connection: Cached::default(),
             connected_before: false,
             wait,
             script: Script::new(FLUSH_SCRIPT),
@@ -537,28 +537,23 @@ impl Writer {
 
     /// Drops the connection after a failure, so the next call connects afresh.
     pub(super) fn connection_failed(&mut self) {
-        self.connection = None;
+        self.connection.forget();
         self.telemetry.redis_errors.increment(1);
     }
 
     /// The writer's connection, made if need be; its server's eviction policy and clock are
     /// checked when it is new, and once a minute.
     pub(super) async fn connection(&mut self) -> Result<Connection, StoreError> {
-        let connection = match &self.connection {
-            Some(c) => c.clone(),
-            None => {
-                let connection = self.store.connect().await?;
-                if self.connected_before {
-                    self.telemetry.redis_reconnects.increment(1);
-                }
-                self.connected_before = true;
-                self.connection = Some(connection.clone());
-                // A new connection may be to a server that lost data (a restart, a failover).
-                self.indexed.iter_mut().for_each(Indexed::clear);
-                self.server.check_again();
-                connection
+        let (connection, new) = self.connection.get(&self.store).await?;
+        if new {
+            if self.connected_before {
+                self.telemetry.redis_reconnects.increment(1);
             }
-        };
+            self.connected_before = true;
+            // A new connection may be to a server that lost data (a restart, a failover).
+            self.indexed.iter_mut().for_each(Indexed::clear);
+            self.server.check_again();
+        }
         if self.server.due() {
             let checked = self.server.check(connection.clone(), &self.telemetry).await;
             if let Err(e) = checked {

@@ -8,14 +8,10 @@
 //! The closer calls [`Coarse::close`] for each window; with the feature off there is no
 //! `Coarse`.
 
-use std::collections::VecDeque;
-
 use hashbrown::HashMap;
 
-use super::state::{
-    Queue, put_buckets, put_queue, put_series, read_buckets, read_queue, read_series,
-    read_stat_series, u32_le,
-};
+use super::codec::{put_buckets, put_series, read_buckets, read_series, read_stat_series, u32_le};
+use super::groups::Held;
 use crate::aggregate::{ClosedWindow, SeriesName, StatKind, Stats};
 use crate::config::Config;
 use crate::spool::ByteReader;
@@ -46,12 +42,8 @@ pub(super) struct Level {
     /// The same without index members, for series this level wrote in the group before too;
     /// `None` where that is not safe (see [`Coarse::new`]).
     pub(super) continuing: Option<Vec<(u64, CounterWrite)>>,
-    /// The current group's first window.
-    pub(super) group: Option<u64>,
-    /// Chunks of finished groups, spread over the following period's windows so that a group's
-    /// end does not make one window several times as costly as the others.
-    pub(super) queued: VecDeque<FlushChunk>,
-    pub(super) per_window: usize,
+    /// The open group, and the chunks of ended ones spread over the next period's windows.
+    pub(super) held: Held,
 }
 
 impl Level {
@@ -133,9 +125,7 @@ impl Coarse {
                     period_secs: q,
                     precisions,
                     continuing,
-                    group: None,
-                    queued: VecDeque::new(),
-                    per_window: 0,
+                    held: Held::default(),
                 }
             })
             .collect();
@@ -174,6 +164,7 @@ impl Coarse {
         for i in 0..self.levels.len() {
             let level = &self.levels[i];
             if level
+                .held
                 .group
                 .is_some_and(|group| level.separates(group, start, i == 0))
             {
@@ -183,7 +174,7 @@ impl Coarse {
         self.sums.add_stats(std::mem::take(&mut closed.stats));
         let mut chunks = chunker.chunks(&closed, &self.window_precisions);
         for level in &mut self.levels {
-            level.group.get_or_insert(start);
+            level.held.group.get_or_insert(start);
         }
         self.sums.add_counters(&closed.counters);
         // Its series are in the chunks and the sums now; at many series its keys are a large
@@ -196,13 +187,7 @@ impl Coarse {
             if last || level.separates(start, next, i == 0) {
                 self.end_group(i, chunker);
             }
-            let level = &mut self.levels[i];
-            let attach = if last {
-                level.queued.len()
-            } else {
-                level.per_window.min(level.queued.len())
-            };
-            chunks.extend(level.queued.drain(..attach));
+            chunks.extend(self.levels[i].held.share(last));
         }
         chunks
     }
@@ -211,7 +196,7 @@ impl Coarse {
     /// period's windows.
     fn end_group(&mut self, i: usize, chunker: &Chunker) {
         let level = &mut self.levels[i];
-        let Some(group) = level.group.take() else {
+        let Some(group) = level.held.group.take() else {
             return;
         };
         // At least one: a level's period is longer than a window.
@@ -236,22 +221,8 @@ impl Coarse {
                 fresh.extend(chunker.chunks(&part, precisions));
             },
         );
-        let level = &mut self.levels[i];
-        level.queued.extend(deal(fresh, windows));
-        level.per_window = level.queued.len().div_ceil(windows);
+        self.levels[i].held.queue(fresh, windows);
     }
-}
-
-/// Orders a group's chunks for `windows` windows that take them in turn, as many each: chunk
-/// `j` goes to the `j % windows`th. A group's chunks of one kind come together (its timers'
-/// stats after its counters) and cost Redis more or less than the others; taken in blocks,
-/// they made one window of every period the slowest.
-pub(super) fn deal<T>(chunks: Vec<T>, windows: usize) -> impl Iterator<Item = T> {
-    let mut hands: Vec<Vec<T>> = (0..windows).map(|_| Vec::new()).collect();
-    for (j, chunk) in chunks.into_iter().enumerate() {
-        hands[j % windows].push(chunk);
-    }
-    hands.into_iter().flatten()
 }
 
 /// The coarse part of closed windows (`coarse_write_secs`), summed for several levels at once,
@@ -446,7 +417,7 @@ pub(super) fn put_state(coarse: Option<&Coarse>, out: &mut Vec<u8>) {
     out.extend_from_slice(&u32_le(levels.len()));
     for level in levels {
         out.extend_from_slice(&level.period_secs.to_le_bytes());
-        put_queue(out, level.group, level.per_window, &level.queued);
+        level.held.put(out);
     }
     let empty = CoarseSums::new(0);
     let sums = coarse.map_or(&empty, |c| &c.sums);
@@ -470,7 +441,7 @@ pub(super) fn put_state(coarse: Option<&Coarse>, out: &mut Vec<u8>) {
 
 /// What [`put_state`] wrote, read whole before anything is taken up.
 pub(super) struct HeldState {
-    levels: Vec<(u64, Queue)>,
+    levels: Vec<(u64, Held)>,
     sums: CoarseSums,
     stats: Vec<(SeriesName, StatKind, Stats)>,
 }
@@ -480,7 +451,7 @@ pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
     let mut restored = Vec::with_capacity(levels);
     for _ in 0..levels {
         let period = r.u64()?;
-        restored.push((period, read_queue(r)?));
+        restored.push((period, Held::read(r)?));
     }
     let mut sums = CoarseSums::new(levels);
     for _ in 0..r.u32()? {
@@ -532,12 +503,8 @@ impl HeldState {
                 let mut sums = self.sums;
                 sums.add_stats(self.stats);
                 coarse.sums = sums;
-                for (level, (_, (group, per_window, queued))) in
-                    coarse.levels.iter_mut().zip(self.levels)
-                {
-                    level.group = group;
-                    level.per_window = per_window;
-                    level.queued = queued;
+                for (level, (_, held)) in coarse.levels.iter_mut().zip(self.levels) {
+                    level.held = held;
                 }
             }
             None if !self.levels.is_empty() => tracing::warn!(

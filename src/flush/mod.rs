@@ -12,6 +12,8 @@
 
 mod backlog;
 mod coarse;
+mod codec;
+mod groups;
 mod quantiles;
 mod replay;
 mod report;

@@ -10,14 +10,10 @@
 //! its groups. With a spool, every close writes the sums and the queued chunks to the state file
 //! ([`QuantileGroups::put_state`]), so a crash loses none of them.
 
-use std::collections::VecDeque;
-
 use hashbrown::HashMap;
 
-use super::coarse::deal;
-use super::state::{
-    Queue, put_buckets, put_queue, put_series, read_buckets, read_queue, read_stat_series, u32_le,
-};
+use super::codec::{put_buckets, put_series, read_buckets, read_stat_series, u32_le};
+use super::groups::Held;
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, StatKind, Stats};
 use crate::config::Config;
 use crate::spool::ByteReader;
@@ -29,13 +25,10 @@ pub(super) struct QuantileGroups {
     /// The slice precisions: a group never spans two slices of any of them.
     pub(super) precisions: Vec<u64>,
     interval: u64,
-    /// The current group's first window.
-    pub(super) group: Option<u64>,
+    /// The open group, and the chunks of ended ones spread over the next period's windows.
+    pub(super) held: Held,
     /// The group's buckets per series, indexed by `StatKind as usize`.
     pub(super) sums: [HashMap<SeriesName, Buckets>; 3],
-    /// Chunks of ended groups not yet given to a window.
-    pub(super) queued: VecDeque<FlushChunk>,
-    pub(super) per_window: usize,
 }
 
 impl QuantileGroups {
@@ -48,10 +41,8 @@ impl QuantileGroups {
                 period_secs: config.quantile_write_secs,
                 precisions: config.quantile_precisions.clone(),
                 interval,
-                group: None,
+                held: Held::default(),
                 sums: Default::default(),
-                queued: VecDeque::new(),
-                per_window: 0,
             },
         )
     }
@@ -72,7 +63,7 @@ impl QuantileGroups {
         chunker: &Chunker,
     ) -> Vec<FlushChunk> {
         let start = closed.start;
-        if self.group.is_some_and(|g| self.separates(g, start)) {
+        if self.held.group.is_some_and(|g| self.separates(g, start)) {
             self.end_group(chunker);
         }
         for (series, kind, stats) in &mut closed.stats {
@@ -86,22 +77,17 @@ impl QuantileGroups {
                 }
             }
         }
-        self.group.get_or_insert(start);
+        self.held.group.get_or_insert(start);
         if last || self.separates(start, start + self.interval) {
             self.end_group(chunker);
         }
-        let attach = if last {
-            self.queued.len()
-        } else {
-            self.per_window.min(self.queued.len())
-        };
-        self.queued.drain(..attach).collect()
+        self.held.share(last).collect()
     }
 
     /// The group's sums become chunks (buckets-only statistics items of the group's window),
     /// dealt over the next period's windows.
     fn end_group(&mut self, chunker: &Chunker) {
-        let Some(group) = self.group.take() else {
+        let Some(group) = self.held.group.take() else {
             return;
         };
         let mut window = ClosedWindow {
@@ -127,9 +113,7 @@ impl QuantileGroups {
         // Sorted: the same sums always make the same chunks (and tests can read them).
         window.stats.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
         let windows = (self.period_secs / self.interval).max(1) as usize;
-        self.queued
-            .extend(deal(chunker.chunks(&window, &[]), windows));
-        self.per_window = self.queued.len().div_ceil(windows);
+        self.held.queue(chunker.chunks(&window, &[]), windows);
     }
 
     /// Its part of the spool's state file (`flush::state`): the period and precisions, the open
@@ -140,7 +124,7 @@ impl QuantileGroups {
         for p in &self.precisions {
             out.extend_from_slice(&p.to_le_bytes());
         }
-        put_queue(out, self.group, self.per_window, &self.queued);
+        self.held.put(out);
         let held: Vec<_> = StatKind::ALL
             .into_iter()
             .zip(&self.sums)
@@ -158,7 +142,7 @@ impl QuantileGroups {
 pub(super) struct HeldState {
     period_secs: u64,
     precisions: Vec<u64>,
-    queue: Queue,
+    held: Held,
     sums: [HashMap<SeriesName, Buckets>; 3],
 }
 
@@ -167,7 +151,7 @@ pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
     let precisions = (0..r.u32()?)
         .map(|_| r.u64())
         .collect::<Option<Vec<u64>>>()?;
-    let queue = read_queue(r)?;
+    let held = Held::read(r)?;
     let mut sums: [HashMap<SeriesName, Buckets>; 3] = Default::default();
     for _ in 0..r.u32()? {
         let (series, kind) = read_stat_series(r)?;
@@ -176,7 +160,7 @@ pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
     Some(HeldState {
         period_secs,
         precisions,
-        queue,
+        held,
         sums,
     })
 }
@@ -189,7 +173,7 @@ impl HeldState {
             .filter(|q| q.period_secs == self.period_secs && q.precisions == self.precisions)
         {
             Some(q) => {
-                (q.group, q.per_window, q.queued) = self.queue;
+                q.held = self.held;
                 q.sums = self.sums;
             }
             None => tracing::warn!(

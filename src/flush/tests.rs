@@ -1,4 +1,4 @@
-use super::coarse::deal;
+use super::groups::deal;
 use super::*;
 use crate::aggregate::Ledger;
 use crate::protocol::MetricType;
@@ -142,7 +142,7 @@ fn a_restart_takes_up_the_coarse_sums_and_the_window_only_the_state_held() {
         (250, 3 * 250)
     );
     assert_eq!(restored.iter().sum::<i64>(), held.iter().sum::<i64>());
-    assert_eq!(again.coarse.unwrap().levels[0].group, Some(100));
+    assert_eq!(again.coarse.unwrap().levels[0].held.group, Some(100));
 }
 
 #[test]
@@ -325,5 +325,5 @@ fn buckets_are_written_once_per_group_and_survive_a_restart() {
     let (mut again, _) = closer_with(config);
     again.replay(&spool, &Backlog::default());
     assert_eq!(held(&again), 9.0, "the buckets held came back");
-    assert_eq!(again.quantiles.as_ref().unwrap().group, Some(100));
+    assert_eq!(again.quantiles.as_ref().unwrap().held.group, Some(100));
 }

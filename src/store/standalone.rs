@@ -25,7 +25,9 @@
 //! only above the run's last number, which it then becomes, and numbers only grow: no copy is
 //! applied twice. The chunks of a call go in order, each only after the one before it was
 //! acknowledged (or, for the first, after every earlier one was): none is skipped. The watch
-//! key never outlives the `EXEC` that makes it, so exactly once costs one key, the guard.
+//! key never outlives the `EXEC` that makes it, so exactly once costs one key, the guard. A call
+//! that sends chunks again (or replays a spool) watches the guard too: a copy on its way from a
+//! version before the transactions writes the guard without touching the watch key.
 //!
 //! Redis refuses a whole transaction it has not started (out of memory, a replica): nothing of
 //! the chunk is written and it is sent again. Writes refused at queueing for their key (an ACL
@@ -64,13 +66,17 @@ struct Sections<'a> {
     /// Where the gauges' count is in `args` (after the statistics), and how many there are.
     gauges_at: usize,
     gauges: usize,
+    sample_count: u64,
+    /// When it was read (the agent's clock, s).
+    now: u64,
 }
 
 impl<'a> Sections<'a> {
     fn read(args: impl Iterator<Item = &'a [u8]>) -> Option<Sections<'a>> {
         let args: Vec<&[u8]> = args.collect();
-        let number =
-            |i: usize| -> Option<usize> { std::str::from_utf8(args.get(i)?).ok()?.parse().ok() };
+        // A count (or a mode) larger than the arguments cannot be right: refused before any
+        // position is computed from it (a damaged spool file).
+        let number = |i: usize| number::<usize>(args.get(i)?).filter(|&n| n <= args.len());
         let count = number(5)?;
         let mut precisions = Vec::with_capacity(count);
         for k in 0..count {
@@ -89,6 +95,7 @@ impl<'a> Sections<'a> {
         }
         let gauges = number(gauges_at)?;
         // Sets and logs follow, each at least its count.
+        let sample_count = self::number(args.get(1)?)?;
         (args.len() >= gauges_at + 1 + 2 * gauges + 2).then_some(Sections {
             args,
             precisions,
@@ -96,6 +103,8 @@ impl<'a> Sections<'a> {
             counters,
             gauges_at,
             gauges,
+            sample_count,
+            now: clock::unix_now(),
         })
     }
 
@@ -379,22 +388,26 @@ impl Writer {
         sequence: &str,
         chunks: &[Arc<super::FlushChunk>],
         sent_before: &[bool],
-    ) -> Result<(usize, usize), StoreError> {
+        done: &mut Progress,
+    ) -> Result<(), StoreError> {
         let (guard, run) = self.keys().guard(sequence);
         let keys = RunKeys {
             watch: format!("{sequence}.watch"),
             sequence: sequence.to_string(),
             run: run.to_string(),
             guard,
+            // A copy of a chunk sent before may be on its way from an earlier version of the
+            // agent, whose script writes the guard without touching the watch key: such a call
+            // watches the guard itself too.
+            watch_guard: sent_before.contains(&true),
         };
-        let (mut acknowledged, mut replayed) = (0, 0);
         let mut read = self.check(conn, &keys).await?;
         let mut prev = 0;
         for (i, chunk) in chunks.iter().enumerate() {
             let Some(sections) = Sections::read(chunk.args()) else {
                 // Only a damaged spool file could hold one: it is dropped, said, not retried.
                 self.refused("(flush chunk)", "ERR a flush chunk that does not parse");
-                acknowledged += 1;
+                done.acknowledged += 1;
                 prev = 0;
                 continue;
             };
@@ -498,15 +511,33 @@ impl Writer {
                             indexed.prune(now);
                         }
                     }
-                    Sent::AppliedBefore => replayed += 1,
+                    Sent::AppliedBefore => done.replayed += 1,
                     Sent::Again => continue,
                 }
                 break;
             }
-            acknowledged += 1;
+            done.acknowledged += 1;
             prev = chunk.seq;
         }
-        Ok((acknowledged, replayed))
+        Ok(())
+    }
+
+    /// Whether `series`' index member at `at` (precision, slice) is surely there: this writer
+    /// wrote the slice before in an applied chunk, and the slice is young enough that the
+    /// cleaner cannot have emptied its hash since (a window of a long backlog may be older).
+    fn has_member(
+        &self,
+        kind: usize,
+        sections: &Sections,
+        series: &[u8],
+        at: Option<(u64, u64)>,
+    ) -> bool {
+        let Some((precision, slice)) = at else {
+            return false;
+        };
+        let kept = precision.saturating_mul(sections.sample_count);
+        slice.saturating_add(kept / 2) > sections.now
+            && self.indexed[kind].has(series, precision, slice)
     }
 
     /// Queues the chunk's counters: the `HINCRBY`s at each precision that writes them (but
@@ -529,8 +560,10 @@ impl Writer {
                     book.pipe.cmd("HINCRBY").arg(&key).arg(slice).arg(n);
                     book.queued.push(Queued::Book(key));
                 }
-                let new_slice = at.is_none_or(|(p, s)| !self.indexed[COUNTERS].has(series, p, s));
-                if !refused && (index_all || (index_new && new_slice)) {
+                if !refused
+                    && (index_all
+                        || (index_new && !self.has_member(COUNTERS, sections, series, at)))
+                {
                     index.add(p, series);
                 }
             }
@@ -567,7 +600,7 @@ impl Writer {
                 book.pipe.cmd("HSET").arg(&key).arg(slice).arg(value);
                 book.queued.push(Queued::Book(key));
                 let at = number::<u64>(p).zip(number::<u64>(slice));
-                if at.is_none_or(|(p, s)| !self.indexed[GAUGES].has(series, p, s)) {
+                if !self.has_member(GAUGES, sections, series, at) {
                     index.add(p, series);
                 }
             }
@@ -644,6 +677,14 @@ impl Writer {
     }
 }
 
+/// What a call got done before it ended, an error or not: the chunks acknowledged, from the
+/// first, and of them those Redis had applied before.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    pub(super) acknowledged: usize,
+    pub(super) replayed: usize,
+}
+
 /// The keys and field of one run's guard.
 struct RunKeys {
     guard: String,
@@ -652,13 +693,17 @@ struct RunKeys {
     sequence: String,
     /// Touched by every transaction that applies a chunk of the run; never kept.
     watch: String,
+    /// Whether the check watches the guard too.
+    watch_guard: bool,
 }
 
 impl RunKeys {
     fn check(&self, pipe: &mut redis::Pipeline, script: &str) {
-        pipe.cmd("WATCH")
-            .arg(&self.watch)
-            .cmd("HGET")
+        pipe.cmd("WATCH").arg(&self.watch);
+        if self.watch_guard {
+            pipe.arg(&self.guard);
+        }
+        pipe.cmd("HGET")
             .arg(&self.guard)
             .arg(&self.run)
             .cmd("TIME")
@@ -768,6 +813,17 @@ mod tests {
                 Sections::read(args[..end].iter().copied()).is_none(),
                 "{end}"
             );
+        }
+        // A count past the arguments (a damaged spool file) reads as nothing, without a huge
+        // allocation or an overflow.
+        for (at, huge) in [
+            (5, "18446744073709551615"),
+            (5, "4000000000"),
+            (21, "99999"),
+        ] {
+            let mut damaged = args.clone();
+            damaged[at] = huge.as_bytes();
+            assert!(Sections::read(damaged.into_iter()).is_none(), "{at}");
         }
     }
 

@@ -8,7 +8,7 @@ use redis::{RedisWrite, Script, ToRedisArgs};
 
 use super::server::ServerCheck;
 use super::slots::build_slot_chunks;
-use super::standalone::Indexed;
+use super::standalone::{Indexed, Progress};
 use super::{Cached, Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
 use crate::telemetry::{LogLimit, Telemetry, WriteFailure};
@@ -619,13 +619,20 @@ impl Writer {
         sent_before: &[bool],
     ) -> Result<Written, StoreError> {
         let mut conn = self.connection().await?;
-        let (mut acknowledged, replayed, mut error) = match self
-            .write_one_server(&mut conn, sequence, chunks, sent_before)
-            .await
-        {
-            Ok((acknowledged, replayed)) => (acknowledged, replayed, None),
-            Err(e) => return Err(e),
-        };
+        let mut done = Progress::default();
+        let result = self
+            .write_one_server(&mut conn, sequence, chunks, sent_before, &mut done)
+            .await;
+        let Progress {
+            mut acknowledged,
+            replayed,
+        } = done;
+        let mut error = result.err();
+        if error.is_some() && self.wait.is_some() {
+            // No WAIT on a connection that failed: the chunks applied are sent again, answered
+            // "applied before" and waited for then.
+            acknowledged = 0;
+        }
         if let Some((replicas, timeout_ms)) = self.wait
             && acknowledged > 0
         {

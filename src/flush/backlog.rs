@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::spool::Spool;
-use crate::store::{FlushChunk, FollowUps, StoreError, Writer, clock};
+use crate::store::{FlushChunk, InFlight, Outcome, StoreError, Writer, clock};
 use crate::telemetry::{LogLimit, Telemetry};
 
 /// First wait after a failed write; doubled per failure up to [`MAX_BACKOFF`].
@@ -91,11 +91,6 @@ impl RedisState {
         }
     }
 }
-
-/// Chunks sent in one pipeline: Redis runs the next while the agent reads a reply, instead of
-/// idling for a round trip per chunk. Redis runs a pipeline's scripts back to back, so other
-/// clients may wait for up to this many chunks (~2 ms each at the default size).
-const PIPELINED_CHUNKS: usize = 4;
 
 /// A closed window's chunks not yet acknowledged.
 #[derive(Debug)]
@@ -220,8 +215,8 @@ impl Backlog {
 }
 
 /// Writes queued windows oldest first, retrying a failed chunk with backoff, until the queue is
-/// empty after `closed`. One server takes a window's chunks a pipeline at a time, in order; a
-/// cluster takes all of them at once (in order within a slot), then their follow-ups.
+/// empty after `closed`: as many chunks a call as the writer takes ([`Writer::batch`]), then
+/// what the window's chunks left ([`Writer::finish`]).
 pub(super) async fn write_backlog(
     writer: &mut Writer,
     backlog: &Backlog,
@@ -239,11 +234,7 @@ pub(super) async fn write_backlog(
     let mut current: Option<Current> = None;
     loop {
         let next = backlog.lock().front_mut().map(|w| {
-            let end = if writer.is_cluster() {
-                w.chunks.len()
-            } else {
-                PIPELINED_CHUNKS.min(w.chunks.len())
-            };
+            let end = writer.batch(w.chunks.len());
             let sent = w.sent[..end].to_vec();
             // From now on these may have been applied, whatever comes back.
             w.sent[..end].fill(true);
@@ -270,40 +261,39 @@ pub(super) async fn write_backlog(
             }
             continue;
         };
-        if let Some(left) = current.take_if(|c| c.id != id) {
-            // A window the backlog dropped part-written: what its acknowledged chunks left for
-            // the hot keys is written all the same (once; they are only index members and
-            // averages).
-            if !left.follow_ups.is_empty()
-                && let Err(e) = writer.write_follow_ups(&left.follow_ups).await
-            {
+        if let Some(mut left) = current.take_if(|c| c.id != id) {
+            // A window the backlog dropped part-written: what its acknowledged chunks left (a
+            // cluster's index members and averages) is written all the same, once.
+            if let Err(e) = writer.finish(&mut left.in_flight).await {
                 tracing::warn!(error = %e, "could not write a dropped window's index members");
             }
         }
         let Current {
             started,
-            follow_ups,
+            in_flight,
             items,
             ..
         } = current.get_or_insert_with(|| Current {
             id,
             started: Instant::now(),
-            follow_ups: FollowUps::default(),
+            in_flight: InFlight::default(),
             items: 0,
         });
-        // Without chunks left (all acknowledged, the follow-ups failed) only the follow-ups go.
-        let (acknowledged, replayed, mut error) = if chunks.is_empty() {
-            (Vec::new(), 0, None)
-        } else if writer.is_cluster() {
-            let written = writer
-                .write_slots(&sequence, &chunks, &sent_before, follow_ups)
-                .await;
-            (written.acknowledged, written.replayed, written.error)
+        // Without chunks left (all acknowledged, what they left failed) only that goes.
+        let Outcome {
+            acknowledged,
+            replayed,
+            mut error,
+        } = if chunks.is_empty() {
+            Outcome {
+                acknowledged: Vec::new(),
+                replayed: 0,
+                error: None,
+            }
         } else {
-            let written = writer.write_chunks(&sequence, &chunks, &sent_before).await;
-            let mut acknowledged = vec![false; chunks.len()];
-            acknowledged[..written.acknowledged].fill(true);
-            (acknowledged, written.replayed, written.error)
+            writer
+                .write(&sequence, &chunks, &sent_before, in_flight)
+                .await
         };
         if replayed > 0 {
             telemetry.chunks_applied_before.increment(replayed as u64);
@@ -330,14 +320,9 @@ pub(super) async fn write_backlog(
         };
         let mut done = unwritten == Some(0);
         let mut refused_most = None;
-        if done && !follow_ups.is_empty() {
-            match writer.write_follow_ups(follow_ups).await {
-                Ok(()) => *follow_ups = FollowUps::default(),
-                Err(e) => {
-                    done = false;
-                    error = Some(e);
-                }
-            }
+        if done && let Err(e) = writer.finish(in_flight).await {
+            done = false;
+            error = Some(e);
         }
         if done {
             let mut queue = backlog.lock();
@@ -382,12 +367,12 @@ pub(super) async fn write_backlog(
     }
 }
 
-/// The window being written: when its first chunk was sent, its follow-ups (cluster), and the
-/// items of its chunks acknowledged so far.
+/// The window being written: when its first chunk was sent, what its acknowledged chunks left
+/// to write, and the items of its chunks acknowledged so far.
 struct Current {
     id: u64,
     started: Instant,
-    follow_ups: FollowUps,
+    in_flight: InFlight,
     items: usize,
 }
 

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::aggregate::{Ledger, Window};
 use crate::config::Config;
 use crate::spool::Spool;
-use crate::store::{Chunker, FlushChunk, Writer, clock};
+use crate::store::{Chunker, FlushChunk, Numbering, Writer, clock};
 use crate::telemetry::{LogLimit, Telemetry};
 use backlog::{Backlog, PendingWindow, write_backlog};
 use coarse::Coarse;
@@ -47,14 +47,11 @@ struct Closer {
     windows: Vec<Arc<Mutex<Window>>>,
     ledger: Ledger,
     chunker: Chunker,
-    /// This run's sequence key, the number of the last chunk queued, and of the last window
+    /// This run's sequence key, how its chunks are numbered, and the number of the last window
     /// spooled (its file's place in the replay order).
     sequence: Arc<str>,
-    last_seq: u64,
+    numbering: Numbering,
     last_window: u64,
-    /// Cluster mode: the number of the last chunk queued per slot (the sequence key is one per
-    /// slot: this run's name with the slot's hash tag).
-    slot_seqs: std::collections::HashMap<u16, u64>,
     config: Config,
     telemetry: Arc<Telemetry>,
     /// `coarse_write_secs`, when it defers anything.
@@ -102,9 +99,8 @@ impl Flusher {
                 windows,
                 ledger: Ledger::new(config.forget_idle_secs),
                 sequence: keys.flush_sequence(run_id).into(),
-                last_seq: 0,
                 last_window: 0,
-                slot_seqs: Default::default(),
+                numbering: Chunker::new(keys.clone(), &config).numbering(),
                 chunker: Chunker::new(keys, &config),
                 coarse: Coarse::new(&config),
                 quantiles: QuantileGroups::new(&config),
@@ -244,18 +240,12 @@ impl Closer {
         );
     }
 
-    /// Numbers chunks in sending order: per run, or per slot in a cluster.
+    /// Numbers chunks in sending order.
     fn number(&mut self, chunks: Vec<FlushChunk>) -> Vec<Arc<FlushChunk>> {
         chunks
             .into_iter()
             .map(|mut chunk| {
-                let last = if self.chunker.cluster {
-                    self.slot_seqs.entry(chunk.slot()).or_default()
-                } else {
-                    &mut self.last_seq
-                };
-                *last += 1;
-                chunk.seq = *last;
+                self.numbering.number(&mut chunk);
                 Arc::new(chunk)
             })
             .collect()

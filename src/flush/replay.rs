@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::backlog::{Backlog, PendingWindow};
 use super::{Closer, state};
 use crate::spool::Spool;
-use crate::store::{FlushChunk, Keys};
+use crate::store::FlushChunk;
 
 impl Closer {
     /// Queues the windows earlier runs left in the spool, ahead of this run's, and takes up
@@ -37,8 +37,8 @@ impl Closer {
                 && !windows.iter().any(|f| {
                     f.start == *start
                         && f.sequence == *sequence
-                        && f.chunks.first().map(|c| (c.seq, c.slot()))
-                            == chunks.first().map(|c| (c.seq, c.slot()))
+                        && f.chunks.first().map(|c| (c.seq, c.parts()))
+                            == chunks.first().map(|c| (c.seq, c.parts()))
                 })
         }) {
             let chunks: Vec<Arc<FlushChunk>> = chunks.into_iter().map(Arc::new).collect();
@@ -69,9 +69,8 @@ impl Closer {
                 "writing the windows an earlier run left in the spool"
             );
         }
-        let cluster = self.chunker.cluster;
         for w in windows {
-            if Keys::is_slot_sequence(&w.sequence) != cluster {
+            if !self.chunker.takes_sequence(&w.sequence) {
                 tracing::error!(
                     window = w.start,
                     path = %w.path.display(),

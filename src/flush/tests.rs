@@ -19,11 +19,10 @@ fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
     let closer = Closer {
         windows: vec![window.clone()],
         ledger: Ledger::default(),
+        numbering: Chunker::new(Keys::new(""), &config).numbering(),
         chunker: Chunker::new(Keys::new(""), &config),
         sequence: "flush:a".into(),
-        last_seq: 0,
         last_window: 0,
-        slot_seqs: Default::default(),
         coarse: Coarse::new(&config),
         quantiles: QuantileGroups::new(&config),
         drop_log: Default::default(),

@@ -34,8 +34,8 @@ pub use query::{Queries, QueryError, Schedule};
 pub use reader::{QuantileRange, QuantilesView, Reader, SliceQuantiles, glob_match};
 pub use slots::{FollowUps, SlotsWritten, build_slot_chunks};
 pub use writer::{
-    ChunkSettings, Chunker, CounterWrite, FlushChunk, GUARD_IDLE_SECS, QuantileSettings, Writer,
-    Written, build_chunks,
+    ChunkSettings, Chunker, CounterWrite, FlushChunk, GUARD_IDLE_SECS, InFlight, Numbering,
+    Outcome, QuantileSettings, Writer, Written, build_chunks,
 };
 
 /// One connection from [`Store::connect`], made on first use and forgotten after a failure, so

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use redis::{RedisWrite, Script, ToRedisArgs};
 
 use super::server::ServerCheck;
-use super::slots::build_slot_chunks;
+use super::slots::{FollowUps, build_slot_chunks};
 use super::standalone::{Indexed, Progress};
 use super::{Cached, Connection, Keys, Store, StoreError, clock, keys};
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
@@ -291,7 +291,7 @@ impl Default for QuantileSettings {
 /// Makes a closed window's chunks: `flush.lua` chunks, or slot chunks in a cluster.
 pub struct Chunker {
     pub settings: ChunkSettings,
-    pub cluster: bool,
+    cluster: bool,
     /// Every precision written and indexed: how a window is written whole.
     everywhere: Vec<(u64, CounterWrite)>,
 }
@@ -330,6 +330,39 @@ impl Chunker {
     /// The chunks writing `window` whole, at every precision.
     pub fn whole(&self, window: &ClosedWindow) -> Vec<FlushChunk> {
         self.chunks(window, &self.everywhere)
+    }
+
+    /// How this mode numbers a run's chunks.
+    pub fn numbering(&self) -> Numbering {
+        Numbering {
+            per_slot: self.cluster.then(Default::default),
+            last: 0,
+        }
+    }
+
+    /// Whether chunks spooled under `sequence` can be sent in this mode: a spool written
+    /// before a change of `redis_mode` cannot.
+    pub fn takes_sequence(&self, sequence: &str) -> bool {
+        Keys::is_slot_sequence(sequence) == self.cluster
+    }
+}
+
+/// Numbers a run's chunks in sending order, from 1: one count for the run on one server, one per
+/// hash slot in a cluster (whose sequence keys are one per slot).
+#[derive(Debug)]
+pub struct Numbering {
+    per_slot: Option<std::collections::HashMap<u16, u64>>,
+    last: u64,
+}
+
+impl Numbering {
+    pub fn number(&mut self, chunk: &mut FlushChunk) {
+        let last = match &mut self.per_slot {
+            Some(slots) => slots.entry(chunk.slot()).or_default(),
+            None => &mut self.last,
+        };
+        *last += 1;
+        chunk.seq = *last;
     }
 }
 
@@ -428,6 +461,80 @@ pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
         } else {
             cmd.arg(weight);
         }
+    }
+}
+
+/// Chunks of one server sent in one call (one round trip each, in order; a `WAIT` after them
+/// with `wait_replicas`).
+const CHUNKS_PER_CALL: usize = 4;
+
+/// What a window being written carries from one [`Writer::write`] to the next: in a cluster,
+/// the writes its acknowledged chunks leave for the hot keys (index members, averages).
+#[derive(Debug, Default)]
+pub struct InFlight {
+    follow_ups: FollowUps,
+}
+
+/// What one [`Writer::write`] got done.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Per chunk, in the order given: acknowledged (applied now or before).
+    pub acknowledged: Vec<bool>,
+    /// Of them, the chunks Redis had applied before (a lost reply, a late copy).
+    pub replayed: usize,
+    /// Set when a chunk is not acknowledged: it is to be sent again.
+    pub error: Option<StoreError>,
+}
+
+impl Writer {
+    /// How many of a window's `remaining` chunks go in one [`Writer::write`]: a few on one
+    /// server, all in a cluster (in order within a slot, slots concurrently).
+    pub fn batch(&self, remaining: usize) -> usize {
+        if self.is_cluster() {
+            remaining
+        } else {
+            CHUNKS_PER_CALL.min(remaining)
+        }
+    }
+
+    /// Writes chunks of the run whose sequence key is `sequence`, the first of them following
+    /// only acknowledged ones; `sent_before[i]`: chunk `i` may have reached Redis before. The
+    /// one entry point of the flush side, whatever the topology.
+    pub async fn write(
+        &mut self,
+        sequence: &str,
+        chunks: &[Arc<FlushChunk>],
+        sent_before: &[bool],
+        in_flight: &mut InFlight,
+    ) -> Outcome {
+        if self.is_cluster() {
+            let written = self
+                .write_slots(sequence, chunks, sent_before, &mut in_flight.follow_ups)
+                .await;
+            return Outcome {
+                acknowledged: written.acknowledged,
+                replayed: written.replayed,
+                error: written.error,
+            };
+        }
+        let written = self.write_chunks(sequence, chunks, sent_before).await;
+        let mut acknowledged = vec![false; chunks.len()];
+        acknowledged[..written.acknowledged].fill(true);
+        Outcome {
+            acknowledged,
+            replayed: written.replayed,
+            error: written.error,
+        }
+    }
+
+    /// Writes what a window's acknowledged chunks left (a cluster's follow-ups), once its
+    /// chunks are all acknowledged or the window was dropped: idempotent, sent until done.
+    pub async fn finish(&mut self, in_flight: &mut InFlight) -> Result<(), StoreError> {
+        if !in_flight.follow_ups.is_empty() {
+            self.write_follow_ups(&in_flight.follow_ups).await?;
+            in_flight.follow_ups = FollowUps::default();
+        }
+        Ok(())
     }
 }
 

@@ -314,7 +314,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use crate::aggregate::ClosedWindow;
-    use crate::store::{ChunkSettings, CounterWrite, Keys, build_chunks};
+    use crate::store::{ChunkSettings, CounterWrite, build_chunks};
 
     fn chunks() -> Vec<Arc<FlushChunk>> {
         let window = ClosedWindow {
@@ -322,13 +322,7 @@ mod tests {
             counters: (0..250).map(|i| (format!("c{i}").into(), i)).collect(),
             ..ClosedWindow::default()
         };
-        let settings = ChunkSettings {
-            keys: Keys::new("p:"),
-            sample_count: 120,
-            log_ttl_secs: 0,
-            max_series: 100,
-            quantiles: Default::default(),
-        };
+        let settings = ChunkSettings::for_tests("p:", 100);
         let mut chunks = build_chunks(&window, &CounterWrite::everywhere(&[1, 60]), &settings);
         for (i, c) in chunks.iter_mut().enumerate() {
             c.seq = 7 + i as u64;

@@ -32,7 +32,7 @@ pub use cleaner::Cleaner;
 pub use keys::Keys;
 pub use query::{Queries, QueryError, Schedule};
 pub use reader::{QuantileRange, QuantilesView, Reader, SliceQuantiles, glob_match};
-pub use slots::{FollowUps, SlotsWritten, build_slot_chunks};
+pub use slots::{FollowUps, build_slot_chunks};
 pub use writer::{
     ChunkSettings, Chunker, CounterWrite, FlushChunk, GUARD_IDLE_SECS, InFlight, Numbering,
     Outcome, QuantileSettings, Writer, Written, build_chunks,

@@ -12,8 +12,8 @@ use redis::aio::ConnectionLike;
 
 use super::writer::{Argv, BUCKET_WRITES_PER_SERIES, SET_MEMBERS_PER_SERIES, put_buckets};
 use super::{
-    ChunkSettings, Connection, CounterWrite, FlushChunk, GUARD_IDLE_SECS, Keys, StoreError, Writer,
-    clock, keys,
+    ChunkSettings, Connection, CounterWrite, FlushChunk, GUARD_IDLE_SECS, Keys, Outcome,
+    StoreError, Writer, clock, keys,
 };
 use crate::aggregate::{ClosedWindow, StatKind, sketch};
 
@@ -344,15 +344,6 @@ impl FollowUps {
     }
 }
 
-/// What became of a window's slot chunks.
-#[derive(Debug)]
-pub struct SlotsWritten {
-    /// Per chunk, in the order given: acknowledged (applied now or before).
-    pub acknowledged: Vec<bool>,
-    pub replayed: usize,
-    pub error: Option<StoreError>,
-}
-
 impl Writer {
     /// Sends a window's slot chunks of the run whose sequence keys start with `sequence`:
     /// the chunks of one slot one after the other (each only once the one before it is
@@ -371,13 +362,13 @@ impl Writer {
         chunks: &[Arc<FlushChunk>],
         sent_before: &[bool],
         follow_ups: &mut FollowUps,
-    ) -> SlotsWritten {
+    ) -> Outcome {
         let mut acknowledged = vec![false; chunks.len()];
         let conn = match self.connection().await {
             Ok(c) => c,
             Err(e) => {
                 self.connection_failed();
-                return SlotsWritten {
+                return Outcome {
                     acknowledged,
                     replayed: 0,
                     error: Some(e),
@@ -498,7 +489,7 @@ impl Writer {
         if error.is_some() {
             self.connection_failed();
         }
-        SlotsWritten {
+        Outcome {
             acknowledged,
             replayed,
             error,

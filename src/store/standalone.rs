@@ -731,18 +731,11 @@ fn unexpected(what: &'static str) -> StoreError {
 mod tests {
     use super::*;
     use crate::aggregate::ClosedWindow;
-    use crate::store::{ChunkSettings, CounterWrite, Keys, build_chunks};
+    use crate::store::{ChunkSettings, CounterWrite, build_chunks};
 
     fn chunk(window: &ClosedWindow) -> super::super::FlushChunk {
-        let settings = ChunkSettings {
-            keys: Keys::new("p:"),
-            sample_count: 120,
-            log_ttl_secs: 0,
-            max_series: 100,
-            quantiles: Default::default(),
-        };
         let precisions = [(1, CounterWrite::Write), (60, CounterWrite::IndexOnly)];
-        build_chunks(window, &precisions, &settings).remove(0)
+        build_chunks(window, &precisions, &ChunkSettings::for_tests("p:", 100)).remove(0)
     }
 
     #[test]

@@ -270,6 +270,20 @@ pub struct ChunkSettings {
     pub quantiles: QuantileSettings,
 }
 
+#[cfg(test)]
+impl ChunkSettings {
+    /// Settings of the unit tests: `prefix`, `max_series` a chunk, the other defaults.
+    pub(crate) fn for_tests(prefix: &str, max_series: usize) -> ChunkSettings {
+        ChunkSettings {
+            keys: Keys::new(prefix),
+            sample_count: 120,
+            log_ttl_secs: 0,
+            max_series,
+            quantiles: Default::default(),
+        }
+    }
+}
+
 /// How the statistics' quantile buckets are kept (`quantile_relative_accuracy`,
 /// `quantile_precisions`).
 #[derive(Debug, Clone, PartialEq)]
@@ -508,14 +522,9 @@ impl Writer {
         in_flight: &mut InFlight,
     ) -> Outcome {
         if self.is_cluster() {
-            let written = self
+            return self
                 .write_slots(sequence, chunks, sent_before, &mut in_flight.follow_ups)
                 .await;
-            return Outcome {
-                acknowledged: written.acknowledged,
-                replayed: written.replayed,
-                error: written.error,
-            };
         }
         let written = self.write_chunks(sequence, chunks, sent_before).await;
         let mut acknowledged = vec![false; chunks.len()];
@@ -838,21 +847,15 @@ mod tests {
         }
     }
 
-    fn settings(max_series: usize) -> ChunkSettings {
-        ChunkSettings {
-            keys: Keys::new(""),
-            sample_count: 120,
-            log_ttl_secs: 0,
-            max_series,
-            quantiles: Default::default(),
-        }
-    }
-
     fn chunk_sizes(w: &ClosedWindow, budget: usize) -> Vec<usize> {
-        build_chunks(w, &CounterWrite::everywhere(&[1, 60]), &settings(budget))
-            .iter()
-            .map(|c| c.series)
-            .collect()
+        build_chunks(
+            w,
+            &CounterWrite::everywhere(&[1, 60]),
+            &ChunkSettings::for_tests("", budget),
+        )
+        .iter()
+        .map(|c| c.series)
+        .collect()
     }
 
     #[test]
@@ -916,7 +919,7 @@ mod tests {
     fn counters_no_precision_takes_are_left_out() {
         let w = window(5, &[1], 0);
         let skip = [(1, CounterWrite::Skip), (60, CounterWrite::Skip)];
-        let chunks = build_chunks(&w, &skip, &settings(100));
+        let chunks = build_chunks(&w, &skip, &ChunkSettings::for_tests("", 100));
         assert_eq!(chunks.iter().map(|c| c.series).collect::<Vec<_>>(), [1]);
     }
 
@@ -951,7 +954,11 @@ mod tests {
     #[test]
     fn every_item_lands_in_exactly_one_chunk() {
         let w = window(7, &[1, 500, 2], 4);
-        let chunks = build_chunks(&w, &CounterWrite::everywhere(&[1]), &settings(4));
+        let chunks = build_chunks(
+            &w,
+            &CounterWrite::everywhere(&[1]),
+            &ChunkSettings::for_tests("", 4),
+        );
         assert_eq!(chunks.iter().map(|c| c.series).sum::<usize>(), 7 + 3 + 4);
     }
 }

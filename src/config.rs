@@ -105,7 +105,7 @@ pub struct Config {
     pub shutdown_timeout_secs: u64,
     /// How long one Redis call may take before it counts as failed.
     pub redis_timeout_ms: u64,
-    /// Series per flush chunk (one server-side script call).
+    /// Series per flush chunk (one transaction; a script call per slot in a cluster).
     pub max_series_per_chunk: usize,
     /// 0: every precision every window. Otherwise K: counters at precision `p` are summed in the
     /// agent and written once per `min(p, K)` seconds; the hourly statistics go with the shortest
@@ -271,8 +271,8 @@ impl Default for Config {
             log_idle_secs: 604_800,
             shutdown_timeout_secs: 10,
             redis_timeout_ms: 2000,
-            // One script call blocks Redis; at the 7 default precisions 100 series take ~2 ms
-            // (p99 ~2.5 ms) here: see docs/benchmarks.md and scripts/chunk-timing.sh.
+            // One chunk's EXEC blocks Redis; at the 7 default precisions 100 series take ~0.5 ms
+            // (2 ms at most) here: see docs/benchmarks.md and scripts/chunk-timing.sh.
             max_series_per_chunk: 100,
             // Off: every window is written whole, once a second (README). At 5, six of the
             // seven default precisions are written every 5 s: a third of the Redis work.
@@ -709,7 +709,7 @@ pub struct Args {
         value_name = "MS"
     )]
     pub redis_timeout_ms: Option<u64>,
-    /// Series per flush script call [default: 100].
+    /// Series per flush chunk, one transaction [default: 100].
     #[arg(long, env = "STATSD_REDIS_MAX_SERIES_PER_CHUNK", value_name = "N")]
     pub max_series_per_chunk: Option<usize>,
     /// Write counters at precision p once per min(p, SECS) seconds, and timer stats with the

@@ -1,6 +1,8 @@
-//! Writing closed windows: [`build_chunks`] turns a window into bounded [`FlushChunk`]s, each a
-//! ready `EVALSHA` of `flush.lua`, numbered in sending order; [`Writer`] sends them over one
-//! multiplexed connection, reconnecting after any failure, and reports what Redis refused.
+//! Writing closed windows: [`build_chunks`] turns a window into bounded [`FlushChunk`]s (their
+//! writes packed in `flush.lua`'s argument layout), numbered in sending order ([`Numbering`]);
+//! [`Writer::write`], the flush side's one entry point, sends them (one server: one transaction
+//! a chunk, `standalone.rs`; a cluster: slot chunks, `slots.rs`) over one connection,
+//! reconnecting after any failure, and reports what Redis refused.
 
 use std::sync::Arc;
 
@@ -17,15 +19,16 @@ use crate::telemetry::{LogLimit, Telemetry, WriteFailure};
 const FLUSH_SCRIPT: &str = concat!(include_str!("hourly.lua"), include_str!("flush.lua"));
 const FLUSH_SLOT_SCRIPT: &str = concat!(include_str!("hourly.lua"), include_str!("flush_slot.lua"));
 
-/// One script call of a window: applied atomically, and at most once thanks to its number.
+/// A bounded part of a window: applied atomically, and at most once thanks to its number.
 #[derive(Debug, Clone)]
 pub struct FlushChunk {
     /// Series (and log entries) it carries.
     pub series: usize,
-    /// Its place in the run's sending order, from 1: the script applies a chunk only above the
-    /// run's last applied number (see `flush.lua`).
+    /// Its place in the run's sending order, from 1: a chunk is applied only above the run's
+    /// last applied number (`standalone.rs`; `flush_slot.lua` in a cluster).
     pub seq: u64,
-    /// The script's ARGV, fixed when the window closed so every retry sends the same values.
+    /// Its writes in `flush.lua`'s argument layout, fixed when the window closed so every retry
+    /// sends the same values.
     argv: Argv,
 }
 
@@ -380,9 +383,9 @@ impl Numbering {
     }
 }
 
-/// Splits a closed window into chunks of at most `max_series` series each, each a ready
-/// `EVALSHA` of `flush.lua` (argument layout documented there), numbered 0 until the flusher
-/// numbers them in sending order.
+/// Splits a closed window into chunks of at most `max_series` series each, each packed in
+/// `flush.lua`'s argument layout (documented there), numbered 0 until the flusher numbers them
+/// in sending order.
 pub fn build_chunks(
     window: &ClosedWindow,
     precisions: &[(u64, CounterWrite)],
@@ -549,7 +552,7 @@ impl Writer {
 
 /// How long a run that writes nothing keeps its field in the guard: a copy of a chunk delayed
 /// longer than this (Redis closes idle connections long before: `tcp-keepalive` 300 s) could be
-/// applied again, and so could the last pipeline of a spool replayed this long after its crash.
+/// applied again, and so could the last chunks of a spool replayed this long after its crash.
 pub const GUARD_IDLE_SECS: u64 = 7 * 24 * 3600;
 
 /// Sends flush chunks to Redis.
@@ -592,7 +595,8 @@ fn write_failure(error: &str) -> WriteFailure {
     }
 }
 
-/// The replies to a pipeline: the chunks acknowledged, in order, and why the rest were not.
+/// What one call of [`Writer::write_chunks`] got done: the chunks acknowledged, in order, and
+/// why the rest were not.
 #[derive(Debug)]
 pub struct Written {
     /// How many of the chunks, from the first, Redis has (and, with `wait_replicas`, enough
@@ -605,7 +609,7 @@ pub struct Written {
 }
 
 impl Writer {
-    /// `wait`: replicas and timeout (ms) for `WAIT` after each pipeline; `None` when the master's
+    /// `wait`: replicas and timeout (ms) for `WAIT` after each call; `None` when the master's
     /// reply is enough.
     pub fn new(store: Store, wait: Option<(u32, u64)>, telemetry: Arc<Telemetry>) -> Writer {
         Writer {
@@ -680,8 +684,8 @@ impl Writer {
         Ok(connection)
     }
 
-    /// Whether a chunk sent before without an answer goes marked (`flush.lua`'s in-doubt flag):
-    /// only where Redis may have evicted its guard.
+    /// Whether a chunk sent before without an answer is in doubt (dropped, not applied, if its
+    /// guard is gone): only where Redis may have evicted its guard.
     pub(super) fn in_doubt(&self, sent_before: bool) -> bool {
         sent_before && self.server.evicts_guard()
     }
@@ -699,11 +703,11 @@ impl Writer {
         }
     }
 
-    /// Applies chunks of the run whose sequence key is `sequence` in one pipeline (one round
-    /// trip), in order; every chunk before the first was acknowledged. The chunks after the
-    /// first one not acknowledged are never applied (the script sees the gap), so sending
-    /// them all again from there is safe, and so is any copy of this pipeline still on its
-    /// way. Any error drops the connection, so the next call starts afresh.
+    /// Applies chunks of the run whose sequence key is `sequence` on one server, in order, one
+    /// round trip each (`standalone.rs`); every chunk before the first was acknowledged. The
+    /// chunks after the first one not acknowledged are not sent, so sending them all again
+    /// from there is safe, and so is any copy of one still on its way. Any error drops the
+    /// connection, so the next call starts afresh.
     ///
     /// `sent_before[i]`: chunk `i` was sent before without an answer (or comes from a spool),
     /// so Redis may have applied it.
@@ -752,9 +756,9 @@ impl Writer {
         if let Some((replicas, timeout_ms)) = self.wait
             && acknowledged > 0
         {
-            // Every write of this connection so far, those of an earlier pipeline included: a
-            // chunk re-sent after a short WAIT answers "applied before" and is waited for again
-            // (its script makes a write for that, so a new connection waits for it too).
+            // Every write of this connection so far, those of an earlier call included: a chunk
+            // re-sent after a short WAIT answers "applied before" and is waited for again (its
+            // transaction makes a write for that, so a new connection waits for it too).
             let got: u32 = redis::cmd("WAIT")
                 .arg(replicas)
                 .arg(timeout_ms)

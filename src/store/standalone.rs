@@ -490,6 +490,19 @@ impl Writer {
                 let replies: Vec<redis::RedisResult<Value>> = pipe.query_async(conn).await?;
                 let (transaction, check) = replies.split_at(queued.len() + 2);
                 let sent = self.read_transaction(transaction, &queued, &mut left_out, apply)?;
+                if matches!(sent, Sent::Applied) {
+                    // Recorded before the next check is read: a check that finds the run's
+                    // field gone (Redis lost data since) forgets this too.
+                    let now = clock::unix_now();
+                    for (indexed, record) in self.indexed.iter_mut().zip(indexing) {
+                        if let Some(slices) = record.slices {
+                            for series in &record.series {
+                                indexed.applied(series, &slices);
+                            }
+                        }
+                        indexed.prune(now);
+                    }
+                }
                 if next {
                     let check: Vec<Value> = check
                         .iter()
@@ -500,17 +513,7 @@ impl Writer {
                     read = self.check(conn, &keys).await?;
                 }
                 match sent {
-                    Sent::Applied => {
-                        let now = clock::unix_now();
-                        for (indexed, done) in self.indexed.iter_mut().zip(indexing) {
-                            if let Some(slices) = done.slices {
-                                for series in &done.series {
-                                    indexed.applied(series, &slices);
-                                }
-                            }
-                            indexed.prune(now);
-                        }
-                    }
+                    Sent::Applied => {}
                     Sent::AppliedBefore => done.replayed += 1,
                     Sent::Again => continue,
                 }

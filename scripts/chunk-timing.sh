@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures how long one flush chunk (one MULTI/EXEC: src/store/standalone.rs) keeps Redis busy,
+# Measures how long one flush chunk (one MULTI/EXEC: src/store/write/standalone.rs) keeps Redis busy,
 # for several chunk sizes, from Redis's own latency tracking (an EXEC's time holds its writes').
 # Counters at the 7 default precisions: each series costs 7 HINCRBY, plus an index
 # member for each slice it starts.

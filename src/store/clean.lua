@@ -6,7 +6,7 @@
 -- is then empty (or was already gone, or the key is another program's, of another type), remove
 -- the member from the index. Both happen in this one atomic call, so a writer's new slice
 -- either lands before (the hash is not empty) or after (the writer adds the member with a
--- slice's first write: src/store/standalone.rs, `Indexed`).
+-- slice's first write: src/store/write/standalone.rs, `Indexed`).
 -- Returns {slices removed, members removed}.
 
 local index, hash_prefix = ARGV[1], ARGV[2]

@@ -2,7 +2,7 @@
 -- buckets, sets and logs (the layout: README, "The Redis layout"). The chunk's counters and
 -- gauges are sent beside this call as bare commands, and the exactly-once check is made by the
 -- agent: the call is one command of the chunk's MULTI/EXEC, which runs only when the run's guard
--- is still what the agent read (src/store/standalone.rs, where the argument for exactly once is
+-- is still what the agent read (src/store/write/standalone.rs, where the argument for exactly once is
 -- written).
 --
 -- Key names follow src/store/keys.rs (the prefix, then the book's names); the tests read every

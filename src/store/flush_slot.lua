@@ -90,7 +90,7 @@ end
 local members, gauge_members, timers = {}, {}, {}
 
 local function apply()
-  -- Counters (modes of CounterWrite in src/store/writer.rs): 1 HINCRBY, and a new slice (the
+  -- Counters (modes of CounterWrite in src/store/write/chunk.rs): 1 HINCRBY, and a new slice (the
   -- total equals the increment) reports its index member; 2 HINCRBY only; 3 the member only.
   local skip = #prefix + #'count:' + 1
   for _ = 1, count() do

@@ -1,5 +1,5 @@
 -- What flush.lua (one server) and flush_slot.lua (a cluster's slot) do alike, put in front of
--- each when it is loaded (src/store/writer.rs): refused writes, the book's hourly rollover,
+-- each when it is loaded (src/store/write/mod.rs): refused writes, the book's hourly rollover,
 -- update_stats and log_common / log_recent. Keys come in as a family: the hour's key and its
 -- `:start`, `:last` and `:pstart`, names the caller builds (flush_slot.lua gets them declared).
 

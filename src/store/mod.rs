@@ -9,9 +9,7 @@ pub mod keys;
 pub mod query;
 pub mod reader;
 pub mod server;
-mod slots;
-mod standalone;
-mod writer;
+mod write;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,11 +30,11 @@ pub use cleaner::Cleaner;
 pub use keys::Keys;
 pub use query::{Queries, QueryError, Schedule};
 pub use reader::{QuantileRange, QuantilesView, Reader, SliceQuantiles, glob_match};
-pub use slots::{FollowUps, build_slot_chunks};
-pub use writer::{
+pub use write::{
     ChunkSettings, Chunker, CounterWrite, FlushChunk, GUARD_IDLE_SECS, InFlight, Numbering,
     Outcome, QuantileSettings, Writer, Written, build_chunks,
 };
+pub use write::{FollowUps, build_slot_chunks};
 
 /// One connection from [`Store::connect`], made on first use and forgotten after a failure, so
 /// the next use connects afresh (a multiplexed connection to a server that restarted stays

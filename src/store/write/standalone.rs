@@ -49,7 +49,8 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{Connection, StoreError, Writer, clock};
+use super::Writer;
+use crate::store::{Connection, StoreError, clock};
 
 /// Sends of one chunk that end with nothing applied and no error (a `WATCH` broken by a late
 /// copy, writes left out for their ACL) before the call gives up on it.

@@ -10,12 +10,13 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use redis::aio::ConnectionLike;
 
-use super::writer::{Argv, BUCKET_WRITES_PER_SERIES, SET_MEMBERS_PER_SERIES, put_buckets};
+use super::chunk::{Argv, BUCKET_WRITES_PER_SERIES, SET_MEMBERS_PER_SERIES, put_buckets};
 use super::{
-    ChunkSettings, Connection, CounterWrite, FlushChunk, GUARD_IDLE_SECS, Keys, Outcome,
-    StoreError, Writer, clock, keys,
+    ChunkSettings, Connection, CounterWrite, FlushChunk, GUARD_IDLE_SECS, Outcome, Writer,
+    short_wait,
 };
 use crate::aggregate::{ClosedWindow, StatKind, sketch};
+use crate::store::{Keys, StoreError, clock, keys};
 
 /// Slot chunks in flight at once: enough to keep every master of a large cluster busy, few
 /// enough that a failing cluster is not flooded with calls that will fail too.
@@ -478,7 +479,7 @@ impl Writer {
                 Ok(got) => {
                     self.telemetry.replica_waits_short.increment(1);
                     acknowledged.fill(false);
-                    error = Some(super::writer::short_wait(got, replicas, timeout_ms));
+                    error = Some(short_wait(got, replicas, timeout_ms));
                 }
                 Err(e) => {
                     acknowledged.fill(false);

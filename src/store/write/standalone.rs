@@ -59,8 +59,7 @@ const MAX_ATTEMPTS: usize = 8;
 /// A flush chunk's arguments by section (the layout is documented in `flush.lua`).
 struct Sections<'a> {
     args: Vec<&'a [u8]>,
-    /// Per precision: the precision, its slice, what the chunk does with its counters there.
-    precisions: Vec<(&'a [u8], &'a [u8], u8)>,
+    precisions: Vec<Precision<'a>>,
     /// Where the counters' count is in `args`, and how many there are.
     counters_at: usize,
     counters: usize,
@@ -70,6 +69,15 @@ struct Sections<'a> {
     sample_count: u64,
     /// When it was read (the agent's clock, s).
     now: u64,
+}
+
+/// One precision of a chunk: as sent (the precision, its slice), what the chunk does with its
+/// counters there, and the two as numbers.
+struct Precision<'a> {
+    p: &'a [u8],
+    slice: &'a [u8],
+    mode: u8,
+    at: Option<(u64, u64)>,
 }
 
 impl<'a> Sections<'a> {
@@ -82,8 +90,13 @@ impl<'a> Sections<'a> {
         let mut precisions = Vec::with_capacity(count);
         for k in 0..count {
             let at = 6 + 3 * k;
-            let mode = number(at + 2)?;
-            precisions.push((*args.get(at)?, *args.get(at + 1)?, u8::try_from(mode).ok()?));
+            let (p, slice) = (*args.get(at)?, *args.get(at + 1)?);
+            precisions.push(Precision {
+                p,
+                slice,
+                mode: u8::try_from(number(at + 2)?).ok()?,
+                at: self::number(p).zip(self::number(slice)),
+            });
         }
         let quantiles_at = 6 + 3 * count;
         let counters_at = quantiles_at + 3 + 3 * number(quantiles_at + 2)?;
@@ -115,16 +128,17 @@ impl<'a> Sections<'a> {
 
     /// The counters: series, increment.
     fn counters(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + '_ {
-        let first = self.counters_at + 1;
-        self.args[first..first + 2 * self.counters]
-            .chunks(2)
-            .map(|pair| (pair[0], pair[1]))
+        self.pairs(self.counters_at, self.counters)
     }
 
     /// The gauges: series, value.
     fn gauges(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + '_ {
-        let first = self.gauges_at + 1;
-        self.args[first..first + 2 * self.gauges]
+        self.pairs(self.gauges_at, self.gauges)
+    }
+
+    /// The `n` pairs after the count at `at`.
+    fn pairs(&self, at: usize, n: usize) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + '_ {
+        self.args[at + 1..at + 1 + 2 * n]
             .chunks(2)
             .map(|pair| (pair[0], pair[1]))
     }
@@ -219,6 +233,14 @@ impl Indexed {
     }
 }
 
+/// `parts` joined into `key`, reused from write to write.
+fn put_key(key: &mut Vec<u8>, parts: &[&[u8]]) {
+    key.clear();
+    for part in parts {
+        key.extend_from_slice(part);
+    }
+}
+
 fn number<T: std::str::FromStr>(bytes: &[u8]) -> Option<T> {
     std::str::from_utf8(bytes).ok()?.parse().ok()
 }
@@ -234,9 +256,10 @@ struct GuardRead {
 }
 
 /// One queued command of a transaction: what its reply means.
+#[derive(Clone, Copy)]
 enum Queued {
-    /// A counter's write or index members: a refusal is counted, the rest goes on.
-    Book(Vec<u8>),
+    /// A counter's or gauge's write or index members: a refusal is counted, the rest goes on.
+    Book,
     /// The `flush.lua` call: its reply lists the writes it skipped.
     Script,
     /// The guard and the watch key: refused, the chunk is not applied.
@@ -248,6 +271,21 @@ struct Book<'p> {
     left_out: &'p HashSet<Vec<u8>>,
     pipe: &'p mut redis::Pipeline,
     queued: &'p mut Vec<Queued>,
+}
+
+impl Book<'_> {
+    /// Queues `command key args…` unless an ACL refused `key`; whether it was queued.
+    fn write(&mut self, command: &str, key: &[u8], args: &[&[u8]]) -> bool {
+        if !self.left_out.is_empty() && self.left_out.contains(key) {
+            return false;
+        }
+        let cmd = self.pipe.cmd(command).arg(key);
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        self.queued.push(Queued::Book);
+        true
+    }
 }
 
 /// One `ZADD` of index members `<precision>:<series>`, score 0.
@@ -278,33 +316,15 @@ impl<'k> Index<'k> {
     fn queue(self, book: &mut Book) {
         if self.members > 0 && !book.left_out.contains(self.key) {
             book.pipe.add_command(self.command);
-            book.queued.push(Queued::Book(self.key.to_vec()));
+            book.queued.push(Queued::Book);
         }
     }
 }
 
-/// What to record in [`Indexed`] once the chunk is applied: the slices its series were written
-/// and indexed at, and the series (none when writes were left out).
-#[derive(Default)]
-struct Indexing {
-    slices: Option<Slices>,
-    series: Vec<Vec<u8>>,
-}
-
-impl Indexing {
-    fn of<'a>(
-        slices: Vec<(u64, u64)>,
-        series: impl Iterator<Item = &'a [u8]>,
-        book: &Book,
-    ) -> Indexing {
-        if slices.is_empty() || !book.left_out.is_empty() {
-            return Indexing::default();
-        }
-        Indexing {
-            slices: Some(slices.into()),
-            series: series.map(<[u8]>::to_vec).collect(),
-        }
-    }
+/// What to record in [`Indexed`] once the chunk is applied: the slices its counters' (or
+/// gauges') series were written and indexed at; none when writes were left out.
+fn indexing(slices: Vec<(u64, u64)>, book: &Book) -> Option<Slices> {
+    (!slices.is_empty() && book.left_out.is_empty()).then(|| slices.into())
 }
 
 /// [`Writer::indexed`]'s entries: counters' members (`known:`), gauges' (`known:gauge:`).
@@ -446,7 +466,7 @@ impl Writer {
                 pipe.ignore_errors();
                 pipe.cmd("MULTI");
                 let mut queued = Vec::new();
-                let mut indexing = [Indexing::default(), Indexing::default()];
+                let mut indexing = [None, None];
                 if apply {
                     for field in &read.idle {
                         pipe.cmd("HDEL").arg(&keys.guard).arg(field);
@@ -490,15 +510,22 @@ impl Writer {
                 }
                 let replies: Vec<redis::RedisResult<Value>> = pipe.query_async(conn).await?;
                 let (transaction, check) = replies.split_at(queued.len() + 2);
-                let sent = self.read_transaction(transaction, &queued, &mut left_out, apply)?;
+                let sent =
+                    self.read_transaction(transaction, &pipe, &queued, &mut left_out, apply)?;
                 if matches!(sent, Sent::Applied) {
                     // Recorded before the next check is read: a check that finds the run's
                     // field gone (Redis lost data since) forgets this too.
                     let now = clock::unix_now();
-                    for (indexed, record) in self.indexed.iter_mut().zip(indexing) {
-                        if let Some(slices) = record.slices {
-                            for series in &record.series {
-                                indexed.applied(series, &slices);
+                    let sections_of = [
+                        (sections.counters_at, sections.counters),
+                        (sections.gauges_at, sections.gauges),
+                    ];
+                    for ((indexed, slices), (at, n)) in
+                        self.indexed.iter_mut().zip(indexing).zip(sections_of)
+                    {
+                        if let Some(slices) = slices {
+                            for (name, _) in sections.pairs(at, n) {
+                                indexed.applied(name, &slices);
                             }
                         }
                         indexed.prune(now);
@@ -546,23 +573,23 @@ impl Writer {
 
     /// Queues the chunk's counters: the `HINCRBY`s at each precision that writes them (but
     /// those left out), then one `ZADD` of the index members they need.
-    fn queue_counters(&self, sections: &Sections, book: &mut Book) -> Indexing {
+    fn queue_counters(&self, sections: &Sections, book: &mut Book) -> Option<Slices> {
         let prefix = sections.prefix();
         let known = [prefix, b"known:"].concat();
         let mut index = Index::new(&known);
         let mut slices = Vec::new();
-        for &(p, slice, mode) in &sections.precisions {
+        let mut key = Vec::new();
+        for precision in &sections.precisions {
+            let Precision { p, slice, mode, at } = *precision;
             let (write, index_new, index_all) = (mode == 1 || mode == 2, mode == 1, mode == 3);
-            let at = number::<u64>(p).zip(number::<u64>(slice));
             if let (true, Some(at)) = (index_new, at) {
                 slices.push(at);
             }
             for (series, n) in sections.counters() {
-                let key = [prefix, b"count:", p, b":", series].concat();
-                let refused = book.left_out.contains(&key);
+                put_key(&mut key, &[prefix, b"count:", p, b":", series]);
+                let refused = !book.left_out.is_empty() && book.left_out.contains(&key);
                 if write && !refused {
-                    book.pipe.cmd("HINCRBY").arg(&key).arg(slice).arg(n);
-                    book.queued.push(Queued::Book(key));
+                    book.write("HINCRBY", &key, &[slice, n]);
                 }
                 if !refused
                     && (index_all
@@ -573,44 +600,34 @@ impl Writer {
             }
         }
         index.queue(book);
-        Indexing::of(slices, sections.counters().map(|(series, _)| series), book)
+        indexing(slices, book)
     }
 
     /// Queues the chunk's gauges: each one's current value in `gauges:` and its value in the
     /// slice of every precision, then one `ZADD` of the index members they need.
-    fn queue_gauges(&self, sections: &Sections, book: &mut Book) -> Indexing {
+    fn queue_gauges(&self, sections: &Sections, book: &mut Book) -> Option<Slices> {
         if sections.gauges == 0 {
-            return Indexing::default();
+            return None;
         }
         let prefix = sections.prefix();
         let current = [prefix, b"gauges:"].concat();
         let known = [prefix, b"known:gauge:"].concat();
         let mut index = Index::new(&known);
-        let slices: Vec<(u64, u64)> = sections
-            .precisions
-            .iter()
-            .filter_map(|&(p, slice, _)| number::<u64>(p).zip(number::<u64>(slice)))
-            .collect();
+        let mut key = Vec::new();
         for (series, value) in sections.gauges() {
-            if !book.left_out.contains(&current) {
-                book.pipe.cmd("HSET").arg(&current).arg(series).arg(value);
-                book.queued.push(Queued::Book(current.clone()));
-            }
-            for &(p, slice, _) in &sections.precisions {
-                let key = [prefix, b"gauge:", p, b":", series].concat();
-                if book.left_out.contains(&key) {
-                    continue;
-                }
-                book.pipe.cmd("HSET").arg(&key).arg(slice).arg(value);
-                book.queued.push(Queued::Book(key));
-                let at = number::<u64>(p).zip(number::<u64>(slice));
-                if !self.has_member(GAUGES, sections, series, at) {
+            book.write("HSET", &current, &[series, value]);
+            for &Precision { p, slice, at, .. } in &sections.precisions {
+                put_key(&mut key, &[prefix, b"gauge:", p, b":", series]);
+                if book.write("HSET", &key, &[slice, value])
+                    && !self.has_member(GAUGES, sections, series, at)
+                {
                     index.add(p, series);
                 }
             }
         }
         index.queue(book);
-        Indexing::of(slices, sections.gauges().map(|(series, _)| series), book)
+        let slices = sections.precisions.iter().filter_map(|p| p.at).collect();
+        indexing(slices, book)
     }
 
     /// Reads the replies of `MULTI` … `EXEC`: refusals at queueing (left out next time, or the
@@ -618,6 +635,7 @@ impl Writer {
     fn read_transaction(
         &mut self,
         replies: &[redis::RedisResult<Value>],
+        pipe: &redis::Pipeline,
         queued: &[Queued],
         left_out: &mut HashSet<Vec<u8>>,
         apply: bool,
@@ -626,13 +644,25 @@ impl Writer {
             return Err(unexpected("a transaction's replies"));
         };
         multi.clone()?;
+        // The key of the `i`th queued command (after MULTI), for what Redis said of it.
+        let key = |i: usize| -> Vec<u8> {
+            let arg = pipe
+                .cmd_iter()
+                .nth(i + 1)
+                .and_then(|c| c.args_iter().nth(1));
+            match arg {
+                Some(redis::Arg::Simple(key)) => key.to_vec(),
+                _ => Vec::new(),
+            }
+        };
         let mut again = false;
-        for (reply, what) in replies[1..replies.len() - 1].iter().zip(queued) {
+        for (i, (reply, what)) in replies[1..replies.len() - 1].iter().zip(queued).enumerate() {
             let Err(e) = reply else { continue };
             match what {
-                Queued::Book(key) if e.code() == Some("NOPERM") => {
-                    self.refused(&String::from_utf8_lossy(key), &e.to_string());
-                    left_out.insert(key.clone());
+                Queued::Book if e.code() == Some("NOPERM") => {
+                    let key = key(i);
+                    self.refused(&String::from_utf8_lossy(&key), &e.to_string());
+                    left_out.insert(key);
                     again = true;
                 }
                 // Refused before it started (out of memory, a replica, a guard it may not
@@ -650,10 +680,10 @@ impl Writer {
             Ok(_) => return Err(unexpected("EXEC's reply")),
             Err(e) => return Err(e.clone().into()),
         };
-        for (result, what) in results.iter().zip(queued) {
+        for (i, (result, what)) in results.iter().zip(queued).enumerate() {
             match (result, what) {
-                (Value::ServerError(e), Queued::Book(key)) => {
-                    self.refused(&String::from_utf8_lossy(key), &server_error(e));
+                (Value::ServerError(e), Queued::Book) => {
+                    self.refused(&String::from_utf8_lossy(&key(i)), &server_error(e));
                 }
                 (Value::ServerError(e), Queued::Script) => {
                     self.refused("(flush.lua)", &server_error(e));
@@ -752,8 +782,13 @@ mod tests {
         let c = chunk(&window);
         let sections = Sections::read(c.args()).unwrap();
         assert_eq!(sections.prefix(), b"p:");
+        let precisions: Vec<_> = sections
+            .precisions
+            .iter()
+            .map(|p| (p.p, p.slice, p.mode))
+            .collect();
         assert_eq!(
-            sections.precisions,
+            precisions,
             [(&b"1"[..], &b"120"[..], 1), (&b"60"[..], &b"120"[..], 3)]
         );
         let counters: Vec<_> = sections.counters().collect();

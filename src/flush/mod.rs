@@ -91,6 +91,7 @@ impl Flusher {
         telemetry: Arc<Telemetry>,
     ) -> Flusher {
         let keys = writer.keys().clone();
+        let chunker = Chunker::new(keys.clone(), &config);
         Flusher {
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
             telemetry: telemetry.clone(),
@@ -100,8 +101,8 @@ impl Flusher {
                 ledger: Ledger::new(config.forget_idle_secs),
                 sequence: keys.flush_sequence(run_id).into(),
                 last_window: 0,
-                numbering: Chunker::new(keys.clone(), &config).numbering(),
-                chunker: Chunker::new(keys, &config),
+                numbering: chunker.numbering(),
+                chunker,
                 coarse: Coarse::new(&config),
                 quantiles: QuantileGroups::new(&config),
                 drop_log: LogLimit::default(),

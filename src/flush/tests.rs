@@ -16,11 +16,12 @@ fn closer(coarse_write_secs: u64) -> (Closer, Arc<Mutex<Window>>) {
 
 fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
     let window = Arc::new(Mutex::new(Window::default()));
+    let chunker = Chunker::new(Keys::new(""), &config);
     let closer = Closer {
         windows: vec![window.clone()],
         ledger: Ledger::default(),
-        numbering: Chunker::new(Keys::new(""), &config).numbering(),
-        chunker: Chunker::new(Keys::new(""), &config),
+        numbering: chunker.numbering(),
+        chunker,
         sequence: "flush:a".into(),
         last_window: 0,
         coarse: Coarse::new(&config),

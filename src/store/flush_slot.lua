@@ -37,18 +37,39 @@
 -- which costs a ZADD each; the cleaner removes a member whose hash is gone) and reads its
 -- timers' averages back from their stats keys.
 --
--- Why a copy is never applied twice and none is skipped: as flush.lua, per slot; the chunks of a
--- slot are sent one at a time, each once the one before it is acknowledged.
+-- Why a copy is never applied twice, in any order of arrival: a chunk is applied only when its
+-- number is above the run's last one in the slot, which it then becomes; the numbers only grow.
+-- Why none is skipped: the chunks of a slot are sent one at a time, each once the one before it
+-- is acknowledged. (One server checks the number in the agent instead, around a MULTI/EXEC:
+-- src/store/write/standalone.rs.)
 --
--- The guard has no TTL, as flush.lua's: an evicting policy takes a key with one first, and
+-- The guard has no TTL, as one server's: an evicting policy takes a key with one first, and
 -- 16 384 keys with one would put the expiry lookup that every write makes (is this key
 -- expired?) into a large table; with the reply the old guard stored, that cost a cluster node
 -- 11 % of its time (docs/benchmarks.md, "Redis Cluster"). A run's field goes instead when a
 -- run's first chunk in the slot finds it idle for the lifetime.
 
--- A run's field: "<number> <Redis's time>" (hourly.lua, guard_last). A marked chunk (in doubt,
--- under an evicting policy) that finds no field may have been applied: {-2}, nothing written,
--- as in flush.lua.
+-- The slot's exactly-once guard: the HASH `guard` holds a field per run, "<number of its last
+-- chunk applied> <Redis's time>", and no TTL (a key with one is what a volatile-*
+-- maxmemory-policy evicts first). The run's last number, or nil when the run has no field: its
+-- first chunk here, or a guard lost with Redis's data or evicted. Then the fields of runs idle
+-- for `idle` seconds are dropped (the guard holds only live runs).
+local function guard_last(guard, run, now, idle)
+  local stored = redis.call('HGET', guard, run)
+  if stored then
+    return tonumber(string.match(stored, '^%d+'))
+  end
+  local runs = redis.call('HGETALL', guard)
+  for j = 1, #runs, 2 do
+    if (tonumber(string.match(runs[j + 1], '^%d+ (%d+)')) or 0) < now - idle then
+      redis.call('HDEL', guard, runs[j])
+    end
+  end
+  return nil
+end
+
+-- A marked chunk (in doubt, under an evicting policy) that finds no field may have been
+-- applied: {-2}, nothing written.
 local guard, seq, run, in_doubt = KEYS[1], tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1'
 local now = tonumber(redis.call('TIME')[1])
 skew = now - tonumber(ARGV[4])
@@ -57,7 +78,7 @@ if not last and in_doubt then
   return {-2}
 end
 if last and last >= seq then
-  -- A write all the same, as in flush.lua: a WAIT after it covers the earlier copy.
+  -- A write all the same: a WAIT after it covers the earlier copy, even on a new connection.
   redis.call('HSET', guard, run, last .. ' ' .. now)
   return {0}
 end

@@ -1,6 +1,6 @@
 -- What flush.lua (one server) and flush_slot.lua (a cluster's slot) do alike, put in front of
--- each when it is loaded (src/store/write/mod.rs): refused writes, the book's hourly rollover,
--- update_stats and log_common / log_recent. Keys come in as a family: the hour's key and its
+-- each when it is loaded (src/store/write/mod.rs): the clock skew of expiry times, refused
+-- writes, the book's hourly rollover, update_stats and log_common / log_recent. Keys come in as a family: the hour's key and its
 -- `:start`, `:last` and `:pstart`, names the caller builds (flush_slot.lua gets them declared).
 
 -- The window's hour (YYYY-MM-DDTHH:00:00) and the idle lifetime of log keys (s, 0: none); the
@@ -14,25 +14,6 @@ local hour, log_ttl
 local skew = 0
 local function expire_by(key, at)
   redis.call('EXPIREAT', key, tonumber(at) + skew)
-end
-
--- The exactly-once guard of flush.lua and flush_slot.lua: the HASH `guard` holds a field per
--- run, "<number of its last chunk applied> <Redis's time>", and no TTL (a key with one is what
--- a volatile-* maxmemory-policy evicts first). The run's last number, or nil when the run has
--- no field: its first chunk here, or a guard lost with Redis's data or evicted. Then the fields
--- of runs idle for `idle` seconds are dropped (the guard holds only live runs).
-local function guard_last(guard, run, now, idle)
-  local stored = redis.call('HGET', guard, run)
-  if stored then
-    return tonumber(string.match(stored, '^%d+'))
-  end
-  local runs = redis.call('HGETALL', guard)
-  for j = 1, #runs, 2 do
-    if (tonumber(string.match(runs[j + 1], '^%d+ (%d+)')) or 0) < now - idle then
-      redis.call('HDEL', guard, runs[j])
-    end
-  end
-  return nil
 end
 
 -- Writes Redis refused, as key, error pairs. Every write goes through redis.pcall (`try`), or

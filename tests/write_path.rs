@@ -49,6 +49,18 @@ fn numbered(chunker: &Chunker, window: &ClosedWindow, first: u64) -> Vec<Arc<Flu
         .collect()
 }
 
+/// `chunks` of the run `sequence` written, without an error.
+async fn write_ok(
+    writer: &mut Writer,
+    sequence: &str,
+    chunks: &[Arc<FlushChunk>],
+    sent_before: &[bool],
+) -> statsd_redis::store::Written {
+    let written = writer.write_chunks(sequence, chunks, sent_before).await;
+    assert!(written.error.is_none(), "{:?}", written.error);
+    written
+}
+
 fn query<T: redis::FromRedisValue>(redis: &RedisServer, cmd: &mut redis::Cmd) -> T {
     cmd.query(&mut redis.conn()).unwrap()
 }
@@ -70,26 +82,24 @@ async fn a_new_run_drops_only_the_guard_fields_of_runs_idle_for_a_week() {
     );
     let (mut writer, chunker) = writer(&redis);
     let now = unix_now();
-    let written = writer
-        .write_chunks(
-            "flush:new.run",
-            &chunks(&chunker, now, &["prune"], 3, 1),
-            &[],
-        )
-        .await;
-    assert!(written.error.is_none(), "{:?}", written.error);
+    write_ok(
+        &mut writer,
+        "flush:new.run",
+        &chunks(&chunker, now, &["prune"], 3, 1),
+        &[],
+    )
+    .await;
     let mut fields: Vec<String> = query(&redis, redis::cmd("HKEYS").arg("flush:"));
     fields.sort();
     assert_eq!(fields, ["live.run", "new.run"]);
 
-    let late = writer
-        .write_chunks(
-            "flush:live.run",
-            &chunks(&chunker, now, &["prune"], 3, 5),
-            &[],
-        )
-        .await;
-    assert!(late.error.is_none(), "{:?}", late.error);
+    let late = write_ok(
+        &mut writer,
+        "flush:live.run",
+        &chunks(&chunker, now, &["prune"], 3, 5),
+        &[],
+    )
+    .await;
     assert_eq!((late.acknowledged, late.replayed), (1, 1));
     for p in PRECISIONS {
         assert_eq!(redis.counter_total(p, "prune"), 3, "precision {p}");
@@ -110,8 +120,7 @@ async fn a_spool_of_an_older_version_is_checked_against_its_string_key() {
     for seq in 2..=4 {
         all.extend(chunks(&chunker, now + seq - 1, &["spooled"], 2, seq));
     }
-    let written = writer.write_chunks("flush:old.1", &all, &[true; 4]).await;
-    assert!(written.error.is_none(), "{:?}", written.error);
+    let written = write_ok(&mut writer, "flush:old.1", &all, &[true; 4]).await;
     assert_eq!((written.acknowledged, written.replayed), (4, 3));
     assert_eq!(
         redis.counter_total(1, "spooled"),
@@ -147,18 +156,24 @@ async fn index_members_come_back_at_once_after_redis_lost_its_data() {
         m.sort();
         m
     };
-    let first = writer
-        .write_chunks("flush:w.1", &numbered(&chunker, &window(start), 1), &[])
-        .await;
-    assert!(first.error.is_none(), "{:?}", first.error);
+    write_ok(
+        &mut writer,
+        "flush:w.1",
+        &numbered(&chunker, &window(start), 1),
+        &[],
+    )
+    .await;
     assert_eq!(members("known:"), expected("x"));
     assert_eq!(members("known:gauge:"), expected("g"));
 
     let _: () = query(&redis, &mut redis::cmd("FLUSHALL"));
-    let second = writer
-        .write_chunks("flush:w.1", &numbered(&chunker, &window(start + 1), 2), &[])
-        .await;
-    assert!(second.error.is_none(), "{:?}", second.error);
+    write_ok(
+        &mut writer,
+        "flush:w.1",
+        &numbered(&chunker, &window(start + 1), 2),
+        &[],
+    )
+    .await;
     assert_eq!(members("known:"), expected("x"));
     assert_eq!(members("known:gauge:"), expected("g"));
     for p in PRECISIONS {

@@ -286,13 +286,12 @@ pub fn apply(
         }
         "scale" => {
             let factor = required(arg(1, "factor"), "factor")?.number()?;
-            let mut l = list(arg(0, "seriesList"));
-            for s in &mut l {
-                s.tags.set("scale", repr_string(factor));
-                s.rename(format!("scale({},{})", s.name, percent_g(factor)));
-                map_values(s, |v| v.map(|v| v * factor));
-            }
-            Ok(l)
+            Ok(per_value(
+                list(arg(0, "seriesList")),
+                "scale",
+                Some(factor),
+                |v| v * factor,
+            ))
         }
         "scaleToSeconds" => {
             let seconds = required(arg(1, "seconds"), "seconds")?;
@@ -631,24 +630,20 @@ pub fn apply(
                 })
                 .collect())
         }
-        "absolute" => {
-            let mut l = list(arg(0, "seriesList"));
-            for s in &mut l {
-                s.tags.set("absolute", "1");
-                s.rename(format!("absolute({})", s.name));
-                map_values(s, |v| v.map(f64::abs));
-            }
-            Ok(l)
-        }
+        "absolute" => Ok(per_value(
+            list(arg(0, "seriesList")),
+            "absolute",
+            None,
+            f64::abs,
+        )),
         "offset" => {
             let factor = required(arg(1, "factor"), "factor")?.number()?;
-            let mut l = list(arg(0, "seriesList"));
-            for s in &mut l {
-                s.tags.set("offset", repr_string(factor));
-                s.rename(format!("offset({},{})", s.name, percent_g(factor)));
-                map_values(s, |v| v.map(|v| v + factor));
-            }
-            Ok(l)
+            Ok(per_value(
+                list(arg(0, "seriesList")),
+                "offset",
+                Some(factor),
+                |v| v + factor,
+            ))
         }
         "removeBelowValue" | "removeAboveValue" => {
             let n = required(arg(1, "n"), "n")?.number()?;
@@ -700,6 +695,27 @@ pub fn apply(
 }
 
 /// Replaces every stored value (graphite-web's in-place `series[i] = f(series[i])`).
+/// A function of each value, as graphite-web's `scale`, `offset` and `absolute` apply it: each
+/// series renamed `<function>(<name>[,<factor>])` and tagged `<function>=<factor>` (`1` without
+/// one).
+fn per_value(
+    mut list: Vec<Series>,
+    function: &str,
+    factor: Option<f64>,
+    f: impl Fn(f64) -> f64,
+) -> Vec<Series> {
+    for s in &mut list {
+        let (tag, shown) = match factor {
+            Some(factor) => (repr_string(factor), format!(",{}", percent_g(factor))),
+            None => ("1".to_string(), String::new()),
+        };
+        s.tags.set(function, tag);
+        s.rename(format!("{function}({}{shown})", s.name));
+        map_values(s, |v| v.map(&f));
+    }
+    list
+}
+
 fn map_values(s: &mut Series, f: impl Fn(Point) -> Point) {
     for v in &mut s.values {
         *v = f(*v);

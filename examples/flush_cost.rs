@@ -40,7 +40,6 @@ async fn main() {
         (false, 20, true, true, 1);
     let mut warmup = 0;
     let mut bare = false;
-    let mut pace = false;
     let (mut gauges, mut set_members) = (false, 0);
     let mut masters: Vec<String> = Vec::new();
     let mut quantile_precisions = Config::default().quantile_precisions;
@@ -62,7 +61,6 @@ async fn main() {
             "--buckets-only" => stats_too = false,
             "--step" => step = value().parse().expect("--step SECS"),
             "--bare" => bare = true,
-            "--pace" => pace = true,
             "--gauges" => gauges = true,
             "--sets" => set_members = value().parse().expect("--sets M"),
             "--warmup" => warmup = value().parse().expect("--warmup N"),
@@ -181,16 +179,6 @@ async fn main() {
                 ..ClosedWindow::default()
             }
         };
-        if pace {
-            // As an agent writes: a window a second, Redis idle in between.
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap();
-            tokio::time::sleep(std::time::Duration::from_nanos(
-                1_000_000_000 - u64::from(now.subsec_nanos()),
-            ))
-            .await;
-        }
         let began = Instant::now();
         if bare {
             write_bare(&config.redis, &window).await;

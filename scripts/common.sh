@@ -43,3 +43,17 @@ start_redis() {
 
 # redis_cpu SOCKET: the CPU seconds (user + system) that Redis has used so far.
 redis_cpu() { redis-cli -s "$1" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
+
+# redis_usage REDIS-CLI-ADDRESS-FLAGS: the server's CPU seconds (user + system) and HINCRBY calls
+# so far (0 before the first).
+redis_usage() {
+  # shellcheck disable=SC2086
+  redis-cli $1 info all | tr -d '\r' |
+    awk -F'[:,=]' '/^used_cpu_(user|sys):/ {cpu += $2} /^cmdstat_hincrby:/ {calls = $3} END {print cpu, calls + 0}'
+}
+
+# agent_metric HTTP-PORT NAME: an agent metric from /metrics, summed over its labels (0 if absent).
+agent_metric() {
+  curl -s "127.0.0.1:$1/metrics" |
+    awk -v m="statsd_redis_$2" '$1 == m || index($1, m "{") == 1 { s += $2 } END { print s + 0 }'
+}

@@ -33,21 +33,15 @@ for i in "${!builds[@]}"; do
     urls+=("redis+unix://$dir/redis-$i.sock"); socks+=("-s $dir/redis-$i.sock")
   fi
 done
-# The server's CPU seconds (user + system) and HINCRBY calls so far.
-usage() { # redis-cli address flags
-  # shellcheck disable=SC2086
-  redis-cli $1 info all | tr -d '\r' |
-    awk -F'[:,=]' '/^used_cpu_(user|sys):/ {cpu += $2} /^cmdstat_hincrby:/ {calls = $3} END {print cpu, calls}'
-}
 cluster=(); [ "${CLUSTER:-0}" = 1 ] && cluster=(--cluster)
 start=$(date +%s)
 for round in $(seq 1 "$rounds"); do
   for i in "${!builds[@]}"; do
     flags=(--redis "${urls[$i]}" --series "$series" "${cluster[@]}")
     "${builds[$i]}" "${flags[@]}" --windows 1 --start "$start" >/dev/null
-    read -r cpu0 calls0 < <(usage "${socks[$i]}")
+    read -r cpu0 calls0 < <(redis_usage "${socks[$i]}")
     "${builds[$i]}" "${flags[@]}" --windows "$windows" --start $((start + 1)) >/dev/null
-    read -r cpu1 calls1 < <(usage "${socks[$i]}")
+    read -r cpu1 calls1 < <(redis_usage "${socks[$i]}")
     python3 -c "print(f'round $round  ${builds[$i]}  {($cpu1 - $cpu0) / ($windows * $series) * 1e6:.2f} us of Redis CPU per counter series per window, {($cpu1 - $cpu0) / max(1, $calls1 - $calls0) * 1e6:.2f} per HINCRBY')"
   done
   start=$((start + windows + 1))

@@ -18,18 +18,13 @@ cd "$(dirname "$0")/.."
 series=${1:-20000}; secs=${2:-10}; runs=${3:-3}; type=${TYPE:-c}
 cargo build --release --quiet --bin statsd-redis --example loadgen --example flush_cost
 . scripts/common.sh
-usage() { # port: the server's CPU seconds (user + system) and HINCRBY calls so far
-  redis-cli -p "$1" info all | tr -d '\r' |
-    awk -F'[:,=]' '/^used_cpu_(user|sys):/ {cpu += $2} /^cmdstat_hincrby:/ {calls = $3} END {print cpu, calls + 0}'
-}
-metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="statsd_redis_$2" '$1 == m || index($1, m "{") == 1 { s += $2 } END { print s + 0 }'; }
 # The last window closes and is written: no line moves and the backlog is empty.
 settle() {
   local prev=-1 now
   while true; do
     sleep 1.5
-    now=$(metric "$http" lines_received_total)
-    [ "$now" = "$prev" ] && [ "$(metric "$http" backlog_windows)" = 0 ] && break
+    now=$(agent_metric "$http" lines_received_total)
+    [ "$now" = "$prev" ] && [ "$(agent_metric "$http" backlog_windows)" = 0 ] && break
     prev=$now
   done
 }
@@ -45,11 +40,11 @@ for run in $(seq 1 "$runs"); do
   target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
     --lines-per-datagram 20 --lines "$series" --types "$type" >/dev/null
   settle
-  read -r cpu0 calls0 < <(usage "$port")
+  read -r cpu0 calls0 < <(redis_usage "-p $port")
   target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
     --lines-per-datagram 20 --rate $((series * 2)) --lines $((series * 2 * secs)) --types "$type" >/dev/null
   settle
-  read -r cpu1 calls1 < <(usage "$port")
+  read -r cpu1 calls1 < <(redis_usage "-p $port")
   kill "$agent"; wait "$agent" || true
   agent_us=$(python3 -c "print(($cpu1 - $cpu0) / max(1, $calls1 - $calls0) * 1e6)")
   if [ "$type" != c ]; then

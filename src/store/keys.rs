@@ -1,9 +1,10 @@
 //! Every Redis key name the agent reads or writes, built here and nowhere else (README "The Redis layout").
 //!
 //! With an empty `key_prefix` the names are byte-identical to *Redis in Action* chapter 5, so
-//! the book's readers work unchanged. `flush.lua` receives the prefix and builds the same shapes
-//! server side (so a flush carries each series name once, not once per key); the tests read
-//! everything the script writes back through these functions.
+//! the book's readers work unchanged. The flush scripts receive the prefix and build the same
+//! shapes server side (so a chunk carries each series name once, not once per key); one
+//! server's transaction builds its bare writes' names here too, as bytes ([`ChunkKeys`]); the
+//! tests read everything written back through these functions.
 
 use crate::aggregate::StatKind;
 
@@ -175,6 +176,12 @@ impl Keys {
         (format!("{}flush:", self.prefix), self.run_of(sequence))
     }
 
+    /// The watch key of the run whose sequence is `sequence`: touched by every transaction that
+    /// applies one of its chunks on one server, never kept (`store/write/standalone.rs`).
+    pub fn watch(sequence: &str) -> String {
+        format!("{sequence}.watch")
+    }
+
     /// In cluster mode, the exactly-once guard of the slot of hash tag `tag`: the hash
     /// `flush:{<tag>}`, and the field in it of the run whose sequence is `sequence`
     /// (`<agent id>.<run>`).
@@ -207,6 +214,53 @@ impl Keys {
 pub struct Index {
     pub key: String,
     pub hash_prefix: String,
+}
+
+/// The names one server's transaction writes, as bytes, under a chunk's own prefix (a chunk keeps
+/// the prefix it was made with; a spool may hold chunks of an earlier one): the same shapes as
+/// [`Keys`]' (a test holds them to it), made into one reused buffer per write.
+pub struct ChunkKeys<'a> {
+    pub prefix: &'a [u8],
+}
+
+impl ChunkKeys<'_> {
+    /// [`Keys::counter`] into `out`, `precision` as sent.
+    pub fn counter_into(&self, out: &mut Vec<u8>, precision: &[u8], series: &[u8]) {
+        self.join(out, &[b"count:", precision, b":", series]);
+    }
+
+    /// [`Keys::gauge`] into `out`.
+    pub fn gauge_into(&self, out: &mut Vec<u8>, precision: &[u8], series: &[u8]) {
+        self.join(out, &[b"gauge:", precision, b":", series]);
+    }
+
+    /// [`Keys::known`].
+    pub fn known(&self) -> Vec<u8> {
+        [self.prefix, b"known:"].concat()
+    }
+
+    /// [`Keys::known_gauges`].
+    pub fn known_gauges(&self) -> Vec<u8> {
+        [self.prefix, b"known:gauge:"].concat()
+    }
+
+    /// [`Keys::gauges`].
+    pub fn gauges(&self) -> Vec<u8> {
+        [self.prefix, b"gauges:"].concat()
+    }
+
+    fn join(&self, out: &mut Vec<u8>, parts: &[&[u8]]) {
+        out.clear();
+        out.extend_from_slice(self.prefix);
+        for part in parts {
+            out.extend_from_slice(part);
+        }
+    }
+}
+
+/// [`known_member`] as bytes.
+pub fn known_member_bytes(precision: &[u8], series: &[u8]) -> Vec<u8> {
+    [precision, b":", series].concat()
 }
 
 /// A member of `known:`: `<precision>:<series>`, as the book's `clean_counters` splits it.
@@ -255,6 +309,24 @@ pub fn slice(window: u64, precision: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chunks_byte_names_are_those_of_keys() {
+        let keys = Keys::new("p:");
+        let chunk = ChunkKeys { prefix: b"p:" };
+        let mut out = Vec::new();
+        chunk.counter_into(&mut out, b"60", b"a.b;t=v");
+        assert_eq!(out, keys.counter(60, "a.b;t=v").as_bytes());
+        chunk.gauge_into(&mut out, b"5", b"g");
+        assert_eq!(out, keys.gauge(5, "g").as_bytes());
+        assert_eq!(chunk.known(), keys.known().as_bytes());
+        assert_eq!(chunk.known_gauges(), keys.known_gauges().as_bytes());
+        assert_eq!(chunk.gauges(), keys.gauges().as_bytes());
+        assert_eq!(
+            known_member_bytes(b"60", b"x"),
+            known_member(60, "x").as_bytes()
+        );
+    }
 
     #[test]
     fn a_stats_key_gives_its_series_back() {

@@ -50,7 +50,8 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::Writer;
-use crate::store::{Connection, StoreError, clock};
+use crate::store::keys::{self, ChunkKeys};
+use crate::store::{Connection, Keys, StoreError, clock};
 
 /// Sends of one chunk that end with nothing applied and no error (a `WATCH` broken by a late
 /// copy, writes left out for their ACL) before the call gives up on it.
@@ -122,8 +123,11 @@ impl<'a> Sections<'a> {
         })
     }
 
-    fn prefix(&self) -> &[u8] {
-        self.args[0]
+    /// The names of its keys, under the prefix it was made with.
+    fn keys(&self) -> ChunkKeys<'a> {
+        ChunkKeys {
+            prefix: self.args[0],
+        }
     }
 
     /// The counters: series, increment.
@@ -233,14 +237,6 @@ impl Indexed {
     }
 }
 
-/// `parts` joined into `key`, reused from write to write.
-fn put_key(key: &mut Vec<u8>, parts: &[&[u8]]) {
-    key.clear();
-    for part in parts {
-        key.extend_from_slice(part);
-    }
-}
-
 fn number<T: std::str::FromStr>(bytes: &[u8]) -> Option<T> {
     std::str::from_utf8(bytes).ok()?.parse().ok()
 }
@@ -309,7 +305,7 @@ impl<'k> Index<'k> {
     fn add(&mut self, precision: &[u8], series: &[u8]) {
         self.command
             .arg(b"0")
-            .arg([precision, b":", series].concat());
+            .arg(keys::known_member_bytes(precision, series));
         self.members += 1;
     }
 
@@ -413,7 +409,7 @@ impl Writer {
     ) -> Result<(), StoreError> {
         let (guard, run) = self.keys().guard(sequence);
         let keys = RunKeys {
-            watch: format!("{sequence}.watch"),
+            watch: Keys::watch(sequence),
             sequence: sequence.to_string(),
             run: run.to_string(),
             guard,
@@ -574,8 +570,8 @@ impl Writer {
     /// Queues the chunk's counters: the `HINCRBY`s at each precision that writes them (but
     /// those left out), then one `ZADD` of the index members they need.
     fn queue_counters(&self, sections: &Sections, book: &mut Book) -> Option<Slices> {
-        let prefix = sections.prefix();
-        let known = [prefix, b"known:"].concat();
+        let names = sections.keys();
+        let known = names.known();
         let mut index = Index::new(&known);
         let mut slices = Vec::new();
         let mut key = Vec::new();
@@ -586,7 +582,7 @@ impl Writer {
                 slices.push(at);
             }
             for (series, n) in sections.counters() {
-                put_key(&mut key, &[prefix, b"count:", p, b":", series]);
+                names.counter_into(&mut key, p, series);
                 let refused = !book.left_out.is_empty() && book.left_out.contains(&key);
                 if write && !refused {
                     book.write("HINCRBY", &key, &[slice, n]);
@@ -609,15 +605,15 @@ impl Writer {
         if sections.gauges == 0 {
             return None;
         }
-        let prefix = sections.prefix();
-        let current = [prefix, b"gauges:"].concat();
-        let known = [prefix, b"known:gauge:"].concat();
+        let names = sections.keys();
+        let current = names.gauges();
+        let known = names.known_gauges();
         let mut index = Index::new(&known);
         let mut key = Vec::new();
         for (series, value) in sections.gauges() {
             book.write("HSET", &current, &[series, value]);
             for &Precision { p, slice, at, .. } in &sections.precisions {
-                put_key(&mut key, &[prefix, b"gauge:", p, b":", series]);
+                names.gauge_into(&mut key, p, series);
                 if book.write("HSET", &key, &[slice, value])
                     && !self.has_member(GAUGES, sections, series, at)
                 {
@@ -781,7 +777,7 @@ mod tests {
         };
         let c = chunk(&window);
         let sections = Sections::read(c.args()).unwrap();
-        assert_eq!(sections.prefix(), b"p:");
+        assert_eq!(sections.keys().prefix, b"p:");
         let precisions: Vec<_> = sections
             .precisions
             .iter()

@@ -17,6 +17,7 @@ use crate::ingest::datagram::{self, DatagramReader};
 use crate::ingest::stream;
 use crate::ingest::{BadLineLog, LineHandler, SocketFile, Transport};
 use crate::spool::{Spool, SpoolError};
+use crate::store::clock::Clock;
 use crate::store::{Cleaner, Store, Writer};
 use crate::telemetry::Telemetry;
 
@@ -169,15 +170,17 @@ fn agent_id(config: &Config) -> String {
     }
 }
 
-/// Runs the agent until `shutdown` is cancelled, then stops in order and returns.
+/// Runs the agent until `shutdown` is cancelled, then stops in order and returns. Its time is
+/// `clock`'s ([`Clock::system`] but in tests).
 pub async fn run(
     config: Config,
     listeners: Listeners,
     telemetry: Arc<Telemetry>,
+    clock: Clock,
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
     let (_, reloads) = tokio::sync::watch::channel(config.clone());
-    run_reloading(config, listeners, telemetry, shutdown, reloads).await
+    run_reloading(config, listeners, telemetry, clock, shutdown, reloads).await
 }
 
 /// [`run`], taking from `reloads` the keys of a reloaded configuration that apply without a
@@ -187,6 +190,7 @@ pub async fn run_reloading(
     config: Config,
     listeners: Listeners,
     telemetry: Arc<Telemetry>,
+    clock: Clock,
     shutdown: CancellationToken,
     reloads: tokio::sync::watch::Receiver<Config>,
 ) -> Result<(), AgentError> {
@@ -203,6 +207,7 @@ pub async fn run_reloading(
         telemetry.clone(),
         store.clone(),
         config.clone(),
+        clock.clone(),
     ));
     let server = crate::http::serve(listeners.http, app, shutdown.clone()).map_err(|source| {
         AgentError::Http {
@@ -303,10 +308,10 @@ pub async fn run_reloading(
             config.sample_count,
             telemetry.clone(),
         );
-        tokio::spawn(cleaner.run(shutdown.clone(), Some(reloads.clone())))
+        tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))
     });
     let wait = (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout_ms));
-    let writer = Writer::new(store.clone(), wait, telemetry.clone());
+    let writer = Writer::new(store.clone(), wait, telemetry.clone()).with_clock(clock.clone());
     let flusher_stop = CancellationToken::new();
     // Chunks are numbered per run, not per agent: a restart with the same agent_id starts its
     // own sequence.
@@ -318,6 +323,7 @@ pub async fn run_reloading(
             &run_id,
             spool,
             config.clone(),
+            clock,
             telemetry.clone(),
         )
         .with_reloads(reloads)

@@ -107,6 +107,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
     let mut queries = Queries {
         reader: store.reader().await?,
         config,
+        now: crate::store::clock::unix_now(),
     };
     let mut out = String::new();
     match query {

@@ -317,6 +317,7 @@ async fn run(config: Config, mut reload: Reload) -> anyhow::Result<()> {
         config,
         listeners,
         Arc::new(Telemetry::new()),
+        statsd_redis::store::clock::Clock::system(),
         shutdown,
         reloads,
     )

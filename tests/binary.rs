@@ -257,7 +257,14 @@ fn redis_going_away_and_coming_back_is_logged_once_each_way() {
     }
     wait_for("redis_up 0", &|| up() == 0.0);
     // Several failed retries (0.25 s doubling) before Redis comes back.
-    std::thread::sleep(Duration::from_secs(3));
+    let errors = || {
+        metric_at(
+            format!("127.0.0.1:{http}").parse().unwrap(),
+            "redis_errors_total",
+        )
+    };
+    let failed = errors();
+    wait_for("three more failed retries", &|| errors() >= failed + 3.0);
     redis.restart_after(Duration::ZERO, &[]);
     wait_for("redis_up 1 again", &|| up() == 1.0);
     wait_for("the waiting windows", &|| {

@@ -349,15 +349,18 @@ fn samples(dom: &str) -> Vec<(u64, bool)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_shades_the_quantile_slices_still_arriving() {
     let redis = RedisServer::start();
-    let held = TestAgent::start(statsd_redis::config::Config {
-        quantile_write_secs: 60,
-        ..test_config(&redis)
-    });
-    // The minute must not end (and be written) before the page is taken.
-    while !(1..35).contains(&(unix_now() % 60)) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    held.send(b"wait.t:5|ms\nwait.t:7|ms");
+    // The minute does not end (and is not written) before the page is taken: the agent's
+    // clock stands 10 s into it until moved.
+    let clock = clock_at(10, 60);
+    let held = TestAgent::start_at(
+        statsd_redis::config::Config {
+            quantile_write_secs: 60,
+            ..test_config(&redis)
+        },
+        clock.clone(),
+    );
+    held.send_taken(b"wait.t:5|ms\nwait.t:7|ms").await;
+    clock.advance(Duration::from_secs(1));
     eventually(Duration::from_secs(3), "statistics written", || {
         redis::cmd("EXISTS")
             .arg("stats:wait.t:AccessTime")
@@ -379,29 +382,29 @@ async fn dashboard_shades_the_quantile_slices_still_arriving() {
     held.stop().await;
 
     let redis = RedisServer::start();
-    let agent = TestAgent::start(statsd_redis::config::Config {
-        quantile_write_secs: 5,
-        quantile_precisions: vec![5, 3600],
-        // 400 slices of 5 s cover the chart's half hour.
-        sample_count: 400,
-        ..test_config(&redis)
-    });
-    // Early in a 5 s slice, so that the values land in the one named here.
-    while unix_now() % 5 != 1 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let slice = unix_now() / 5 * 5;
-    agent.send(b"wait.t:5|ms\nwait.t:7|ms");
+    // A second into a 5 s slice, so that the values land in the one named here.
+    let clock = clock_at(1, 5);
+    let slice = clock.unix_now() / 5 * 5;
+    let agent = TestAgent::start_at(
+        statsd_redis::config::Config {
+            quantile_write_secs: 5,
+            quantile_precisions: vec![5, 3600],
+            // 400 slices of 5 s cover the chart's half hour.
+            sample_count: 400,
+            ..test_config(&redis)
+        },
+        clock.clone(),
+    );
+    agent.send_taken(b"wait.t:5|ms\nwait.t:7|ms").await;
+    // Complete once its group's write window (5 s) and a flush (1 s) have passed: the closer
+    // closes each of those windows in turn.
+    clock.advance(Duration::from_secs(slice + 5 + 6 - clock.unix_now()));
     eventually(
         Duration::from_secs(15),
         "the group's buckets written",
         || redis.hist_total(&format!("hist:5:wait.t:AccessTime:{slice}")) == 2.0,
     )
     .await;
-    // Complete once its group's write window (5 s) and a flush (1 s) have passed.
-    while unix_now() < slice + 5 + 6 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     let url = format!("http://{}/?type=timer&series=wait.t", agent.http);
     let dom = tokio::task::spawn_blocking(move || chromium(&url, &["--dump-dom"]))
         .await
@@ -414,7 +417,7 @@ async fn dashboard_shades_the_quantile_slices_still_arriving() {
     );
     let band: u64 = attribute_values(&dom, "data-from")[0].parse().unwrap();
     assert!(
-        band > slice && band <= unix_now(),
+        band > slice && band <= clock.unix_now(),
         "the band starts after the slice: {band} vs {slice}"
     );
     agent.stop().await;

@@ -25,7 +25,8 @@ fn via_proxy(redis: &RedisServer, proxy: &FaultProxy) -> Config {
 /// A first flush through the proxy: it loads the scripts, so a chunk held later is a whole
 /// flush.
 async fn first_flush(agent: &TestAgent, redis: &RedisServer) {
-    agent.send(b"warm:1|c");
+    agent.send_taken(b"warm:1|c").await;
+    agent.tick();
     eventually(Duration::from_secs(10), "first flush", || {
         redis.counter_total(1, "warm") == 1
     })
@@ -35,7 +36,8 @@ async fn first_flush(agent: &TestAgent, redis: &RedisServer) {
 /// After the agent gave up on the held copy and its retry was applied: a later flush is
 /// acknowledged too, then the old copy reaches Redis.
 async fn deliver_the_held_copy_late(agent: &TestAgent, redis: &RedisServer, proxy: &FaultProxy) {
-    agent.send(b"after:1|c");
+    agent.send_taken(b"after:1|c").await;
+    agent.tick();
     eventually(Duration::from_secs(10), "a later flush", || {
         redis.counter_total(1, "after") == 1
     })
@@ -93,18 +95,21 @@ async fn a_copy_delivered_after_its_retry_was_acknowledged_is_not_applied_again(
 async fn a_late_copy_of_a_held_buckets_chunk_is_not_applied_again() {
     let (redis, port) = RedisServer::start_tcp();
     let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 2).await;
-    let agent = TestAgent::start(Config {
-        quantile_write_secs: 5,
-        quantile_precisions: vec![5, 3600],
-        ..via_proxy(&redis, &proxy)
-    });
+    // The first flush closes the last window of a 5 s group: the next group is the test's.
+    let agent = TestAgent::start_at(
+        Config {
+            quantile_write_secs: 5,
+            quantile_precisions: vec![5, 3600],
+            ..via_proxy(&redis, &proxy)
+        },
+        clock_at(4, 5),
+    );
     first_flush(&agent, &redis).await;
-    // Early in a 5 s group: its statistics are written seconds before the group ends.
-    while unix_now() % 5 != 1 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let group = unix_now() / 5 * 5;
-    agent.send(b"held.t:2|ms\nheld.t:300|ms");
+    let group = agent.clock.unix_now();
+    assert_eq!(group % 5, 0);
+    // Its statistics are written with its first window, seconds before the group ends.
+    agent.send_taken(b"held.t:2|ms\nheld.t:300|ms").await;
+    agent.tick();
     let count = |redis: &RedisServer| -> Option<f64> {
         redis::cmd("ZSCORE")
             .arg("stats:held.t:AccessTime")
@@ -120,6 +125,10 @@ async fn a_late_copy_of_a_held_buckets_chunk_is_not_applied_again() {
     assert_eq!(redis.hist_total(&slice), 0.0, "the buckets are held");
 
     proxy.set_mode(Mode::HoldNextFlush);
+    // The group ends, and its buckets are dealt over the next group's windows.
+    agent
+        .clock
+        .advance(Duration::from_secs(group + 10 - agent.clock.unix_now()));
     eventually(
         Duration::from_secs(15),
         "the retry wrote the buckets",
@@ -165,8 +174,15 @@ async fn random_stalls_and_cuts_under_load_neither_lose_nor_double() {
     );
     assert_eq!(agent.metric("windows_dropped_total"), 0.0);
     agent.stop().await;
-    // Stalled writes still in the proxy arrive within its longest stall.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Stalled writes still in the proxy arrive, whether the agent still waits or not.
+    eventually(
+        Duration::from_secs(5),
+        "the stalled writes passed on",
+        || proxy.stalled.load(Ordering::SeqCst) == 0,
+    )
+    .await;
+    // Passed on: in Redis's socket buffers, read and executed within moments.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     for p in PRECISIONS {
         for (i, &n) in sent.iter().enumerate() {
             let series = format!("load.{i}");
@@ -416,30 +432,26 @@ async fn sigkill_with_coarse_writes_keeps_the_sums_it_held() {
     let spool = tempfile::tempdir().unwrap();
     let spool_dir = spool.path().to_str().unwrap();
     let args = ["--spool-dir", spool_dir, "--coarse-write-secs", "60"];
-    // Sending and the check after it take about 5 s, all within one minute: a group that ended
-    // in between would have written its sums already.
-    let into_minute = unix_now() % 60;
-    if into_minute > 50 {
-        tokio::time::sleep(Duration::from_secs(61 - into_minute)).await;
-    }
-    let (agent, udp, _) = spawn_agent(&redis.url(), &args);
+    // Sending and the check after it take about 5 s, all within one minute (a group that ended
+    // in between would have written its sums already): the agent's clock starts a second into
+    // one.
+    let behind = behind_to(1, 60);
+    let (agent, udp, _) = spawn_agent_behind(behind, &redis.url(), &args);
     let mut agent = Killed(agent);
     let sent = tokio::task::spawn_blocking(move || send_counts(udp, 200, Duration::from_secs(3)))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        redis.counter_total(1, "crash"),
-        sent,
-        "the 1 s precision is written"
-    );
+    eventually(Duration::from_secs(5), "the 1 s precision written", || {
+        redis.counter_total(1, "crash") == sent
+    })
+    .await;
     assert!(
         redis.counter_total(86400, "crash") < sent,
         "the coarse precisions are still summed in the agent"
     );
     agent.kill();
 
-    let (again, _, _) = spawn_agent(&redis.url(), &args);
+    let (again, _, _) = spawn_agent_behind(behind, &redis.url(), &args);
     let mut again = Killed(again);
     // SIGTERM: the stop writes every sum it holds.
     // SAFETY: signalling a child this test started.
@@ -465,12 +477,10 @@ async fn sigkill_while_buckets_are_held_loses_none_of_them() {
     let spool_dir = spool.path().to_str().unwrap();
     let args = ["--spool-dir", spool_dir, "--cleaner-enabled", "false"];
     // Early in a minute, so that the whole test runs inside it: nothing is written before the
-    // kill.
-    while !(1..45).contains(&(unix_now() % 60)) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let minute = unix_now() / 60 * 60;
-    let (agent, udp, _) = spawn_agent(&redis.url(), &args);
+    // kill. The agent's clock starts a second into one.
+    let behind = behind_to(1, 60);
+    let minute = (unix_now() - behind) / 60 * 60;
+    let (agent, udp, _) = spawn_agent_behind(behind, &redis.url(), &args);
     let mut agent = Killed(agent);
     let sent = tokio::task::spawn_blocking(move || {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -483,7 +493,6 @@ async fn sigkill_while_buckets_are_held_loses_none_of_them() {
     })
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     let stats = |redis: &RedisServer| -> f64 {
         redis::cmd("ZSCORE")
             .arg("stats:lat:AccessTime")
@@ -492,13 +501,18 @@ async fn sigkill_while_buckets_are_held_loses_none_of_them() {
             .unwrap()
             .unwrap_or(0.0)
     };
-    assert_eq!(stats(&redis), sent, "the statistics go every window");
+    eventually(
+        Duration::from_secs(5),
+        "the statistics go every window",
+        || stats(&redis) == sent,
+    )
+    .await;
     let minute_key = format!("hist:60:lat:AccessTime:{minute}");
     let hour_key = format!("hist:3600:lat:AccessTime:{}", minute / 3600 * 3600);
     assert_eq!(redis.hist_total(&minute_key), 0.0, "the buckets are held");
     agent.kill();
 
-    let (again, _, _) = spawn_agent(&redis.url(), &args);
+    let (again, _, _) = spawn_agent_behind(behind, &redis.url(), &args);
     let mut again = Killed(again);
     // SAFETY: signalling a child this test started.
     unsafe { libc::kill(again.0.id() as i32, libc::SIGTERM) };
@@ -530,15 +544,15 @@ async fn a_state_file_that_cannot_be_replaced_is_never_taken_up() {
         "--cleaner-enabled",
         "false",
     ];
-    // Within one hour: the statistics compared are the hour's.
-    while unix_now() % 3600 > 3500 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    let (agent, udp, http) = spawn_agent(&redis.url(), &args);
+    // Within one hour (the statistics compared are the hour's): the agent's clock starts at
+    // the hour.
+    let behind = behind_to(0, 3600);
+    let (agent, udp, http) = spawn_agent_behind(behind, &redis.url(), &args);
     let mut agent = Killed(agent);
     // The state file is made unwritable 3 s into a 5 s group, whose sums it then holds; the
-    // group ends and is dealt out over the next 5 s, all before the kill.
-    while !(1..2).contains(&(unix_now() % 5)) {
+    // group ends and is dealt out over the next 5 s, all before the kill. (The agent started
+    // in the group's first second; this waits for its second.)
+    while (unix_now() - behind) % 5 != 1 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let send = move |secs: u64| {
@@ -563,13 +577,16 @@ async fn a_state_file_that_cannot_be_replaced_is_never_taken_up() {
     std::fs::create_dir(spool.path().join("coarse.tmp")).unwrap();
     // Groups end meanwhile and go out from memory; the state file cannot follow.
     sent += send(7).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     let http = ([127, 0, 0, 1], http).into();
+    eventually(Duration::from_secs(5), "every window written", || {
+        redis.counter_total(1, "crash") == sent as i64
+    })
+    .await;
     assert!(metric_at(http, "spool_write_errors_total") >= 1.0);
     agent.kill();
     std::fs::remove_dir(spool.path().join("coarse.tmp")).unwrap();
 
-    let (again, _, _) = spawn_agent(&redis.url(), &args);
+    let (again, _, _) = spawn_agent_behind(behind, &redis.url(), &args);
     let mut again = Killed(again);
     // SAFETY: signalling a child this test started.
     unsafe { libc::kill(again.0.id() as i32, libc::SIGTERM) };
@@ -587,7 +604,7 @@ async fn a_state_file_that_cannot_be_replaced_is_never_taken_up() {
         .unwrap()
         .unwrap_or(0.0);
     assert!(count <= sent as f64, "statistics: {count} of {sent}");
-    let hour = unix_now() / 3600 * 3600;
+    let hour = (unix_now() - behind) / 3600 * 3600;
     let buckets = redis.hist_total(&format!("hist:3600:lat:AccessTime:{hour}"));
     assert!(buckets <= sent as f64, "buckets: {buckets} of {sent}");
 }

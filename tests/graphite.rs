@@ -278,21 +278,23 @@ async fn answers_as_graphite_web_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_agent_writes_reads_back_alike() {
     let redis = RedisServer::start();
-    let agent = TestAgent::start(Config {
-        cleaner_enabled: false,
-        ..test_config(&redis)
-    });
-    // Within one minute and one 5 s slice, so that the answers are whole.
-    while !(1..3).contains(&(unix_now() % 5)) || unix_now() % 60 > 50 {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let sent = unix_now();
-    agent.send(b"shop.orders:3|c\nshop.orders:4|c\nshop.refunds:1|c\nshop.queue:12|g\nshop.checkout:100|ms\nshop.checkout:300|ms\nshop.buyers:alice|s\nshop.buyers:bob|s\nshop.orders;region=eu:5|c\n_e{6,9}:deploy|shop v1.2|#service:shop");
+    // Within one minute and one 5 s slice, so that the answers are whole: the agent's clock
+    // stands 11 s into a minute until moved.
+    let clock = clock_at(11, 60);
+    let agent = TestAgent::start_at(
+        Config {
+            cleaner_enabled: false,
+            ..test_config(&redis)
+        },
+        clock.clone(),
+    );
+    let sent = clock.unix_now();
+    agent.send_taken(b"shop.orders:3|c\nshop.orders:4|c\nshop.refunds:1|c\nshop.queue:12|g\nshop.checkout:100|ms\nshop.checkout:300|ms\nshop.buyers:alice|s\nshop.buyers:bob|s\nshop.orders;region=eu:5|c\n_e{6,9}:deploy|shop v1.2|#service:shop").await;
+    clock.advance(std::time::Duration::from_secs(1));
     eventually(std::time::Duration::from_secs(5), "flushed", || {
         redis.counter_total(1, "shop.orders") == 7
     })
     .await;
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     let now = (sent + 3).to_string();
     let graphite = GraphiteWeb::start(&redis);
     let http = agent.http;

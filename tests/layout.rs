@@ -196,7 +196,13 @@ fn a_clock_behind_redis_expires_nothing_early() {
     socket
         .send_to(format!("{members}lat:5|ms").as_bytes(), ("127.0.0.1", udp))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    // Written: the window's set slices and its minute's buckets (or, expired on write, never).
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < deadline
+        && get::<Vec<String>>(&redis, redis::cmd("KEYS").arg("hist:60:lat:*")).is_empty()
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let sets: Vec<String> = get(&redis, redis::cmd("KEYS").arg("set:1:users:*"));
     assert!(!sets.is_empty(), "the 1 s slices expired on write");
     let members: u64 = sets

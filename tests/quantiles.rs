@@ -373,9 +373,10 @@ fine:7|ms",
 }
 
 /// `statsd-redis get percentiles <series> <args>` against `redis`, with the test agent's
-/// `quantile_write_secs` (0); its stdout.
-fn get_percentiles(redis: &RedisServer, series: &str, args: &[&str]) -> String {
-    let out = bin()
+/// `quantile_write_secs` (0) and its clock `behind` s behind the machine's (libfaketime); its
+/// stdout.
+fn get_percentiles(redis: &RedisServer, behind: u64, series: &str, args: &[&str]) -> String {
+    let out = with_clock(bin(), &format!("-{behind}s"))
         .args(["--redis", &redis.url(), "--quantile-write-secs", "0"])
         .args(["get", "percentiles", series])
         .args(args)
@@ -391,21 +392,30 @@ fn get_percentiles(redis: &RedisServer, series: &str, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_and_the_api_read_percentiles() {
-    // The hour's hash is copied to earlier hours below: all of it within one hour.
-    while unix_now() % 3600 > 3540 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let hour = unix_now() / 3600 * 3600;
+    // The hour's hash is copied to earlier hours below: all of it within one hour. The agent's
+    // clock stands ten minutes into one, and the CLI's runs from there.
+    let clock = clock_at(600, 3600);
+    let hour = clock.unix_now() / 3600 * 3600;
+    let behind = unix_now() - clock.unix_now();
+    let cli_now = || unix_now() - behind;
     let redis = RedisServer::start();
-    let agent = TestAgent::start(Config {
-        quantile_relative_accuracy: 0.02,
-        ..test_config(&redis)
-    });
+    let agent = TestAgent::start_at(
+        Config {
+            quantile_relative_accuracy: 0.02,
+            ..test_config(&redis)
+        },
+        clock,
+    );
     let values: Vec<(f64, f64)> = (1..=100).map(|v| (f64::from(v), 1.0)).collect();
     send_samples(&agent, "page.time", &values);
     // Histograms and distributions, the second sampled at a half (each value counts twice).
     agent.send(b"body.size:100|h\nbody.size:200|h\nbody.size:300|h");
     agent.send(b"queue.wait:4|d|@0.5\nqueue.wait:8|d|@0.5");
+    eventually(Duration::from_secs(5), "every line received", || {
+        agent.metric("lines_received_total") == 105.0
+    })
+    .await;
+    agent.tick();
     let count = |key: &str| {
         redis::cmd("ZSCORE")
             .arg(key)
@@ -419,7 +429,12 @@ async fn the_cli_and_the_api_read_percentiles() {
             && count("stats:queue.wait:Distribution").is_some()
     })
     .await;
-    let out = get_percentiles(&redis, "page.time", &["--quantiles", "0.5,0.99", "--json"]);
+    let out = get_percentiles(
+        &redis,
+        behind,
+        "page.time",
+        &["--quantiles", "0.5,0.99", "--json"],
+    );
     let json: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         json["relative_accuracy"], 0.02,
@@ -428,8 +443,8 @@ async fn the_cli_and_the_api_read_percentiles() {
     assert_eq!(json["count"], 100.0);
     let p99 = json["quantiles"][1][1].as_f64().unwrap();
     assert_within(p99, 99.0, 0.02, "CLI p99");
-    let before = unix_now();
-    let text = get_percentiles(&redis, "page.time", &["--last", "5m"]);
+    let before = cli_now();
+    let text = get_percentiles(&redis, behind, "page.time", &["--last", "5m"]);
     assert!(
         text.contains("within 2% of the exact one") && text.contains("p99"),
         "{text}"
@@ -442,13 +457,14 @@ async fn the_cli_and_the_api_read_percentiles() {
         )
     };
     assert!(
-        text.contains(&filling(before)) || text.contains(&filling(unix_now())),
+        text.contains(&filling(before)) || text.contains(&filling(cli_now())),
         "the minute still filling is named: {text}"
     );
 
     // `--type` by the book's name and by the protocol's; the buckets of `h` and `d` values.
     let sizes = get_percentiles(
         &redis,
+        behind,
         "body.size",
         &["--type", "Histogram", "--quantiles", "0.5", "--json"],
     );
@@ -460,7 +476,7 @@ async fn the_cli_and_the_api_read_percentiles() {
         0.02,
         "h p50",
     );
-    let waits = get_percentiles(&redis, "queue.wait", &["--type", "d", "--json"]);
+    let waits = get_percentiles(&redis, behind, "queue.wait", &["--type", "d", "--json"]);
     let waits: serde_json::Value = serde_json::from_str(&waits).unwrap();
     assert_eq!(waits["count"], 4.0, "each value counted 1 / rate times");
     let timer_only = bin()
@@ -483,14 +499,19 @@ async fn the_cli_and_the_api_read_percentiles() {
             .query::<i64>(&mut redis.conn())
             .unwrap();
     }
-    let last = get_percentiles(&redis, "page.time", &["--hour", "last"]);
+    let last = get_percentiles(&redis, behind, "page.time", &["--hour", "last"]);
     let name = statsd_redis::store::clock::hour_start(hour - 3600);
     assert!(
         last.contains(&format!("100 values over the hour {name}")),
         "{last}"
     );
     let day_before = &statsd_redis::store::clock::hour_start(hour - 48 * 3600)[..13];
-    let old = get_percentiles(&redis, "page.time", &["--hour", day_before, "--json"]);
+    let old = get_percentiles(
+        &redis,
+        behind,
+        "page.time",
+        &["--hour", day_before, "--json"],
+    );
     let old: serde_json::Value = serde_json::from_str(&old).unwrap();
     assert_eq!(old["slices"], serde_json::json!([hour - 48 * 3600]));
     assert_within(
@@ -513,7 +534,7 @@ async fn the_cli_and_the_api_read_percentiles() {
         "API p50",
     );
     assert_eq!(json["precision"], 60);
-    let before = unix_now();
+    let before = agent.clock.unix_now();
     let (_, body) = http_get(
         agent.http,
         "/api/v1/percentiles/page.time?quantiles=0.5&last=5m&by_slice=true",
@@ -521,7 +542,7 @@ async fn the_cli_and_the_api_read_percentiles() {
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
     let arriving = json["arriving_from"].as_u64().unwrap();
     assert!(
-        [before, unix_now()]
+        [before, agent.clock.unix_now()]
             .map(|t| (t - 1) / 60 * 60)
             .contains(&arriving),
         "the minute of the window being written: {body}"

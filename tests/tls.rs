@@ -147,8 +147,11 @@ fn a_private_ca_and_a_client_certificate() {
     let agent = Killed(agent);
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     socket.send_to(b"tls.hits:3|c", ("127.0.0.1", udp)).unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(redis.counter_total(1, "tls.hits"), 3);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while redis.counter_total(1, "tls.hits") != 3 {
+        assert!(std::time::Instant::now() < deadline, "not written over TLS");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(http_get(([127, 0, 0, 1], http).into(), "/readyz").0, 200);
     drop(agent);
 

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::spool::Spool;
-use crate::store::{FlushChunk, InFlight, Outcome, StoreError, Writer, clock};
+use crate::store::{FlushChunk, InFlight, Outcome, StoreError, Writer};
 use crate::telemetry::{LogLimit, Telemetry};
 
 /// First wait after a failed write; doubled per failure up to [`MAX_BACKOFF`].
@@ -36,12 +36,11 @@ struct RedisState {
 }
 
 impl RedisState {
-    fn up(&mut self, telemetry: &Telemetry, queued: usize) {
+    /// Writes reached Redis at `now` (the writer's clock).
+    fn up(&mut self, telemetry: &Telemetry, queued: usize, now: Duration) {
         telemetry.redis_up.set(1.0);
         telemetry.readiness.written();
-        telemetry
-            .last_flush_timestamp
-            .set(clock::since_epoch().as_secs_f64());
+        telemetry.last_flush_timestamp.set(now.as_secs_f64());
         if let Some((since, _)) = self.down_since.take() {
             tracing::info!(
                 down_seconds = since.elapsed().as_secs_f64().round(),
@@ -228,7 +227,7 @@ pub(super) async fn write_backlog(
     let mut redis = RedisState::default();
     // Whether Redis takes writes is known from the start (`/readyz`, `redis_up`).
     match writer.ping().await {
-        Ok(()) => redis.up(telemetry, 0),
+        Ok(()) => redis.up(telemetry, 0, writer.clock().now()),
         Err(e) => redis.down(telemetry, None, &e, 0),
     }
     let mut current: Option<Current> = None;
@@ -255,7 +254,7 @@ pub(super) async fn write_backlog(
                 .is_err()
             {
                 match writer.ping().await {
-                    Ok(()) => redis.up(telemetry, 0),
+                    Ok(()) => redis.up(telemetry, 0, writer.clock().now()),
                     Err(e) => redis.down(telemetry, None, &e, 0),
                 }
             }
@@ -352,7 +351,7 @@ pub(super) async fn write_backlog(
         match error {
             None => {
                 backoff = MIN_BACKOFF;
-                redis.up(telemetry, queued);
+                redis.up(telemetry, queued, writer.clock().now());
                 if let Some(why) = refused_most {
                     telemetry.readiness.failed(why);
                 }

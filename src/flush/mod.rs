@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 use crate::aggregate::{Ledger, Window};
 use crate::config::Config;
 use crate::spool::Spool;
-use crate::store::{Chunker, FlushChunk, Numbering, Writer, clock};
+use crate::store::clock::Clock;
+use crate::store::{Chunker, FlushChunk, Numbering, Writer};
 use crate::telemetry::{LogLimit, Telemetry};
 use backlog::{Backlog, PendingWindow, write_backlog};
 use coarse::Coarse;
@@ -53,6 +54,8 @@ struct Closer {
     numbering: Numbering,
     last_window: u64,
     config: Config,
+    /// Where the boundaries are: the system's clock, or a test's.
+    clock: Clock,
     telemetry: Arc<Telemetry>,
     /// `coarse_write_secs`, when it defers anything.
     coarse: Option<Coarse>,
@@ -73,6 +76,22 @@ fn window_start(now: Duration, interval: u64) -> u64 {
     now.as_secs() / interval * interval
 }
 
+/// How many windows the closer closes one after another when it finds itself behind (a
+/// stalled process, a clock moved on); further behind, it goes on from the window holding now.
+const CATCH_UP_WINDOWS: u64 = 60;
+
+/// The boundary to wait for after the one at `closed`: the next, unless the clock went back
+/// (to before `closed`) or on by more than [`CATCH_UP_WINDOWS`]; then the one after `now`.
+fn next_boundary(closed: u64, now: Duration, interval: u64) -> u64 {
+    let next = closed + interval;
+    let current = window_start(now, interval);
+    if current < closed || current >= next + CATCH_UP_WINDOWS * interval {
+        current + interval
+    } else {
+        next
+    }
+}
+
 impl Flusher {
     /// Takes the reloadable keys of each configuration `reloads` brings (SIGHUP).
     pub fn with_reloads(mut self, reloads: tokio::sync::watch::Receiver<Config>) -> Flusher {
@@ -81,13 +100,14 @@ impl Flusher {
     }
 
     /// `run_id` names this run of the agent (`<agent id>.<random>`): its chunks are numbered
-    /// under the sequence key `flush:<run_id>`.
+    /// under the sequence key `flush:<run_id>`. Windows close at `clock`'s boundaries.
     pub fn new(
         windows: Vec<Arc<Mutex<Window>>>,
         writer: Writer,
         run_id: &str,
         spool: Option<Spool>,
         config: Config,
+        clock: Clock,
         telemetry: Arc<Telemetry>,
     ) -> Flusher {
         let keys = writer.keys().clone();
@@ -110,6 +130,7 @@ impl Flusher {
                 spool: spool.map(Arc::new),
                 reloads: None,
                 config,
+                clock,
                 telemetry,
             },
         }
@@ -153,20 +174,22 @@ impl Flusher {
 }
 
 impl Closer {
-    /// Closes a window at every boundary until `stop`, then the partial window.
+    /// Closes a window at every boundary until `stop`, then the partial window. A boundary
+    /// passed while the closer was held up is closed late rather than skipped (up to
+    /// [`CATCH_UP_WINDOWS`]): the windows after the first are then nearly empty, but every
+    /// group (`coarse_write_secs`, `quantile_write_secs`) still sees its end.
     async fn run(&mut self, backlog: &Backlog, stop: &CancellationToken) {
         let interval = self.config.flush_interval_secs;
+        let mut boundary = window_start(self.clock.now(), interval) + interval;
         loop {
-            let now = clock::since_epoch();
-            let boundary = window_start(now, interval) + interval;
-            let wait = Duration::from_secs(boundary).saturating_sub(now);
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(wait) => {}
+                _ = self.clock.sleep_until(Duration::from_secs(boundary)) => {}
             }
             self.close(boundary - interval, false, backlog);
+            boundary = next_boundary(boundary, self.clock.now(), interval);
         }
-        self.close(window_start(clock::since_epoch(), interval), true, backlog);
+        self.close(window_start(self.clock.now(), interval), true, backlog);
     }
 
     /// Takes the keys of a reloaded configuration that apply without a restart: chunk size

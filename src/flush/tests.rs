@@ -4,6 +4,7 @@ use crate::aggregate::Ledger;
 use crate::protocol::MetricType;
 use crate::protocol::{Sample, Value};
 use crate::store::{CounterWrite, Keys};
+use std::time::Duration;
 
 /// A closer over one reader's window, coarse writes every `coarse_write_secs` windows.
 fn closer(coarse_write_secs: u64) -> (Closer, Arc<Mutex<Window>>) {
@@ -31,6 +32,7 @@ fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
         spool: None,
         reloads: None,
         config,
+        clock: Clock::system(),
         telemetry: Arc::new(Telemetry::new()),
     };
     (closer, window)
@@ -66,6 +68,70 @@ fn chunks_per_window_at(
         closer.close(start, false, &backlog);
     }
     backlog.lock().iter().map(|w| w.chunks.len()).collect()
+}
+
+#[test]
+fn after_a_boundary_the_next_is_waited_for_unless_the_clock_jumped() {
+    let at = |secs: f64| Duration::from_secs_f64(secs);
+    // On time, or held up: the next boundary, even if passed already (it is closed at once).
+    assert_eq!(next_boundary(101, at(101.002), 1), 102);
+    assert_eq!(next_boundary(101, at(104.5), 1), 102);
+    assert_eq!(next_boundary(110, at(110.3), 10), 120);
+    // Set back: the window holding now, not a wait as long as the step.
+    assert_eq!(next_boundary(5000, at(1200.5), 1), 1201);
+    // On by more than CATCH_UP_WINDOWS: from the window holding now.
+    assert_eq!(next_boundary(101, at(101.5 + 60.0), 1), 102);
+    assert_eq!(next_boundary(101, at(101.5 + 61.0), 1), 163);
+    assert_eq!(next_boundary(101, at(100_000.5), 1), 100_001);
+}
+
+/// Driven by a manual clock, the closer closes at its boundaries and only then: each window
+/// carries what came in before its boundary; a jump far ahead goes on from there, and the stop
+/// closes the window that was open.
+#[tokio::test]
+async fn the_closer_closes_the_windows_its_clock_passes() {
+    let clock = Clock::manual(Duration::from_millis(1_000_300));
+    let (mut closer, window) = closer(0);
+    closer.clock = clock.clone();
+    let backlog = Backlog::default();
+    let stop = CancellationToken::new();
+    let starts = || -> Vec<u64> { backlog.lock().iter().map(|w| w.start).collect() };
+    let queued = |expected: &'static [u64]| async move {
+        for _ in 0..2000 {
+            if starts() == expected {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(starts(), expected);
+    };
+    let drive = async {
+        record(&window, 1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(starts(), [0u64; 0], "nothing closes before the clock moves");
+        clock.advance(Duration::from_millis(500));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(starts(), [0u64; 0], "1000.8 is not yet a boundary");
+        clock.advance(Duration::from_millis(500));
+        queued(&[1000]).await;
+        record(&window, 1);
+        clock.advance(Duration::from_secs(3));
+        queued(&[1000, 1001]).await;
+        // 1002 and 1003 were closed empty; 1004 is open.
+        record(&window, 1);
+        clock.advance(Duration::from_secs(1));
+        queued(&[1000, 1001, 1004]).await;
+        record(&window, 1);
+        clock.advance(Duration::from_secs(10_000));
+        queued(&[1000, 1001, 1004, 1005]).await;
+        record(&window, 1);
+        clock.advance(Duration::from_secs(1));
+        queued(&[1000, 1001, 1004, 1005, 11_005]).await;
+        record(&window, 1);
+        stop.cancel();
+    };
+    tokio::join!(closer.run(&backlog, &stop), drive);
+    assert_eq!(starts(), [1000, 1001, 1004, 1005, 11_005, 11_006]);
 }
 
 #[test]

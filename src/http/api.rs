@@ -307,7 +307,7 @@ async fn vitals(State(s): State<AppState>) -> ApiResult {
     for (name, metric) in VITALS {
         out.insert(name.into(), json!(metric_sum(&text, metric).unwrap_or(0.0)));
     }
-    out.insert("now_unix".into(), json!(crate::store::clock::unix_now()));
+    out.insert("now_unix".into(), json!(s.clock.unix_now()));
     Ok(Json(Value::Object(out)))
 }
 

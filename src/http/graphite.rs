@@ -17,7 +17,7 @@ use super::AppState;
 use super::api::ApiError;
 use crate::graphite::source::{Node, Source};
 use crate::graphite::{self, GraphiteError, attime, expr, functions, tagged};
-use crate::store::clock;
+use crate::store::clock::{self, Clock};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -89,10 +89,10 @@ impl Params {
         self.all(name).into_iter().map(str::to_string).collect()
     }
 
-    /// `now` (pinned, or the clock), then `from` (default `-1d`) and `until` (default `now`),
+    /// `now` (pinned, or `clock`'s), then `from` (default `-1d`) and `until` (default `now`),
     /// ordered, as graphite-web reads them.
-    fn times(&self) -> Result<(i64, i64, i64), GraphiteError> {
-        let clock = clock::since_epoch().as_secs() as i64;
+    fn times(&self, clock: &Clock) -> Result<(i64, i64, i64), GraphiteError> {
+        let clock = clock.unix_now() as i64;
         let read = |name: &str, default: &str, now: i64| {
             let text = self.get(name).unwrap_or(default);
             attime::parse(text, now).map_err(|e| {
@@ -168,7 +168,7 @@ async fn render(State(state): State<AppState>, params: Params) -> Response {
 }
 
 async fn try_render(state: &AppState, params: &Params) -> Result<Response, GraphiteError> {
-    let (now, from, until) = params.times()?;
+    let (now, from, until) = params.times(&state.clock)?;
     let targets: Vec<&str> = params
         .all("target")
         .into_iter()
@@ -519,7 +519,7 @@ fn function_entry(name: &str) -> Value {
 async fn events(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::of(query, &Bytes::new());
     let answer = async {
-        let (_, from, until) = params.times()?;
+        let (_, from, until) = params.times(&state.clock)?;
         let wanted: Vec<&str> = params
             .all("tags")
             .into_iter()

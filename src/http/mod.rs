@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::store::{Cached, Connection, Queries, Reader, Store, StoreError, clock};
+use crate::store::clock::Clock;
+use crate::store::{Cached, Connection, Queries, Reader, Store, StoreError};
 use crate::telemetry::{LogLimit, Telemetry};
 
 /// How long a client may take to send a request's head: a connection that sends half a
@@ -57,11 +58,14 @@ pub struct AppState {
     pub api_permits: Arc<tokio::sync::Semaphore>,
     /// The set and timer names the Graphite API found by `SCAN`, kept a while.
     pub scanned_names: Arc<crate::graphite::source::ScannedNames>,
+    /// Where "now" is for `/readyz`, the API and the Graphite API: the agent's clock.
+    pub clock: Clock,
 }
 
 impl AppState {
-    pub fn new(telemetry: Arc<Telemetry>, store: Store, config: Config) -> AppState {
+    pub fn new(telemetry: Arc<Telemetry>, store: Store, config: Config, clock: Clock) -> AppState {
         AppState {
+            clock,
             telemetry,
             store,
             config: Arc::new(config),
@@ -89,6 +93,7 @@ impl AppState {
         Ok(Queries {
             reader: self.reader().await?,
             config: &self.config,
+            now: self.clock.unix_now(),
         })
     }
 }
@@ -203,11 +208,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 /// taken, within [`crate::telemetry::Readiness::STALE`], and no window has waited that long.
 /// From the writer's own state: a request costs Redis nothing.
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state
-        .telemetry
-        .readiness
-        .check(clock::since_epoch().as_secs())
-    {
+    match state.telemetry.readiness.check(state.clock.unix_now()) {
         Ok(()) => (StatusCode::OK, "ready\n".to_string()),
         Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,

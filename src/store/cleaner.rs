@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use redis::Script;
 use tokio_util::sync::CancellationToken;
 
-use super::clock::unix_now;
+use super::clock::Clock;
 use super::keys::{self, Index};
 use super::{Cached, Connection, Keys, Store, StoreError};
 use crate::telemetry::Telemetry;
@@ -295,9 +295,11 @@ impl Cleaner {
     }
 
     /// Cleans until `stop`: a pass at start-up and then about every interval while this agent
-    /// holds the lease; otherwise it tries for the lease every quarter interval.
+    /// holds the lease; otherwise it tries for the lease every quarter interval. Each pass is
+    /// as of `clock`'s time.
     pub async fn run(
         mut self,
+        clock: Clock,
         stop: CancellationToken,
         mut reloads: Option<tokio::sync::watch::Receiver<crate::config::Config>>,
     ) {
@@ -314,7 +316,7 @@ impl Cleaner {
             match self.hold_lease().await {
                 Ok(true) if last_pass.is_none_or(|t| t.elapsed() >= self.interval) => {
                     last_pass = Some(Instant::now());
-                    match self.pass(unix_now()).await {
+                    match self.pass(clock.unix_now()).await {
                         Ok(r) => tracing::debug!(?r, "cleaner pass"),
                         Err(e) => tracing::warn!(error = %e, "cleaner pass failed"),
                     }

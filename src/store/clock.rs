@@ -2,6 +2,59 @@
 //! (`YYYY-MM-DDTHH:00:00`, Python's `datetime(...).isoformat()`) and the `time.asctime()` prefix
 //! of `recent:` log lines (`Sun Nov 22 04:30:00 2026`).
 
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The agent's time: the system's, or one a test sets and moves ([`Clock::manual`]). The
+/// closer's window boundaries, the writer's "now" (expiry times, the skew to Redis's clock),
+/// the cleaner's passes and the HTTP side's "now" all read the one clock the agent was given,
+/// so that a test can put the agent at any moment and move it on without waiting.
+#[derive(Clone, Debug, Default)]
+pub struct Clock(Option<Arc<tokio::sync::watch::Sender<Duration>>>);
+
+impl Clock {
+    /// The system's clock.
+    pub fn system() -> Clock {
+        Clock(None)
+    }
+
+    /// A clock that stands at `at` (since the epoch) until [`Clock::advance`] moves it.
+    pub fn manual(at: Duration) -> Clock {
+        Clock(Some(Arc::new(tokio::sync::watch::Sender::new(at))))
+    }
+
+    /// Time since the epoch now.
+    pub fn now(&self) -> Duration {
+        match &self.0 {
+            None => since_epoch(),
+            Some(manual) => *manual.borrow(),
+        }
+    }
+
+    /// [`Clock::now`] in whole seconds.
+    pub fn unix_now(&self) -> u64 {
+        self.now().as_secs()
+    }
+
+    /// Moves a manual clock on by `by` (a system clock is not moved).
+    pub fn advance(&self, by: Duration) {
+        if let Some(manual) = &self.0 {
+            manual.send_modify(|now| *now += by);
+        }
+    }
+
+    /// Returns once the clock reads `at` or later.
+    pub async fn sleep_until(&self, at: Duration) {
+        match &self.0 {
+            None => tokio::time::sleep(at.saturating_sub(since_epoch())).await,
+            Some(manual) => {
+                // The sender lives as long as this clock: the wait ends only when it is met.
+                let _ = manual.subscribe().wait_for(|now| *now >= at).await;
+            }
+        }
+    }
+}
+
 /// Seconds since the epoch now (0 if the clock is before 1970).
 pub fn unix_now() -> u64 {
     since_epoch().as_secs()
@@ -150,5 +203,25 @@ mod tests {
         assert_eq!(asctime(951_825_600), "Tue Feb 29 12:00:00 2000");
         let entry = format!("{} deploy: v2", asctime(1_795_320_489));
         assert_eq!(parse_asctime(&entry), Some((1_795_320_489, "deploy: v2")));
+    }
+
+    #[tokio::test]
+    async fn a_manual_clock_wakes_its_sleepers_when_moved_past_their_time() {
+        let clock = Clock::manual(Duration::from_secs(100));
+        let mut sleeper = tokio::spawn({
+            let clock = clock.clone();
+            async move { clock.sleep_until(Duration::from_secs(102)).await }
+        });
+        clock.advance(Duration::from_secs(1));
+        let early = tokio::time::timeout(Duration::from_millis(50), &mut sleeper).await;
+        assert!(early.is_err(), "101 < 102");
+        clock.advance(Duration::from_millis(1500));
+        tokio::time::timeout(Duration::from_secs(5), sleeper)
+            .await
+            .expect("woken at 102.5")
+            .unwrap();
+        assert_eq!(clock.unix_now(), 102);
+        // A time already passed returns at once.
+        clock.sleep_until(Duration::from_secs(50)).await;
     }
 }

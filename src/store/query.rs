@@ -37,16 +37,18 @@ pub struct PercentilesQuery {
     pub by_slice: bool,
 }
 
-/// The queries of one reader; `config` says the precisions and how long slices are kept.
+/// The queries of one reader; `config` says the precisions and how long slices are kept, `now`
+/// (Unix seconds) where the present is.
 pub struct Queries<'a> {
     pub reader: Reader,
     pub config: &'a Config,
+    pub now: u64,
 }
 
 impl Queries<'_> {
     /// [`arriving_from`] now, under this agent's config.
     pub fn arriving_from(&self, schedule: Schedule, precision: u64) -> u64 {
-        arriving_from(self.config, schedule, precision, clock::unix_now())
+        arriving_from(self.config, schedule, precision, self.now)
     }
 
     /// The book's `get_counter`: a counter's slices at `precision`, oldest first.
@@ -78,7 +80,7 @@ impl Queries<'_> {
             query.last,
             query.hour.as_deref(),
             query.precision,
-            clock::unix_now(),
+            self.now,
         )
         .map_err(QueryError::BadArgument)?;
         let view = self
@@ -137,12 +139,7 @@ impl Queries<'_> {
     pub async fn set(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, u64)>> {
         let samples = self
             .reader
-            .set(
-                series,
-                precision,
-                clock::unix_now(),
-                self.config.sample_count,
-            )
+            .set(series, precision, self.now, self.config.sample_count)
             .await?;
         found(samples, || {
             format!("no set `{series}` at precision {precision}")

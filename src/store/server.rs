@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Connection, StoreError, clock};
+use super::{Connection, StoreError};
 use crate::telemetry::Telemetry;
 
 /// How often a kept connection's server is checked again (a `CONFIG SET` or a clock stepped
@@ -92,12 +92,14 @@ impl ServerCheck {
             .is_none_or(|t| t.elapsed() >= CHECK_INTERVAL)
     }
 
-    /// Reads the policy and the clock over `conn`, exports both, and logs a change. A refused
-    /// `INFO` or `TIME` (ACLs) is an unknown, not a failure; a connection that fails is.
+    /// Reads the policy and the clock over `conn`, exports both (the skew against the agent's
+    /// time `now`), and logs a change. A refused `INFO` or `TIME` (ACLs) is an unknown, not a
+    /// failure; a connection that fails is.
     pub(super) async fn check(
         &mut self,
         mut conn: Connection,
         telemetry: &Telemetry,
+        now: std::time::Duration,
     ) -> Result<(), StoreError> {
         self.checked_at = Some(Instant::now());
         let eviction = match redis::cmd("INFO")
@@ -127,7 +129,7 @@ impl ServerCheck {
         {
             Ok((secs, micros)) => {
                 let redis_now = secs as f64 + micros as f64 / 1e6;
-                let skew = redis_now - clock::since_epoch().as_secs_f64();
+                let skew = redis_now - now.as_secs_f64();
                 telemetry.redis_clock_skew.set(skew);
                 let large = skew.abs() >= SKEW_WARNING_SECS;
                 if large && !self.skew_large {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use statsd_redis::agent;
 use statsd_redis::config::Config;
+pub use statsd_redis::store::clock::Clock;
 use statsd_redis::telemetry::Telemetry;
 use tokio_util::sync::CancellationToken;
 
@@ -155,6 +156,9 @@ pub struct TestAgent {
     pub http: SocketAddr,
     pub shutdown: CancellationToken,
     pub telemetry: Arc<Telemetry>,
+    /// The agent's time: the system's, or a manual clock the test moves.
+    pub clock: Clock,
+    flush_interval: Duration,
     /// Taken by [`TestAgent::stop`].
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -169,17 +173,25 @@ impl Drop for TestAgent {
 
 impl TestAgent {
     pub fn start(config: Config) -> TestAgent {
+        TestAgent::start_at(config, Clock::system())
+    }
+
+    /// An agent whose time is `clock`'s: a [`Clock::manual`] one stands still until the test
+    /// moves it, so that windows close when the test says.
+    pub fn start_at(config: Config, clock: Clock) -> TestAgent {
         let listeners = agent::bind(&config).expect("bind");
         let udp = listeners.udp_addrs();
         let tcp = listeners.tcp_addrs();
         let http = listeners.http_addr().unwrap();
         let shutdown = CancellationToken::new();
         let telemetry = Arc::new(Telemetry::new());
+        let flush_interval = Duration::from_secs(config.flush_interval_secs);
         let task = tokio::spawn({
+            let clock = clock.clone();
             let shutdown = shutdown.clone();
             let telemetry = telemetry.clone();
             async move {
-                agent::run(config, listeners, telemetry, shutdown)
+                agent::run(config, listeners, telemetry, clock, shutdown)
                     .await
                     .unwrap()
             }
@@ -190,8 +202,16 @@ impl TestAgent {
             http,
             shutdown,
             telemetry,
+            clock,
+            flush_interval,
             task: Some(task),
         }
+    }
+
+    /// With a manual clock, moves it on by a flush interval, so that the open window closes;
+    /// with the system's, windows close by themselves.
+    pub fn tick(&self) {
+        self.clock.advance(self.flush_interval);
     }
 
     /// Sends one datagram to the first UDP address, as `nc -u` would.
@@ -203,6 +223,21 @@ impl TestAgent {
         })
         .unwrap();
         s.send_to(datagram, self.udp[0]).unwrap();
+    }
+
+    /// [`TestAgent::send`], then waits until the agent has taken every line into its open
+    /// window: a manual clock moved after this closes them in that window.
+    pub async fn send_taken(&self, datagram: &[u8]) {
+        let before = self.metric("lines_received_total");
+        self.send(datagram);
+        let lines = datagram
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count();
+        eventually(Duration::from_secs(5), "the lines received", || {
+            self.metric("lines_received_total") >= before + lines as f64
+        })
+        .await;
     }
 
     /// Stops the agent and waits for its final flush.
@@ -286,6 +321,31 @@ pub async fn eventually(timeout: Duration, what: &str, mut check: impl FnMut() -
 
 pub fn unix_now() -> u64 {
     statsd_redis::store::clock::unix_now()
+}
+
+/// The latest second, up to now, that lies `into` seconds into a `period` (second 10 of a
+/// minute: `moment(10, 60)`), where a test puts its agent's clock instead of waiting for it.
+pub fn moment(into: u64, period: u64) -> u64 {
+    let now = unix_now();
+    let start = now / period * period + into;
+    if start <= now { start } else { start - period }
+}
+
+/// A manual clock half a second past [`moment`]`(into, period)`.
+pub fn clock_at(into: u64, period: u64) -> Clock {
+    Clock::manual(Duration::from_secs(moment(into, period)) + Duration::from_millis(500))
+}
+
+/// How far (s) behind the machine's a spawned agent's clock runs when it is to stand, from now,
+/// `into` seconds into a `period` ([`spawn_agent_behind`]): at most a period, so that nothing the
+/// agent writes is old to Redis.
+pub fn behind_to(into: u64, period: u64) -> u64 {
+    unix_now() - moment(into, period)
+}
+
+/// [`spawn_agent`] with its clock `behind` seconds behind the machine's (libfaketime).
+pub fn spawn_agent_behind(behind: u64, redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
+    spawn_agent_with_clock(&format!("-{behind}s"), redis_url, extra)
 }
 
 impl RedisServer {
@@ -428,19 +488,25 @@ pub fn spawn_agent(redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
     spawn_agent_in(bin(), redis_url, extra)
 }
 
+/// libfaketime, which runs a program of the tests' on a clock of their choosing.
+const FAKETIME_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 /// [`spawn_agent`] with its clock running `offset` from the machine's (libfaketime's `-300s`).
 pub fn spawn_agent_with_clock(offset: &str, redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
-    const LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    spawn_agent_in(with_clock(bin(), offset), redis_url, extra)
+}
+
+/// `command` run with its clock `offset` from the machine's (libfaketime's `-300s`).
+pub fn with_clock(mut command: Command, offset: &str) -> Command {
     assert!(
-        std::path::Path::new(LIBRARY).exists(),
+        std::path::Path::new(FAKETIME_LIBRARY).exists(),
         "this test needs libfaketime: apt-get install -y faketime"
     );
-    let mut agent = bin();
-    agent
-        .env("LD_PRELOAD", LIBRARY)
+    command
+        .env("LD_PRELOAD", FAKETIME_LIBRARY)
         .env("FAKETIME", offset)
         .env("DONT_FAKE_MONOTONIC", "1");
-    spawn_agent_in(agent, redis_url, extra)
+    command
 }
 
 fn spawn_agent_in(mut agent: Command, redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {

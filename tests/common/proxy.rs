@@ -39,6 +39,8 @@ pub struct FaultProxy {
     /// Chaos: connections cut and writes stalled.
     pub cuts: Arc<AtomicUsize>,
     pub stalls: Arc<AtomicUsize>,
+    /// Chaos: writes stalled now, not yet passed on.
+    pub stalled: Arc<AtomicUsize>,
 }
 
 impl FaultProxy {
@@ -52,6 +54,7 @@ impl FaultProxy {
             held: Arc::default(),
             cuts: Arc::default(),
             stalls: Arc::default(),
+            stalled: Arc::default(),
         };
         let shared = proxy.shared();
         tokio::spawn(async move {
@@ -75,6 +78,7 @@ impl FaultProxy {
             held: self.held.clone(),
             cuts: self.cuts.clone(),
             stalls: self.stalls.clone(),
+            stalled: self.stalled.clone(),
         }
     }
 
@@ -96,6 +100,7 @@ struct Shared {
     held: Arc<Mutex<Vec<u8>>>,
     cuts: Arc<AtomicUsize>,
     stalls: Arc<AtomicUsize>,
+    stalled: Arc<AtomicUsize>,
 }
 
 impl Shared {
@@ -152,8 +157,15 @@ impl Shared {
                     }
                     if roll < 1.0 / 6.0 + 0.25 {
                         self.stalls.fetch_add(1, Ordering::SeqCst);
+                        self.stalled.fetch_add(1, Ordering::SeqCst);
                         let stall = rng.random_range(0..1500);
                         tokio::time::sleep(Duration::from_millis(stall)).await;
+                        let passed = sw.write_all(data).await;
+                        self.stalled.fetch_sub(1, Ordering::SeqCst);
+                        if passed.is_err() {
+                            break;
+                        }
+                        continue;
                     }
                 }
                 _ => {}

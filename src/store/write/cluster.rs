@@ -383,7 +383,7 @@ impl Writer {
         let tags = self.slot_tags();
         let keys = self.keys().clone();
         let keys = &keys;
-        let now = clock::since_epoch().as_secs();
+        let now = self.clock.unix_now();
         let in_doubt: Vec<bool> = (0..chunks.len())
             .map(|i| self.in_doubt(sent_before.get(i) == Some(&true)))
             .collect();

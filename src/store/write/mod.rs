@@ -15,6 +15,7 @@ mod standalone;
 pub use chunk::{ChunkSettings, CounterWrite, FlushChunk, QuantileSettings, build_chunks};
 pub use cluster::{FollowUps, build_slot_chunks};
 
+use super::clock::Clock;
 use super::server::ServerCheck;
 use super::{Cached, Connection, Keys, Store, StoreError, keys};
 use crate::aggregate::ClosedWindow;
@@ -203,6 +204,8 @@ pub struct Writer {
     refused: (u64, Option<String>),
     /// The server's eviction policy and clock, checked on every new connection.
     server: ServerCheck,
+    /// The agent's time, against which expiry times are moved to Redis's clock.
+    clock: Clock,
 }
 
 /// The reason of a Redis error text.
@@ -251,7 +254,18 @@ impl Writer {
             guard_log: LogLimit::default(),
             refused: (0, None),
             server: ServerCheck::default(),
+            clock: Clock::system(),
         }
+    }
+
+    /// The agent's time is `clock`'s (the system's otherwise).
+    pub fn with_clock(self, clock: Clock) -> Writer {
+        Writer { clock, ..self }
+    }
+
+    /// The agent's time, as this writer reads it.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// Key names as the store's mode writes them.
@@ -300,7 +314,10 @@ impl Writer {
             self.server.check_again();
         }
         if self.server.due() {
-            let checked = self.server.check(connection.clone(), &self.telemetry).await;
+            let checked = self
+                .server
+                .check(connection.clone(), &self.telemetry, self.clock.now())
+                .await;
             if let Err(e) = checked {
                 self.connection_failed();
                 return Err(e);

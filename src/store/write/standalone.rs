@@ -51,7 +51,7 @@ use redis::Value;
 
 use super::Writer;
 use crate::store::keys::{self, ChunkKeys};
-use crate::store::{Connection, Keys, StoreError, clock};
+use crate::store::{Connection, Keys, StoreError};
 
 /// Sends of one chunk that end with nothing applied and no error (a `WATCH` broken by a late
 /// copy, writes left out for their ACL) before the call gives up on it.
@@ -82,7 +82,7 @@ struct Precision<'a> {
 }
 
 impl<'a> Sections<'a> {
-    fn read(args: impl Iterator<Item = &'a [u8]>) -> Option<Sections<'a>> {
+    fn read(args: impl Iterator<Item = &'a [u8]>, now: u64) -> Option<Sections<'a>> {
         let args: Vec<&[u8]> = args.collect();
         // A count (or a mode) larger than the arguments cannot be right: refused before any
         // position is computed from it (a damaged spool file).
@@ -119,7 +119,7 @@ impl<'a> Sections<'a> {
             gauges_at,
             gauges,
             sample_count,
-            now: clock::unix_now(),
+            now,
         })
     }
 
@@ -421,7 +421,7 @@ impl Writer {
         let mut read = self.check(conn, &keys).await?;
         let mut prev = 0;
         for (i, chunk) in chunks.iter().enumerate() {
-            let Some(sections) = Sections::read(chunk.args()) else {
+            let Some(sections) = Sections::read(chunk.args(), self.clock.unix_now()) else {
                 // Only a damaged spool file could hold one: it is dropped, said, not retried.
                 self.refused("(flush chunk)", "ERR a flush chunk that does not parse");
                 done.acknowledged += 1;
@@ -480,10 +480,7 @@ impl Writer {
                 }
                 if apply && sections.has_scripted() {
                     let mut script = redis::cmd("EVALSHA");
-                    script
-                        .arg(self.script.get_hash())
-                        .arg(0)
-                        .arg(clock::unix_now());
+                    script.arg(self.script.get_hash()).arg(0).arg(sections.now);
                     for arg in sections.script_args() {
                         script.arg(arg);
                     }
@@ -511,7 +508,7 @@ impl Writer {
                 if matches!(sent, Sent::Applied) {
                     // Recorded before the next check is read: a check that finds the run's
                     // field gone (Redis lost data since) forgets this too.
-                    let now = clock::unix_now();
+                    let now = self.clock.unix_now();
                     let sections_of = [
                         (sections.counters_at, sections.counters),
                         (sections.gauges_at, sections.gauges),
@@ -776,7 +773,7 @@ mod tests {
             ..ClosedWindow::default()
         };
         let c = chunk(&window);
-        let sections = Sections::read(c.args()).unwrap();
+        let sections = Sections::read(c.args(), 0).unwrap();
         assert_eq!(sections.keys().prefix, b"p:");
         let precisions: Vec<_> = sections
             .precisions
@@ -793,7 +790,7 @@ mod tests {
 
         window.gauges = vec![("g".into(), 1.5)];
         let c = chunk(&window);
-        let sections = Sections::read(c.args()).unwrap();
+        let sections = Sections::read(c.args(), 0).unwrap();
         assert_eq!(sections.counters().count(), 2);
         assert_eq!(
             sections.gauges().collect::<Vec<_>>(),
@@ -809,7 +806,7 @@ mod tests {
         window.stats = vec![("t".into(), crate::aggregate::StatKind::Timer, stats)];
         window.sets = vec![("s".into(), vec![b"m"[..].into()])];
         let c = chunk(&window);
-        let sections = Sections::read(c.args()).unwrap();
+        let sections = Sections::read(c.args(), 0).unwrap();
         assert_eq!(
             sections.gauges().count(),
             1,
@@ -838,7 +835,7 @@ mod tests {
         let args: Vec<&[u8]> = c.args().collect();
         for end in 0..args.len() - 4 {
             assert!(
-                Sections::read(args[..end].iter().copied()).is_none(),
+                Sections::read(args[..end].iter().copied(), 0).is_none(),
                 "{end}"
             );
         }
@@ -851,7 +848,7 @@ mod tests {
         ] {
             let mut damaged = args.clone();
             damaged[at] = huge.as_bytes();
-            assert!(Sections::read(damaged.into_iter()).is_none(), "{at}");
+            assert!(Sections::read(damaged.into_iter(), 0).is_none(), "{at}");
         }
     }
 

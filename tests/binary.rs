@@ -405,10 +405,7 @@ fn the_systemd_unit_verifies() {
         "/dist/statsd-redis.service"
     ))
     .unwrap()
-    .replace(
-        "/usr/local/bin/statsd-redis",
-        env!("CARGO_BIN_EXE_statsd-redis"),
-    );
+    .replace("/usr/bin/statsd-redis", env!("CARGO_BIN_EXE_statsd-redis"));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("statsd-redis.service");
     std::fs::write(&path, unit).unwrap();
@@ -436,6 +433,11 @@ fn a_password_never_reaches_the_logs_or_metrics() {
         "{log}"
     );
     assert!(log.contains("***@127.0.0.1:1/0"), "{log}");
+    // Nothing listens there: the first warning says how to get a Redis.
+    assert!(
+        log.contains("cannot write to Redis") && log.contains("apt-get install -y redis-server"),
+        "{log}"
+    );
 }
 
 #[test]

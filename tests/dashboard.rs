@@ -423,6 +423,55 @@ async fn dashboard_shades_the_quantile_slices_still_arriving() {
     agent.stop().await;
 }
 
+/// The landing page opens on the busiest counter, not on "no series selected"; another type's
+/// view on its first series; and what is shown is in the URL, which opens the same view again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_opens_on_the_busiest_counter_and_keeps_its_view_in_the_url() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(test_config(&redis));
+    let (status, body) = http_get(agent.http, "/api/v1/busiest");
+    assert_eq!(status, 404, "no counter yet: {body}");
+    agent.send(b"a.quiet:1|c\nz.busy:40|c\nm.middle:3|c\nq.first:7|g\nq.second:9|g");
+    eventually(Duration::from_secs(3), "flushed", || {
+        redis.counter_total(1, "z.busy") == 40
+    })
+    .await;
+    let view = |query: &str| {
+        let url = format!("http://{}/{query}", agent.http);
+        tokio::task::spawn_blocking(move || {
+            let ready = "document.querySelectorAll('#chart circle.sample').length > 0";
+            let what = "({ search: location.search, title: document.getElementById('chart-title').textContent })";
+            evaluate_in_page(&url, 1280, ready, what)
+        })
+    };
+    let landing = view("").await.unwrap();
+    assert!(
+        landing["title"].as_str().unwrap().starts_with("z.busy ·"),
+        "the busiest counter, though last by name: {landing}"
+    );
+    let search = landing["search"].as_str().unwrap().to_string();
+    assert!(
+        search.contains("series=z.busy") && search.contains("precision=60"),
+        "{landing}"
+    );
+    let gauges = view("?type=gauge").await.unwrap();
+    assert!(
+        gauges["title"].as_str().unwrap().starts_with("q.first ·"),
+        "{gauges}"
+    );
+    assert!(
+        gauges["search"]
+            .as_str()
+            .unwrap()
+            .contains("series=q.first"),
+        "{gauges}"
+    );
+    // The URL the landing page wrote opens the same view.
+    let again = view(&search).await.unwrap();
+    assert_eq!(again, landing);
+    agent.stop().await;
+}
+
 /// With Redis gone the page says so, instead of showing empty panels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_says_when_redis_is_unreachable() {

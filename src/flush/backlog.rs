@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::spool::Spool;
-use crate::store::{FlushChunk, InFlight, Outcome, StoreError, Writer};
+use crate::store::{FlushChunk, InFlight, NO_REDIS_HINT, Outcome, StoreError, Writer};
 use crate::telemetry::{LogLimit, Telemetry};
 
 /// First wait after a failed write; doubled per failure up to [`MAX_BACKOFF`].
@@ -66,6 +66,7 @@ impl RedisState {
                     window,
                     error = %text,
                     backlog = queued,
+                    hint = error.no_redis_there().then_some(NO_REDIS_HINT),
                     "cannot write to Redis; windows wait in the backlog and are retried (one line when it is back)"
                 );
                 self.down_since = Some((Instant::now(), text));

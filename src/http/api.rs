@@ -103,6 +103,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/gauge/{series}", get(gauge))
         .route("/api/v1/set/{series}", get(set))
         .route("/api/v1/known", get(known))
+        .route("/api/v1/busiest", get(busiest))
         .route("/api/v1/series", get(series))
         .route("/api/v1/vitals", get(vitals))
 }
@@ -250,6 +251,16 @@ async fn known(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     Ok(Json(
         json!({ "total": all.len(), "page": page, "per_page": per_page, "series": series }),
     ))
+}
+
+/// The counter that counted most over its last two slices (of a minute or more), of the first
+/// thousand by name: what the dashboard opens on. 404 when there is no counter.
+async fn busiest(State(s): State<AppState>) -> ApiResult {
+    let now = s.clock.unix_now();
+    match s.reader().await?.busiest_counter(now).await? {
+        Some((series, precision)) => Ok(Json(json!({ "series": series, "precision": precision }))),
+        None => Err(ApiError(StatusCode::NOT_FOUND, "no counter yet".into())),
+    }
 }
 
 /// Series of a type that has no index: `type=timer|histogram|distribution` (statistics this

@@ -68,6 +68,16 @@ pub enum StoreError {
     Timeout(Duration),
 }
 
+impl StoreError {
+    /// Nothing listens where the agent looks for Redis (a fresh machine without one).
+    pub fn no_redis_there(&self) -> bool {
+        matches!(self, StoreError::Redis(e) if e.is_connection_refusal())
+    }
+}
+
+/// What the first warning of a connection refused adds: how to get a Redis.
+pub const NO_REDIS_HINT: &str = "nothing answers at the Redis address: install Redis there (Debian: apt-get install -y redis-server) or point --redis (STATSD_REDIS_REDIS) at one";
+
 /// How the agent reaches Redis, shared by the writer, the cleaner, the readers and `/readyz`:
 /// every connection any of them opens comes from [`Store::connect`].
 #[derive(Clone)]

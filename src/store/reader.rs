@@ -393,6 +393,57 @@ impl Reader {
             .collect())
     }
 
+    /// The counter that counted most in the last two slices of its finest precision of a
+    /// minute or more (else its finest), among the first [`BUSIEST_AMONG`] of the index; the
+    /// first of them when none counted; `None` with no counter. With that precision.
+    pub async fn busiest_counter(&mut self, now: u64) -> Result<Option<(String, u64)>, StoreError> {
+        let index = self.keys.counter_index();
+        let precisions = index_precisions(&mut self.conn, &index.key).await?;
+        let Some(&precision) = precisions
+            .iter()
+            .filter(|&&p| p >= 60)
+            .min()
+            .or_else(|| precisions.iter().min())
+        else {
+            return Ok(None);
+        };
+        let start = format!("{precision}:");
+        let members = lex_range(
+            &mut self.conn,
+            &index.key,
+            format!("[{start}").as_bytes(),
+            format!("({precision};").as_bytes(),
+            BUSIEST_AMONG,
+        )
+        .await?;
+        let slice = keys::slice(now, precision);
+        let slices = [slice.saturating_sub(precision), slice];
+        // One call per series, all at once: in a cluster their keys live in other slots.
+        let counts: Vec<Vec<Option<i64>>> =
+            futures_util::future::try_join_all(members.iter().map(|member| {
+                let mut conn = self.conn.clone();
+                let key = self.keys.counter(precision, &member[start.len()..]);
+                async move {
+                    redis::cmd("HMGET")
+                        .arg(key)
+                        .arg(&slices[..])
+                        .query_async(&mut conn)
+                        .await
+                }
+            }))
+            .await?;
+        let total =
+            |c: &Vec<Option<i64>>| c.iter().flatten().map(|n| n.unsigned_abs()).sum::<u64>();
+        // The first of the largest: `max_by_key` keeps the last.
+        let busiest = counts
+            .iter()
+            .enumerate()
+            .rev()
+            .max_by_key(|(_, c)| total(c))
+            .map(|(i, _)| members[i][start.len()..].to_string());
+        Ok(busiest.map(|series| (series, precision)))
+    }
+
     /// Series of an index (`known:` for counters, `known:gauge:` for gauges) whose name matches
     /// `pattern` (`*` any run, `?` one character), with their precisions, by name.
     ///
@@ -459,6 +510,10 @@ pub async fn lex_range(
 /// Index members read per call: Redis answers 10 000 in a few milliseconds, so no other client
 /// waits long behind one of them.
 pub const KNOWN_BATCH: usize = 10_000;
+
+/// How many counters [`Reader::busiest_counter`] compares: the dashboard's first view costs
+/// at most this many reads.
+pub const BUSIEST_AMONG: usize = 1000;
 
 /// The precisions an index (members `<precision>:<series>`, all scored 0) holds members of,
 /// found by skipping from one to the next: a call per precision. A member that does not start

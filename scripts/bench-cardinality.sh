@@ -18,11 +18,10 @@ cargo build --release --quiet --bin statsd-redis --example loadgen
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 sock="$dir/r.sock"
 start_redis "$sock"
-udp=$(free_port); http=$(free_port)
-target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
-  --precisions "$precisions" --cleaner-enabled false ${AGENT_ARGS:-} 2>"${AGENT_LOG:-$dir/agent.log}" &
-pid=$!
-until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+# shellcheck disable=SC2086
+start_agent "${AGENT_LOG:-$dir/agent.log}" --redis "redis+unix://$sock" \
+  --precisions "$precisions" --cleaner-enabled false ${AGENT_ARGS:-}
+pid=$agent_pid
 sleep 1
 # CPU seconds (user + system) of a process.
 proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }

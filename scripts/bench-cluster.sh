@@ -23,11 +23,9 @@ hincrby_of() { redis-cli -h 127.0.0.1 -p "$1" info commandstats | awk -F'[:=,]' 
 run() {
   local label=$1; shift
   local udp http pid t backlog
-  udp=$(free_port); http=$(free_port)
-  target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" \
-    --cleaner-enabled false ${AGENT_ARGS:-} "$@" 2>"$dir/agent-$label.log" &
-  pid=$!
-  until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+  # shellcheck disable=SC2086
+  start_agent "$dir/agent-$label.log" --cleaner-enabled false ${AGENT_ARGS:-} "$@"
+  pid=$agent_pid
   sleep 1
   declare -A cpu0 calls0
   for p in $PORTS; do cpu0[$p]=$(cpu_of "$p"); redis-cli -p "$p" config resetstat >/dev/null; done

@@ -47,11 +47,8 @@ run_floor() { # lines_per_datagram lines
 run_agent() { # lines_per_datagram lines
   local sock="$dir/r.sock" udp http
   start_redis "$sock"
-  udp=$(free_port); http=$(free_port)
-  target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" \
-    --redis "redis+unix://$sock" --cleaner-enabled false 2>"$dir/agent.log" &
-  local pid=$!
-  until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+  start_agent "$dir/agent.log" --redis "redis+unix://$sock" --cleaner-enabled false
+  local pid=$agent_pid
   local before; before=$(cpu_us $pid)
   target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
     --lines-per-datagram "$1" --lines "$2" --totals "$dir/totals.tsv" > "$dir/send.out"

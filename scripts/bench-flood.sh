@@ -16,11 +16,10 @@ cargo build --release --quiet --bin statsd-redis --example loadgen
 . scripts/common.sh
 sock="$dir/r.sock"
 start_redis "$sock"
-udp=$(free_port); http=$(free_port)
-target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
-  --precisions 1,60 --cleaner-enabled false --max-series-per-window "$cap" ${AGENT_ARGS:-} 2>"$dir/agent.log" &
-pid=$!
-until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+# shellcheck disable=SC2086
+start_agent "$dir/agent.log" --redis "redis+unix://$sock" \
+  --precisions 1,60 --cleaner-enabled false --max-series-per-window "$cap" ${AGENT_ARGS:-}
+pid=$agent_pid
 sleep 1
 metric() { curl -s "127.0.0.1:$http/metrics" | awk -v m="statsd_redis_$1" '$1 == m || index($1, m "{") == 1 { s += $2; n++ } END { if (n) print s }'; }
 idle_kb=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")

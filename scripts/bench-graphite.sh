@@ -16,11 +16,8 @@ cargo build --release --quiet --example graphite_latency
 cargo build --release --quiet
 start_redis "$dir/redis.sock"
 target/release/examples/graphite_latency seed --redis "redis+unix://$dir/redis.sock" --now "$now"
-http=$(free_port)
-target/release/statsd-redis --udp 127.0.0.1:0 --http "127.0.0.1:$http" \
-  --redis "redis+unix://$dir/redis.sock" --sample-count 1440 --cleaner-enabled false \
-  --log-level warn 2>"$dir/agent.log" &
-until curl -fs "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.1; done
+start_agent "$dir/agent.log" --redis "redis+unix://$dir/redis.sock" --sample-count 1440 \
+  --cleaner-enabled false --log-level warn
 echo "agent (statsd-redis $(target/release/statsd-redis --version | cut -d' ' -f2-)):"
 target/release/examples/graphite_latency measure --base "http://127.0.0.1:$http/graphite" \
   --now "$now" --runs "$runs"

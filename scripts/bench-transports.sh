@@ -30,12 +30,10 @@ run_floor() { # lines_per_datagram
 run_agent() { # transport lines_per_datagram
   local sock="$dir/r.sock" udp tcp http target
   start_redis "$sock"
-  udp=$(free_port); tcp=$(free_port); http=$(free_port)
-  target/release/statsd-redis --udp "127.0.0.1:$udp" --tcp "127.0.0.1:$tcp" \
-    --unix-datagram "$dir/statsd.sock" --http "127.0.0.1:$http" \
-    --redis "redis+unix://$sock" --cleaner-enabled false 2>"$dir/agent.log" &
-  local pid=$!
-  until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+  tcp=$(free_port)
+  start_agent "$dir/agent.log" --tcp "127.0.0.1:$tcp" --unix-datagram "$dir/statsd.sock" \
+    --redis "redis+unix://$sock" --cleaner-enabled false
+  local pid=$agent_pid
   case $1 in
     udp) target="127.0.0.1:$udp" ;;
     tcp) target="127.0.0.1:$tcp" ;;

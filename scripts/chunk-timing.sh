@@ -15,11 +15,7 @@ printf '%-10s %8s %12s %12s %12s\n' chunk calls median_us p99_us max_us
 for chunk in 100 250 500 1000; do
   sock="$dir/redis-$chunk.sock"
   start_redis "$sock" --latency-tracking-info-percentiles "50 99 100"
-  udp=$(free_port); http=$(free_port)
-  target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" \
-    --redis "redis+unix://$sock" --max-series-per-chunk "$chunk" 2>"$dir/agent-$chunk.log" &
-  agent_pid=$!
-  until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+  start_agent "$dir/agent-$chunk.log" --redis "redis+unix://$sock" --max-series-per-chunk "$chunk"
   # Every series in every window: 5 lines per series per second for 6 seconds.
   target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
     --lines-per-datagram 20 --lines $((series * 30)) --rate $((series * 5)) >/dev/null

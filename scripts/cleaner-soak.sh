@@ -11,10 +11,8 @@ cargo build --release --quiet --bin statsd-redis --example loadgen
 . scripts/common.sh
 sock="$dir/redis.sock"
 start_redis "$sock"
-udp=$(free_port); http=$(free_port)
-target/release/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
-  --sample-count "$samples" --cleaner-interval-secs "$interval" 2>"$dir/agent.log" &
-until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+start_agent "$dir/agent.log" --redis "redis+unix://$sock" \
+  --sample-count "$samples" --cleaner-interval-secs "$interval"
 # Every series 5 times a second, for the whole run.
 rate=$((series * 5))
 target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \

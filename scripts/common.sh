@@ -1,5 +1,6 @@
 # Sourced by the scripts here: a temp dir `$dir`, removed at exit with every background job
-# stopped; a free local port; a private Redis and the CPU time it used.
+# stopped; a free local port; a private Redis (start_redis; start_node on a TCP port) and the CPU
+# time it used; the agent (start_agent) and its metrics.
 
 for tool in redis-server redis-cli; do
   command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install -y redis-server redis-tools" >&2; exit 1; }
@@ -56,4 +57,18 @@ redis_usage() {
 agent_metric() {
   curl -s "127.0.0.1:$1/metrics" |
     awk -v m="statsd_redis_$2" '$1 == m || index($1, m "{") == 1 { s += $2 } END { print s + 0 }'
+}
+
+# start_agent LOG [agent flags...]: the agent (`$AGENT`, default target/release/statsd-redis) on
+# free ports of 127.0.0.1, put in `udp` and `http`, its stderr in LOG, its pid in `agent_pid`;
+# ready (its HTTP side answers) when this returns. The flags say the rest (`--redis`, ...).
+start_agent() {
+  local log=$1; shift
+  udp=$(free_port); http=$(free_port)
+  "${AGENT:-target/release/statsd-redis}" --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" "$@" 2>"$log" &
+  agent_pid=$!
+  until curl -s "127.0.0.1:$http/healthz" >/dev/null; do
+    kill -0 "$agent_pid" 2>/dev/null || { echo "the agent did not start:" >&2; cat "$log" >&2; exit 1; }
+    sleep 0.05
+  done
 }

@@ -10,9 +10,7 @@ cd "$(dirname "$0")/.."
 cargo build --quiet --bin statsd-redis
 . scripts/common.sh
 start_redis "$dir/r.sock"
-udp=$(free_port); http=$(free_port)
-target/debug/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$dir/r.sock" 2>/dev/null &
-until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+AGENT=target/debug/statsd-redis start_agent "$dir/agent.log" --redis "redis+unix://$dir/r.sock"
 # One datagram per call, through bash's own /dev/udp (printf writes its output at once).
 send() { printf '%b' "$1" > "/dev/udp/127.0.0.1/$udp"; }
 for s in web.checkout web.login web.search api.orders api.users; do send "$s.requests:1|c"; done

@@ -21,10 +21,9 @@ if [ -n "${FLOOR:-}" ]; then
   pid=$!
   sleep 0.5
 else
-  target/profiling/statsd-redis --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" --redis "redis+unix://$sock" \
-    --cleaner-enabled false 2>"$dir/agent.log" &
-  pid=$!
-  until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+  AGENT=target/profiling/statsd-redis start_agent "$dir/agent.log" --redis "redis+unix://$sock" \
+    --cleaner-enabled false
+  pid=$agent_pid
 fi
 # Voluntary context switches of all the receiver's threads.
 switches() { cat /proc/"$pid"/task/*/status | awk '/^voluntary_ctxt_switches/ {n += $2} END {print n}'; }

@@ -31,11 +31,8 @@ settle() {
 for run in $(seq 1 "$runs"); do
   port=$(node_port)
   start_node "$port"
-  udp=$(free_port); http=$(free_port)
-  "${AGENT:-target/release/statsd-redis}" --udp "127.0.0.1:$udp" --http "127.0.0.1:$http" \
-    --redis "redis://127.0.0.1:$port" 2>"$dir/agent.log" &
-  agent=$!
-  until curl -s "127.0.0.1:$http/healthz" >/dev/null; do sleep 0.05; done
+  start_agent "$dir/agent.log" --redis "redis://127.0.0.1:$port"
+  agent=$agent_pid
   # One unmeasured window first (it makes the keys), as the bare run has.
   target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
     --lines-per-datagram 20 --lines "$series" --types "$type" >/dev/null

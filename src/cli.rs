@@ -1,4 +1,4 @@
-//! `statsd-redis get …` (README "Reading it back"): queries over what the agent stored, printed as aligned tables
+//! `statsd-redis get …` (docs/reading.md): queries over what the agent stored, printed as aligned tables
 //! (times in UTC) or, with `--json`, as JSON for scripts. Exit codes: 1 unknown series,
 //! 2 bad arguments (clap), 3 Redis unreachable.
 

@@ -274,7 +274,7 @@ impl Default for Config {
             // One chunk's EXEC blocks Redis; at the 7 default precisions 100 series take ~0.5 ms
             // (2 ms at most) here: see docs/benchmarks.md and scripts/chunk-timing.sh.
             max_series_per_chunk: 100,
-            // Off: every window is written whole, once a second (README). At 5, six of the
+            // Off: every window is written whole, once a second (docs/layout.md, "Many series"). At 5, six of the
             // seven default precisions are written every 5 s: a third of the Redis work.
             coarse_write_secs: 0,
             agent_id: String::new(),

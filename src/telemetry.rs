@@ -1,4 +1,4 @@
-//! The agent's own metrics (README "Metrics"): every name, label and description in one place.
+//! The agent's own metrics (docs/operations.md, "Metrics"): every name, label and description in one place.
 //!
 //! Each agent owns its recorder rather than installing a global one, so several agents in one
 //! process (the tests) keep separate counts. Hot paths hold the returned handles, which are

@@ -1,4 +1,4 @@
-//! Log entries (README "The Redis layout", logs): what DogStatsD events and service checks become, named and graded
+//! Log entries (docs/layout.md, "The Redis layout", logs): what DogStatsD events and service checks become, named and graded
 //! the way the book's `log_recent` / `log_common` expect.
 
 use crate::protocol::{AlertType, Event, ServiceCheck};

@@ -1,4 +1,4 @@
-//! One window's state per series (README "The Redis layout"): counters, timer/histogram/distribution stats,
+//! One window's state per series (docs/layout.md): counters, timer/histogram/distribution stats,
 //! gauge updates, set members and log entries.
 //!
 //! Readers [`Window::record`] into their own window; the flusher takes every reader's window at

@@ -1,4 +1,4 @@
-//! The once-a-window loop (README "Writes: atomic, exactly once, through outages"), as two halves that share the backlog queue:
+//! The once-a-window loop (docs/layout.md, "Writes: atomic, exactly once, through outages"), as two halves that share the backlog queue:
 //! the *closer* takes every reader's window at each boundary, on schedule, closes it through the
 //! [`Ledger`] and queues its chunks; the *writer* writes the queue to Redis oldest first.
 //!

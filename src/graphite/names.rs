@@ -1,4 +1,4 @@
-//! How the agent's series look in Graphite (README "Grafana"): tagged names in graphite-web's
+//! How the agent's series look in Graphite (docs/reading.md, "Grafana"): tagged names in graphite-web's
 //! canonical form, and a glob over dotted names matched node by node.
 //!
 //! The agent writes a tagged series `name;k=v;…` with its tags sorted by key, then value;

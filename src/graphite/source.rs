@@ -1,4 +1,4 @@
-//! The agent's layout as Graphite sees it (README "Grafana"): which series exist, the tree of
+//! The agent's layout as Graphite sees it (docs/reading.md, "Grafana"): which series exist, the tree of
 //! their dotted names, and each one's points at the precision whisper would choose.
 //!
 //! | type | Graphite name | a point |

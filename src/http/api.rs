@@ -1,4 +1,4 @@
-//! The JSON API under `/api/v1/` (README "Reading it back"): the reader's queries over HTTP. Unknown series are
+//! The JSON API under `/api/v1/` (docs/reading.md): the reader's queries over HTTP. Unknown series are
 //! 404, bad parameters 400, an unreachable Redis 503; every error body is `{"error": "..."}`.
 
 use std::collections::HashMap;

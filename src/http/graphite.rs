@@ -1,4 +1,4 @@
-//! The Graphite API under `/graphite` (README "Grafana"): what Grafana's Graphite data source
+//! The Graphite API under `/graphite` (docs/reading.md, "Grafana"): what Grafana's Graphite data source
 //! asks, answered from the agent's Redis as graphite-web answers it (`src/graphite/`).
 //! Parameters come in the query string or, as Grafana posts them, a form body.
 

@@ -1,4 +1,4 @@
-//! The StatsD / DogStatsD line protocol (README "What it accepts"), as pure functions over bytes.
+//! The StatsD / DogStatsD line protocol (docs/protocol.md), as pure functions over bytes.
 //!
 //! [`lines`] splits a datagram, [`parse_line`] turns one line into a [`Line`] that borrows from
 //! the datagram, and [`SeriesNamer`] folds a metric's name and tags into its series name;

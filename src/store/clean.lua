@@ -1,4 +1,4 @@
--- Trims one batch of index members (README "The cleaner", the book's clean_counters); trim.lua is put in
+-- Trims one batch of index members (docs/layout.md, "The cleaner", the book's clean_counters); trim.lua is put in
 -- front of it.
 --
 -- ARGV: index key, hash prefix, now (epoch s), sample count, then members `<precision>:<series>`.

@@ -1,5 +1,4 @@
--- Trims hashes of one hash slot for the cleaner in a Redis Cluster (README, "Redis Sentinel and
--- Redis Cluster"): as clean.lua, but the index lives on another node, so the script only reports
+-- Trims hashes of one hash slot for the cleaner in a Redis Cluster (docs/topologies.md): as clean.lua, but the index lives on another node, so the script only reports
 -- which hashes are gone and the cleaner removes their index members, then checks again. trim.lua
 -- is put in front of it.
 --

@@ -1,4 +1,4 @@
-//! The cleaner (README "The cleaner"): the book's `clean_counters`, run inside the agent. [`Cleaner::run`]
+//! The cleaner (docs/layout.md, "The cleaner"): the book's `clean_counters`, run inside the agent. [`Cleaner::run`]
 //! holds the `cleaner:lock` lease and makes a pass about every interval; [`Cleaner::pass`] walks
 //! `known:` and `known:gauge:` in batches and trims each batch with one `clean.lua` call.
 //!

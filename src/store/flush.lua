@@ -1,5 +1,5 @@
 -- Applies the part of one flush chunk that is not counters or gauges: statistics and quantile
--- buckets, sets and logs (the layout: README, "The Redis layout"). The chunk's counters and
+-- buckets, sets and logs (the layout: docs/layout.md). The chunk's counters and
 -- gauges are sent beside this call as bare commands, and the exactly-once check is made by the
 -- agent: the call is one command of the chunk's MULTI/EXEC, which runs only when the run's guard
 -- is still what the agent read (src/store/write/standalone.rs, where the argument for exactly once is

@@ -1,5 +1,5 @@
 -- Applies one slot chunk of a flush in a Redis Cluster, atomically and exactly once: the writes
--- of one window whose keys hash to one slot (README, "Redis Sentinel and Redis Cluster").
+-- of one window whose keys hash to one slot (docs/topologies.md).
 --
 -- Every key is declared in KEYS, so the cluster routes the call and a moving slot answers ASK or
 -- TRYAGAIN before anything runs; the script builds no key name of its own. hourly.lua is put in

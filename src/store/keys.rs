@@ -1,4 +1,4 @@
-//! Every Redis key name the agent reads or writes, built here and nowhere else (README "The Redis layout").
+//! Every Redis key name the agent reads or writes, built here and nowhere else (docs/layout.md).
 //!
 //! With an empty `key_prefix` the names are byte-identical to *Redis in Action* chapter 5, so
 //! the book's readers work unchanged. The flush scripts receive the prefix and build the same

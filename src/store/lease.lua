@@ -1,4 +1,4 @@
--- The cleaner's lease (README "The cleaner"): one agent cleans at a time.
+-- The cleaner's lease (docs/layout.md, "The cleaner"): one agent cleans at a time.
 --
 -- KEYS[1] cleaner:lock; ARGV[1] this agent's id; ARGV[2] lease time in ms; ARGV[3] 'hold' or
 -- 'release'. 'hold' takes a free lease or renews our own and returns 1; returns 0 while another

@@ -1,4 +1,4 @@
-//! Reading the layout back (README "Reading it back"): the book's readers (`get_counter`, `get_stats`) and the
+//! Reading the layout back (docs/reading.md): the book's readers (`get_counter`, `get_stats`) and the
 //! rest of what the agent writes, over one connection. Shared by the CLI and the HTTP API.
 
 use std::collections::BTreeMap;

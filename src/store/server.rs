@@ -115,7 +115,7 @@ impl ServerCheck {
             if eviction.may_evict {
                 tracing::warn!(
                     maxmemory_policy = %eviction.policy,
-                    "Redis may evict keys: counts and index members are lost with them, and under allkeys-* a chunk sent again after a lost reply whose guard was evicted is dropped (counted in chunks_guard_lost_total) rather than risk applying it twice. Set maxmemory-policy noeviction (README, \"Writes: atomic, exactly once, through outages\")"
+                    "Redis may evict keys: counts and index members are lost with them, and under allkeys-* a chunk sent again after a lost reply whose guard was evicted is dropped (counted in chunks_guard_lost_total) rather than risk applying it twice. Set maxmemory-policy noeviction (docs/layout.md, \"Writes: atomic, exactly once, through outages\")"
                 );
             } else if self.eviction.is_some() {
                 tracing::info!(maxmemory_policy = %eviction.policy, "Redis no longer evicts keys");

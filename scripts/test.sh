@@ -43,7 +43,7 @@ if ! $root; then
   exit 1
 fi
 # cargo-deb builds the package; a version known to take the test build's binary.
-if ! cargo deb --version 2>/dev/null | grep -q '^3\.8\.'; then
+if ! cargo deb --version 2>/dev/null | grep -q ' 3\.8\.'; then
   echo "installing cargo-deb"
   cargo install --quiet --locked cargo-deb@3.8.0
 fi

@@ -194,6 +194,8 @@ pub async fn run_reloading(
     shutdown: CancellationToken,
     reloads: tokio::sync::watch::Receiver<Config>,
 ) -> Result<(), AgentError> {
+    // Before any reader: the first window holds whatever they take from now on.
+    let opened = clock.now();
     let store = Store::open(&config)?;
     let spool = if config.spool_dir.as_os_str().is_empty() {
         None
@@ -311,7 +313,7 @@ pub async fn run_reloading(
         tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))
     });
     let wait = (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout_ms));
-    let writer = Writer::new(store.clone(), wait, telemetry.clone()).with_clock(clock.clone());
+    let writer = Writer::new(store.clone(), wait, telemetry.clone());
     let flusher_stop = CancellationToken::new();
     // Chunks are numbered per run, not per agent: a restart with the same agent_id starts its
     // own sequence.
@@ -323,7 +325,7 @@ pub async fn run_reloading(
             &run_id,
             spool,
             config.clone(),
-            clock,
+            (clock, opened),
             telemetry.clone(),
         )
         .with_reloads(reloads)

@@ -250,13 +250,6 @@ fn redis_going_away_and_coming_back_is_logged_once_each_way() {
         redis.counter_total(86400, "outage") == 1
     });
     assert_eq!(up(), 1.0);
-    redis.kill();
-    for _ in 0..3 {
-        socket.send_to(b"outage:1|c", ("127.0.0.1", udp)).unwrap();
-        std::thread::sleep(Duration::from_millis(1100));
-    }
-    wait_for("redis_up 0", &|| up() == 0.0);
-    // Several failed retries (0.25 s doubling) before Redis comes back.
     let errors = || {
         metric_at(
             format!("127.0.0.1:{http}").parse().unwrap(),
@@ -264,7 +257,14 @@ fn redis_going_away_and_coming_back_is_logged_once_each_way() {
         )
     };
     let failed = errors();
-    wait_for("three more failed retries", &|| errors() >= failed + 3.0);
+    redis.kill();
+    for _ in 0..3 {
+        socket.send_to(b"outage:1|c", ("127.0.0.1", udp)).unwrap();
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    wait_for("redis_up 0", &|| up() == 0.0);
+    // Several failed retries (0.25 s doubling) before Redis comes back.
+    wait_for("three failed retries", &|| errors() >= failed + 3.0);
     redis.restart_after(Duration::ZERO, &[]);
     wait_for("redis_up 1 again", &|| up() == 1.0);
     wait_for("the waiting windows", &|| {

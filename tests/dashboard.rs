@@ -71,10 +71,21 @@ fn evaluate_in_page(url: &str, width: u32, ready: &str, expression: &str) -> Val
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    // SAFETY: only dup2 runs between fork and exec; it is async-signal-safe.
+    // SAFETY: only fcntl and dup2 run between fork and exec; both are async-signal-safe.
     unsafe {
         command.pre_exec(move || {
-            if libc::dup2(commands_fd, 3) < 0 || libc::dup2(replies_fd, 4) < 0 {
+            // Each end first to a number above 3 and 4 (a pipe made while other tests run may
+            // be fd 3 or 4 itself: dup2 onto itself would leave it close-on-exec, and the second
+            // dup2 could overwrite the first), then onto 3 and 4, which keeps them open in exec.
+            let (commands, replies) = (
+                libc::fcntl(commands_fd, libc::F_DUPFD, 10),
+                libc::fcntl(replies_fd, libc::F_DUPFD, 10),
+            );
+            if commands < 0
+                || replies < 0
+                || libc::dup2(commands, 3) < 0
+                || libc::dup2(replies, 4) < 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

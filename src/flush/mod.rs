@@ -56,6 +56,9 @@ struct Closer {
     config: Config,
     /// Where the boundaries are: the system's clock, or a test's.
     clock: Clock,
+    /// When the agent opened its first window: before its readers started, so that nothing
+    /// they take before the closer first runs lands in a window closed a boundary late.
+    opened: Duration,
     telemetry: Arc<Telemetry>,
     /// `coarse_write_secs`, when it defers anything.
     coarse: Option<Coarse>,
@@ -80,12 +83,15 @@ fn window_start(now: Duration, interval: u64) -> u64 {
 /// stalled process, a clock moved on); further behind, it goes on from the window holding now.
 const CATCH_UP_WINDOWS: u64 = 60;
 
-/// The boundary to wait for after the one at `closed`: the next, unless the clock went back
-/// (to before `closed`) or on by more than [`CATCH_UP_WINDOWS`]; then the one after `now`.
-fn next_boundary(closed: u64, now: Duration, interval: u64) -> u64 {
+/// The boundary to wait for after the one at `closed`: the next, unless the clock went back by
+/// more than a window, or on by more than `min(CATCH_UP_WINDOWS, room)` windows (`room`: the
+/// windows the backlog can still take, so that catching up never pushes out the window that
+/// holds what was read meanwhile); then the one after `now`.
+fn next_boundary(closed: u64, now: Duration, interval: u64, room: u64) -> u64 {
     let next = closed + interval;
     let current = window_start(now, interval);
-    if current < closed || current >= next + CATCH_UP_WINDOWS * interval {
+    let catch_up = CATCH_UP_WINDOWS.min(room);
+    if current + interval < closed || current >= next + catch_up * interval {
         current + interval
     } else {
         next
@@ -100,16 +106,18 @@ impl Flusher {
     }
 
     /// `run_id` names this run of the agent (`<agent id>.<random>`): its chunks are numbered
-    /// under the sequence key `flush:<run_id>`. Windows close at `clock`'s boundaries.
+    /// under the sequence key `flush:<run_id>`. Windows close at `clock`'s boundaries, the first
+    /// after `opened` (when the readers began to fill them); the writer takes the same clock.
     pub fn new(
         windows: Vec<Arc<Mutex<Window>>>,
         writer: Writer,
         run_id: &str,
         spool: Option<Spool>,
         config: Config,
-        clock: Clock,
+        (clock, opened): (Clock, Duration),
         telemetry: Arc<Telemetry>,
     ) -> Flusher {
+        let writer = writer.with_clock(clock.clone());
         let keys = writer.keys().clone();
         let chunker = Chunker::new(keys.clone(), &config);
         Flusher {
@@ -131,6 +139,7 @@ impl Flusher {
                 reloads: None,
                 config,
                 clock,
+                opened,
                 telemetry,
             },
         }
@@ -180,14 +189,17 @@ impl Closer {
     /// group (`coarse_write_secs`, `quantile_write_secs`) still sees its end.
     async fn run(&mut self, backlog: &Backlog, stop: &CancellationToken) {
         let interval = self.config.flush_interval_secs;
-        let mut boundary = window_start(self.clock.now(), interval) + interval;
+        let mut boundary = window_start(self.opened, interval) + interval;
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => break,
                 _ = self.clock.sleep_until(Duration::from_secs(boundary)) => {}
             }
             self.close(boundary - interval, false, backlog);
-            boundary = next_boundary(boundary, self.clock.now(), interval);
+            let room = (self.config.max_backlog_windows as u64)
+                .saturating_sub(backlog.lock().len() as u64);
+            boundary = next_boundary(boundary, self.clock.now(), interval, room);
         }
         self.close(window_start(self.clock.now(), interval), true, backlog);
     }

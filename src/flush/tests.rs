@@ -33,6 +33,7 @@ fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
         reloads: None,
         config,
         clock: Clock::system(),
+        opened: Duration::ZERO,
         telemetry: Arc::new(Telemetry::new()),
     };
     (closer, window)
@@ -73,16 +74,25 @@ fn chunks_per_window_at(
 #[test]
 fn after_a_boundary_the_next_is_waited_for_unless_the_clock_jumped() {
     let at = |secs: f64| Duration::from_secs_f64(secs);
+    let room = 1000;
     // On time, or held up: the next boundary, even if passed already (it is closed at once).
-    assert_eq!(next_boundary(101, at(101.002), 1), 102);
-    assert_eq!(next_boundary(101, at(104.5), 1), 102);
-    assert_eq!(next_boundary(110, at(110.3), 10), 120);
-    // Set back: the window holding now, not a wait as long as the step.
-    assert_eq!(next_boundary(5000, at(1200.5), 1), 1201);
+    assert_eq!(next_boundary(101, at(101.0), 1, room), 102);
+    assert_eq!(next_boundary(101, at(101.002), 1, room), 102);
+    assert_eq!(next_boundary(101, at(104.5), 1, room), 102);
+    assert_eq!(next_boundary(110, at(110.3), 10, room), 120);
+    // A wake a little early (or the clock set back less than a window): the window just closed
+    // is not closed again.
+    assert_eq!(next_boundary(1001, at(1000.9), 1, room), 1002);
+    // Set back further: the window holding now, not a wait as long as the step.
+    assert_eq!(next_boundary(5000, at(1200.5), 1, room), 1201);
     // On by more than CATCH_UP_WINDOWS: from the window holding now.
-    assert_eq!(next_boundary(101, at(101.5 + 60.0), 1), 102);
-    assert_eq!(next_boundary(101, at(101.5 + 61.0), 1), 163);
-    assert_eq!(next_boundary(101, at(100_000.5), 1), 100_001);
+    assert_eq!(next_boundary(101, at(101.5 + 60.0), 1, room), 102);
+    assert_eq!(next_boundary(101, at(101.5 + 61.0), 1, room), 163);
+    assert_eq!(next_boundary(101, at(100_000.5), 1, room), 100_001);
+    // Or by more than the backlog can take: catching up must not push out what it holds.
+    assert_eq!(next_boundary(101, at(104.5), 1, 3), 102);
+    assert_eq!(next_boundary(101, at(105.5), 1, 3), 106);
+    assert_eq!(next_boundary(101, at(102.5), 1, 0), 103);
 }
 
 /// Driven by a manual clock, the closer closes at its boundaries and only then: each window
@@ -92,6 +102,7 @@ fn after_a_boundary_the_next_is_waited_for_unless_the_clock_jumped() {
 async fn the_closer_closes_the_windows_its_clock_passes() {
     let clock = Clock::manual(Duration::from_millis(1_000_300));
     let (mut closer, window) = closer(0);
+    closer.opened = clock.now();
     closer.clock = clock.clone();
     let backlog = Backlog::default();
     let stop = CancellationToken::new();

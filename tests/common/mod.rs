@@ -326,7 +326,10 @@ pub fn unix_now() -> u64 {
 /// The latest second, up to now, that lies `into` seconds into a `period` (second 10 of a
 /// minute: `moment(10, 60)`), where a test puts its agent's clock instead of waiting for it.
 pub fn moment(into: u64, period: u64) -> u64 {
-    let now = unix_now();
+    moment_at(unix_now(), into, period)
+}
+
+fn moment_at(now: u64, into: u64, period: u64) -> u64 {
     let start = now / period * period + into;
     if start <= now { start } else { start - period }
 }
@@ -340,7 +343,8 @@ pub fn clock_at(into: u64, period: u64) -> Clock {
 /// `into` seconds into a `period` ([`spawn_agent_behind`]): at most a period, so that nothing the
 /// agent writes is old to Redis.
 pub fn behind_to(into: u64, period: u64) -> u64 {
-    unix_now() - moment(into, period)
+    let now = unix_now();
+    now - moment_at(now, into, period)
 }
 
 /// [`spawn_agent`] with its clock `behind` seconds behind the machine's (libfaketime).

@@ -508,7 +508,7 @@ impl Writer {
                 if matches!(sent, Sent::Applied) {
                     // Recorded before the next check is read: a check that finds the run's
                     // field gone (Redis lost data since) forgets this too.
-                    let now = self.clock.unix_now();
+                    let now = sections.now;
                     let sections_of = [
                         (sections.counters_at, sections.counters),
                         (sections.gauges_at, sections.gauges),

@@ -371,25 +371,40 @@ fn show(label: &str, values: &BTreeMap<String, f64>) {
     println!("    {label}: {}", text.join(" "));
 }
 
+/// The agent with `flags` under the load; at [`KILL_AT`] `kill`, which returns once Redis is
+/// whole again (`a`); then `b`, `c` and the agent's own counts, once the load has drained and the
+/// agent stopped. With the totals sent and what `kill` returned.
+fn killed_under_load<R>(
+    flags: &[String],
+    cfg: &Settings,
+    dir: &Path,
+    kill: impl FnOnce() -> R,
+) -> (BTreeMap<String, f64>, PathBuf, R) {
+    let agent = Agent::start(flags, &dir.join("agent.log"));
+    let load = Load::start(agent.udp, cfg, "fo", dir);
+    sleep_until(load.started + KILL_AT - 1.0);
+    let monitor = Monitor::start(agent.http);
+    sleep_until(load.started + KILL_AT);
+    let killed = now();
+    let back = kill();
+    let mut out = BTreeMap::from([("a".to_string(), now() - killed)]);
+    let (end, totals) = load.finish();
+    agent.drain(end, &mut out);
+    agent.stop(&mut out);
+    after_the_kill(&monitor.stop(), killed, &mut out);
+    (out, totals, back)
+}
+
 fn cluster_failover(run: usize, cfg: &Settings, dir: &Path) -> BTreeMap<String, f64> {
     let mut cluster = Cluster::start();
     let masters = cluster.masters();
     let victim = masters[(run - 1) % masters.len()];
     let seeds = cluster.seeds().join(",");
     let flags = ["--redis-mode", "cluster", "--redis-cluster-nodes", &seeds].map(String::from);
-    let agent = Agent::start(&flags, &dir.join("agent.log"));
-    let load = Load::start(agent.udp, cfg, "fo", dir);
-    sleep_until(load.started + KILL_AT - 1.0);
-    let monitor = Monitor::start(agent.http);
-    sleep_until(load.started + KILL_AT);
-    let kill = now();
-    cluster.kill(victim);
-    cluster.wait_failover(victim, Duration::from_secs(60));
-    let mut out = BTreeMap::from([("a".to_string(), now() - kill)]);
-    let (end, totals) = load.finish();
-    agent.drain(end, &mut out);
-    agent.stop(&mut out);
-    after_the_kill(&monitor.stop(), kill, &mut out);
+    let (mut out, totals, _) = killed_under_load(&flags, cfg, dir, || {
+        cluster.kill(victim);
+        cluster.wait_failover(victim, Duration::from_secs(60))
+    });
     check_totals(&totals, |key| cluster.hgetall(key), &mut out);
     println!("  run {run}: killed master :{victim}");
     out
@@ -417,19 +432,10 @@ fn sentinel_failover(run: usize, cfg: &Settings, dir: &Path) -> BTreeMap<String,
         "200",
     ]
     .map(String::from);
-    let agent = Agent::start(&flags, &dir.join("agent.log"));
-    let load = Load::start(agent.udp, cfg, "fo", dir);
-    sleep_until(load.started + KILL_AT - 1.0);
-    let monitor = Monitor::start(agent.http);
-    sleep_until(load.started + KILL_AT);
-    let kill = now();
-    sentinels.kill(old);
-    let new = sentinels.wait_new_master(old, Duration::from_secs(60));
-    let mut out = BTreeMap::from([("a".to_string(), now() - kill)]);
-    let (end, totals) = load.finish();
-    agent.drain(end, &mut out);
-    agent.stop(&mut out);
-    after_the_kill(&monitor.stop(), kill, &mut out);
+    let (mut out, totals, new) = killed_under_load(&flags, cfg, dir, || {
+        sentinels.kill(old);
+        sentinels.wait_new_master(old, Duration::from_secs(60))
+    });
     let mut conn = sentinels.conn(new);
     check_totals(
         &totals,

@@ -184,9 +184,10 @@ impl Flusher {
 
 impl Closer {
     /// Closes a window at every boundary until `stop`, then the partial window. A boundary
-    /// passed while the closer was held up is closed late rather than skipped (up to
-    /// [`CATCH_UP_WINDOWS`]): the windows after the first are then nearly empty, but every
-    /// group (`coarse_write_secs`, `quantile_write_secs`) still sees its end.
+    /// passed while the closer was held up is closed late rather than skipped (within
+    /// [`next_boundary`]'s bounds): the windows after the first are then empty but for the shares
+    /// dealt to them of ended groups (`coarse_write_secs`, `quantile_write_secs`), which so go
+    /// out on their schedule.
     async fn run(&mut self, backlog: &Backlog, stop: &CancellationToken) {
         let interval = self.config.flush_interval_secs;
         let mut boundary = window_start(self.opened, interval) + interval;

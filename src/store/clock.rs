@@ -1,4 +1,4 @@
-//! The two time strings of the book's layout, in UTC: the hour of `stats:` / `common:` rollover
+//! The agent's [`Clock`], and the two time strings of the book's layout, in UTC: the hour of `stats:` / `common:` rollover
 //! (`YYYY-MM-DDTHH:00:00`, Python's `datetime(...).isoformat()`) and the `time.asctime()` prefix
 //! of `recent:` log lines (`Sun Nov 22 04:30:00 2026`).
 

@@ -42,10 +42,11 @@ if ! $root; then
   echo "the package test installs a .deb with dpkg -i and needs root: run this as root (\`cargo test\` runs everything else)" >&2
   exit 1
 fi
-# cargo-deb builds the package; a version known to take the test build's binary.
+# cargo-deb builds the package; a version known to take the test build's binary. A debug build
+# of it: 41 s to compile instead of 2 min, and the package test's `--fast` package is no slower.
 if ! cargo deb --version 2>/dev/null | grep -q ' 3\.8\.'; then
   echo "installing cargo-deb"
-  cargo install --quiet --locked cargo-deb@3.8.0
+  cargo install --quiet --locked --debug cargo-deb@3.8.0
 fi
 
 cargo test "$@"

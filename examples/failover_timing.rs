@@ -64,15 +64,26 @@ fn sleep_until(t: f64) {
     }
 }
 
-/// The agent's metrics: each series (with its labels) and its value.
-fn metrics(http: u16) -> Result<HashMap<String, f64>, String> {
+/// `GET path` on the agent's HTTP port: the status code and the body.
+fn get(http: u16, path: &str) -> Result<(u16, String), String> {
     let mut s = TcpStream::connect(("127.0.0.1", http)).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_millis(500))).ok();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: agent\r\n\r\n").as_bytes())
         .map_err(|e| e.to_string())?;
     let mut text = String::new();
     s.read_to_string(&mut text).map_err(|e| e.to_string())?;
-    let body = text.split("\r\n\r\n").nth(1).ok_or("no body")?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("no body")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or("no status")?;
+    Ok((status, body.to_string()))
+}
+
+/// The agent's metrics: each series (with its labels) and its value.
+fn metrics(http: u16) -> Result<HashMap<String, f64>, String> {
+    let (_, body) = get(http, "/metrics")?;
     Ok(body
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -168,13 +179,7 @@ impl Agent {
 }
 
 fn ready(http: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", http)) else {
-        return false;
-    };
-    let _ = s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n");
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200")
+    get(http, "/readyz").is_ok_and(|(status, _)| status == 200)
 }
 
 /// The load generator in the background: `rate` lines a second for `secs` over `series`

@@ -279,22 +279,15 @@ pub(super) async fn write_backlog(
             in_flight: InFlight::default(),
             items: 0,
         });
-        // Without chunks left (all acknowledged, what they left failed) only that goes.
+        // Without chunks left (all acknowledged, what they left failed) `write` sends nothing
+        // and only `finish` below goes.
         let Outcome {
             acknowledged,
             replayed,
             mut error,
-        } = if chunks.is_empty() {
-            Outcome {
-                acknowledged: Vec::new(),
-                replayed: 0,
-                error: None,
-            }
-        } else {
-            writer
-                .write(&sequence, &chunks, &sent_before, in_flight)
-                .await
-        };
+        } = writer
+            .write(&sequence, &chunks, &sent_before, in_flight)
+            .await;
         if replayed > 0 {
             telemetry.chunks_applied_before.increment(replayed as u64);
             tracing::info!(

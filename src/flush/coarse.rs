@@ -10,7 +10,10 @@
 
 use hashbrown::HashMap;
 
-use super::codec::{put_buckets, put_series, read_buckets, read_series, read_stat_series, u32_le};
+use super::codec::{
+    put_buckets, put_held, put_series, read_buckets, read_held, read_series, read_stat_series,
+    u32_le,
+};
 use super::groups::Held;
 use crate::aggregate::{ClosedWindow, SeriesName, StatKind, Stats};
 use crate::config::Config;
@@ -417,7 +420,7 @@ pub(super) fn put_state(coarse: Option<&Coarse>, out: &mut Vec<u8>) {
     out.extend_from_slice(&u32_le(levels.len()));
     for level in levels {
         out.extend_from_slice(&level.period_secs.to_le_bytes());
-        level.held.put(out);
+        put_held(out, &level.held);
     }
     let empty = CoarseSums::new(0);
     let sums = coarse.map_or(&empty, |c| &c.sums);
@@ -451,7 +454,7 @@ pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
     let mut restored = Vec::with_capacity(levels);
     for _ in 0..levels {
         let period = r.u64()?;
-        restored.push((period, Held::read(r)?));
+        restored.push((period, read_held(r)?));
     }
     let mut sums = CoarseSums::new(levels);
     for _ in 0..r.u32()? {

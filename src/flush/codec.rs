@@ -3,37 +3,36 @@
 
 use std::collections::VecDeque;
 
+use super::groups::Held;
 use crate::aggregate::{Bucket, Buckets, SeriesName, StatKind};
 use crate::spool::{ByteReader, put_bytes, put_chunk};
-use crate::store::FlushChunk;
 
 pub(super) fn u32_le(n: usize) -> [u8; 4] {
     (n as u32).to_le_bytes()
 }
 
-pub(super) type Queue = (Option<u64>, usize, VecDeque<FlushChunk>);
-
-/// An open group (or none), how many queued chunks a window takes, and the queued chunks.
-pub(super) fn put_queue(
-    out: &mut Vec<u8>,
-    group: Option<u64>,
-    per_window: usize,
-    queued: &VecDeque<FlushChunk>,
-) {
-    out.extend_from_slice(&group.unwrap_or(u64::MAX).to_le_bytes());
-    out.extend_from_slice(&u32_le(per_window));
-    out.extend_from_slice(&u32_le(queued.len()));
-    for chunk in queued {
+/// A held-back group queue: its open group (or none), how many queued chunks a window takes,
+/// and the queued chunks.
+pub(super) fn put_held(out: &mut Vec<u8>, held: &Held) {
+    out.extend_from_slice(&held.group.unwrap_or(u64::MAX).to_le_bytes());
+    out.extend_from_slice(&u32_le(held.per_window));
+    out.extend_from_slice(&u32_le(held.queued.len()));
+    for chunk in &held.queued {
         put_chunk(out, chunk);
     }
 }
 
-pub(super) fn read_queue(r: &mut ByteReader) -> Option<Queue> {
+/// What [`put_held`] wrote.
+pub(super) fn read_held(r: &mut ByteReader) -> Option<Held> {
     let group = Some(r.u64()?).filter(|&g| g != u64::MAX);
     let per_window = r.u32()? as usize;
     let n = r.u32()? as usize;
     let queued = (0..n).map(|_| r.chunk()).collect::<Option<VecDeque<_>>>()?;
-    Some((group, per_window, queued))
+    Some(Held {
+        group,
+        queued,
+        per_window,
+    })
 }
 
 /// A series name, and the kind of its statistics when `kind` is given.

@@ -5,8 +5,6 @@
 
 use std::collections::VecDeque;
 
-use super::codec::{put_queue, read_queue};
-use crate::spool::ByteReader;
 use crate::store::FlushChunk;
 
 #[derive(Debug, Default)]
@@ -34,21 +32,6 @@ impl Held {
             self.per_window.min(self.queued.len())
         };
         self.queued.drain(..take)
-    }
-
-    /// Its part of the spool's state file.
-    pub(super) fn put(&self, out: &mut Vec<u8>) {
-        put_queue(out, self.group, self.per_window, &self.queued);
-    }
-
-    /// What [`Held::put`] wrote.
-    pub(super) fn read(r: &mut ByteReader) -> Option<Held> {
-        let (group, per_window, queued) = read_queue(r)?;
-        Some(Held {
-            group,
-            queued,
-            per_window,
-        })
     }
 }
 

@@ -12,7 +12,9 @@
 
 use hashbrown::HashMap;
 
-use super::codec::{put_buckets, put_series, read_buckets, read_stat_series, u32_le};
+use super::codec::{
+    put_buckets, put_held, put_series, read_buckets, read_held, read_stat_series, u32_le,
+};
 use super::groups::Held;
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, StatKind, Stats};
 use crate::config::Config;
@@ -124,7 +126,7 @@ impl QuantileGroups {
         for p in &self.precisions {
             out.extend_from_slice(&p.to_le_bytes());
         }
-        self.held.put(out);
+        put_held(out, &self.held);
         let held: Vec<_> = StatKind::ALL
             .into_iter()
             .zip(&self.sums)
@@ -151,7 +153,7 @@ pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
     let precisions = (0..r.u32()?)
         .map(|_| r.u64())
         .collect::<Option<Vec<u64>>>()?;
-    let held = Held::read(r)?;
+    let held = read_held(r)?;
     let mut sums: [HashMap<SeriesName, Buckets>; 3] = Default::default();
     for _ in 0..r.u32()? {
         let (series, kind) = read_stat_series(r)?;

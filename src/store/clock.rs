@@ -9,7 +9,7 @@ use std::time::Duration;
 /// closer's window boundaries, the writer's "now" (expiry times, the skew to Redis's clock),
 /// the cleaner's passes and the HTTP side's "now" all read the one clock the agent was given,
 /// so that a test can put the agent at any moment and move it on without waiting.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Clock(Option<Arc<tokio::sync::watch::Sender<Duration>>>);
 
 impl Clock {
@@ -61,7 +61,7 @@ pub fn unix_now() -> u64 {
 }
 
 /// Time since the epoch now, to the nanosecond (zero if the clock is before 1970).
-pub fn since_epoch() -> std::time::Duration {
+fn since_epoch() -> std::time::Duration {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()

@@ -6,7 +6,7 @@
 use redis::{RedisWrite, ToRedisArgs};
 
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
-use crate::store::{Keys, clock, keys};
+use crate::store::{Keys, StoreError, clock, keys};
 
 /// A bounded part of a window: applied atomically, and at most once thanks to its number.
 #[derive(Debug, Clone)]
@@ -116,11 +116,7 @@ impl FlushChunk {
 
     /// A slot chunk's number of data keys: its first argument.
     pub(super) fn data_key_count(&self) -> usize {
-        self.argv
-            .iter()
-            .next()
-            .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
-            .unwrap_or(0)
+        self.argv.iter().next().and_then(number).unwrap_or(0)
     }
 
     /// The hash slot of a slot chunk (cluster mode): its first data key's, after the key count.
@@ -390,6 +386,16 @@ pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
             cmd.arg(weight);
         }
     }
+}
+
+/// A number written as text in a chunk's arguments or a reply.
+pub(super) fn number<T: std::str::FromStr>(bytes: &[u8]) -> Option<T> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// A reply the writer cannot read, as an error.
+pub(super) fn unexpected(what: &'static str) -> StoreError {
+    StoreError::Redis(redis::RedisError::from((redis::ErrorKind::Client, what)))
 }
 
 #[cfg(test)]

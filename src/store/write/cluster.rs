@@ -10,7 +10,9 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use redis::aio::ConnectionLike;
 
-use super::chunk::{Argv, BUCKET_WRITES_PER_SERIES, SET_MEMBERS_PER_SERIES, put_buckets};
+use super::chunk::{
+    Argv, BUCKET_WRITES_PER_SERIES, SET_MEMBERS_PER_SERIES, put_buckets, unexpected,
+};
 use super::{
     ChunkSettings, Connection, CounterWrite, FlushChunk, GUARD_IDLE_SECS, Outcome, Writer,
     short_wait,
@@ -659,9 +661,6 @@ async fn send_slot_chunk(
         .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
     {
         Some(-2 | 0 | 1) => Ok(reply),
-        _ => Err(StoreError::Redis(redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "a slot chunk's reply is not flush_slot.lua's",
-        )))),
+        _ => Err(unexpected("a slot chunk's reply is not flush_slot.lua's")),
     }
 }

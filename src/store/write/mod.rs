@@ -20,7 +20,7 @@ use super::server::ServerCheck;
 use super::{Cached, Connection, Keys, Store, StoreError, keys};
 use crate::aggregate::ClosedWindow;
 use crate::telemetry::{LogLimit, Telemetry, WriteFailure};
-use standalone::{Indexed, Progress};
+use standalone::Indexed;
 
 /// The flush scripts, each after what they share.
 const FLUSH_SCRIPT: &str = concat!(include_str!("../hourly.lua"), include_str!("../flush.lua"));
@@ -150,6 +150,14 @@ impl Writer {
         sent_before: &[bool],
         in_flight: &mut InFlight,
     ) -> Outcome {
+        if chunks.is_empty() {
+            // All acknowledged: what they left (a cluster's follow-ups) goes with `finish`.
+            return Outcome {
+                acknowledged: Vec::new(),
+                replayed: 0,
+                error: None,
+            };
+        }
         if self.is_cluster() {
             return self
                 .write_slots(sequence, chunks, sent_before, &mut in_flight.follow_ups)
@@ -225,7 +233,7 @@ fn write_failure(error: &str) -> WriteFailure {
 
 /// What one call of [`Writer::write_chunks`] got done: the chunks acknowledged, in order, and
 /// why the rest were not.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Written {
     /// How many of the chunks, from the first, Redis has (and, with `wait_replicas`, enough
     /// replicas): applied now or before.
@@ -381,13 +389,15 @@ impl Writer {
         sent_before: &[bool],
     ) -> Result<Written, StoreError> {
         let mut conn = self.connection().await?;
-        let mut done = Progress::default();
+        // What the call got done before it ended, an error or not.
+        let mut done = Written::default();
         let result = self
             .write_one_server(&mut conn, sequence, chunks, sent_before, &mut done)
             .await;
-        let Progress {
+        let Written {
             mut acknowledged,
             replayed,
+            ..
         } = done;
         let mut error = result.err();
         if error.is_some() && self.wait.is_some() {

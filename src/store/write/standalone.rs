@@ -49,7 +49,8 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::Writer;
+use super::chunk::{number, unexpected};
+use super::{Writer, Written};
 use crate::store::keys::{self, ChunkKeys};
 use crate::store::{Connection, Keys, StoreError};
 
@@ -237,10 +238,6 @@ impl Indexed {
     }
 }
 
-fn number<T: std::str::FromStr>(bytes: &[u8]) -> Option<T> {
-    std::str::from_utf8(bytes).ok()?.parse().ok()
-}
-
 /// What the check read: the run's last applied number (`None`: no field, nor a string key of an
 /// older version), Redis's time, the fields of runs idle for a week, and whether the flush
 /// script is loaded.
@@ -405,7 +402,7 @@ impl Writer {
         sequence: &str,
         chunks: &[Arc<super::FlushChunk>],
         sent_before: &[bool],
-        done: &mut Progress,
+        done: &mut Written,
     ) -> Result<(), StoreError> {
         let (guard, run) = self.keys().guard(sequence);
         let keys = RunKeys {
@@ -704,14 +701,6 @@ impl Writer {
     }
 }
 
-/// What a call got done before it ended, an error or not: the chunks acknowledged, from the
-/// first, and of them those Redis had applied before.
-#[derive(Debug, Default)]
-pub(super) struct Progress {
-    pub(super) acknowledged: usize,
-    pub(super) replayed: usize,
-}
-
 /// The keys and field of one run's guard.
 struct RunKeys {
     guard: String,
@@ -748,10 +737,6 @@ fn leading_number(value: &[u8]) -> Option<u64> {
 /// A Redis error as Redis says it: its code, then the rest.
 fn server_error(e: &redis::ServerError) -> String {
     format!("{} {}", e.code(), e.details().unwrap_or_default())
-}
-
-fn unexpected(what: &'static str) -> StoreError {
-    StoreError::Redis(redis::RedisError::from((redis::ErrorKind::Client, what)))
 }
 
 #[cfg(test)]

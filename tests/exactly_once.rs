@@ -668,3 +668,36 @@ async fn an_evicted_guard_never_doubles_a_window() {
         assert_eq!(redis.counter_total(p, "evict"), 51, "precision {p}");
     }
 }
+
+/// The agent stopped (SIGSTOP) for 3 s while counts arrive, then continued: the closer closes
+/// the windows it passed one after another, the shares of ended 5 s groups dealt to them, and
+/// every count lands once at every precision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_agent_catches_up_without_losing_or_doubling() {
+    let redis = RedisServer::start();
+    let args = ["--coarse-write-secs", "5", "--cleaner-enabled", "false"];
+    let (agent, udp, http) = spawn_agent(&redis.url(), &args);
+    let mut agent = Killed(agent);
+    let pid = agent.0.id() as i32;
+    let sending =
+        tokio::task::spawn_blocking(move || send_counts(udp, 300, Duration::from_secs(6)));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // SAFETY: signalling a child this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let sent = sending.await.unwrap();
+    eventually(Duration::from_secs(10), "the 1 s precision written", || {
+        redis.counter_total(1, "crash") == sent
+    })
+    .await;
+    let http = ([127, 0, 0, 1], http).into();
+    assert_eq!(metric_at(http, "windows_dropped_total"), 0.0);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert!(agent.0.wait().unwrap().success());
+    for p in PRECISIONS {
+        assert_eq!(redis.counter_total(p, "crash"), sent, "precision {p}");
+    }
+}

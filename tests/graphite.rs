@@ -458,7 +458,10 @@ async fn bad_targets_get_a_clear_answer() {
         ("sumSeries(many.s1", "position 17"),
         ("fooBar(many.s1)", "unknown function: fooBar"),
         ("many.*", "more than 10000 series"),
-        ("scale(many.s1)", "missing required argument: 'factor'"),
+        (
+            "scale(many.s1)",
+            "Missing required parameter \"factor\" for function \"scale\"",
+        ),
         (
             "movingAverage(many.s1,9223372036854775807)",
             "reaches before the year 1",

@@ -17,13 +17,12 @@ pub mod pyfmt;
 pub mod series;
 pub mod source;
 
-use std::collections::HashMap;
-
 use futures_util::future::BoxFuture;
 
 use expr::{Call, Expr};
+use functions::{Body, Ctx, Fetch, State};
 use names::parse_tagged;
-use series::Series;
+use series::{Point, Series};
 use source::{Leaf, Source};
 
 /// At most this many series a render request reads, and nodes a find answers: past it the
@@ -105,6 +104,15 @@ impl Arg {
         }
     }
 
+    /// Python's `repr()` of the value, as an error shows it.
+    pub fn python_repr(&self) -> String {
+        match self {
+            Arg::Str(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'")),
+            Arg::Series(s) => format!("[{} series]", s.len()),
+            other => other.python_str(),
+        }
+    }
+
     pub fn truthy(&self) -> bool {
         match self {
             Arg::Bool(b) => *b,
@@ -122,6 +130,8 @@ pub struct Evaluation<'a> {
     pub now: i64,
     /// Series read so far (against [`MAX_SERIES`]).
     fetched: usize,
+    /// What functions leave for the next in the request (graphite-web's request context).
+    state: State,
 }
 
 impl<'a> Evaluation<'a> {
@@ -130,6 +140,7 @@ impl<'a> Evaluation<'a> {
             source,
             now,
             fetched: 0,
+            state: State::default(),
         }
     }
 
@@ -200,13 +211,8 @@ impl<'a> Evaluation<'a> {
         from: i64,
         until: i64,
     ) -> Result<Vec<Series>, GraphiteError> {
-        if !functions::NAMES.contains(&call.name.as_str()) {
-            return Err(bad(format!(
-                "Received request for unknown function: {}",
-                call.name
-            )));
-        }
-        if call.name == "seriesByTag" {
+        let f = functions::find(&call.name).ok_or_else(|| functions::unknown(&call.name))?;
+        if matches!(f.body, Body::Tagged) {
             let specs: Vec<String> = call
                 .args
                 .iter()
@@ -218,73 +224,83 @@ impl<'a> Evaluation<'a> {
             let leaves = self.tagged(&specs).await?;
             return self.read(leaves, &call.raw, from, until).await;
         }
-        if call.name == "movingAverage" {
-            let (Some(target), Some(window)) = (call.args.first(), call.args.get(1)) else {
-                return Err(bad(
-                    "movingAverage() missing required argument: 'windowSize'".into(),
-                ));
-            };
-            let window = functions::Window::of(&self.literal(window)?)?;
-            // The window before the range is read too, so the first points have theirs; a
-            // window of points is as long as the series' step says (read first, as there).
-            let preview = match &window {
-                functions::Window::Interval(secs, _) => *secs,
-                functions::Window::Points(n) => {
-                    let probe = self.evaluate(target, from, until).await?;
-                    let step = probe.iter().map(|s| s.step).max().unwrap_or(0);
-                    step.saturating_mul(*n)
-                }
-            };
-            let start = from
-                .checked_sub(preview)
-                .filter(|t| attime::in_range(*t))
-                .ok_or_else(|| bad("movingAverage's window reaches before the year 1".into()))?;
-            let fetched = self.evaluate(target, start, until).await?;
-            return Ok(functions::moving_average(fetched, &window, preview));
-        }
-        if call.name == "timeShift" {
-            let (Some(target), Some(shift)) = (call.args.first(), call.args.get(1)) else {
-                return Err(bad(
-                    "timeShift() missing required argument: 'timeShift'".into()
-                ));
-            };
-            let mut shift = self.literal(shift)?.text();
-            // A shift without a sign goes back (graphite-web's default).
-            if shift.starts_with(|c: char| c.is_ascii_digit()) {
-                shift = format!("-{shift}");
-            }
-            let delta = attime::parse(&format!("now{shift}"), 0).map_err(bad)?;
-            let reset_end = match call.args.get(2) {
-                Some(a) => self.literal(a)?.truthy(),
-                None => true,
-            };
-            let unshifted = self.evaluate(target, from, until).await?;
-            let Some(first) = unshifted.first() else {
-                return Ok(Vec::new());
-            };
-            let (start, end) = (first.start, first.end);
-            let mut shifted = self.evaluate(target, from + delta, until + delta).await?;
-            for s in &mut shifted {
-                s.tags.set("timeShift", shift.clone());
-                s.name = format!("timeShift({}, \"{shift}\")", s.name);
-                s.end = if reset_end {
-                    end
-                } else {
-                    s.end - s.start + start
-                };
-                s.start = start;
-            }
-            return Ok(shifted);
-        }
         let mut args = Vec::new();
         for a in &call.args {
             args.push(self.argument(a, from, until).await?);
         }
-        let mut kwargs = HashMap::new();
+        let mut kwargs = Vec::new();
         for (k, a) in &call.kwargs {
-            kwargs.insert(k.clone(), self.argument(a, from, until).await?);
+            kwargs.push((k.clone(), self.argument(a, from, until).await?));
         }
-        functions::apply(&call.name, args, kwargs, from, until)
+        let mut bound = functions::bind(f, &call.name, args, kwargs)?;
+        match f.body {
+            Body::Apply(apply) => apply(&mut bound, &mut self.ctx(from, until)),
+            Body::Refetch(plan, finish) => {
+                let mut state = self.state.clone();
+                let fetches = plan(
+                    &bound,
+                    &Ctx {
+                        from,
+                        until,
+                        now: self.now,
+                        state: &mut state,
+                    },
+                )?;
+                let mut fetched = Vec::new();
+                for fetch in fetches {
+                    fetched.push(self.fetch_for(call, fetch, from, until).await?);
+                }
+                finish(&mut bound, &mut self.ctx(from, until), fetched)
+            }
+            Body::Tagged => unreachable!("seriesByTag is read above"),
+        }
+    }
+
+    fn ctx(&mut self, from: i64, until: i64) -> Ctx<'_> {
+        Ctx {
+            from,
+            until,
+            now: self.now,
+            state: &mut self.state,
+        }
+    }
+
+    /// What a function's plan asked to read.
+    async fn fetch_for(
+        &mut self,
+        call: &Call,
+        fetch: Fetch,
+        from: i64,
+        until: i64,
+    ) -> Result<Vec<Series>, GraphiteError> {
+        match fetch {
+            Fetch::First { from, until } => {
+                let first = call
+                    .args
+                    .first()
+                    .ok_or_else(|| bad(format!("{}() missing its first argument", call.name)))?;
+                self.evaluate(first, from, until).await
+            }
+            Fetch::Target(target) => {
+                let e = expr::parse(&target).map_err(|m| {
+                    bad(format!(
+                        "{}: the target {target:?} does not parse: {m}",
+                        call.name
+                    ))
+                })?;
+                self.evaluate(&e, from, until).await
+            }
+            Fetch::Events(tags) => {
+                let times: Vec<Point> = self
+                    .source
+                    .events(from, until, &tags)
+                    .await?
+                    .into_iter()
+                    .map(|e| Some(e.when as f64))
+                    .collect();
+                Ok(vec![Series::new("events", from, until, 1, times)])
+            }
+        }
     }
 
     async fn argument(&mut self, a: &Expr, from: i64, until: i64) -> Result<Arg, GraphiteError> {

@@ -64,6 +64,15 @@ pub struct Node {
     pub branch: bool,
 }
 
+/// A DogStatsD event or service check as Graphite's events show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub when: i64,
+    pub what: String,
+    pub name: String,
+    pub severity: String,
+}
+
 /// Set and timer names found by `SCAN`: Graphite name and leaf, sorted by name.
 type Names = Arc<Vec<(String, Leaf)>>;
 
@@ -106,6 +115,43 @@ impl<'a> Source<'a> {
     /// others.
     pub fn clone_for_fetch(&self) -> Source<'a> {
         Source::new(self.conn.clone(), self.keys, self.config, self.scanned)
+    }
+
+    /// The DogStatsD events and service checks logged (`recent:`) between `from` and `until`
+    /// (both included), oldest first: all of them, or those with every one of `tags` (a tag is
+    /// the event's name or its severity). The 100 newest of each log are looked at.
+    pub async fn events(
+        &mut self,
+        from: i64,
+        until: i64,
+        tags: &[String],
+    ) -> Result<Vec<Event>, StoreError> {
+        let mut reader = Reader::new(self.conn.clone(), self.keys.clone());
+        let mut out = Vec::new();
+        for (name, severity) in reader.log_names(super::MAX_SERIES).await? {
+            if !tags.iter().all(|t| *t == name || *t == severity) {
+                continue;
+            }
+            let log = reader.log(&name, &severity, 100).await?;
+            for entry in log.recent {
+                let Some((when, what)) = crate::store::clock::parse_asctime(&entry) else {
+                    continue;
+                };
+                let when = when as i64;
+                if (from..=until).contains(&when) {
+                    out.push(Event {
+                        when,
+                        what: what.to_string(),
+                        name: name.clone(),
+                        severity: severity.clone(),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            (a.when, &a.what, &a.name, &a.severity).cmp(&(b.when, &b.what, &b.name, &b.severity))
+        });
+        Ok(out)
     }
 
     /// Set and timer names, graphite name → leaf, sorted by graphite name.

@@ -17,7 +17,7 @@ use super::AppState;
 use super::api::ApiError;
 use crate::graphite::source::{Node, Source};
 use crate::graphite::{self, GraphiteError, attime, expr, functions, tagged};
-use crate::store::clock::{self, Clock};
+use crate::store::clock::Clock;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -464,52 +464,25 @@ async fn index_json(State(state): State<AppState>) -> Response {
     json_answer(answer.await)
 }
 
-/// `/functions`: graphite-web's index format, for the functions served.
-async fn function_index() -> Response {
-    let mut index = serde_json::Map::new();
-    for name in functions::NAMES {
-        index.insert(name.to_string(), function_entry(name));
-    }
-    json_body(Value::Object(index).to_string())
+/// `/functions`: graphite-web's index of every function (`?group=` one group's, `?grouped=1`
+/// nested by group).
+async fn function_index(params: Params) -> Response {
+    let grouped = params
+        .get("grouped")
+        .is_some_and(|g| g == "1" || g.eq_ignore_ascii_case("true"));
+    json_body(functions::index_json(params.get("group"), grouped))
 }
 
 /// `/functions/<name>`: one entry of the index; 404 for a function not served.
 async fn function_one(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
-    match functions::NAMES.iter().find(|n| **n == name) {
-        Some(name) => json_body(function_entry(name).to_string()),
+    match functions::find(&name) {
+        Some(f) => json_body(functions::with_infinity(functions::info(&name, f))),
         None => ApiError(
             StatusCode::NOT_FOUND,
             format!("Function \"{name}\" not found"),
         )
         .into_response(),
     }
-}
-
-fn function_entry(name: &str) -> Value {
-    let (group, params) = functions::signature(name);
-    let names: Vec<&str> = params.iter().map(|p| p.0).collect();
-    let params: Vec<Value> = params
-        .iter()
-        .map(|(n, t, required)| {
-            let bare = n.trim_start_matches('*').split('=').next().unwrap_or(n);
-            let mut p = json!({ "name": bare, "type": t });
-            if *required {
-                p["required"] = json!(true);
-            }
-            if n.starts_with('*') {
-                p["multiple"] = json!(true);
-            }
-            p
-        })
-        .collect();
-    json!({
-        "name": name,
-        "function": format!("{name}({})", names.join(", ")),
-        "description": functions::description(name),
-        "module": "statsd_redis.graphite",
-        "group": group,
-        "params": params,
-    })
 }
 
 /// `/events/get_data`: the DogStatsD events and service checks the agent logged (`recent:`),
@@ -526,32 +499,16 @@ async fn events(State(state): State<AppState>, RawQuery(query): RawQuery) -> Res
             .flat_map(|t| t.split([' ', ',']))
             .filter(|t| !t.is_empty())
             .collect();
-        let mut reader = state.reader().await?;
-        let mut out = Vec::new();
-        for (name, severity) in reader.log_names(graphite::MAX_SERIES).await? {
-            if !wanted.iter().all(|t| *t == name || *t == severity) {
-                continue;
-            }
-            let log = reader.log(&name, &severity, 100).await?;
-            for entry in log.recent {
-                let Some((when, what)) = clock::parse_asctime(&entry) else {
-                    continue;
-                };
-                let when = when as i64;
-                if (from..=until).contains(&when) {
-                    out.push((when, what.to_string(), name.clone(), severity.clone()));
-                }
-            }
-        }
-        out.sort();
+        let tags: Vec<String> = wanted.iter().map(|t| t.to_string()).collect();
+        let out = source(&state).await?.events(from, until, &tags).await?;
         Ok(json!(
             out.into_iter()
                 .enumerate()
-                .map(|(i, (when, what, name, severity))| json!({
-                    "when": when,
-                    "what": what,
+                .map(|(i, e)| json!({
+                    "when": e.when,
+                    "what": e.what,
                     "data": "",
-                    "tags": [name, severity],
+                    "tags": [e.name, e.severity],
                     "id": i + 1,
                 }))
                 .collect::<Vec<_>>()

@@ -1,5 +1,8 @@
 #!/bin/bash
-# Starts / stops Debian's graphite-web 1.1.8 reading a Redis through redis_finder.py.
+# Starts / stops graphite-web 1.1.10 reading a Redis through redis_finder.py: the webapp of
+# graphite-web 1.1.10 (the version whose functions the agent follows), fetched once from PyPI
+# into a cache, run on Debian's graphite-web 1.1.8 install (its Django, whisper and the rest;
+# the two webapps differ in nine files). ORACLE_WEBAPP=debian runs Debian's 1.1.8 webapp itself.
 #
 #   ORACLE_REDIS_URL=unix:///path/redis.sock ORACLE_STATE=DIR ./graphite-web.sh start [PORT]
 #   ORACLE_STATE=DIR ./graphite-web.sh stop
@@ -7,7 +10,8 @@
 #
 # Environment: ORACLE_REDIS_URL, ORACLE_KEY_PREFIX, ORACLE_PRECISIONS, ORACLE_SAMPLE_COUNT,
 # ORACLE_GAUGE_PREFIX, ORACLE_TAG_DOTTED (see redis_finder.py), and
-# ORACLE_STATE (default /tmp/graphite-oracle-run): temp dir with settings, sqlite DB, logs, pid.
+# ORACLE_STATE (default /tmp/graphite-oracle-run): temp dir with settings, sqlite DB, logs, pid;
+# ORACLE_CACHE (default ~/.cache/statsd-redis): where graphite-web 1.1.10's webapp is kept.
 # PORT defaults to a free loopback port. Serves with `graphite-manage runserver --noreload`
 # (Django's threaded dev server; the only extra process is that one python3).
 set -euo pipefail
@@ -17,6 +21,24 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 STATE="${ORACLE_STATE:-/tmp/graphite-oracle-run}"
 PY=/usr/bin/python3          # Debian's python: graphite-web is installed for it, not for pyenv's
 cmd="${1:-}"; port="${2:-}"
+
+WEBAPP_VERSION=1.1.10
+
+# The webapp directory to put first on Python's path (empty for Debian's own).
+webapp() {
+  if [ "${ORACLE_WEBAPP:-}" = debian ]; then return; fi
+  local cache="${ORACLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/statsd-redis}/graphite-web-$WEBAPP_VERSION"
+  if [ ! -f "$cache/webapp/graphite/render/functions.py" ]; then
+    local tmp; tmp=$(mktemp -d)
+    python3 -m pip download --quiet --no-deps --no-binary :all: "graphite-web==$WEBAPP_VERSION" -d "$tmp" >&2
+    tar xzf "$tmp/graphite-web-$WEBAPP_VERSION.tar.gz" -C "$tmp"
+    mkdir -p "$(dirname "$cache")"
+    rm -rf "$cache.$$" && mv "$tmp/graphite-web-$WEBAPP_VERSION" "$cache.$$"
+    rm -rf "$cache" && mv "$cache.$$" "$cache"
+    rm -rf "$tmp"
+  fi
+  echo "$cache/webapp"
+}
 
 is_running() {  # our pid file names a live graphite-manage process
   [ -f "$STATE/pid" ] && alive "$(cat "$STATE/pid")" &&
@@ -80,10 +102,11 @@ if not hasattr(_inspect, 'getargspec'):
     _inspect.formatargspec = _formatargspec
 EOF
   fi
-  export PYTHONPATH="$STATE:$HERE" DJANGO_SETTINGS_MODULE=graphite.settings \
+  local app; app=$(webapp)
+  export PYTHONPATH="$STATE:$HERE${app:+:$app}" DJANGO_SETTINGS_MODULE=graphite.settings \
          GRAPHITE_SETTINGS_MODULE=oracle_local_settings
   # A migrated empty DB is cached per graphite-web version (migrate alone takes ~2 s).
-  local tmpl="/tmp/graphite-oracle-template-$(dpkg-query -W -f='${Version}' graphite-web).db"
+  local tmpl="/tmp/graphite-oracle-template-$(dpkg-query -W -f='${Version}' graphite-web)${app:+-$WEBAPP_VERSION}.db"
   if [ -f "$tmpl" ]; then
     cp "$tmpl" "$STATE/graphite.db"
   else

@@ -45,6 +45,18 @@ const DIFFERENT: &[(&str, &str)] = &[
         "graphite-web 1.1.8 answers 500 under Python 3.11 (inspect.getargspec is gone); the agent lists its functions",
     ),
     ("functions.one", "as functions"),
+    (
+        "all.identity.2",
+        "a call with keyword arguments only: graphite-web's grammar does not read it as a call, fetches the function's name as a path and answers []; the agent calls the function",
+    ),
+    (
+        "all.asPercent.2",
+        "a series list given by keyword: graphite-web prefetches only the path expressions of positional arguments, so there the keyword's list is empty (a 400); the agent reads it",
+    ),
+    (
+        "all.timeSlice.0",
+        "a relative time as an argument (`endSliceAt`'s default `now`): graphite-web reads it against the clock, ignoring the request's `now=`; the agent against the request's `now`",
+    ),
 ];
 
 /// graphite-web answers these with 500 (an error raised inside a function: a traceback page);
@@ -57,6 +69,8 @@ const ERRORS_SAID: &[&str] = &[
     "err.missing_arg",
     "fn.highestCurrent.default",
     "mdp.5min_0",
+    "all.holtWintersConfidenceArea.2",
+    "all.areaBetween.1",
 ];
 
 /// Not comparable: `intervals` of find's json format come from the wall clock; events are
@@ -174,6 +188,15 @@ fn differences(want: &Value, got: &Value, at: &str, out: &mut Vec<String>) {
     }
 }
 
+/// Every datapoint's value made 0.
+fn mask_values(v: &mut Value) {
+    for series in v.as_array_mut().into_iter().flatten() {
+        for point in series["datapoints"].as_array_mut().into_iter().flatten() {
+            point[0] = Value::from(0);
+        }
+    }
+}
+
 /// Every request of the corpus, graphite-web's answer beside the agent's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_as_graphite_web_answers() {
@@ -247,7 +270,15 @@ async fn answers_as_graphite_web_answers() {
         if want_status >= 500 {
             continue;
         }
-        match (&want["json"], serde_json::from_str::<Value>(&finite(&body))) {
+        let mut got = serde_json::from_str::<Value>(&finite(&body));
+        let mut want_json = want["json"].clone();
+        if id.starts_with("rand.") {
+            // Random values: the names, tags, times and number of points compare.
+            for v in [&mut want_json].into_iter().chain(got.as_mut().ok()) {
+                mask_values(v);
+            }
+        }
+        match (&want_json, got) {
             (Value::Null, _) => {
                 // A text answer (400 `Invalid parameters (…)`, `/version`): the status says it.
             }
@@ -464,7 +495,7 @@ async fn bad_targets_get_a_clear_answer() {
         ),
         (
             "movingAverage(many.s1,9223372036854775807)",
-            "reaches before the year 1",
+            "more than 1000000, the limit",
         ),
         (
             "movingAverage(many.s1,'5000y')",

@@ -437,6 +437,10 @@ pub async fn tagged(source: &mut Source<'_>, specs: &[String]) -> Result<Vec<Lea
 /// The JSON body of a render: `[{"target", "tags", "datapoints": [[value|null, t], …]}]`, with
 /// `maxDataPoints` consolidation and `noNullPoints` as graphite-web applies them.
 pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: bool) -> String {
+    // graphite-web renders nothing unless some series has a value (`if any(data)`).
+    if data.iter().all(|s| s.values.is_empty()) {
+        return "[]".into();
+    }
     if let (Some(max), false) = (max_points, data.is_empty()) {
         let start = data.iter().map(|s| s.start).min().unwrap_or(0);
         let end = data.iter().map(|s| s.end).max().unwrap_or(0);

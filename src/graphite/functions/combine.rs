@@ -822,7 +822,7 @@ fn as_percent(
             if t.len() != 1 && t.len() != list.len() {
                 return Err(bad("asPercent second argument must be missing, a single digit, reference exactly 1 series or reference the same number of series as the first argument".into()));
             }
-            if t.len() == list.len() && t.len() != 1 {
+            if t.len() == list.len() {
                 let mut a = list.clone();
                 let mut b = t.clone();
                 a.sort_by(|x, y| x.name.cmp(&y.name));

@@ -864,10 +864,17 @@ pub fn safe_pow(a: Point, b: Point) -> Point {
     (r.is_finite() || !(a.is_finite() && b.is_finite())).then_some(r)
 }
 
-/// Python's `round(x, 6)`.
+/// Python's `round(x, 6)`: half to even on the exact value (the quick way unless the
+/// millionths are within a hair of a half).
 pub fn round6(v: f64) -> f64 {
-    let r = (v * 1e6).round() / 1e6;
-    if r.is_finite() { r } else { v }
+    let scaled = v * 1e6;
+    if !scaled.is_finite() {
+        return v;
+    }
+    if ((scaled - scaled.trunc()).abs() - 0.5).abs() < 1e-3 {
+        return transform::python_round(v, 6);
+    }
+    scaled.round() / 1e6
 }
 
 /// graphite-web's `formatPathExpressions`: the distinct path expressions, in order, joined.
@@ -1135,7 +1142,7 @@ pub fn percentile(points: &[Point], n: f64, interpolate: bool) -> Point {
     let len = sorted.len() as i64;
     let mut p = if rank <= 0 {
         sorted[0]
-    } else if rank - 1 >= len {
+    } else if rank > len {
         sorted[sorted.len() - 1]
     } else {
         sorted[(rank - 1) as usize]

@@ -70,7 +70,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         ],
         Body::Apply(|a, _| {
             let func = a.text(1);
-            Ok(consolidate_by(a.series(0), &func)?)
+            consolidate_by(a.series(0), &func)
         }),
         "How points are combined when there are more than maxDataPoints.",
     ),

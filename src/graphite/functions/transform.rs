@@ -85,8 +85,9 @@ pub(super) const FUNCTIONS: &[Function] = &[
                         v
                     } else {
                         let mut v = vec![None; k];
-                        // Python's `series[:-steps]`: all of it for 0.
-                        let keep = if steps == 0 { n } else { n - k };
+                        // Python's `series[:-steps]`, which for 0 is `series[:0]`: nothing
+                        // (graphite-web's delay by 0 steps has no values).
+                        let keep = if steps == 0 { 0 } else { n - k };
                         v.extend_from_slice(&s.values[..keep]);
                         v
                     };

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 use statsd_redis::config::Config;
 
 /// The seeded data's now (2025-10-09 09:13:57 UTC, aligned to nothing).
@@ -300,6 +300,74 @@ async fn answers_as_graphite_web_answers() {
         failures.len(),
         failures.join("\n")
     );
+    drop(agent);
+}
+
+/// `/functions` lists every function of graphite-web 1.1.10's registry with the group and the
+/// parameters (type, required, default, multiple, options, suggestions) graphite-web declares,
+/// read from its function objects (its own `/functions` answers 500 under Python 3.11).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_list_what_graphite_web_declares() {
+    let redis = RedisServer::start();
+    let agent = TestAgent::start(Config {
+        cleaner_enabled: false,
+        ..test_config(&redis)
+    });
+    let graphite = GraphiteWeb::start(&redis);
+    let out = Command::new(harness().join("graphite-web.sh"))
+        .arg("index")
+        .env("ORACLE_STATE", graphite.state.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let declared: Value =
+        serde_json::from_str(&finite(&String::from_utf8_lossy(&out.stdout))).unwrap();
+    let (status, _, body) = http_request(agent.http, "GET", "/graphite/functions", "");
+    assert_eq!(status, 200);
+    let listed: Value = serde_json::from_str(&finite(&body)).unwrap();
+    let declared = declared.as_object().unwrap();
+    assert_eq!(declared.len(), 154);
+    let mut failures = Vec::new();
+    for (name, want) in declared {
+        let got = &listed[name];
+        if got.is_null() {
+            failures.push(format!("{name}: not listed"));
+            continue;
+        }
+        let got = json!({"group": got["group"], "params": got["params"]});
+        let mut diffs = Vec::new();
+        differences(want, &got, name, &mut diffs);
+        failures.extend(diffs);
+    }
+    let extra: Vec<&String> = listed
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| !declared.contains_key(*k))
+        .collect();
+    assert!(extra.is_empty(), "listed but not graphite-web's: {extra:?}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // One function, one group, nested by group.
+    let (status, _, body) = http_request(agent.http, "GET", "/graphite/functions/movingMedian", "");
+    assert_eq!(status, 200);
+    let one: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(one["group"], "Calculate");
+    assert_eq!(one["params"][1]["name"], "windowSize");
+    let (status, _, _) = http_request(agent.http, "GET", "/graphite/functions/noSuchThing", "");
+    assert_eq!(status, 404);
+    let (_, _, body) = http_request(agent.http, "GET", "/graphite/functions", "group=Sorting");
+    let sorting: Value = serde_json::from_str(&body).unwrap();
+    let mut names: Vec<&String> = sorting.as_object().unwrap().keys().collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["sortBy", "sortByMaxima", "sortByMinima", "sortByName", "sortByTotal"]
+    );
+    let (_, _, body) = http_request(agent.http, "GET", "/graphite/functions", "grouped=1");
+    let grouped: Value = serde_json::from_str(&finite(&body)).unwrap();
+    assert_eq!(grouped.as_object().unwrap().len(), 9, "nine groups");
+    assert!(grouped["Filter Data"]["removeBelowValue"].is_object());
     drop(agent);
 }
 

@@ -6,6 +6,7 @@
 #
 #   ORACLE_REDIS_URL=unix:///path/redis.sock ORACLE_STATE=DIR ./graphite-web.sh start [PORT]
 #   ORACLE_STATE=DIR ./graphite-web.sh stop
+#   ORACLE_STATE=DIR ./graphite-web.sh index   # its functions' groups and parameters, as JSON
 #   ORACLE_REDIS_URL=... ./graphite-web.sh run [PORT]   # in the foreground
 #
 # Environment: ORACLE_REDIS_URL, ORACLE_KEY_PREFIX, ORACLE_PRECISIONS, ORACLE_SAMPLE_COUNT,
@@ -38,6 +39,13 @@ webapp() {
     rm -rf "$tmp"
   fi
   echo "$cache/webapp"
+}
+
+# Python's path and Django's settings for graphite-web over $STATE.
+environment() {
+  app=$(webapp)
+  export PYTHONPATH="$STATE:$HERE${app:+:$app}" DJANGO_SETTINGS_MODULE=graphite.settings \
+         GRAPHITE_SETTINGS_MODULE=oracle_local_settings
 }
 
 is_running() {  # our pid file names a live graphite-manage process
@@ -102,9 +110,7 @@ if not hasattr(_inspect, 'getargspec'):
     _inspect.formatargspec = _formatargspec
 EOF
   fi
-  local app; app=$(webapp)
-  export PYTHONPATH="$STATE:$HERE${app:+:$app}" DJANGO_SETTINGS_MODULE=graphite.settings \
-         GRAPHITE_SETTINGS_MODULE=oracle_local_settings
+  environment
   # A migrated empty DB is cached per graphite-web version (migrate alone takes ~2 s).
   local tmpl="/tmp/graphite-oracle-template-$(dpkg-query -W -f='${Version}' graphite-web)${app:+-$WEBAPP_VERSION}.db"
   if [ -f "$tmpl" ]; then
@@ -135,6 +141,12 @@ case "$cmd" in
     done
     echo "graphite-web did not answer in 15 s" >&2; tail -30 "$STATE/log/server.log" >&2
     kill "$(cat "$STATE/pid")"; exit 1 ;;
+  index)
+    # Every function's group and parameters as graphite-web declares them (its /functions
+    # answers 500 under Python 3.11), from a running oracle's settings.
+    is_running || { echo "start it first" >&2; exit 1; }
+    environment
+    exec $PY "$HERE/functions_index.py" ;;
   run)
     prepare
     exec $PY /usr/bin/graphite-manage runserver --noreload "127.0.0.1:$port" ;;
@@ -146,5 +158,5 @@ case "$cmd" in
       echo "stopped pid $pid"
     fi
     rm -rf "$STATE" ;;
-  *) echo "usage: $0 start|run|stop [PORT]" >&2; exit 2 ;;
+  *) echo "usage: $0 start|run|stop|index [PORT]" >&2; exit 2 ;;
 esac

@@ -507,7 +507,8 @@ pub fn render_csv(data: &[Series]) -> String {
             s.name.clone()
         };
         for (i, v) in s.points().iter().enumerate() {
-            let t = s.start + i as i64 * s.step * s.values_per_point.max(1) as i64;
+            // graphite-web times a consolidated point by the series' own step.
+            let t = s.start + i as i64 * s.step;
             out.push_str(&quoted);
             out.push(',');
             out.push_str(&crate::store::clock::datetime(t.max(0) as u64));

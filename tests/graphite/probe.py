@@ -22,7 +22,8 @@ NOW = '1760001237'
 GRAFANA_ACCEPT = 'application/json, text/plain, */*'
 
 
-def render(pid, what, target, frm='-1h', until='now', mdp=None, extra=(), method='POST', now=True):
+def render(pid, what, target, frm='-1h', until='now', mdp=None, extra=(), method='POST', now=True,
+           fmt='json'):
     params = []
     for t in ([target] if isinstance(target, str) else target):
         params.append(('target', t))
@@ -30,7 +31,7 @@ def render(pid, what, target, frm='-1h', until='now', mdp=None, extra=(), method
         params.append(('from', frm))
     if until is not None:
         params.append(('until', until))
-    params.append(('format', 'json'))
+    params.append(('format', fmt))
     if mdp is not None:
         params.append(('maxDataPoints', str(mdp)))
     if now:
@@ -456,6 +457,12 @@ def probes():
                 t, frm, mdp = (t + (None,))[:3]
             prefix = 'rand' if name.startswith('randomWalk') else 'all'
             r(render('%s.%s.%d' % (prefix, name, i), name, t, frm=frm, mdp=mdp))
+    # --- format=csv: the text itself compares -------------------------------------------------
+    for i, t in enumerate(["summarize(web.cart.hits,'1min','avg')", 'aliasByMetric(web.*.*)',
+                           'stacked(web.*.hits)', "holtWintersForecast(web.home.hits,'4min','1min')",
+                           'removeBelowValue(web.cart.hits,43)', "legendValue(web.home.hits,'avg','max')",
+                           'nothing.here', 'scale(web.home.latency_ms,0.1)']):
+        r(render('csv.%d' % i, 'csv', t, frm='-5min', fmt='csv'))
     # --- maxDataPoints consolidation ----------------------------------------------------------
     m = lambda pid, t, frm, mdp, **kw: r(render('mdp.' + pid, 'maxDataPoints', t, frm=frm, mdp=mdp, **kw))
     m('1h_7', 'web.home.hits', '-1h', 7)

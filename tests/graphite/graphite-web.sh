@@ -15,6 +15,10 @@
 # ORACLE_CACHE (default ~/.cache/statsd-redis): where graphite-web 1.1.10's webapp is kept.
 # PORT defaults to a free loopback port. Serves with `graphite-manage runserver --noreload`
 # (Django's threaded dev server; the only extra process is that one python3).
+# Opt-in, to run graphite-web as users do (then ORACLE_REDIS_URL is not needed):
+#   ORACLE_WHISPER_DIR=DIR    read whisper files under DIR (see whisper_from_redis.py) with
+#                             graphite-web's standard finder and local tag DB, not redis_finder.py
+#   ORACLE_SERVER=gunicorn    serve with gunicorn, 2 sync workers (graphite.wsgi:application)
 set -euo pipefail
 # alive PID: running and not a zombie (an exited child stays a zombie until init reaps it)
 alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
@@ -48,17 +52,33 @@ environment() {
          GRAPHITE_SETTINGS_MODULE=oracle_local_settings
 }
 
-is_running() {  # our pid file names a live graphite-manage process
+is_running() {  # our pid file names a live graphite-manage (or gunicorn master) process
   [ -f "$STATE/pid" ] && alive "$(cat "$STATE/pid")" &&
-    tr '\0' ' ' < "/proc/$(cat "$STATE/pid")/cmdline" | grep -q graphite-manage; }
+    tr '\0' ' ' < "/proc/$(cat "$STATE/pid")/cmdline" | grep -qE 'graphite-manage|gunicorn'; }
+
+# The server's command line, in the array srv.
+server() {
+  case "${ORACLE_SERVER:-runserver}" in
+    runserver) srv=($PY /usr/bin/graphite-manage runserver --noreload "127.0.0.1:$port") ;;
+    # --timeout: as FETCH_TIMEOUT below; gunicorn would kill a worker after 30 s
+    gunicorn) srv=($PY -m gunicorn --workers 2 --timeout 600 --chdir "$STATE"
+                   --bind "127.0.0.1:$port" graphite.wsgi:application) ;;
+    *) echo "ORACLE_SERVER: runserver or gunicorn" >&2; exit 2 ;;
+  esac
+}
 
 prepare() {
-  : "${ORACLE_REDIS_URL:?set ORACLE_REDIS_URL (e.g. from ./redis_private.sh start); there is no default}"
+  if [ -n "${ORACLE_WHISPER_DIR:-}" ]; then
+    local whisper; whisper=$(cd "$ORACLE_WHISPER_DIR" && pwd)
+  else
+    : "${ORACLE_REDIS_URL:?set ORACLE_REDIS_URL (e.g. from ./redis_private.sh start); there is no default}"
+  fi
   if is_running; then echo "already running: pid $(cat "$STATE/pid"), $(cat "$STATE/url")" >&2; exit 1; fi
   rm -rf "$STATE"; mkdir -p "$STATE/log" "$STATE/storage"
   if [ -z "$port" ]; then
     port=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   fi
+  server
   cat > "$STATE/oracle_local_settings.py" <<EOF
 SECRET_KEY = 'graphite-oracle-test-only'
 TIME_ZONE = 'UTC'
@@ -110,6 +130,15 @@ if not hasattr(_inspect, 'getargspec'):
     _inspect.formatargspec = _formatargspec
 EOF
   fi
+  if [ -n "${ORACLE_WHISPER_DIR:-}" ]; then
+    cat >> "$STATE/oracle_local_settings.py" <<EOF
+# ORACLE_WHISPER_DIR: graphite-web's standard whisper finder and tag DB instead of the above
+WHISPER_DIR = '$whisper/'
+STANDARD_DIRS = [WHISPER_DIR]
+STORAGE_FINDERS = ('graphite.finders.standard.StandardFinder',)
+TAGDB = 'graphite.tags.localdatabase.LocalDatabaseTagDB'
+EOF
+  fi
   environment
   # A migrated empty DB is cached per graphite-web version (migrate alone takes ~2 s).
   local tmpl="/tmp/graphite-oracle-template-$(dpkg-query -W -f='${Version}' graphite-web)${app:+-$WEBAPP_VERSION}.db"
@@ -125,8 +154,7 @@ EOF
 case "$cmd" in
   start)
     prepare
-    setsid $PY /usr/bin/graphite-manage runserver --noreload "127.0.0.1:$port" \
-      >"$STATE/log/server.log" 2>&1 < /dev/null &
+    setsid "${srv[@]}" >"$STATE/log/server.log" 2>&1 < /dev/null &
     echo $! > "$STATE/pid"
     url=$(cat "$STATE/url")
     for _ in $(seq 1 300); do
@@ -149,12 +177,13 @@ case "$cmd" in
     exec $PY "$HERE/functions_index.py" ;;
   run)
     prepare
-    exec $PY /usr/bin/graphite-manage runserver --noreload "127.0.0.1:$port" ;;
+    exec "${srv[@]}" ;;
   stop)
     if is_running; then
       pid=$(cat "$STATE/pid"); kill "$pid"
       for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.05; done
-      if alive "$pid"; then kill -9 "$pid"; fi
+      # setsid made pid a process group: -pid also reaches gunicorn's workers
+      if alive "$pid"; then kill -9 -- -"$pid"; fi
       echo "stopped pid $pid"
     fi
     rm -rf "$STATE" ;;

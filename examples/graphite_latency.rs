@@ -1,23 +1,83 @@
-//! The Graphite API's latency, beside graphite-web's (`scripts/bench-graphite.sh` runs it):
+//! The Graphite API's latency beside graphite-web's (`scripts/bench-graphite.sh` runs it):
 //!
 //! ```text
 //! cargo run --release --example graphite_latency -- seed --redis redis+unix:///path.sock \
-//!     --series 1000000 --day-series 100 --now 1760001237
-//! cargo run --release --example graphite_latency -- measure --base http://127.0.0.1:9102/graphite \
-//!     --now 1760001237 [--runs 30]
+//!     [--series 10000] [--day-series 1000] [--now T]
+//! cargo run --release --example graphite_latency -- measure --redis redis+unix:///path.sock \
+//!     --base http://127.0.0.1:9102/graphite [--oracle http://127.0.0.1:8080] [--now T] \
+//!     [--runs 30] [--oracle-runs 5] [--only NAME,...]
 //! ```
 //!
-//! `seed` writes `known:` for `apps × hosts × metrics` series (`app<i>.host<j>.metric<k>`, at the
-//! seven default precisions: 7 members each) and a day of 60 s slices (1440) for the
-//! `app1.host1.*` counters. `measure` times, one request at a time, a `find` of a prefix
-//! (`app42.host7.*`), a `find` at the root, and a `render` of the 100 `app1.host1.*` series over
-//! a day, and prints the minimum, median and 90th percentile of each in milliseconds.
+//! `seed` writes `known:` for `series` counters `app<a>.host<h>.metric<m>` (10 hosts of 100
+//! metrics an app, at the seven default precisions) and a day of 60 s slices (1 440, every 29th
+//! missing) for the first `day-series` of them (`app0.host<h>.metric<m>`).
+//!
+//! `measure` sends each request to the agent (`--base`) and, given `--oracle`, first checks that
+//! graphite-web answers the same (the same series in the same order, names, times, values within
+//! 1e-9, nulls alike), then times both, interleaved, one request at a time over a fresh
+//! connection, and prints for each the median (and 90th percentile) of each, their ratio, and
+//! Redis's own time per request (the `usec` of `INFO commandstats`, the agent's runs only) with
+//! the agent's multiple of it.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 const PRECISIONS: [u64; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
+
+/// The requests, by name: path and parameters (`now` is added).
+fn requests() -> Vec<(&'static str, &'static str, Vec<(&'static str, String)>)> {
+    let render = |targets: &[&str]| {
+        let mut p: Vec<(&str, String)> =
+            targets.iter().map(|t| ("target", t.to_string())).collect();
+        p.extend([
+            ("from", "-1d".to_string()),
+            ("until", "now".to_string()),
+            ("format", "json".to_string()),
+        ]);
+        p
+    };
+    vec![
+        ("render100", "/render", render(&["app0.host1.*"])),
+        ("sum100", "/render", render(&["sumSeries(app0.host1.*)"])),
+        (
+            "moving10",
+            "/render",
+            render(&["aliasByNode(movingAverage(app0.host2.metric1[0-9],10),2)"]),
+        ),
+        (
+            "find",
+            "/metrics/find",
+            vec![("query", "app3.host4.*".to_string())],
+        ),
+        ("render1000", "/render", render(&["app0.*.*"])),
+        ("dashboard20", "/render", render(DASHBOARD)),
+    ]
+}
+
+/// A dashboard of 20 targets, one panel each, over functions beyond the common few.
+const DASHBOARD: &[&str] = &[
+    "sumSeries(app0.host1.metric1*)",
+    "aliasByMetric(app0.host2.metric[0-4])",
+    "movingMedian(app0.host3.metric1,10)",
+    "perSecond(app0.host3.metric2)",
+    "highestMax(app0.host4.metric[0-9]*,3)",
+    "sortByMaxima(app0.host5.metric[0-9])",
+    "asPercent(app0.host6.metric1,app0.host6.metric2)",
+    "summarize(app0.host7.metric[0-9],'1h','max')",
+    "hitcount(app0.host8.metric1,'1h')",
+    "integral(app0.host8.metric2)",
+    "exponentialMovingAverage(app0.host9.metric1,20)",
+    "holtWintersForecast(app0.host9.metric2,'2h','1h')",
+    "timeShift(app0.host0.metric1,'1h')",
+    "stacked(app0.host0.metric[2-4])",
+    "removeBelowPercentile(app0.host0.metric5,50)",
+    "nPercentile(app0.host0.metric6,95)",
+    "groupByNode(app0.host1.metric2*,2,'sum')",
+    "linearRegression(app0.host2.metric7)",
+    "smartSummarize(app0.host2.metric8,'1h','avg')",
+    "aggregateLine(app0.host2.metric9,'max')",
+];
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -31,143 +91,229 @@ fn main() {
         arg(&args, name).map_or(default, |v| v.parse().expect("a number"))
     };
     let now = num("--now", 1_760_001_237);
+    let redis = arg(&args, "--redis").expect("--redis URL");
     match args.first().map(String::as_str) {
         Some("seed") => seed(
-            &arg(&args, "--redis").expect("--redis URL"),
-            num("--series", 1_000_000),
-            num("--day-series", 100),
+            &redis,
+            num("--series", 10_000),
+            num("--day-series", 1000),
             now,
         ),
         Some("measure") => measure(
+            &redis,
             &arg(&args, "--base").expect("--base URL"),
+            arg(&args, "--oracle").as_deref(),
             now,
             num("--runs", 30) as usize,
+            num("--oracle-runs", 5) as usize,
+            arg(&args, "--only"),
         ),
         _ => {
             eprintln!(
-                "usage: graphite_latency seed --redis URL [--series N] [--day-series N] [--now T]\n       graphite_latency measure --base URL [--now T] [--runs N]"
+                "usage: graphite_latency seed --redis URL [--series N] [--day-series N] [--now T]\n       graphite_latency measure --redis URL --base URL [--oracle URL] [--now T] [--runs N] [--oracle-runs N] [--only NAME,...]"
             );
             std::process::exit(2);
         }
     }
 }
 
+fn name(i: u64) -> String {
+    format!("app{}.host{}.metric{}", i / 1000, i / 100 % 10, i % 100)
+}
+
 fn seed(url: &str, series: u64, day_series: u64, now: u64) {
     let mut conn = redis::Client::open(url)
         .and_then(|c| c.get_connection())
         .expect("Redis");
-    let per_app = 10_000;
-    let mut members = Vec::with_capacity(10_000);
-    let mut pipe = redis::pipe();
-    for i in 0..series {
-        let name = format!("app{}.host{}.metric{}", i / per_app, i / 100 % 100, i % 100);
-        for p in PRECISIONS {
-            members.push(format!("{p}:{name}"));
-        }
-        if members.len() >= 10_000 {
-            let mut zadd = redis::cmd("ZADD");
-            zadd.arg("known:");
-            for m in members.drain(..) {
-                zadd.arg(0).arg(m);
-            }
-            pipe.add_command(zadd);
-        }
-        if pipe.cmd_iter().count() >= 20 {
-            let () = pipe.query(&mut conn).expect("ZADD");
-            pipe = redis::pipe();
-        }
-    }
-    if !members.is_empty() {
+    for chunk in (0..series).collect::<Vec<_>>().chunks(1000) {
         let mut zadd = redis::cmd("ZADD");
         zadd.arg("known:");
-        for m in members.drain(..) {
-            zadd.arg(0).arg(m);
+        for i in chunk {
+            for p in PRECISIONS {
+                zadd.arg(0).arg(format!("{p}:{}", name(*i)));
+            }
         }
-        pipe.add_command(zadd);
+        let () = zadd.query(&mut conn).expect("ZADD");
     }
-    let () = pipe.query(&mut conn).expect("ZADD");
     let minute = now - now % 60;
     for k in 0..day_series {
         let mut hset = redis::cmd("HSET");
-        hset.arg(format!("count:60:app1.host1.metric{k}"));
-        for s in 0..1440 {
-            hset.arg(minute - s * 60).arg(1 + (s + k) % 17);
+        hset.arg(format!("count:60:{}", name(k)));
+        for s in (0..1440).filter(|s| (s + k) % 29 != 0) {
+            hset.arg(minute - s * 60).arg(1 + (s * 7 + k * 13) % 97);
         }
         let () = hset.query(&mut conn).expect("HSET");
     }
     println!(
-        "seeded {series} series ({} members), {day_series} with a day of minutes",
+        "seeded {series} series ({} known: members), {day_series} with a day of minutes",
         series * 7
     );
 }
 
-/// One request, its body discarded; the time it took.
-fn request(base: &str, path: &str, query: &str) -> Duration {
+/// One request; its body, and the time it took.
+fn request(base: &str, path: &str, query: &str) -> (Vec<u8>, Duration) {
     let rest = base.trim_start_matches("http://");
     let (addr, prefix) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let path = if prefix.is_empty() {
+        path.to_string()
+    } else {
+        format!("/{prefix}{path}")
+    };
     let started = Instant::now();
     let mut s = TcpStream::connect(addr).expect("connect");
     let body = query.as_bytes();
     write!(
         s,
-        "POST /{prefix}{path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .expect("write");
     s.write_all(body).expect("write");
     let mut response = Vec::new();
     s.read_to_end(&mut response).expect("read");
+    let took = started.elapsed();
     assert!(
         response.starts_with(b"HTTP/1.1 200") || response.starts_with(b"HTTP/1.0 200"),
         "{path}: {}",
         String::from_utf8_lossy(&response[..response.len().min(300)])
     );
-    started.elapsed()
+    let at = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(0, |i| i + 4);
+    let head = String::from_utf8_lossy(&response[..at]).to_lowercase();
+    let mut body = response[at..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    (body, took)
 }
 
-fn measure(base: &str, now: u64, runs: usize) {
-    let now = now.to_string();
-    let encode = |pairs: &[(&str, &str)]| {
-        pairs
-            .iter()
-            .map(|(k, v)| format!("{k}={}", v.replace('*', "%2A").replace(' ', "%20")))
-            .collect::<Vec<_>>()
-            .join("&")
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line) = b.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&b[..line]).trim(), 16)
+            .expect("a chunk size");
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&b[line + 2..line + 2 + size]);
+        b = &b[line + 2 + size + 2..];
+    }
+    out
+}
+
+/// Where two answers differ (graphite-web's infinities are `1e9999`), or `None`.
+fn difference(want: &[u8], got: &[u8]) -> Option<String> {
+    let parse = |b: &[u8]| -> serde_json::Value {
+        serde_json::from_str(&String::from_utf8_lossy(b).replace("1e9999", "1e308")).expect("JSON")
     };
-    for (what, path, query) in [
-        (
-            "find a prefix (app42.host7.*)",
-            "/metrics/find",
-            encode(&[("query", "app42.host7.*"), ("now", &now)]),
-        ),
-        (
-            "find the root (*)",
-            "/metrics/find",
-            encode(&[("query", "*"), ("now", &now)]),
-        ),
-        (
-            "render 100 series x a day at 60 s",
-            "/render",
-            encode(&[
-                ("target", "app1.host1.*"),
-                ("from", "-1d"),
-                ("until", "now"),
-                ("format", "json"),
-                ("now", &now),
-            ]),
-        ),
-    ] {
-        request(base, path, &query);
-        let mut times: Vec<f64> = (0..runs)
-            .map(|_| request(base, path, &query).as_secs_f64() * 1000.0)
-            .collect();
-        times.sort_by(f64::total_cmp);
-        let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    fn walk(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> Option<String> {
+        use serde_json::Value::*;
+        match (a, b) {
+            (Number(x), Number(y)) => {
+                let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+                ((x - y).abs() > 1e-9 * x.abs().max(y.abs()).max(1.0))
+                    .then(|| format!("{at}: {x} != {y}"))
+            }
+            (Array(x), Array(y)) => {
+                if x.len() != y.len() {
+                    return Some(format!("{at}: length {} != {}", x.len(), y.len()));
+                }
+                x.iter()
+                    .zip(y)
+                    .enumerate()
+                    .find_map(|(i, (x, y))| walk(x, y, &format!("{at}[{i}]")))
+            }
+            (Object(x), Object(y)) => {
+                if x.keys().collect::<Vec<_>>() != y.keys().collect::<Vec<_>>() {
+                    return Some(format!("{at}: keys differ"));
+                }
+                x.iter()
+                    .find_map(|(k, v)| walk(v, &y[k], &format!("{at}.{k}")))
+            }
+            (x, y) => (x != y).then(|| format!("{at}: {x} != {y}")),
+        }
+    }
+    walk(&parse(want), &parse(got), "$")
+}
+
+/// Redis's command time so far, in microseconds (`INFO commandstats`).
+fn redis_usec(conn: &mut redis::Connection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("INFO");
+    info.lines()
+        .filter_map(|l| l.split("usec=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn percentiles(mut times: Vec<f64>) -> (f64, f64) {
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.9))
+}
+
+fn measure(
+    redis: &str,
+    base: &str,
+    oracle: Option<&str>,
+    now: u64,
+    runs: usize,
+    oracle_runs: usize,
+    only: Option<String>,
+) {
+    let mut conn = redis::Client::open(redis)
+        .and_then(|c| c.get_connection())
+        .expect("Redis");
+    let now = now.to_string();
+    let only: Option<Vec<String>> = only.map(|o| o.split(',').map(String::from).collect());
+    println!(
+        "{:<12} {:>12} {:>12} {:>14} {:>8} {:>12} {:>9}",
+        "request", "agent p50", "agent p90", "graphite-web", "ratio", "Redis", "agent/Redis"
+    );
+    for (what, path, mut params) in requests() {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == what)) {
+            continue;
+        }
+        params.push(("now", now.clone()));
+        let query = serde_urlencoded::to_string(&params).expect("a query");
+        let (ours, _) = request(base, path, &query);
+        if let Some(oracle) = oracle {
+            let (theirs, _) = request(oracle, path, &query);
+            if let Some(d) = difference(&theirs, &ours) {
+                panic!("{what}: the agent answers otherwise than graphite-web: {d}");
+            }
+        }
+        let mut agent = Vec::new();
+        let mut other = Vec::new();
+        let mut redis_time = 0.0;
+        for i in 0..runs.max(oracle_runs) {
+            if i < runs {
+                let before = redis_usec(&mut conn);
+                agent.push(request(base, path, &query).1.as_secs_f64() * 1000.0);
+                redis_time += redis_usec(&mut conn) - before;
+            }
+            if let Some(oracle) = oracle.filter(|_| i < oracle_runs) {
+                other.push(request(oracle, path, &query).1.as_secs_f64() * 1000.0);
+            }
+        }
+        // The INFO calls themselves are counted: one each, a few microseconds.
+        let redis_ms = redis_time / runs.max(1) as f64 / 1000.0;
+        let (p50, p90) = percentiles(agent);
+        let (theirs, ratio) = if other.is_empty() {
+            ("-".to_string(), "-".to_string())
+        } else {
+            let (o50, _) = percentiles(other);
+            (format!("{o50:.2} ms"), format!("{:.1}x", o50 / p50))
+        };
         println!(
-            "{what:<36} runs {runs:>3}  min {:>9.2} ms  p50 {:>9.2} ms  p90 {:>9.2} ms",
-            at(0.0),
-            at(0.5),
-            at(0.9)
+            "{what:<12} {:>9.2} ms {:>9.2} ms {theirs:>14} {ratio:>8} {redis_ms:>9.2} ms {:>8.2}x",
+            p50,
+            p90,
+            p50 / redis_ms.max(1e-9)
         );
     }
 }

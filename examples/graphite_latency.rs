@@ -25,8 +25,10 @@ use std::time::{Duration, Instant};
 
 const PRECISIONS: [u64; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
 
-/// The requests, by name: path and parameters (`now` is added).
-fn requests() -> Vec<(&'static str, &'static str, Vec<(&'static str, String)>)> {
+/// A request: its name, path and parameters (`now` is added).
+type Request = (&'static str, &'static str, Vec<(&'static str, String)>);
+
+fn requests() -> Vec<Request> {
     let render = |targets: &[&str]| {
         let mut p: Vec<(&str, String)> =
             targets.iter().map(|t| ("target", t.to_string())).collect();

@@ -187,17 +187,12 @@ impl<'a> Evaluation<'a> {
                 "the targets match more than {MAX_SERIES} series, the limit of one request: narrow the glob"
             )));
         }
-        let now = self.now;
-        // All at once, each over a clone of the connection: Redis answers one while the next is
-        // on its way.
-        let fetched = futures_util::future::try_join_all(leaves.iter().map(|leaf| {
-            let mut source = self.source.clone_for_fetch();
-            async move { source.fetch(leaf, from, until, now).await }
-        }))
-        .await?;
+        let fetched = self
+            .source
+            .fetch_all(&leaves, from, until, self.now)
+            .await?;
         Ok(fetched
             .into_iter()
-            .flatten()
             .map(|mut s| {
                 s.path_expression = path_expression.to_string();
                 s

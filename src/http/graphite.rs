@@ -153,7 +153,8 @@ async fn source(state: &AppState) -> Result<Source<'_>, GraphiteError> {
         state.store.keys(),
         &state.config,
         &state.scanned_names,
-    ))
+    )
+    .with_bulk(&state.bulk))
 }
 
 fn json_body(text: String) -> Response {

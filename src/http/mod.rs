@@ -60,6 +60,8 @@ pub struct AppState {
     pub scanned_names: Arc<crate::graphite::source::ScannedNames>,
     /// Where "now" is for `/readyz`, the API and the Graphite API: the agent's clock.
     pub clock: Clock,
+    /// Connections that read many counters' and gauges' points at once, for the Graphite API.
+    pub bulk: Arc<crate::store::bulk::BulkPool>,
 }
 
 impl AppState {
@@ -67,11 +69,12 @@ impl AppState {
         AppState {
             clock,
             telemetry,
-            store,
             config: Arc::new(config),
             connection: Default::default(),
             api_permits: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
             scanned_names: Default::default(),
+            bulk: Arc::new(crate::store::bulk::BulkPool::new(store.bulk_target())),
+            store,
         }
     }
 

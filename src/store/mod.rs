@@ -3,6 +3,7 @@
 //! the [`Writer`] that applies flush chunks exactly once, the [`Cleaner`] that trims old slices,
 //! and the [`Reader`] behind the CLI and the API.
 
+pub mod bulk;
 pub mod cleaner;
 pub mod clock;
 pub mod keys;
@@ -66,6 +67,12 @@ pub enum StoreError {
     Redis(#[from] redis::RedisError),
     #[error("redis: no answer within {0:?}")]
     Timeout(Duration),
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError::Redis(e.into())
+    }
 }
 
 impl StoreError {
@@ -303,6 +310,28 @@ impl Store {
     /// Key names as this mode writes them.
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// Where [`bulk`] reads connect: one server without TLS (not Sentinel's, which moves, nor a
+    /// cluster's).
+    pub fn bulk_target(&self) -> Option<bulk::BulkTarget> {
+        let Target::Standalone(client) = &*self.target else {
+            return None;
+        };
+        let info = client.get_connection_info();
+        let addr = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => bulk::BulkAddr::Tcp(host.clone(), *port),
+            redis::ConnectionAddr::Unix(path) => bulk::BulkAddr::Unix(path.clone()),
+            _ => return None,
+        };
+        let settings = info.redis_settings();
+        Some(bulk::BulkTarget {
+            addr,
+            username: settings.username().map(String::from),
+            password: settings.password().map(String::from),
+            db: settings.db(),
+            timeout: self.timeout,
+        })
     }
 
     pub fn is_cluster(&self) -> bool {

@@ -1,0 +1,452 @@
+//! Bulk reads for the Graphite API: many `HMGET`s pipelined on a connection of their own, each
+//! reply parsed straight into numbers as it arrives. A render of 100 series over a day is
+//! 144 000 values; through the redis crate each is a `redis::Value` (a parser's state machine
+//! and an allocation each), which cost the agent two thirds of such a render
+//! (docs/benchmarks.md, "Graphite API"). Here a value is read from the socket's buffer in
+//! place. Only one server without TLS is read so ([`Store::bulk_target`]); Sentinel, Cluster
+//! and TLS take the redis crate's way.
+//!
+//! [`Store::bulk_target`]: super::Store::bulk_target
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::StoreError;
+
+/// A value as the Graphite API holds it: `None` where the hash has no field.
+pub type Point = Option<f64>;
+
+/// Where a bulk reader connects, and how it logs in.
+#[derive(Debug, Clone)]
+pub struct BulkTarget {
+    pub addr: BulkAddr,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub db: i64,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum BulkAddr {
+    Tcp(String, u16),
+    Unix(PathBuf),
+}
+
+/// One `HMGET`: a key and its fields (slice times).
+pub struct Hmget<'a> {
+    pub key: &'a [u8],
+    pub fields: &'a [i64],
+}
+
+/// Bulk connections kept between requests, each used by one request at a time.
+pub struct BulkPool {
+    target: Option<BulkTarget>,
+    idle: std::sync::Mutex<Vec<Bulk>>,
+}
+
+impl BulkPool {
+    /// A pool for `target`; without one (Sentinel, Cluster, TLS) it reads nothing.
+    pub fn new(target: Option<BulkTarget>) -> BulkPool {
+        BulkPool {
+            target,
+            idle: Default::default(),
+        }
+    }
+
+    pub fn available(&self) -> bool {
+        self.target.is_some()
+    }
+
+    /// [`Bulk::hmget`] on an idle connection or a new one; a connection that failed is
+    /// dropped, the others kept (at most [`MAX_IDLE`]).
+    pub async fn hmget(&self, requests: &[Hmget<'_>]) -> Result<Vec<Vec<Point>>, StoreError> {
+        let Some(target) = &self.target else {
+            return Err(protocol("no bulk reader for this topology"));
+        };
+        let idle = self.idle.lock().map(|mut i| i.pop()).unwrap_or(None);
+        let mut bulk = match idle {
+            Some(b) => b,
+            None => Bulk::connect(target).await?,
+        };
+        let values = bulk.hmget(requests).await?;
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < MAX_IDLE
+        {
+            idle.push(bulk);
+        }
+        Ok(values)
+    }
+}
+
+/// Idle bulk connections kept: one per API request that may run at once.
+const MAX_IDLE: usize = crate::http::MAX_API_REQUESTS;
+
+/// What the socket gives at most per read: a day of minutes for a few series.
+const READ_SIZE: usize = 256 * 1024;
+
+/// A connection that answers pipelined `HMGET`s.
+pub struct Bulk {
+    read: Box<dyn AsyncRead + Unpin + Send>,
+    write: Box<dyn AsyncWrite + Unpin + Send>,
+    timeout: Duration,
+}
+
+impl Bulk {
+    /// Connects, logs in and selects the database, within the target's timeout.
+    pub async fn connect(target: &BulkTarget) -> Result<Bulk, StoreError> {
+        let connecting = async {
+            let (read, write): (
+                Box<dyn AsyncRead + Unpin + Send>,
+                Box<dyn AsyncWrite + Unpin + Send>,
+            ) = match &target.addr {
+                BulkAddr::Tcp(host, port) => {
+                    let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                    s.set_nodelay(true)?;
+                    let (r, w) = s.into_split();
+                    (Box::new(r), Box::new(w))
+                }
+                BulkAddr::Unix(path) => {
+                    let (r, w) = tokio::net::UnixStream::connect(path).await?.into_split();
+                    (Box::new(r), Box::new(w))
+                }
+            };
+            let mut bulk = Bulk {
+                read,
+                write,
+                timeout: target.timeout,
+            };
+            let mut hello: Vec<Vec<&[u8]>> = Vec::new();
+            if let Some(password) = &target.password {
+                let mut auth: Vec<&[u8]> = vec![b"AUTH"];
+                if let Some(user) = &target.username {
+                    auth.push(user.as_bytes());
+                }
+                auth.push(password.as_bytes());
+                hello.push(auth);
+            }
+            let db = target.db.to_string();
+            if target.db != 0 {
+                hello.push(vec![b"SELECT", db.as_bytes()]);
+            }
+            if !hello.is_empty() {
+                let mut out = Vec::new();
+                for c in &hello {
+                    command(&mut out, c);
+                }
+                bulk.write.write_all(&out).await?;
+                let mut replies = Replies::new(&mut bulk.read);
+                for _ in &hello {
+                    replies.status().await?;
+                }
+            }
+            Ok::<_, StoreError>(bulk)
+        };
+        tokio::time::timeout(target.timeout, connecting)
+            .await
+            .map_err(|_| StoreError::Timeout(target.timeout))?
+    }
+
+    /// Each `HMGET`'s values as numbers (a field that is missing or no number: `None`), in
+    /// order. The commands are written while the replies are read, so neither side's buffers
+    /// hold the whole of either; each reply, and the whole, within the timeout of no progress.
+    pub async fn hmget(&mut self, requests: &[Hmget<'_>]) -> Result<Vec<Vec<Point>>, StoreError> {
+        let timeout = self.timeout;
+        let write = &mut self.write;
+        let writing = async move {
+            let mut out = Vec::with_capacity(64 * 1024);
+            for r in requests {
+                hmget_command(&mut out, r);
+                if out.len() >= 64 * 1024 {
+                    write.write_all(&out).await?;
+                    out.clear();
+                }
+            }
+            write.write_all(&out).await?;
+            write.flush().await?;
+            Ok::<_, StoreError>(())
+        };
+        let read = &mut self.read;
+        let reading = async move {
+            let mut replies = Replies::new(read);
+            let mut out = Vec::with_capacity(requests.len());
+            for r in requests {
+                let mut values = Vec::with_capacity(r.fields.len());
+                tokio::time::timeout(timeout, replies.numbers(&mut values))
+                    .await
+                    .map_err(|_| StoreError::Timeout(timeout))??;
+                out.push(values);
+            }
+            Ok::<_, StoreError>(out)
+        };
+        let (written, read) = tokio::join!(writing, reading);
+        written?;
+        read
+    }
+}
+
+/// `*n $len arg …`, RESP's form of a command.
+fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
+    header(out, b'*', args.len());
+    for a in args {
+        header(out, b'$', a.len());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn hmget_command(out: &mut Vec<u8>, r: &Hmget) {
+    header(out, b'*', r.fields.len() + 2);
+    out.extend_from_slice(b"$5\r\nHMGET\r\n");
+    header(out, b'$', r.key.len());
+    out.extend_from_slice(r.key);
+    out.extend_from_slice(b"\r\n");
+    let mut digits = itoa::Buffer::new();
+    for f in r.fields {
+        let d = digits.format(*f).as_bytes();
+        header(out, b'$', d.len());
+        out.extend_from_slice(d);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
+    out.push(kind);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn protocol(what: &str) -> StoreError {
+    StoreError::Redis(redis::RedisError::from((
+        redis::ErrorKind::Parse,
+        "an unexpected reply",
+        what.to_string(),
+    )))
+}
+
+/// Replies read from a socket into a buffer and parsed where they lie.
+struct Replies<'r, R> {
+    read: &'r mut R,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
+    fn new(read: &'r mut R) -> Self {
+        Replies {
+            read,
+            buf: Vec::with_capacity(READ_SIZE),
+            at: 0,
+        }
+    }
+
+    /// Reads until at least `n` bytes past `at` are buffered.
+    async fn want(&mut self, n: usize) -> Result<(), StoreError> {
+        while self.buf.len() - self.at < n {
+            if self.at > 0 {
+                self.buf.drain(..self.at);
+                self.at = 0;
+            }
+            self.buf.reserve(READ_SIZE.max(n));
+            let got = self.read.read_buf(&mut self.buf).await?;
+            if got == 0 {
+                return Err(StoreError::Redis(
+                    std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// One line's kind and what follows it up to `\r\n`, consumed.
+    async fn line(&mut self) -> Result<(u8, Vec<u8>), StoreError> {
+        loop {
+            if let Some(end) = memchr::memmem::find(&self.buf[self.at..], b"\r\n") {
+                let line = &self.buf[self.at..self.at + end];
+                let kind = *line.first().ok_or_else(|| protocol("an empty line"))?;
+                let rest = line[1..].to_vec();
+                self.at += end + 2;
+                return Ok((kind, rest));
+            }
+            let have = self.buf.len() - self.at;
+            self.want(have + 1).await?;
+        }
+    }
+
+    /// A length after `*` or `$`; -1 for a null.
+    async fn length(&mut self, kind: u8) -> Result<i64, StoreError> {
+        let (k, rest) = self.line().await?;
+        match k {
+            b'-' => Err(StoreError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Extension,
+                "Redis refused",
+                String::from_utf8_lossy(&rest).into_owned(),
+            )))),
+            k if k == kind => std::str::from_utf8(&rest)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| protocol("a length")),
+            _ => Err(protocol(&String::from_utf8_lossy(&rest))),
+        }
+    }
+
+    /// `+OK` (or an error).
+    async fn status(&mut self) -> Result<(), StoreError> {
+        match self.line().await? {
+            (b'+', _) => Ok(()),
+            (b'-', rest) => Err(StoreError::Redis(redis::RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "Redis refused",
+                String::from_utf8_lossy(&rest).into_owned(),
+            )))),
+            (_, rest) => Err(protocol(&String::from_utf8_lossy(&rest))),
+        }
+    }
+
+    /// An array of bulk strings, each as a number.
+    async fn numbers(&mut self, out: &mut Vec<Point>) -> Result<(), StoreError> {
+        let n = self.length(b'*').await?;
+        for _ in 0..n.max(0) {
+            // The common case, `$<len>\r\n<digits>\r\n` all buffered, without an await.
+            if let Some((value, used)) = bulk_number(&self.buf[self.at..]) {
+                out.push(value);
+                self.at += used;
+                continue;
+            }
+            let len = self.length(b'$').await?;
+            if len < 0 {
+                out.push(None);
+                continue;
+            }
+            let len = len as usize;
+            self.want(len + 2).await?;
+            out.push(number(&self.buf[self.at..self.at + len]));
+            self.at += len + 2;
+        }
+        Ok(())
+    }
+}
+
+/// A whole bulk string at the start of `b` (`$-1\r\n` a null), as a number, and its length;
+/// `None` unless all of it is there.
+fn bulk_number(b: &[u8]) -> Option<(Point, usize)> {
+    if b.first() != Some(&b'$') {
+        return None;
+    }
+    if b.starts_with(b"$-1\r\n") {
+        return Some((None, 5));
+    }
+    let mut len = 0usize;
+    let mut i = 1;
+    while let Some(&d) = b.get(i) {
+        if d.is_ascii_digit() {
+            len = len * 10 + usize::from(d - b'0');
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    if i == 1 || b.get(i..i + 2) != Some(b"\r\n") {
+        return None;
+    }
+    let start = i + 2;
+    let end = start + len;
+    if b.get(end..end + 2) != Some(b"\r\n") {
+        return None;
+    }
+    Some((number(&b[start..end]), end + 2))
+}
+
+/// A value's text as a number: integers (counts) the quick way, anything else as Rust reads a
+/// float; text that is no number is `None`.
+pub fn number(bytes: &[u8]) -> Point {
+    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    if !digits.is_empty() && digits.len() < 16 && digits.iter().all(u8::is_ascii_digit) {
+        let n = digits
+            .iter()
+            .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+        return Some(if digits.len() < bytes.len() { -n } else { n } as f64);
+    }
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_strings_parse_in_place_or_wait_for_the_rest() {
+        assert_eq!(bulk_number(b"$2\r\n42\r\nrest"), Some((Some(42.0), 8)));
+        assert_eq!(bulk_number(b"$-1\r\n"), Some((None, 5)));
+        assert_eq!(bulk_number(b"$4\r\n-1.5\r\n"), Some((Some(-1.5), 10)));
+        assert_eq!(bulk_number(b"$3\r\nabc\r\n"), Some((None, 9)));
+        assert_eq!(bulk_number(b"$2\r\n4"), None);
+        assert_eq!(bulk_number(b"$12"), None);
+        assert_eq!(bulk_number(b"*2\r\n"), None);
+    }
+
+    #[test]
+    fn numbers_as_the_api_reads_them() {
+        assert_eq!(number(b"7"), Some(7.0));
+        assert_eq!(number(b"-12"), Some(-12.0));
+        assert_eq!(number(b"0.30000000000000004"), Some(0.30000000000000004));
+        assert_eq!(
+            number(b"12345678901234567890"),
+            Some(12345678901234567890.0)
+        );
+        assert_eq!(number(b"x"), None);
+        assert_eq!(number(b""), None);
+    }
+
+    #[test]
+    fn a_command_is_written_as_resp() {
+        let mut out = Vec::new();
+        hmget_command(
+            &mut out,
+            &Hmget {
+                key: b"count:60:a",
+                fields: &[60, 120],
+            },
+        );
+        assert_eq!(
+            out,
+            b"*4\r\n$5\r\nHMGET\r\n$10\r\ncount:60:a\r\n$2\r\n60\r\n$3\r\n120\r\n"
+        );
+    }
+
+    /// Replies cut anywhere across reads parse alike.
+    #[tokio::test]
+    async fn replies_split_across_reads_parse_alike() {
+        let reply = b"*4\r\n$2\r\n42\r\n$-1\r\n$3\r\n1.5\r\n$1\r\nx\r\n*1\r\n$1\r\n7\r\n";
+        for chunk in [1, 2, 3, 5, 7, 64] {
+            let mut reader = tokio_test_reader(reply, chunk);
+            let mut replies = Replies::new(&mut reader);
+            let mut first = Vec::new();
+            replies.numbers(&mut first).await.unwrap();
+            let mut second = Vec::new();
+            replies.numbers(&mut second).await.unwrap();
+            assert_eq!(first, [Some(42.0), None, Some(1.5), None], "chunk {chunk}");
+            assert_eq!(second, [Some(7.0)], "chunk {chunk}");
+        }
+    }
+
+    /// A reader that gives `chunk` bytes a read.
+    fn tokio_test_reader(bytes: &'static [u8], chunk: usize) -> impl AsyncRead + Unpin {
+        struct Chunks(&'static [u8], usize);
+        impl AsyncRead for Chunks {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                let n = self.1.min(self.0.len()).min(buf.remaining());
+                let (now, rest) = self.0.split_at(n);
+                buf.put_slice(now);
+                self.0 = rest;
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        Chunks(bytes, chunk)
+    }
+}

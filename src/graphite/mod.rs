@@ -132,6 +132,9 @@ pub struct Evaluation<'a> {
     fetched: usize,
     /// What functions leave for the next in the request (graphite-web's request context).
     state: State,
+    /// Reading shapes only (series with their times and no values: a `Shaped` function's
+    /// first argument).
+    shapes_only: bool,
 }
 
 impl<'a> Evaluation<'a> {
@@ -141,6 +144,7 @@ impl<'a> Evaluation<'a> {
             now,
             fetched: 0,
             state: State::default(),
+            shapes_only: false,
         }
     }
 
@@ -187,10 +191,13 @@ impl<'a> Evaluation<'a> {
                 "the targets match more than {MAX_SERIES} series, the limit of one request: narrow the glob"
             )));
         }
-        let fetched = self
-            .source
-            .fetch_all(&leaves, from, until, self.now)
-            .await?;
+        let fetched = if self.shapes_only {
+            self.source.shapes(&leaves, from, until, self.now)
+        } else {
+            self.source
+                .fetch_all(&leaves, from, until, self.now)
+                .await?
+        };
         Ok(fetched
             .into_iter()
             .map(|mut s| {
@@ -220,7 +227,19 @@ impl<'a> Evaluation<'a> {
             return self.read(leaves, &call.raw, from, until).await;
         }
         let mut args = Vec::new();
-        for a in &call.args {
+        for (i, a) in call.args.iter().enumerate() {
+            let shaped = i == 0 && matches!(f.body, Body::Shaped(..)) && !self.shapes_only;
+            if shaped {
+                // Its shape without its values; should the shape alone fail (an error that
+                // depends on the data), it is evaluated whole.
+                self.shapes_only = true;
+                let shape = self.argument(a, from, until).await;
+                self.shapes_only = false;
+                if let Ok(shape) = shape {
+                    args.push(shape);
+                    continue;
+                }
+            }
             args.push(self.argument(a, from, until).await?);
         }
         let mut kwargs = Vec::new();
@@ -230,7 +249,7 @@ impl<'a> Evaluation<'a> {
         let mut bound = functions::bind(f, &call.name, args, kwargs)?;
         match f.body {
             Body::Apply(apply) => apply(&mut bound, &mut self.ctx(from, until)),
-            Body::Refetch(plan, finish) => {
+            Body::Refetch(plan, finish) | Body::Shaped(plan, finish) => {
                 let mut state = self.state.clone();
                 let fetches = plan(
                     &bound,
@@ -430,11 +449,13 @@ pub async fn tagged(source: &mut Source<'_>, specs: &[String]) -> Result<Vec<Lea
 }
 
 /// The JSON body of a render: `[{"target", "tags", "datapoints": [[value|null, t], …]}]`, with
-/// `maxDataPoints` consolidation and `noNullPoints` as graphite-web applies them.
-pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: bool) -> String {
+/// `maxDataPoints` consolidation and `noNullPoints` as graphite-web applies them, made a series
+/// at a time as the body is sent ([`JsonBody`]): a render's memory is its points (16 bytes
+/// each) and one series' text, not the whole answer's text besides.
+pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: bool) -> JsonBody {
     // graphite-web renders nothing unless some series has a value (`if any(data)`).
     if data.iter().all(|s| s.values.is_empty()) {
-        return "[]".into();
+        data.clear();
     }
     if let (Some(max), false) = (max_points, data.is_empty()) {
         let start = data.iter().map(|s| s.start).min().unwrap_or(0);
@@ -445,51 +466,123 @@ pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: b
             }
         }
     }
-    let points: usize = data.iter().map(|s| s.values.len()).sum();
-    let mut out = String::with_capacity(64 + 24 * points);
-    out.push('[');
-    let mut first = true;
-    for s in &data {
-        let mut points = s.datapoints();
-        if no_nulls {
-            points.retain(|(v, _)| v.is_some_and(|v| !v.is_nan()));
-            if points.is_empty() {
-                continue;
-            }
-        }
-        if !first {
-            out.push_str(", ");
-        }
-        first = false;
-        out.push_str("{\"target\": ");
-        out.push_str(&serde_json::to_string(&s.name).unwrap_or_default());
-        out.push_str(", \"tags\": {");
-        for (i, (k, v)) in s.tags.0.iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            out.push_str(&serde_json::to_string(k).unwrap_or_default());
-            out.push_str(": ");
-            out.push_str(&serde_json::to_string(v).unwrap_or_default());
-        }
-        out.push_str("}, \"datapoints\": [");
-        for (i, (v, t)) in points.iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            out.push('[');
-            match v {
-                Some(v) => pyfmt::json_number(*v, &mut out),
-                None => out.push_str("null"),
-            }
-            out.push_str(", ");
-            pyfmt::integer(*t, &mut out);
-            out.push(']');
-        }
-        out.push_str("]}");
+    JsonBody {
+        data: data.into_iter(),
+        no_nulls,
+        opened: false,
+        closed: false,
+        first: true,
+        stamps: Stamps::default(),
     }
-    out.push(']');
-    out
+}
+
+/// A render's JSON text, one piece a series (the first piece opens the list, the last closes
+/// it).
+pub struct JsonBody {
+    data: std::vec::IntoIter<Series>,
+    no_nulls: bool,
+    opened: bool,
+    closed: bool,
+    first: bool,
+    stamps: Stamps,
+}
+
+/// The text of a grid's timestamps, kept while series share it (most of a render's do).
+#[derive(Default)]
+struct Stamps {
+    start: i64,
+    step: i64,
+    text: Vec<String>,
+}
+
+impl Stamps {
+    fn get(&mut self, start: i64, step: i64, i: usize) -> &str {
+        if (start, step) != (self.start, self.step) {
+            (self.start, self.step) = (start, step);
+            self.text.clear();
+        }
+        while self.text.len() <= i {
+            let t = start + self.text.len() as i64 * step;
+            self.text.push(itoa::Buffer::new().format(t).to_string());
+        }
+        &self.text[i]
+    }
+}
+
+impl Iterator for JsonBody {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        if !self.opened {
+            self.opened = true;
+            return Some("[".into());
+        }
+        for s in self.data.by_ref() {
+            if let Some(text) = series_json(&s, self.no_nulls, self.first, &mut self.stamps) {
+                self.first = false;
+                return Some(text);
+            }
+        }
+        if self.closed {
+            return None;
+        }
+        self.closed = true;
+        Some("]".into())
+    }
+}
+
+/// One series' object, `, ` before it unless it is the first; `None` when `noNullPoints` leaves
+/// it no point.
+fn series_json(s: &Series, no_nulls: bool, first: bool, stamps: &mut Stamps) -> Option<String> {
+    let step = s.step * s.values_per_point.max(1) as i64;
+    // The points up to `end` (graphite-web's `datapoints`: values zipped with the times).
+    let count = if step > 0 {
+        ((s.end - s.start).div_euclid(step) + 1).max(0) as usize
+    } else {
+        1
+    };
+    let points = s.points();
+    let points = &points[..points.len().min(count)];
+    let kept = |v: &Point| !no_nulls || v.is_some_and(|v| !v.is_nan());
+    if no_nulls && !points.iter().any(kept) {
+        return None;
+    }
+    let mut out = String::with_capacity(64 + 22 * points.len());
+    if !first {
+        out.push_str(", ");
+    }
+    out.push_str("{\"target\": ");
+    out.push_str(&serde_json::to_string(&s.name).unwrap_or_default());
+    out.push_str(", \"tags\": {");
+    for (i, (k, v)) in s.tags.0.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&serde_json::to_string(k).unwrap_or_default());
+        out.push_str(": ");
+        out.push_str(&serde_json::to_string(v).unwrap_or_default());
+    }
+    out.push_str("}, \"datapoints\": [");
+    let mut any = false;
+    for (i, v) in points.iter().enumerate() {
+        if !kept(v) {
+            continue;
+        }
+        if any {
+            out.push_str(", ");
+        }
+        any = true;
+        out.push('[');
+        match v {
+            Some(v) => pyfmt::json_number(*v, &mut out),
+            None => out.push_str("null"),
+        }
+        out.push_str(", ");
+        out.push_str(stamps.get(s.start, step, i));
+        out.push(']');
+    }
+    out.push_str("]}");
+    Some(out)
 }
 
 /// The CSV body of a render: `name,YYYY-MM-DD HH:MM:SS,value` a point (UTC; a null is empty).

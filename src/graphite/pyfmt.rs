@@ -2,8 +2,6 @@
 //! shortest round-trip digits, fixed notation for exponents in [-4, 16), else `1e+16`), and
 //! `%g` (six significant digits), which some functions use in the names they give.
 
-use std::fmt::Write;
-
 /// Python's `repr(float)`: `7.0`, `0.30000000000000004`, `1e+16`, `1e-05`, `-0.0`; NaN and the
 /// infinities as Python names them (`nan`, `inf`, `-inf`).
 pub fn repr(v: f64, out: &mut String) {
@@ -21,15 +19,43 @@ pub fn repr(v: f64, out: &mut String) {
         out.push_str(".0");
         return;
     }
-    // Rust's `{:e}` gives the shortest round-trip digits: `d.ddde±x`.
-    let sci = format!("{v:e}");
-    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => ("-", m),
-        None => ("", mantissa),
+    // ryu gives the shortest round-trip digits, as Python's repr has them; they are laid out
+    // again as Python lays them out, without an allocation.
+    let mut buffer = ryu::Buffer::new();
+    let text = buffer.format_finite(v).as_bytes();
+    let (sign, text) = match text.strip_prefix(b"-") {
+        Some(t) => ("-", t),
+        None => ("", text),
     };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let (mantissa, exp) = match text.iter().position(|b| *b == b'e') {
+        Some(at) => (
+            &text[..at],
+            std::str::from_utf8(&text[at + 1..])
+                .ok()
+                .and_then(|e| e.parse::<i32>().ok())
+                .unwrap_or(0),
+        ),
+        None => (text, 0),
+    };
+    // The significant digits and the power of ten of the first: `mantissa × 10^exp` is
+    // `0.d1d2… × 10^(exponent + 1)`.
+    let mut digits = [0u8; 40];
+    let mut n = 0;
+    let mut point = mantissa.len();
+    for (i, b) in mantissa.iter().enumerate() {
+        if *b == b'.' {
+            point = i;
+        } else if n < digits.len() {
+            digits[n] = *b;
+            n += 1;
+        }
+    }
+    let leading = digits[..n].iter().take_while(|d| **d == b'0').count();
+    let digits_all = &digits[leading..n];
+    let trailing = digits_all.iter().rev().take_while(|d| **d == b'0').count();
+    let digits = &digits_all[..digits_all.len() - trailing];
+    let digits = std::str::from_utf8(digits).unwrap_or("0");
+    let exponent = point as i32 - 1 - leading as i32 + exp;
     out.push_str(sign);
     if (-4..16).contains(&exponent) {
         if exponent < 0 {
@@ -37,11 +63,11 @@ pub fn repr(v: f64, out: &mut String) {
             for _ in 0..(-exponent - 1) {
                 out.push('0');
             }
-            out.push_str(&digits);
+            out.push_str(digits);
         } else {
             let point = exponent as usize + 1;
             if digits.len() <= point {
-                out.push_str(&digits);
+                out.push_str(digits);
                 for _ in digits.len()..point {
                     out.push('0');
                 }
@@ -58,32 +84,18 @@ pub fn repr(v: f64, out: &mut String) {
             out.push('.');
             out.push_str(&digits[1..]);
         }
-        let _ = write!(
-            out,
-            "e{}{:02}",
-            if exponent < 0 { '-' } else { '+' },
-            exponent.abs()
-        );
+        out.push('e');
+        out.push(if exponent < 0 { '-' } else { '+' });
+        if exponent.abs() < 10 {
+            out.push('0');
+        }
+        integer(i64::from(exponent.abs()), out);
     }
 }
 
 /// An integer's digits, without the formatting machinery (a render writes one per point).
 pub fn integer(n: i64, out: &mut String) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        out.push('-');
-    }
-    out.extend(digits[at..].iter().map(|d| *d as char));
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 /// [`repr`] into a new string.

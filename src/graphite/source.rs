@@ -77,12 +77,17 @@ pub struct Event {
 /// Set and timer names found by `SCAN`: Graphite name and leaf, sorted by name.
 type Names = Arc<Vec<(String, Leaf)>>;
 
-/// The [`Names`] last found, and when.
+/// What the Graphite API finds by looking around and keeps for [`NAMES_FOR`]: the [`Names`]
+/// `SCAN` found, and the precisions each index holds (found by skipping from one to the
+/// next: a round trip each, which every `find` and render would otherwise pay).
 #[derive(Default)]
-pub struct ScannedNames(tokio::sync::Mutex<Option<(Instant, Names)>>);
+pub struct ScannedNames {
+    names: tokio::sync::Mutex<Option<(Instant, Names)>>,
+    precisions: tokio::sync::Mutex<BTreeMap<String, (Instant, Vec<u64>)>>,
+}
 
 /// Index members read by the first call of a walk, and after each branch skipped.
-const FIRST_BATCH: usize = 16;
+const FIRST_BATCH: usize = 32;
 
 /// Index members read per call at most while walking the tree.
 const BATCH: usize = 1000;
@@ -111,8 +116,6 @@ pub struct Source<'a> {
     keys: &'a Keys,
     config: &'a Config,
     scanned: &'a ScannedNames,
-    /// The precisions each index holds, found once a request.
-    precisions: BTreeMap<String, Vec<u64>>,
 }
 
 impl<'a> Source<'a> {
@@ -128,7 +131,6 @@ impl<'a> Source<'a> {
             keys,
             config,
             scanned,
-            precisions: BTreeMap::new(),
         }
     }
 
@@ -183,7 +185,7 @@ impl<'a> Source<'a> {
 
     /// Set and timer names, graphite name → leaf, sorted by graphite name.
     async fn scanned(&mut self) -> Result<Arc<Vec<(String, Leaf)>>, StoreError> {
-        let mut cache = self.scanned.0.lock().await;
+        let mut cache = self.scanned.names.lock().await;
         if let Some((at, names)) = cache.as_ref()
             && at.elapsed() < NAMES_FOR
         {
@@ -242,6 +244,12 @@ impl<'a> Source<'a> {
         let mut found = Vec::new();
         for (depth, part) in parts.iter().enumerate() {
             let last = depth + 1 == parts.len();
+            // A literal node before the last is a prefix of the next level whether or not it
+            // is there: the next level's ranges find nothing under one that is not.
+            if let (false, Some(literal)) = (last, part.literal()) {
+                level = level.iter().map(|p| format!("{p}{literal}.")).collect();
+                continue;
+            }
             let mut next = Vec::new();
             for prefix in &level {
                 let children = self
@@ -344,19 +352,24 @@ impl<'a> Source<'a> {
                 e.1 |= branch;
             }
         };
+        // Every precision's range of both indexes at once: in a cluster an index is one key
+        // anyway.
+        let mut ranges = Vec::new();
         for (index, kind) in [
             (self.keys.counter_index().key, Kind::Counter),
             (self.keys.gauge_index().key, Kind::Gauge),
         ] {
-            let precisions = self.precisions_in(&index).await?;
-            // Every precision's range at once: in a cluster the index is one key anyway.
-            let walks = futures_util::future::try_join_all(precisions.iter().map(|p| {
-                let mut source = self.clone_for_fetch();
-                let (index, base) = (index.clone(), format!("{p}:{prefix}"));
-                async move { source.walk(&index, &base, part.literal()).await }
-            }))
-            .await?;
-            for (node, leaf, branch) in walks.into_iter().flatten() {
+            for p in self.precisions_in(&index).await? {
+                ranges.push((index.clone(), kind.clone(), format!("{p}:{prefix}")));
+            }
+        }
+        let walks = futures_util::future::try_join_all(ranges.iter().map(|(index, _, base)| {
+            let mut source = self.clone_for_fetch();
+            async move { source.walk(index, base, part.literal()).await }
+        }))
+        .await?;
+        for ((_, kind, _), walk) in ranges.iter().zip(walks) {
+            for (node, leaf, branch) in walk {
                 let leaf = leaf.then(|| (kind.clone(), agent_name(&format!("{prefix}{node}"))));
                 add(&mut out, &node, leaf, branch);
             }
@@ -451,14 +464,19 @@ impl<'a> Source<'a> {
         Ok(nodes)
     }
 
-    /// The precisions an index holds members of (found by skipping from one to the next, once
-    /// a request).
+    /// The precisions an index holds members of (kept for [`NAMES_FOR`]).
     async fn precisions_in(&mut self, index: &str) -> Result<Vec<u64>, StoreError> {
-        if let Some(known) = self.precisions.get(index) {
+        if let Some((at, known)) = self.scanned.precisions.lock().await.get(index)
+            && at.elapsed() < NAMES_FOR
+        {
             return Ok(known.clone());
         }
         let found = index_precisions(&mut self.conn, index).await?;
-        self.precisions.insert(index.to_string(), found.clone());
+        self.scanned
+            .precisions
+            .lock()
+            .await
+            .insert(index.to_string(), (Instant::now(), found.clone()));
         Ok(found)
     }
 
@@ -576,6 +594,18 @@ impl<'a> Source<'a> {
             out.push(w.series(leaf, v));
         }
         Ok(out)
+    }
+
+    /// What [`Source::fetch_all`] would give, with every value null, read from nothing.
+    pub fn shapes(&self, leaves: &[Leaf], from: i64, until: i64, now: i64) -> Vec<Series> {
+        leaves
+            .iter()
+            .filter_map(|leaf| {
+                let w = self.window(leaf, from, until, now)?;
+                let values = vec![None; w.slices.len()];
+                Some(w.series(leaf, values))
+            })
+            .collect()
     }
 
     /// The hash a counter's or a gauge's points at `step` are in.

@@ -211,11 +211,16 @@ async fn try_render(state: &AppState, params: &Params) -> Result<Response, Graph
             graphite::render_csv(&data),
         )
             .into_response()),
-        "json" => Ok(json_body(graphite::render_json(
-            data,
-            max_points,
-            params.get("noNullPoints").is_some(),
-        ))),
+        "json" => {
+            let pieces =
+                graphite::render_json(data, max_points, params.get("noNullPoints").is_some());
+            let stream = futures_util::stream::iter(pieces.map(Ok::<_, std::convert::Infallible>));
+            Ok((
+                [(header::CONTENT_TYPE, "application/json")],
+                axum::body::Body::from_stream(stream),
+            )
+                .into_response())
+        }
         other => Err(GraphiteError::BadRequest(format!(
             "format {other:?} is not served: json or csv"
         ))),

@@ -136,7 +136,7 @@ impl Bulk {
                     command(&mut out, c);
                 }
                 bulk.write.write_all(&out).await?;
-                let mut replies = Replies::new(&mut bulk.read);
+                let mut replies = Replies::new(&mut bulk.read, target.timeout);
                 for _ in &hello {
                     replies.status().await?;
                 }
@@ -150,14 +150,27 @@ impl Bulk {
 
     /// Each `HMGET`'s values as numbers (a field that is missing or no number: `None`), in
     /// order. The commands are written while the replies are read, so neither side's buffers
-    /// hold the whole of either; each reply, and the whole, within the timeout of no progress.
+    /// hold the whole of either; a read that waits longer than the timeout fails.
     pub async fn hmget(&mut self, requests: &[Hmget<'_>]) -> Result<Vec<Vec<Point>>, StoreError> {
         let timeout = self.timeout;
         let write = &mut self.write;
         let writing = async move {
             let mut out = Vec::with_capacity(64 * 1024);
+            // The fields' text, made once for the requests that share them (a render's series
+            // mostly do: one range, one precision).
+            let mut fields: (&[i64], Vec<u8>) = (&[], Vec::new());
             for r in requests {
-                hmget_command(&mut out, r);
+                if r.fields != fields.0 {
+                    fields.0 = r.fields;
+                    fields.1.clear();
+                    arguments(&mut fields.1, r.fields);
+                }
+                header(&mut out, b'*', r.fields.len() + 2);
+                out.extend_from_slice(b"$5\r\nHMGET\r\n");
+                header(&mut out, b'$', r.key.len());
+                out.extend_from_slice(r.key);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&fields.1);
                 if out.len() >= 64 * 1024 {
                     write.write_all(&out).await?;
                     out.clear();
@@ -169,13 +182,11 @@ impl Bulk {
         };
         let read = &mut self.read;
         let reading = async move {
-            let mut replies = Replies::new(read);
+            let mut replies = Replies::new(read, timeout);
             let mut out = Vec::with_capacity(requests.len());
             for r in requests {
                 let mut values = Vec::with_capacity(r.fields.len());
-                tokio::time::timeout(timeout, replies.numbers(&mut values))
-                    .await
-                    .map_err(|_| StoreError::Timeout(timeout))??;
+                replies.numbers(&mut values).await?;
                 out.push(values);
             }
             Ok::<_, StoreError>(out)
@@ -196,15 +207,11 @@ fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
     }
 }
 
-fn hmget_command(out: &mut Vec<u8>, r: &Hmget) {
-    header(out, b'*', r.fields.len() + 2);
-    out.extend_from_slice(b"$5\r\nHMGET\r\n");
-    header(out, b'$', r.key.len());
-    out.extend_from_slice(r.key);
-    out.extend_from_slice(b"\r\n");
+/// Numbers as RESP bulk strings.
+fn arguments(out: &mut Vec<u8>, numbers: &[i64]) {
     let mut digits = itoa::Buffer::new();
-    for f in r.fields {
-        let d = digits.format(*f).as_bytes();
+    for n in numbers {
+        let d = digits.format(*n).as_bytes();
         header(out, b'$', d.len());
         out.extend_from_slice(d);
         out.extend_from_slice(b"\r\n");
@@ -225,19 +232,22 @@ fn protocol(what: &str) -> StoreError {
     )))
 }
 
-/// Replies read from a socket into a buffer and parsed where they lie.
+/// Replies read from a socket into a buffer and parsed where they lie; a read that waits
+/// longer than `timeout` fails.
 struct Replies<'r, R> {
     read: &'r mut R,
     buf: Vec<u8>,
     at: usize,
+    timeout: Duration,
 }
 
 impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
-    fn new(read: &'r mut R) -> Self {
+    fn new(read: &'r mut R, timeout: Duration) -> Self {
         Replies {
             read,
             buf: Vec::with_capacity(READ_SIZE),
             at: 0,
+            timeout,
         }
     }
 
@@ -249,7 +259,9 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
                 self.at = 0;
             }
             self.buf.reserve(READ_SIZE.max(n));
-            let got = self.read.read_buf(&mut self.buf).await?;
+            let got = tokio::time::timeout(self.timeout, self.read.read_buf(&mut self.buf))
+                .await
+                .map_err(|_| StoreError::Timeout(self.timeout))??;
             if got == 0 {
                 return Err(StoreError::Redis(
                     std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into(),
@@ -400,18 +412,13 @@ mod tests {
     }
 
     #[test]
-    fn a_command_is_written_as_resp() {
+    fn numbers_are_written_as_resp_bulk_strings() {
         let mut out = Vec::new();
-        hmget_command(
-            &mut out,
-            &Hmget {
-                key: b"count:60:a",
-                fields: &[60, 120],
-            },
-        );
+        command(&mut out, &[b"HMGET", b"count:60:a"]);
+        arguments(&mut out, &[60, -120]);
         assert_eq!(
             out,
-            b"*4\r\n$5\r\nHMGET\r\n$10\r\ncount:60:a\r\n$2\r\n60\r\n$3\r\n120\r\n"
+            b"*2\r\n$5\r\nHMGET\r\n$10\r\ncount:60:a\r\n$2\r\n60\r\n$4\r\n-120\r\n"
         );
     }
 
@@ -421,7 +428,7 @@ mod tests {
         let reply = b"*4\r\n$2\r\n42\r\n$-1\r\n$3\r\n1.5\r\n$1\r\nx\r\n*1\r\n$1\r\n7\r\n";
         for chunk in [1, 2, 3, 5, 7, 64] {
             let mut reader = tokio_test_reader(reply, chunk);
-            let mut replies = Replies::new(&mut reader);
+            let mut replies = Replies::new(&mut reader, Duration::from_secs(1));
             let mut first = Vec::new();
             replies.numbers(&mut first).await.unwrap();
             let mut second = Vec::new();

@@ -307,7 +307,29 @@ pub fn http_request(
                 .map(|v| v.trim().to_string())
         })
         .unwrap_or_default();
-    (status, content_type, body.to_string())
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, content_type, body)
+}
+
+/// A chunked body's content.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    out
 }
 
 /// Polls `check` until it holds; panics with `what` after `timeout`.

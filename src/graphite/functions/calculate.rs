@@ -24,7 +24,7 @@ const fn moving(name: &'static str, description: &'static str) -> Function {
         name,
         Group::Calculate,
         &[SERIES, WINDOW, XFF],
-        Body::Refetch(window_plan, moving_window),
+        Body::Shaped(window_plan, moving_window),
         description,
     )
 }
@@ -67,7 +67,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         "exponentialMovingAverage",
         Group::Calculate,
         &[SERIES, WINDOW],
-        Body::Refetch(window_plan, |a, _, mut fetched| {
+        Body::Shaped(window_plan, |a, _, mut fetched| {
             let window = a.arg(1).unwrap_or(Arg::None);
             let (preview, _) = preview(a)?;
             let mut out = Vec::new();
@@ -159,7 +159,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         "holtWintersConfidenceArea",
         Group::Calculate,
         &[SERIES, DELTA, BOOTSTRAP, SEASONALITY],
-        Body::Refetch(bootstrap_plan, |a, _, mut fetched| {
+        Body::Shaped(bootstrap_plan, |a, _, mut fetched| {
             let mut bands = confidence_bands(a, fetched.pop().unwrap_or_default())?;
             if bands.len() != 2 {
                 return Err(bad(
@@ -182,7 +182,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         "holtWintersConfidenceBands",
         Group::Calculate,
         &[SERIES, DELTA, BOOTSTRAP, SEASONALITY],
-        Body::Refetch(bootstrap_plan, |a, _, mut fetched| {
+        Body::Shaped(bootstrap_plan, |a, _, mut fetched| {
             confidence_bands(a, fetched.pop().unwrap_or_default())
         }),
         "The Holt-Winters forecast plus and minus delta deviations: a lower and an upper band.",
@@ -191,7 +191,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         "holtWintersForecast",
         Group::Calculate,
         &[SERIES, BOOTSTRAP, SEASONALITY],
-        Body::Refetch(bootstrap_plan, |a, _, mut fetched| {
+        Body::Shaped(bootstrap_plan, |a, _, mut fetched| {
             let preview = offset(&a.text(1))?;
             let seasonality = a.text(2);
             let mut out = Vec::new();
@@ -241,7 +241,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Param::new("startSourceAt", Date),
             Param::new("endSourceAt", Date),
         ],
-        Body::Refetch(
+        Body::Shaped(
             |a, ctx| {
                 let (from, until) = source_range(a, ctx)?;
                 Ok(vec![Fetch::First { from, until }])
@@ -298,7 +298,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Param::new("func", AggFunc).default(Lit::Str("average")),
             XFF,
         ],
-        Body::Refetch(window_plan, moving_window),
+        Body::Shaped(window_plan, moving_window),
         "An aggregation of the points in a moving window ending at each point.",
     ),
     Function::new(

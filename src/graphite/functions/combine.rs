@@ -52,7 +52,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Param::new("templateFunction", Str).required(),
             Param::new("newName", Str),
         ],
-        Body::Refetch(apply_by_node_plan, apply_by_node),
+        Body::Shaped(apply_by_node_plan, apply_by_node),
         "Evaluates the template (with % for the name up to nodeNum) once per such name.",
     ),
     Function::new(

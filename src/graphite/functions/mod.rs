@@ -241,6 +241,10 @@ pub type Finish = fn(&mut Args, &mut Ctx, Vec<Vec<Series>>) -> Result<Vec<Series
 pub enum Body {
     Apply(Apply),
     Refetch(Plan, Finish),
+    /// As `Refetch`, for a function that reads its first argument again over another range
+    /// and uses its evaluation at the request's range only for its shape (names, steps,
+    /// times): that evaluation reads no values (graphite-web reads them, for nothing).
+    Shaped(Plan, Finish),
     /// `seriesByTag`: the evaluator reads the series its expressions match (as graphite-web's
     /// evaluator hands the call to the store).
     Tagged,
@@ -1012,7 +1016,7 @@ pub fn call(name: &str, args: Vec<Arg>, ctx: &mut Ctx) -> Result<Vec<Series>> {
     let mut bound = bind(f, name, args, Vec::new())?;
     match f.body {
         Body::Apply(apply) => apply(&mut bound, ctx),
-        _ => Err(bad(format!(
+        Body::Refetch(..) | Body::Shaped(..) | Body::Tagged => Err(bad(format!(
             "{name} reads series of its own and cannot be called by another function"
         ))),
     }

@@ -623,7 +623,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Param::new("resetEnd", Boolean).default(Lit::Bool(true)),
             Param::new("alignDst", Boolean).default(Lit::Bool(false)),
         ],
-        Body::Refetch(
+        Body::Shaped(
             |a, ctx| {
                 let (_, delta) = shift(&a.text(1))?;
                 let from = ctx.from.checked_add(delta);
@@ -698,7 +698,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Param::new("timeShiftStart", Integer).default(Lit::Int(0)),
             Param::new("timeShiftEnd", Integer).default(Lit::Int(7)),
         ],
-        Body::Refetch(
+        Body::Shaped(
             |a, ctx| {
                 if matches!(a.arg(0), Some(Arg::Series(s)) if s.is_empty()) {
                     return Ok(Vec::new());

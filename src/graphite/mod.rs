@@ -547,7 +547,8 @@ fn series_json(s: &Series, no_nulls: bool, first: bool, stamps: &mut Stamps) -> 
     if no_nulls && !points.iter().any(kept) {
         return None;
     }
-    let mut out = String::with_capacity(64 + 22 * points.len());
+    // `[12.345678901234567, 1760001240], ` at most, mostly: one allocation a series.
+    let mut out = String::with_capacity(64 + 36 * points.len());
     if !first {
         out.push_str(", ");
     }

@@ -780,17 +780,18 @@ pub fn agg_func(name: &str) -> Option<AggFn> {
         "min" => safe_min,
         "max" => safe_max,
         "diff" => |row| {
-            let v = present(row);
-            (!v.is_empty()).then(|| v[1..].iter().fold(v[0], |a, b| a + -b))
+            let mut values = row.iter().flatten();
+            let first = *values.next()?;
+            Some(values.fold(first, |a, b| a + -b))
         },
         "stddev" => |row| {
-            let v = present(row);
-            if v.is_empty() {
-                return None;
-            }
-            let avg = sum(&v) / v.len() as f64;
-            let sq = v.iter().fold(0.0, |a, x| a + (x - avg) * (x - avg));
-            Some((sq / v.len() as f64).sqrt())
+            let avg = safe_avg(row)?;
+            let n = row.iter().flatten().count() as f64;
+            let sq = row
+                .iter()
+                .flatten()
+                .fold(0.0, |a, x| a + (x - avg) * (x - avg));
+            Some((sq / n).sqrt())
         },
         "count" => |row| Some(row.iter().flatten().count() as f64),
         "range" | "rangeOf" => |row| Some(safe_max(row)? - safe_min(row)?),
@@ -820,13 +821,14 @@ pub fn sum(values: &[f64]) -> f64 {
 }
 
 pub fn safe_sum(points: &[Point]) -> Point {
-    let v = present(points);
-    (!v.is_empty()).then(|| sum(&v))
+    let mut values = points.iter().flatten();
+    let first = *values.next()?;
+    Some(values.fold(0.0 + first, |a, b| a + b))
 }
 
 pub fn safe_avg(points: &[Point]) -> Point {
-    let v = present(points);
-    (!v.is_empty()).then(|| sum(&v) / v.len() as f64)
+    let n = points.iter().flatten().count();
+    safe_sum(points).map(|s| s / n as f64)
 }
 
 pub fn safe_min(points: &[Point]) -> Point {

@@ -340,6 +340,25 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
     }
 }
 
+/// One whole array reply at the start of `reply`, its values as numbers, and its length;
+/// `None` unless all of it is there in this form (what [`Bulk::hmget`] reads the quick way;
+/// for the benchmarks and tests).
+pub fn numbers_in(reply: &[u8]) -> Option<(Vec<Point>, usize)> {
+    let end = memchr::memmem::find(reply, b"\r\n")?;
+    if reply.first() != Some(&b'*') {
+        return None;
+    }
+    let n: usize = std::str::from_utf8(&reply[1..end]).ok()?.parse().ok()?;
+    let mut at = end + 2;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (v, used) = bulk_number(&reply[at..])?;
+        out.push(v);
+        at += used;
+    }
+    Some((out, at))
+}
+
 /// A whole bulk string at the start of `b` (`$-1\r\n` a null), as a number, and its length;
 /// `None` unless all of it is there.
 fn bulk_number(b: &[u8]) -> Option<(Point, usize)> {
@@ -396,6 +415,16 @@ mod tests {
         assert_eq!(bulk_number(b"$2\r\n4"), None);
         assert_eq!(bulk_number(b"$12"), None);
         assert_eq!(bulk_number(b"*2\r\n"), None);
+    }
+
+    #[test]
+    fn a_whole_reply_in_a_buffer() {
+        let reply = b"*3\r\n$1\r\n1\r\n$-1\r\n$3\r\n2.5\r\nnext";
+        assert_eq!(
+            numbers_in(reply),
+            Some((vec![Some(1.0), None, Some(2.5)], reply.len() - 4))
+        );
+        assert_eq!(numbers_in(&reply[..10]), None);
     }
 
     #[test]

@@ -98,7 +98,8 @@ struct Window {
     step: i64,
     from: i64,
     until: i64,
-    slices: Vec<i64>,
+    /// Shared by the leaves on the same grid (a render's mostly are).
+    slices: Arc<[i64]>,
 }
 
 impl Window {
@@ -116,6 +117,8 @@ pub struct Source<'a> {
     keys: &'a Keys,
     config: &'a Config,
     scanned: &'a ScannedNames,
+    /// The slices of each grid (first slice, end, step) leaves were read on in this request.
+    grids: std::cell::RefCell<Vec<((i64, i64, i64), Arc<[i64]>)>>,
 }
 
 impl<'a> Source<'a> {
@@ -131,6 +134,7 @@ impl<'a> Source<'a> {
             keys,
             config,
             scanned,
+            grids: Default::default(),
         }
     }
 
@@ -643,10 +647,18 @@ impl<'a> Source<'a> {
         if from_i == until_i {
             until_i += step;
         }
-        let slices: Vec<i64> = (0..)
-            .map(|i| from_i + i * step)
-            .take_while(|t| *t < until_i)
-            .collect();
+        let mut grids = self.grids.borrow_mut();
+        let slices = match grids.iter().find(|(k, _)| *k == (from_i, until_i, step)) {
+            Some((_, slices)) => slices.clone(),
+            None => {
+                let slices: Arc<[i64]> = (0..)
+                    .map(|i| from_i + i * step)
+                    .take_while(|t| *t < until_i)
+                    .collect();
+                grids.push(((from_i, until_i, step), slices.clone()));
+                slices
+            }
+        };
         Some(Window {
             step,
             from: from_i,

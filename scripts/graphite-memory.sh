@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The Graphite API's memory and the agent's liveness under the largest render one request may
+# make: 10 000 series (the limit of a request) × a day of minutes, 14.4 million points. Prints
+# the agent's resident memory before, its peak (VmHWM) after, the render's time and size, and
+# the slowest /healthz answer while it ran.
+#   scripts/graphite-memory.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+now=$(date +%s)
+cargo build --release --quiet --example graphite_latency
+cargo build --release --quiet
+start_redis "$dir/redis.sock"
+redis="redis+unix://$dir/redis.sock"
+target/release/examples/graphite_latency seed --redis "$redis" --now "$now" --day-series 10000
+start_agent "$dir/agent.log" --redis "$redis" --sample-count 2880 --cleaner-enabled false \
+  --log-level warn
+kb() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$agent_pid/status"; }
+echo "agent before: VmRSS $(kb VmRSS) kB"
+(
+  worst=0
+  while [ ! -f "$dir/done" ]; do
+    t=$(curl -s -o /dev/null -w '%{time_total}' "127.0.0.1:$http/healthz")
+    worst=$(awk -v a="$worst" -v b="$t" 'BEGIN {print (b > a) ? b : a}')
+    sleep 0.05
+  done
+  echo "slowest /healthz during the render: ${worst} s"
+) &
+watch=$!
+curl -s -o "$dir/body.json" -w 'render of app*.*.* from -1d: %{http_code}, %{size_download} bytes in %{time_total} s\n' \
+  --data-urlencode 'target=app*.*.*' --data-urlencode 'from=-1d' --data-urlencode "now=$now" \
+  --data-urlencode 'format=json' "127.0.0.1:$http/graphite/render"
+touch "$dir/done"; wait "$watch"
+echo "agent after: VmRSS $(kb VmRSS) kB, peak VmHWM $(kb VmHWM) kB"

@@ -110,6 +110,9 @@ impl Window {
     }
 }
 
+/// A grid (first slice, end, step) and its slices.
+type Grid = ((i64, i64, i64), Arc<[i64]>);
+
 pub struct Source<'a> {
     conn: Connection,
     /// The bulk reader for counters' and gauges' points, where the topology has one.
@@ -117,8 +120,8 @@ pub struct Source<'a> {
     keys: &'a Keys,
     config: &'a Config,
     scanned: &'a ScannedNames,
-    /// The slices of each grid (first slice, end, step) leaves were read on in this request.
-    grids: std::cell::RefCell<Vec<((i64, i64, i64), Arc<[i64]>)>>,
+    /// The slices of each grid leaves were read on in this request.
+    grids: std::cell::RefCell<Vec<Grid>>,
 }
 
 impl<'a> Source<'a> {

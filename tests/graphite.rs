@@ -387,6 +387,95 @@ async fn functions_list_what_graphite_web_declares() {
     drop(agent);
 }
 
+/// Counters' and gauges' points come through the bulk reader (a connection of the API's own):
+/// it logs in with the URL's password, selects the URL's database, and after Redis restarts a
+/// render reads from a new connection, answering as before (a Redis failure is a 503, never a
+/// 400: the shared connection is then dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bulk_reader_logs_in_selects_and_reconnects() {
+    let mut redis = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let url = format!("redis+unix://{}?db=3&pass=s3cret", redis.socket.display());
+    let now = unix_now() as i64;
+    let minute = now - now % 60;
+    let seed = |url: &str| {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let mut hset = redis::cmd("HSET");
+        hset.arg("count:60:bulk.hits");
+        for k in 1..=10 {
+            hset.arg(minute - k * 60).arg(k);
+        }
+        let () = hset.query(&mut c).unwrap();
+        let () = redis::cmd("HSET")
+            .arg("gauge:60:bulk.level")
+            .arg(minute - 60)
+            .arg("2.5")
+            .query(&mut c)
+            .unwrap();
+        let () = redis::cmd("ZADD")
+            .arg("known:")
+            .arg(0)
+            .arg("60:bulk.hits")
+            .query(&mut c)
+            .unwrap();
+        let () = redis::cmd("ZADD")
+            .arg("known:gauge:")
+            .arg(0)
+            .arg("60:bulk.level")
+            .query(&mut c)
+            .unwrap();
+    };
+    seed(&url);
+    let agent = TestAgent::start(Config {
+        cleaner_enabled: false,
+        redis: url.clone(),
+        ..test_config(&redis)
+    });
+    let render = || {
+        let query = serde_urlencoded::to_string([
+            ("target", "bulk.*"),
+            ("from", "-20min"),
+            ("until", "now"),
+            ("format", "json"),
+        ])
+        .unwrap();
+        let (status, _, body) = http_request(agent.http, "POST", "/graphite/render", &query);
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        answer
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let points: Vec<f64> = s["datapoints"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|p| p[0].as_f64())
+                    .collect();
+                (s["target"].as_str().unwrap().to_string(), points)
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = vec![
+        (
+            "bulk.hits".to_string(),
+            (1..=10).rev().map(f64::from).collect::<Vec<_>>(),
+        ),
+        ("bulk.level".to_string(), vec![2.5]),
+    ];
+    assert_eq!(render(), want);
+    assert_eq!(render(), want, "again, on the connection kept");
+    redis.restart_after(std::time::Duration::ZERO, &["--requirepass", "s3cret"]);
+    seed(&url);
+    // The first request after the restart may find the shared connection broken (a 503 that
+    // drops it); the next reads the points on a new bulk connection, the kept one being dead.
+    let query = serde_urlencoded::to_string([("target", "bulk.hits"), ("from", "-20min")]).unwrap();
+    let (status, _, body) = http_request(agent.http, "POST", "/graphite/render", &query);
+    assert!(status == 200 || status == 503, "{status}: {body}");
+    assert_eq!(render(), want, "after a restart, on a new connection");
+    drop(agent);
+}
+
 /// The agent's own data, as it writes it from StatsD traffic, read by both: counters and gauges
 /// sent over UDP, flushed, then Grafana's requests at a `now` just after, the same answers. Sets
 /// and timers, which graphite-web knows nothing of, are checked against what was sent.

@@ -174,7 +174,7 @@ impl<'a> Evaluation<'a> {
         from: i64,
         until: i64,
     ) -> Result<Vec<Series>, GraphiteError> {
-        let leaves = self.source.leaves(path).await.map_err(bad)?;
+        let leaves = self.source.leaves(path).await?;
         self.read(leaves, path, from, until).await
     }
 

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::GraphiteError;
 use super::names::{NodePattern, agent_name, graphite_name};
 use super::series::{Point, Series};
 use crate::aggregate::{Mapping, StatKind};
@@ -231,9 +232,9 @@ impl<'a> Source<'a> {
 
     /// The nodes matching a dotted glob (`web.*.hits`, `{a,b}`, `[…]`, `?`), level by level, in
     /// name order; a tagged name (`name;k=v`) matches itself only.
-    pub async fn find(&mut self, pattern: &str) -> Result<Vec<Node>, String> {
+    pub async fn find(&mut self, pattern: &str) -> Result<Vec<Node>, GraphiteError> {
         if pattern.contains(';') {
-            let found = self.exact(pattern).await.map_err(|e| e.to_string())?;
+            let found = self.exact(pattern).await?;
             return Ok(found
                 .into_iter()
                 .map(|l| Node {
@@ -246,7 +247,8 @@ impl<'a> Source<'a> {
         let parts: Vec<NodePattern> = split_nodes(pattern)
             .iter()
             .map(|p| NodePattern::new(p))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()
+            .map_err(super::bad)?;
         let mut level: Vec<String> = vec![String::new()];
         let mut found = Vec::new();
         for (depth, part) in parts.iter().enumerate() {
@@ -259,10 +261,7 @@ impl<'a> Source<'a> {
             }
             let mut next = Vec::new();
             for prefix in &level {
-                let children = self
-                    .children(prefix, part)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let children = self.children(prefix, part).await?;
                 for (child, (leaf, branch)) in children {
                     let path = format!("{prefix}{child}");
                     if last {
@@ -278,11 +277,11 @@ impl<'a> Source<'a> {
                 }
             }
             if next.len() > super::MAX_SERIES {
-                return Err(format!(
+                return Err(super::bad(format!(
                     "the glob matches more than {} branches at its level {}, the limit: narrow it",
                     super::MAX_SERIES,
                     depth + 1
-                ));
+                )));
             }
             level = next;
         }
@@ -292,9 +291,9 @@ impl<'a> Source<'a> {
 
     /// The series a path expression names: the leaves its glob matches, in name order (an
     /// exact name, tagged or not, is looked up directly).
-    pub async fn leaves(&mut self, pattern: &str) -> Result<Vec<Leaf>, String> {
+    pub async fn leaves(&mut self, pattern: &str) -> Result<Vec<Leaf>, GraphiteError> {
         if pattern.contains(';') || !pattern.contains(['*', '?', '[', '{']) {
-            return self.exact(pattern).await.map_err(|e| e.to_string());
+            return Ok(self.exact(pattern).await?);
         }
         let nodes = self.find(pattern).await?;
         Ok(nodes.into_iter().filter_map(|n| n.leaf).collect())

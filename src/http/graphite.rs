@@ -309,11 +309,7 @@ async fn find(State(state): State<AppState>, params: Params) -> Response {
 
 /// The nodes of a glob, within the limit.
 async fn found(state: &AppState, query: &str) -> Result<Vec<Node>, GraphiteError> {
-    let nodes = source(state)
-        .await?
-        .find(query)
-        .await
-        .map_err(GraphiteError::BadRequest)?;
+    let nodes = source(state).await?.find(query).await?;
     if nodes.len() > graphite::MAX_SERIES {
         return Err(GraphiteError::BadRequest(format!(
             "the query matches more than {} nodes, the limit: narrow it",

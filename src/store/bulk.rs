@@ -66,11 +66,20 @@ impl BulkPool {
             return Err(protocol("no bulk reader for this topology"));
         };
         let idle = self.idle.lock().map(|mut i| i.pop()).unwrap_or(None);
-        let mut bulk = match idle {
-            Some(b) => b,
-            None => Bulk::connect(target).await?,
+        // A connection kept idle may have been closed meanwhile (Redis restarted, a timeout):
+        // then once more on a new one.
+        let fresh = || async {
+            let mut b = Bulk::connect(target).await?;
+            let values = b.hmget(requests).await?;
+            Ok::<_, StoreError>((b, values))
         };
-        let values = bulk.hmget(requests).await?;
+        let (bulk, values) = match idle {
+            Some(mut b) => match b.hmget(requests).await {
+                Ok(values) => (b, values),
+                Err(_) => fresh().await?,
+            },
+            None => fresh().await?,
+        };
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
         {

@@ -1,12 +1,15 @@
-//! The Graphite API, answer for answer against graphite-web: Debian's `graphite-web` 1.1.8
+//! The Graphite API, answer for answer against graphite-web: graphite-web 1.1.10 (its webapp,
+//! fetched once from PyPI, on Debian's `graphite-web` 1.1.8 install: `tests/graphite/graphite-web.sh`)
 //! reads the same private Redis through a storage finder of the test's own
 //! (`tests/graphite/redis_finder.py`: the book's layout as one whisper file per series, an
 //! archive per precision; graphite-web's own tag database kept in step with `known:`), the
 //! requests Grafana's Graphite data source sends (`tests/graphite/probe.py`: its health check,
-//! panel targets wrapped in `aliasSub`, browsing, tag autocomplete, every function served,
-//! `maxDataPoints`, ranges that switch precision, time forms, errors) go to both with `now`
-//! pinned, and the parsed answers must agree: the same series in the same order, names, tags,
-//! timestamps, values within 1e-9, nulls in the same places; the same status.
+//! panel targets wrapped in `aliasSub`, browsing, tag autocomplete, every function of the
+//! registry in three requests or more, `maxDataPoints`, ranges that switch precision, time
+//! forms, errors, CSV) go to both with `now` pinned, and the parsed answers must agree: the same
+//! series in the same order, names, tags, timestamps, values within 1e-9, nulls in the same
+//! places; the same status; CSV byte for byte. `/functions` is compared with graphite-web's own
+//! declarations.
 
 mod common;
 

@@ -135,6 +135,8 @@ pub struct Evaluation<'a> {
     /// Reading shapes only (series with their times and no values: a `Shaped` function's
     /// first argument).
     shapes_only: bool,
+    /// The series each path expression matched, this request.
+    found: std::collections::HashMap<String, Vec<Leaf>>,
 }
 
 impl<'a> Evaluation<'a> {
@@ -145,6 +147,7 @@ impl<'a> Evaluation<'a> {
             fetched: 0,
             state: State::default(),
             shapes_only: false,
+            found: Default::default(),
         }
     }
 
@@ -174,7 +177,16 @@ impl<'a> Evaluation<'a> {
         from: i64,
         until: i64,
     ) -> Result<Vec<Series>, GraphiteError> {
-        let leaves = self.source.leaves(path).await?;
+        // A path is matched once a request (a function that reads its argument again, a
+        // target repeated): the series it names do not depend on the range.
+        let leaves = match self.found.get(path) {
+            Some(leaves) => leaves.clone(),
+            None => {
+                let leaves = self.source.leaves(path).await?;
+                self.found.insert(path.to_string(), leaves.clone());
+                leaves
+            }
+        };
         self.read(leaves, path, from, until).await
     }
 

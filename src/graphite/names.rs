@@ -92,6 +92,8 @@ pub fn agent_name(name: &str) -> String {
 pub struct NodePattern {
     alternatives: Vec<regex::Regex>,
     literal: Option<String>,
+    /// `*`: every node (the common level of a browse), without a regular expression.
+    any: bool,
 }
 
 impl NodePattern {
@@ -114,6 +116,7 @@ impl NodePattern {
             })
             .collect::<Result<_, _>>()?;
         Ok(NodePattern {
+            any: node == "*",
             alternatives,
             literal,
         })
@@ -125,7 +128,7 @@ impl NodePattern {
     }
 
     pub fn matches(&self, node: &str) -> bool {
-        self.alternatives.iter().any(|r| r.is_match(node))
+        self.any || self.alternatives.iter().any(|r| r.is_match(node))
     }
 }
 

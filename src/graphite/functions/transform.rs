@@ -385,17 +385,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         "offset",
         Group::Transform,
         &[SERIES, Param::new("factor", Float).required()],
-        Body::Apply(|a, _| {
-            let f = a.float(1);
-            let shown = format!(",{}", percent_g(f));
-            Ok(per_value(
-                a.series(0),
-                "offset",
-                &repr_string(f),
-                &shown,
-                |v| v.map(|v| v + f),
-            ))
-        }),
+        Body::Apply(|a, _| Ok(with_factor(a, "offset", |v, f| v.map(|v| v + f)))),
         "Adds factor to every point.",
     ),
     Function::new(
@@ -426,17 +416,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         "pow",
         Group::Transform,
         &[SERIES, Param::new("factor", Float).required()],
-        Body::Apply(|a, _| {
-            let f = a.float(1);
-            let shown = format!(",{}", percent_g(f));
-            Ok(per_value(
-                a.series(0),
-                "pow",
-                &repr_string(f),
-                &shown,
-                |v| safe_pow(v, Some(f)),
-            ))
-        }),
+        Body::Apply(|a, _| Ok(with_factor(a, "pow", |v, f| safe_pow(v, Some(f))))),
         "Every point to the power of factor.",
     ),
     Function::new(
@@ -467,17 +447,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         "scale",
         Group::Transform,
         &[SERIES, Param::new("factor", Float).required()],
-        Body::Apply(|a, _| {
-            let f = a.float(1);
-            let shown = format!(",{}", percent_g(f));
-            Ok(per_value(
-                a.series(0),
-                "scale",
-                &repr_string(f),
-                &shown,
-                |v| v.map(|v| v * f),
-            ))
-        }),
+        Body::Apply(|a, _| Ok(with_factor(a, "scale", |v, f| v.map(|v| v * f)))),
         "Multiplies every point by factor.",
     ),
     Function::new(
@@ -804,6 +774,16 @@ pub(super) const FUNCTIONS: &[Function] = &[
 ];
 
 use crate::graphite::attime::in_range as in_years;
+
+/// `scale`, `offset` and `pow`: a function of each value and the factor; each series renamed
+/// `<function>(<name>,<factor as %g>)` and tagged with the factor.
+fn with_factor(a: &mut Args, function: &str, f: fn(Point, f64) -> Point) -> Vec<Series> {
+    let factor = a.float(1);
+    let shown = format!(",{}", percent_g(factor));
+    per_value(a.series(0), function, &repr_string(factor), &shown, |v| {
+        f(v, factor)
+    })
+}
 
 /// `nonNegativeDerivative` and `perSecond`.
 fn derivatives(a: &mut Args, per_second: bool) -> Vec<Series> {

@@ -519,27 +519,13 @@ impl<'a> Source<'a> {
         Ok(by_path.into_values().collect())
     }
 
-    /// The points of `leaf` between `from` and `until` as one whisper file with an archive per
-    /// precision (`precision × sample_count` each) gives them: the finest archive that reaches
-    /// back to `from` (from `now`), the slice holding `from` excluded and the one holding
-    /// `until` included, null where nothing was written. `None` when the range lies wholly
-    /// outside the retention.
-    pub async fn fetch(
-        &mut self,
-        leaf: &Leaf,
-        from: i64,
-        until: i64,
-        now: i64,
-    ) -> Result<Option<Series>, StoreError> {
-        let Some(w) = self.window(leaf, from, until, now) else {
-            return Ok(None);
-        };
-        let values = self.points(leaf, w.step as u64, &w.slices).await?;
-        Ok(Some(w.series(leaf, values)))
-    }
-
-    /// [`Source::fetch`] of every leaf, in their order (those outside the retention left out):
-    /// counters and gauges, with a bulk reader, in one pipeline of `HMGET`s whose replies are
+    /// The points of each leaf between `from` and `until` as one whisper file with an archive
+    /// per precision (`precision × sample_count` each) gives them: the finest archive that
+    /// reaches back to `from` (from `now`), the slice holding `from` excluded and the one
+    /// holding `until` included, null where nothing was written; in their order, a leaf whose
+    /// retention the range lies wholly outside left out.
+    ///
+    /// Counters and gauges, with a bulk reader, in one pipeline of `HMGET`s whose replies are
     /// parsed as they arrive; the rest (and all of them without one) each over a clone of the
     /// multiplexed connection, at once, Redis answering one while the next is on its way.
     pub async fn fetch_all(

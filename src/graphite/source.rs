@@ -90,6 +90,10 @@ pub struct ScannedNames {
 /// Index members read by the first call of a walk, and after each branch skipped.
 const FIRST_BATCH: usize = 32;
 
+/// Index members read by the first call of a walk of the last level, which a browse lists
+/// whole (a level of a hundred leaves in one round trip).
+const LAST_LEVEL_BATCH: usize = 128;
+
 /// Index members read per call at most while walking the tree.
 const BATCH: usize = 1000;
 
@@ -261,7 +265,8 @@ impl<'a> Source<'a> {
             }
             let mut next = Vec::new();
             for prefix in &level {
-                let children = self.children(prefix, part).await?;
+                let first = if last { LAST_LEVEL_BATCH } else { FIRST_BATCH };
+                let children = self.children(prefix, part, first).await?;
                 for (child, (leaf, branch)) in children {
                     let path = format!("{prefix}{child}");
                     if last {
@@ -346,6 +351,7 @@ impl<'a> Source<'a> {
         &mut self,
         prefix: &str,
         part: &NodePattern,
+        first: usize,
     ) -> Result<BTreeMap<String, (Option<(Kind, String)>, bool)>, StoreError> {
         type Children = BTreeMap<String, (Option<(Kind, String)>, bool)>;
         let mut out: Children = BTreeMap::new();
@@ -371,13 +377,25 @@ impl<'a> Source<'a> {
         }
         let walks = futures_util::future::try_join_all(ranges.iter().map(|(index, _, base)| {
             let mut source = self.clone_for_fetch();
-            async move { source.walk(index, base, part.literal()).await }
+            async move { source.walk(index, base, part.literal(), first).await }
         }))
         .await?;
+        // The same nodes come from every precision: each is named once.
         for ((_, kind, _), walk) in ranges.iter().zip(walks) {
             for (node, leaf, branch) in walk {
-                let leaf = leaf.then(|| (kind.clone(), agent_name(&format!("{prefix}{node}"))));
-                add(&mut out, &node, leaf, branch);
+                if !part.matches(&node) {
+                    continue;
+                }
+                if !out.contains_key(&node) {
+                    out.insert(node.clone(), (None, false));
+                }
+                let Some(e) = out.get_mut(&node) else {
+                    continue;
+                };
+                if leaf && e.0.is_none() {
+                    e.0 = Some((kind.clone(), agent_name(&format!("{prefix}{node}"))));
+                }
+                e.1 |= branch;
             }
         }
         let scanned = self.scanned().await?;
@@ -410,6 +428,7 @@ impl<'a> Source<'a> {
         index: &str,
         base: &str,
         node: Option<&str>,
+        first: usize,
     ) -> Result<Vec<(String, bool, bool)>, StoreError> {
         let (mut from, end) = match node {
             Some(node) => (
@@ -424,7 +443,7 @@ impl<'a> Source<'a> {
         let mut nodes: Vec<(String, bool, bool)> = Vec::new();
         // Small reads where a branch is skipped as soon as it is seen (a level of a few large
         // branches), growing while a level is a run of leaves.
-        let mut size = FIRST_BATCH;
+        let mut size = first;
         loop {
             let batch = lex_range(&mut self.conn, index, &from, &end, size).await?;
             let mut skip_to = None;

@@ -54,6 +54,10 @@ def A(t, ref='A'):
 # (a `summarize` beside a raw series), an empty list (nothing.here), keyword arguments. An entry
 # is a target, or (target, from) or (target, from, maxDataPoints), or a list of targets (one
 # request). Probes whose id starts with `rand.` answer random values: only their shape compares.
+# The oracle runs graphite-web 1.1.10's own functions, so those Debian's 1.1.8 lacks are checked
+# against their source: compressPeriodicGaps (render/functions.py:5909, with _compressPeriodicGaps
+# at :158), upper and lower (toUpperCase :2833, toLowerCase :2867), and 1.1.10's moving window,
+# which ends at the point it is drawn at (movingWindow :1350, `range(windowPoints + 1, len + 1)`).
 H, C, M, W = 'web.home.hits', 'web.cart.hits', 'web.home.miss', 'web.*.*'
 E = 'nothing.here'
 U = "summarize(web.home.miss,'10s','sum')"          # a step of 10 s beside the 5 s ones

@@ -56,7 +56,7 @@ def A(t, ref='A'):
 # request). Probes whose id starts with `rand.` answer random values: only their shape compares.
 # The oracle runs graphite-web 1.1.10's own functions, so those Debian's 1.1.8 lacks are checked
 # against their source: compressPeriodicGaps (render/functions.py:5909, with _compressPeriodicGaps
-# at :158), upper and lower (toUpperCase :2833, toLowerCase :2867), and 1.1.10's moving window,
+# at :154), upper and lower (toUpperCase :2833, toLowerCase :2867), and 1.1.10's moving window,
 # which ends at the point it is drawn at (movingWindow :1350, `range(windowPoints + 1, len + 1)`).
 H, C, M, W = 'web.home.hits', 'web.cart.hits', 'web.home.miss', 'web.*.*'
 E = 'nothing.here'

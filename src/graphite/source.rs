@@ -575,8 +575,10 @@ impl<'a> Source<'a> {
                     fields: windows[*i].as_ref().map_or(&[][..], |w| &w.slices),
                 })
                 .collect();
-            for ((i, _), v) in hashes.iter().zip(bulk.hmget(&requests).await?) {
-                values[*i] = Some(v);
+            if !requests.is_empty() {
+                for ((i, _), v) in hashes.iter().zip(bulk.hmget(&requests).await?) {
+                    values[*i] = Some(v);
+                }
             }
         }
         let rest = futures_util::future::try_join_all(

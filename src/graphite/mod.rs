@@ -262,16 +262,7 @@ impl<'a> Evaluation<'a> {
         match f.body {
             Body::Apply(apply) => apply(&mut bound, &mut self.ctx(from, until)),
             Body::Refetch(plan, finish) | Body::Shaped(plan, finish) => {
-                let mut state = self.state.clone();
-                let fetches = plan(
-                    &bound,
-                    &Ctx {
-                        from,
-                        until,
-                        now: self.now,
-                        state: &mut state,
-                    },
-                )?;
+                let fetches = plan(&bound, &self.ctx(from, until))?;
                 let mut fetched = Vec::new();
                 for fetch in fetches {
                     fetched.push(self.fetch_for(call, fetch, from, until).await?);

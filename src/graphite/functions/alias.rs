@@ -54,10 +54,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
         Body::Refetch(
             |a, _| {
                 let (search, replace) = (a.text(1), a.text(2));
-                let Some(Arg::Series(list)) = a.arg(0) else {
-                    return Ok(Vec::new());
-                };
-                list.iter()
+                a.peek_series(0)
+                    .iter()
                     .map(|s| {
                         substitute("aliasQuery", &search, &replace, &s.name).map(Fetch::Target)
                     })

@@ -69,7 +69,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         &[SERIES, WINDOW],
         Body::Shaped(window_plan, |a, _, mut fetched| {
             let window = a.arg(1).unwrap_or(Arg::None);
-            let (preview, _) = preview(a)?;
+            let preview = preview(a)?;
             let mut out = Vec::new();
             for mut s in fetched.pop().unwrap_or_default() {
                 let (name, points, constant) = match &window {
@@ -371,29 +371,26 @@ pub(super) const FUNCTIONS: &[Function] = &[
 ];
 
 /// A window's length before the range: seconds for an interval (`'5min'`), the series' longest
-/// step times the points for a count. Also whether it is an interval.
-fn preview(a: &Args) -> Result<(i64, bool)> {
+/// step times the points for a count.
+fn preview(a: &Args) -> Result<i64> {
     match a.arg(1) {
-        Some(Arg::Str(text)) => Ok((offset(&text)?.abs(), true)),
+        Some(Arg::Str(text)) => Ok(offset(&text)?.abs()),
         Some(other) => {
             let n = other.as_index().unwrap_or(0);
-            let step = match a.arg(0) {
-                Some(Arg::Series(list)) => list.iter().map(|s| s.step).max().unwrap_or(0),
-                _ => 0,
-            };
+            let step = a.peek_series(0).iter().map(|s| s.step).max().unwrap_or(0);
             bounded("this window", n)?;
-            Ok((step.saturating_mul(n.max(0)), false))
+            Ok(step.saturating_mul(n.max(0)))
         }
-        None => Ok((0, false)),
+        None => Ok(0),
     }
 }
 
 /// Reads the first argument again from the window's length before the range.
 fn window_plan(a: &Args, ctx: &Ctx) -> Result<Vec<Fetch>> {
-    if matches!(a.arg(0), Some(Arg::Series(s)) if s.is_empty()) {
+    if a.peek_series(0).is_empty() {
         return Ok(Vec::new());
     }
-    let (preview, _) = preview(a)?;
+    let preview = preview(a)?;
     let from = ctx
         .from
         .checked_sub(preview)
@@ -421,7 +418,7 @@ fn moving_window(a: &mut Args, _: &mut Ctx, mut fetched: Vec<Vec<Series>>) -> Re
         func[1..].to_lowercase()
     );
     let window = a.arg(1).unwrap_or(Arg::None);
-    let (preview, _) = preview(a)?;
+    let preview = preview(a)?;
     let mut out = Vec::new();
     for mut s in fetched.pop().unwrap_or_default() {
         let (name, points) = match &window {

@@ -601,16 +601,14 @@ fn apply_by_node_plan(a: &Args, _: &Ctx) -> Result<Vec<Fetch>> {
 /// `applyByNode`'s prefixes: each name up to `nodeNum`, distinct, sorted.
 fn prefixes(a: &Args) -> Vec<String> {
     let node = a.int(1);
-    let mut prefixes: Vec<String> = match a.arg(0) {
-        Some(Arg::Series(list)) => list
-            .iter()
-            .map(|s| {
-                let nodes: Vec<&str> = s.name.split('.').collect();
-                node_slice(&nodes, None, Some(node + 1))
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
+    let mut prefixes: Vec<String> = a
+        .peek_series(0)
+        .iter()
+        .map(|s| {
+            let nodes: Vec<&str> = s.name.split('.').collect();
+            node_slice(&nodes, None, Some(node + 1))
+        })
+        .collect();
     prefixes.sort();
     prefixes.dedup();
     prefixes

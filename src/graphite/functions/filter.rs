@@ -293,11 +293,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             |a, _| {
                 let value = a.float(1);
                 let (search, replace) = (a.text(2), a.text(3));
-                let Some(Arg::Series(list)) = a.arg(0) else {
-                    return Ok(Vec::new());
-                };
                 let mut names = Vec::new();
-                for s in &list {
+                for s in a.peek_series(0) {
                     let name = substitute("useSeriesAbove", &search, &replace, &s.name)?;
                     if safe_max(&s.points()).is_some_and(|m| m > value) {
                         names.push(name);

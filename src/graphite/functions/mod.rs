@@ -358,7 +358,7 @@ pub struct Ctx<'s> {
 }
 
 /// The part of graphite-web's request context that functions write.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct State {
     pub xff: Option<f64>,
     pub stacks: HashMap<String, Vec<f64>>,
@@ -399,6 +399,14 @@ impl Args {
     /// Whether argument `i` was given (not `None`).
     pub fn given(&self, i: usize) -> bool {
         matches!(self.values.get(i), Some(Some(_)))
+    }
+
+    /// The series of argument `i`, borrowed (a plan reads them; the body takes them).
+    pub fn peek_series(&self, i: usize) -> &[Series] {
+        match self.values.get(i) {
+            Some(Some(Arg::Series(s))) => s,
+            _ => &[],
+        }
     }
 
     /// The series of argument `i` (taken: asked twice, the second answer is empty).
@@ -931,8 +939,7 @@ pub fn aggregate(
 
 /// graphite-web's `xffValues`: enough of the row is present.
 pub fn xff_values(row: &[Point], xff: f64) -> bool {
-    let present = row.iter().flatten().count();
-    present > 0 && present as f64 / row.len() as f64 >= xff
+    xff_ok(row.iter().flatten().count(), row.len() as f64, xff)
 }
 
 /// graphite-web's `xff`.

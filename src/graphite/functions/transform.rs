@@ -670,7 +670,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
         ],
         Body::Shaped(
             |a, ctx| {
-                if matches!(a.arg(0), Some(Arg::Series(s)) if s.is_empty()) {
+                if a.peek_series(0).is_empty() {
                     return Ok(Vec::new());
                 }
                 let (_, delta) = shift(&a.text(1))?;

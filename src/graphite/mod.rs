@@ -537,15 +537,7 @@ impl Iterator for JsonBody {
 /// One series' object, `, ` before it unless it is the first; `None` when `noNullPoints` leaves
 /// it no point.
 fn series_json(s: &Series, no_nulls: bool, first: bool, stamps: &mut Stamps) -> Option<String> {
-    let step = s.step * s.values_per_point.max(1) as i64;
-    // The points up to `end` (graphite-web's `datapoints`: values zipped with the times).
-    let count = if step > 0 {
-        ((s.end - s.start).div_euclid(step) + 1).max(0) as usize
-    } else {
-        1
-    };
-    let points = s.points();
-    let points = &points[..points.len().min(count)];
+    let (points, step) = s.timed_points();
     let kept = |v: &Point| !no_nulls || v.is_some_and(|v| !v.is_nan());
     if no_nulls && !points.iter().any(kept) {
         return None;

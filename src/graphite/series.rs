@@ -124,13 +124,15 @@ impl Series {
             .collect()
     }
 
-    /// The points with their timestamps (`start` by `step × values_per_point`, up to `end`).
-    pub fn datapoints(&self) -> Vec<(Point, i64)> {
+    /// The points graphite-web's `datapoints` gives times to (`start` by `step ×
+    /// values_per_point`, up to `end`), and that step.
+    pub fn timed_points(&self) -> (Vec<Point>, i64) {
         let step = self.step * self.values_per_point.max(1) as i64;
-        let stamps = (0..)
-            .map(|i| self.start + i * step)
-            .take_while(|t| *t <= self.end);
-        self.points().into_iter().zip(stamps).collect()
+        let mut points = self.points();
+        if step > 0 {
+            points.truncate(((self.end - self.start).div_euclid(step) + 1).max(0) as usize);
+        }
+        (points, step)
     }
 }
 
@@ -226,10 +228,8 @@ mod tests {
         assert_eq!(s.points(), [Some(1.0), Some(3.5), None]);
         s.consolidation = "sum".into();
         assert_eq!(s.points(), [Some(1.0), Some(7.0), None]);
-        assert_eq!(
-            s.datapoints().iter().map(|p| p.1).collect::<Vec<_>>(),
-            [0, 10, 20]
-        );
+        let (points, step) = s.timed_points();
+        assert_eq!((points.len(), step), (3, 10), "times 0, 10, 20");
     }
 
     #[test]

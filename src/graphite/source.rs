@@ -82,7 +82,7 @@ type Names = Arc<Vec<(String, Leaf)>>;
 /// `SCAN` found, and the precisions each index holds (found by skipping from one to the
 /// next: a round trip each, which every `find` and render would otherwise pay).
 #[derive(Default)]
-pub struct ScannedNames {
+pub struct Remembered {
     names: tokio::sync::Mutex<Option<(Instant, Names)>>,
     precisions: tokio::sync::Mutex<BTreeMap<String, (Instant, Vec<u64>)>>,
 }
@@ -124,7 +124,7 @@ pub struct Source<'a> {
     bulk: Option<&'a BulkPool>,
     keys: &'a Keys,
     config: &'a Config,
-    scanned: &'a ScannedNames,
+    remembered: &'a Remembered,
     /// The slices of each grid leaves were read on in this request.
     grids: std::cell::RefCell<Vec<Grid>>,
 }
@@ -134,14 +134,14 @@ impl<'a> Source<'a> {
         conn: Connection,
         keys: &'a Keys,
         config: &'a Config,
-        scanned: &'a ScannedNames,
+        remembered: &'a Remembered,
     ) -> Source<'a> {
         Source {
             conn,
             bulk: None,
             keys,
             config,
-            scanned,
+            remembered,
             grids: Default::default(),
         }
     }
@@ -149,7 +149,7 @@ impl<'a> Source<'a> {
     /// A source over a clone of the (multiplexed) connection, for a read that runs beside
     /// others.
     pub fn clone_for_fetch(&self) -> Source<'a> {
-        Source::new(self.conn.clone(), self.keys, self.config, self.scanned)
+        Source::new(self.conn.clone(), self.keys, self.config, self.remembered)
     }
 
     /// Reads counters' and gauges' points through `bulk`.
@@ -197,7 +197,7 @@ impl<'a> Source<'a> {
 
     /// Set and timer names, graphite name → leaf, sorted by graphite name.
     async fn scanned(&mut self) -> Result<Arc<Vec<(String, Leaf)>>, StoreError> {
-        let mut cache = self.scanned.names.lock().await;
+        let mut cache = self.remembered.names.lock().await;
         if let Some((at, names)) = cache.as_ref()
             && at.elapsed() < NAMES_FOR
         {
@@ -491,13 +491,13 @@ impl<'a> Source<'a> {
 
     /// The precisions an index holds members of (kept for [`NAMES_FOR`]).
     async fn precisions_in(&mut self, index: &str) -> Result<Vec<u64>, StoreError> {
-        if let Some((at, known)) = self.scanned.precisions.lock().await.get(index)
+        if let Some((at, known)) = self.remembered.precisions.lock().await.get(index)
             && at.elapsed() < NAMES_FOR
         {
             return Ok(known.clone());
         }
         let found = index_precisions(&mut self.conn, index).await?;
-        self.scanned
+        self.remembered
             .precisions
             .lock()
             .await

@@ -152,7 +152,7 @@ async fn source(state: &AppState) -> Result<Source<'_>, GraphiteError> {
         state.reader_connection().await?,
         state.store.keys(),
         &state.config,
-        &state.scanned_names,
+        &state.remembered,
     )
     .with_bulk(&state.bulk))
 }

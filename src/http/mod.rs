@@ -56,8 +56,8 @@ pub struct AppState {
     pub connection: Arc<tokio::sync::Mutex<Cached>>,
     /// Permits for API requests ([`MAX_API_REQUESTS`]).
     pub api_permits: Arc<tokio::sync::Semaphore>,
-    /// The set and timer names the Graphite API found by `SCAN`, kept a while.
-    pub scanned_names: Arc<crate::graphite::source::ScannedNames>,
+    /// What the Graphite API found by looking around (set and timer names, the indexes' precisions), kept a while.
+    pub remembered: Arc<crate::graphite::source::Remembered>,
     /// Where "now" is for `/readyz`, the API and the Graphite API: the agent's clock.
     pub clock: Clock,
     /// Connections that read many counters' and gauges' points at once, for the Graphite API.
@@ -72,7 +72,7 @@ impl AppState {
             config: Arc::new(config),
             connection: Default::default(),
             api_permits: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
-            scanned_names: Default::default(),
+            remembered: Default::default(),
             bulk: Arc::new(crate::store::bulk::BulkPool::new(store.bulk_target())),
             store,
         }

@@ -19,6 +19,9 @@
 //! Redis's own time per request (the `usec` of `INFO commandstats`, the agent's runs only) with
 //! the agent's multiple of it.
 
+#[path = "../tests/common/answers.rs"]
+mod answers;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -205,39 +208,15 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Where two answers differ (graphite-web's infinities are `1e9999`), or `None`.
+/// Where two answers differ, as the oracle test compares them (the first difference), or
+/// `None`.
 fn difference(want: &[u8], got: &[u8]) -> Option<String> {
     let parse = |b: &[u8]| -> serde_json::Value {
-        serde_json::from_str(&String::from_utf8_lossy(b).replace("1e9999", "1e308")).expect("JSON")
+        serde_json::from_str(&answers::finite(&String::from_utf8_lossy(b))).expect("JSON")
     };
-    fn walk(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> Option<String> {
-        use serde_json::Value::*;
-        match (a, b) {
-            (Number(x), Number(y)) => {
-                let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
-                ((x - y).abs() > 1e-9 * x.abs().max(y.abs()).max(1.0))
-                    .then(|| format!("{at}: {x} != {y}"))
-            }
-            (Array(x), Array(y)) => {
-                if x.len() != y.len() {
-                    return Some(format!("{at}: length {} != {}", x.len(), y.len()));
-                }
-                x.iter()
-                    .zip(y)
-                    .enumerate()
-                    .find_map(|(i, (x, y))| walk(x, y, &format!("{at}[{i}]")))
-            }
-            (Object(x), Object(y)) => {
-                if x.keys().collect::<Vec<_>>() != y.keys().collect::<Vec<_>>() {
-                    return Some(format!("{at}: keys differ"));
-                }
-                x.iter()
-                    .find_map(|(k, v)| walk(v, &y[k], &format!("{at}.{k}")))
-            }
-            (x, y) => (x != y).then(|| format!("{at}: {x} != {y}")),
-        }
-    }
-    walk(&parse(want), &parse(got), "$")
+    let mut found = Vec::new();
+    answers::differences(&parse(want), &parse(got), "$", &mut found);
+    found.into_iter().next()
 }
 
 /// Redis's command time so far, in microseconds (`INFO commandstats`).

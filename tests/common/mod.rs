@@ -2,6 +2,7 @@
 //! agent running in-process on ports the kernel picked.
 #![allow(dead_code)]
 
+pub mod answers;
 pub mod proxy;
 pub mod topology;
 

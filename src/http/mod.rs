@@ -50,9 +50,9 @@ pub struct AppState {
     /// The agent's configuration: the precisions, sample count and quantile precisions that
     /// say what the layout holds.
     pub config: Arc<Config>,
-    /// One multiplexed connection shared by all API requests, made on first use. (More, for
-    /// the Graphite API's many reads at once, made renders no faster on two cores: parsing the
-    /// replies then competed with Redis for them.)
+    /// One multiplexed connection shared by all API requests, made on first use; the Graphite
+    /// API reads counters' and gauges' points through [`AppState::bulk`] instead (one
+    /// connection per request running, pipelined, parsed in place).
     pub connection: Arc<tokio::sync::Mutex<Cached>>,
     /// Permits for API requests ([`MAX_API_REQUESTS`]).
     pub api_permits: Arc<tokio::sync::Semaphore>,

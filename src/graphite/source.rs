@@ -78,7 +78,7 @@ pub struct Event {
 /// Set and timer names found by `SCAN`: Graphite name and leaf, sorted by name.
 type Names = Arc<Vec<(String, Leaf)>>;
 
-/// What the Graphite API finds by looking around and keeps for [`NAMES_FOR`]: the [`Names`]
+/// What the Graphite API finds by looking around and keeps for [`NAMES_FOR`]: the names
 /// `SCAN` found, and the precisions each index holds (found by skipping from one to the
 /// next: a round trip each, which every `find` and render would otherwise pay).
 #[derive(Default)]

@@ -7,8 +7,8 @@
 //! `/functions` index ([`info`]) and the unknown function's error all come from the
 //! declarations; adding a function is adding one to the file of its group. The files follow
 //! graphite-web's groups (the `.group` each function carries there, which `/functions` reports):
-//! [`combine`], [`transform`], [`calculate`], [`filter`] (Filter Series and Filter Data),
-//! [`sorting`], [`alias`], [`graph`] and [`special`]. Helpers two groups share live here.
+//! `combine.rs`, `transform.rs`, `calculate.rs`, `filter.rs` (Filter Series and Filter Data),
+//! `sorting.rs`, `alias.rs`, `graph.rs` and `special.rs`. Helpers two groups share live here.
 
 mod alias;
 mod calculate;

@@ -1,7 +1,7 @@
 //! Bulk reads for the Graphite API: many `HMGET`s pipelined on a connection of their own, each
 //! reply parsed straight into numbers as it arrives. A render of 100 series over a day is
 //! 144 000 values; through the redis crate each is a `redis::Value` (a parser's state machine
-//! and an allocation each), which cost the agent two thirds of such a render
+//! and an allocation each), which cost the agent close to half its CPU for such a render
 //! (docs/benchmarks.md, "Graphite API"). Here a value is read from the socket's buffer in
 //! place. Only one server without TLS is read so ([`Store::bulk_target`]); Sentinel, Cluster
 //! and TLS take the redis crate's way.
@@ -59,8 +59,9 @@ impl BulkPool {
         self.target.is_some()
     }
 
-    /// [`Bulk::hmget`] on an idle connection or a new one; a connection that failed is
-    /// dropped, the others kept (at most [`MAX_IDLE`]).
+    /// [`Bulk::hmget`] on an idle connection or a new one; a kept connection that fails (Redis
+    /// restarted meanwhile) is dropped and the reads made once more on a new one; a connection
+    /// that answered is kept idle (a few at most).
     pub async fn hmget(&self, requests: &[Hmget<'_>]) -> Result<Vec<Vec<Point>>, StoreError> {
         let Some(target) = &self.target else {
             return Err(protocol("no bulk reader for this topology"));

@@ -1,7 +1,7 @@
 //! A Graphite-compatible read API over the agent's Redis layout, so that Grafana's built-in
 //! Graphite data source (URL `http://host:9102/graphite`, version 1.1) charts what the agent
 //! stores, with Redis the only store (docs/reading.md, "Grafana"). What a request answers is what
-//! graphite-web 1.1 answers on the same data (`tests/graphite.rs` runs Debian's graphite-web
+//! graphite-web 1.1.10 answers on the same data (`tests/graphite.rs` runs graphite-web 1.1.10
 //! beside the agent and compares).
 //!
 //! * [`attime`]: `from`, `until`, `now`; [`expr`]: targets; [`functions`]: the render

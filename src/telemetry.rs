@@ -119,6 +119,8 @@ struct ReadyState {
     failing: Option<String>,
     /// The start (Unix s) of the oldest window not yet written.
     oldest_waiting: Option<u64>,
+    /// Windows waiting that the spool could not take: a crash would lose them.
+    unspooled: usize,
 }
 
 impl Readiness {
@@ -142,9 +144,23 @@ impl Readiness {
         self.state().failing = Some(why);
     }
 
-    /// The start of the oldest window waiting, `None` when none waits.
-    pub fn waiting(&self, oldest: Option<u64>) {
-        self.state().oldest_waiting = oldest;
+    /// The start of the oldest window waiting (`None` when none waits), and how many of those
+    /// waiting the spool could not take.
+    pub fn waiting(&self, oldest: Option<u64>, unspooled: usize) {
+        let mut state = self.state();
+        state.oldest_waiting = oldest;
+        state.unspooled = unspooled;
+    }
+
+    /// What a crash would lose now, when it would lose windows: they are written all the same
+    /// (so the agent is ready), but the spool could not take them.
+    pub fn at_risk(&self) -> Option<String> {
+        match self.state().unspooled {
+            0 => None,
+            n => Some(format!(
+                "{n} windows waiting are in memory only (the spool could not take them): a crash now would lose them"
+            )),
+        }
     }
 
     /// `Ok` when windows are being written, else why not; `now` in Unix seconds.
@@ -241,7 +257,10 @@ pub struct Telemetry {
     pub redis_up: Gauge,
     pub windows_dropped: Counter,
     pub backlog_bytes: Gauge,
-    pub spool_write_errors: Counter,
+    /// Spool writes that failed, by kind: a window's file, the state file.
+    pub spool_window_errors: Counter,
+    pub spool_state_errors: Counter,
+    pub backlog_unspooled_windows: Gauge,
     pub spool_windows_loaded: Counter,
     pub chunks_applied_before: Counter,
     pub write_failures: [Counter; WriteFailure::ALL.len()],
@@ -455,9 +474,19 @@ impl Telemetry {
                 "Bytes of flush chunks waiting to be written (bounded by max_backlog_bytes).",
                 &[],
             ),
-            spool_write_errors: counter(
+            spool_window_errors: counter(
                 "spool_write_errors_total",
-                "Closed windows that could not be written to the spool (kept in memory only).",
+                "Spool writes that failed, by kind: a window as it closed (kept in memory only until the spool takes it: backlog_unspooled_windows), the state file of the sums held back (a crash loses them until the next one is written).",
+                &[("kind", "window")],
+            ),
+            spool_state_errors: counter(
+                "spool_write_errors_total",
+                "Spool writes that failed, by kind: a window as it closed (kept in memory only until the spool takes it: backlog_unspooled_windows), the state file of the sums held back (a crash loses them until the next one is written).",
+                &[("kind", "state")],
+            ),
+            backlog_unspooled_windows: gauge(
+                "backlog_unspooled_windows",
+                "Windows in the backlog that the spool could not take (a full disk): in memory only, a crash would lose them. Written to the spool, oldest first, when it has room again.",
                 &[],
             ),
             spool_windows_loaded: counter(

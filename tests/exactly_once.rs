@@ -370,6 +370,136 @@ async fn sigkill_during_an_outage_then_restart_writes_every_closed_window_once()
     }
 }
 
+/// Sends `bursts` bursts of `each` `crash:1|c` datagrams, each 0.3 s into a second of its own
+/// (so each fills one window), and reads `backlog_unspooled_windows` after each; returns the
+/// lines sent and the readings.
+fn send_bursts(udp: u16, http: u16, bursts: usize, each: i64) -> (i64, Vec<f64>) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut readings = Vec::new();
+    for _ in 0..bursts {
+        let into_second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_millis();
+        std::thread::sleep(Duration::from_millis(u64::from(1300 - into_second) % 1000));
+        for _ in 0..each {
+            socket.send_to(b"crash:1|c", ("127.0.0.1", udp)).unwrap();
+        }
+        let http = ([127, 0, 0, 1], http).into();
+        readings.push(metric_at(http, "backlog_unspooled_windows"));
+    }
+    (bursts as i64 * each, readings)
+}
+
+/// A spool on a small file system that fills while Redis is down: the windows it cannot take
+/// are counted (`backlog_unspooled_windows`, `/readyz`'s body) while they are at risk, and a
+/// SIGKILL then loses at most those, doubling nothing, at every precision. Once room returns
+/// the closer writes them to the spool, the gauge falls to 0, and a SIGKILL loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_disk_says_what_a_crash_would_lose_and_spools_again_when_room_returns() {
+    let mut redis = RedisServer::start();
+    // 16 pages; the filler leaves 6: a few windows' files (a page each) and the state file's.
+    let disk = SmallDisk::new(16 * 4096);
+    let filler = disk.path().join("filler");
+    std::fs::write(&filler, vec![0u8; 10 * 4096]).unwrap();
+    let spool_dir = disk.dir().join("spool");
+    let spool_dir = spool_dir.to_str().unwrap();
+    let args = ["--spool-dir", spool_dir, "--redis-timeout-ms", "300"];
+    let url = redis.url();
+    let start = || {
+        let (agent, udp, http) = spawn_agent_in(disk.command(bin()), &url, &args);
+        (Killed(agent), udp, http)
+    };
+    let spooled = || spool_files(&disk.path().join("spool"));
+    const EACH: i64 = 50;
+    let totals = |redis: &RedisServer| PRECISIONS.map(|p| redis.counter_total(p, "crash"));
+
+    // The disk fills while Redis is down; SIGKILL with windows in memory only. (Redis keeps
+    // nothing across its restarts here.)
+    redis.kill();
+    let (mut agent, udp, http) = start();
+    let (sent, readings) = tokio::task::spawn_blocking(move || send_bursts(udp, http, 10, EACH))
+        .await
+        .unwrap();
+    // The last burst's window closes and meets the full disk.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let addr = ([127, 0, 0, 1], http).into();
+    let at_risk = metric_at(addr, "backlog_unspooled_windows");
+    assert_eq!(
+        readings[0], 0.0,
+        "the first windows are spooled: {readings:?}"
+    );
+    assert!(
+        at_risk >= 3.0,
+        "the gauge rose as the disk filled: {readings:?}, {at_risk}"
+    );
+    assert!(metric_at(addr, "spool_write_errors_total{kind=\"window\"}") >= at_risk);
+    let (status, body) = http_get(addr, "/readyz");
+    assert_eq!(status, 503, "Redis is down");
+    assert!(
+        body.contains(&format!("{at_risk} windows waiting are in memory only")),
+        "{body}"
+    );
+    agent.kill();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut agent.0.stderr.take().unwrap(), &mut log).unwrap();
+    // Each kind on a line of its own: neither hides the other.
+    assert!(log.contains("cannot spool the window; it is kept in memory only"));
+    assert!(log.contains("cannot spool the sums held back"));
+    redis.restart_after(Duration::ZERO, &[]);
+    let (mut again, _, _) = start();
+    eventually(
+        Duration::from_secs(15),
+        "the spool written and emptied",
+        || spooled() == 0,
+    )
+    .await;
+    again.kill();
+    let written = totals(&redis);
+    for (p, total) in PRECISIONS.iter().zip(written) {
+        assert!(total <= sent, "precision {p}: {total} of {sent}: doubled");
+        // The state file may hold the last window closed (then it is not lost).
+        let lost = (sent - total) / EACH;
+        assert!(
+            (at_risk as i64 - 1..=at_risk as i64).contains(&lost) && (sent - total) % EACH == 0,
+            "precision {p}: {total} of {sent}: lost other than the {at_risk} windows at risk"
+        );
+        assert_eq!(total, written[0], "precision {p} against 1 s");
+    }
+
+    // The disk fills again; then room returns, the windows are spooled, and SIGKILL loses
+    // nothing.
+    redis.kill();
+    let (mut agent, udp, http) = start();
+    let (more, _) = tokio::task::spawn_blocking(move || send_bursts(udp, http, 10, EACH))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let addr = ([127, 0, 0, 1], http).into();
+    assert!(metric_at(addr, "backlog_unspooled_windows") >= 3.0);
+    std::fs::remove_file(&filler).unwrap();
+    eventually(Duration::from_secs(3), "the windows spooled", || {
+        metric_at(addr, "backlog_unspooled_windows") == 0.0
+    })
+    .await;
+    assert!(!http_get(addr, "/readyz").1.contains("memory only"));
+    assert_eq!(spooled(), 10, "each window in a file");
+    agent.kill();
+    redis.restart_after(Duration::ZERO, &[]);
+    let (mut again, _, _) = start();
+    eventually(
+        Duration::from_secs(15),
+        "the spool written and emptied",
+        || spooled() == 0,
+    )
+    .await;
+    again.kill();
+    // (Redis keeps nothing across its restarts here: what it holds is this second run's.)
+    for (p, total) in PRECISIONS.iter().zip(totals(&redis)) {
+        assert_eq!(total, more, "precision {p}");
+    }
+}
+
 /// SIGKILL at the worst moment: Redis applied the chunks but the agent never heard so. The
 /// next start replays them from the spool, and Redis answers that they were applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -105,8 +105,48 @@ pub(super) struct PendingWindow {
     /// Per chunk, whether it was sent before without an answer (or comes from a spool): Redis
     /// may have applied it.
     pub(super) sent: Vec<bool>,
-    /// Its spool file, removed once the window is written or dropped.
-    pub(super) file: Option<PathBuf>,
+    /// Where a crash would find it.
+    pub(super) spooled: Spooled,
+}
+
+/// Where a queued window is besides memory.
+#[derive(Debug)]
+pub(super) enum Spooled {
+    /// Nowhere: the agent runs without a spool.
+    NoSpool,
+    /// In its spool file, removed once the window is written or dropped.
+    File(PathBuf),
+    /// The spool could not take it (a full disk): a crash would lose it. What its file needs
+    /// when the spool has room again: its place among its run's windows, and its chunks as
+    /// closed (the writer drops those Redis acknowledged from the queue's copy).
+    Unspooled {
+        number: u64,
+        chunks: Vec<Arc<FlushChunk>>,
+    },
+}
+
+impl Spooled {
+    /// A window's spool file written, or why not (then the window is in memory only).
+    pub(super) fn from_write(
+        written: std::io::Result<PathBuf>,
+        number: u64,
+        chunks: &[Arc<FlushChunk>],
+    ) -> Spooled {
+        match written {
+            Ok(path) => Spooled::File(path),
+            Err(_) => Spooled::Unspooled {
+                number,
+                chunks: chunks.to_vec(),
+            },
+        }
+    }
+
+    fn file(&self) -> Option<&PathBuf> {
+        match self {
+            Spooled::File(path) => Some(path),
+            _ => None,
+        }
+    }
 }
 
 impl PendingWindow {
@@ -127,14 +167,20 @@ pub(super) struct Backlog {
     drop_log: Mutex<LogLimit>,
 }
 
-/// The backlog's gauges and the oldest window waiting, after `queue` changed.
-fn publish(queue: &VecDeque<PendingWindow>, telemetry: &Telemetry) {
+/// The backlog's gauges, the oldest window waiting and the windows a crash would lose, after
+/// `queue` changed.
+pub(super) fn publish(queue: &VecDeque<PendingWindow>, telemetry: &Telemetry) {
     let bytes: u64 = queue.iter().map(PendingWindow::bytes).sum();
+    let unspooled = queue
+        .iter()
+        .filter(|w| matches!(w.spooled, Spooled::Unspooled { .. }))
+        .count();
     telemetry.backlog_windows.set(queue.len() as f64);
     telemetry.backlog_bytes.set(bytes as f64);
+    telemetry.backlog_unspooled_windows.set(unspooled as f64);
     telemetry
         .readiness
-        .waiting(queue.iter().map(|w| w.start).min());
+        .waiting(queue.iter().map(|w| w.start).min(), unspooled);
 }
 
 impl Backlog {
@@ -142,8 +188,9 @@ impl Backlog {
         self.windows.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Logs the end of the final flush: all written, or what the shutdown timeout left.
-    pub(super) fn report_final(&self, spooled: bool, shutdown_timeout: Duration) {
+    /// Logs the end of the final flush: all written, or what the shutdown timeout left (in the
+    /// spool for the next start, or lost).
+    pub(super) fn report_final(&self, shutdown_timeout: Duration) {
         let unwritten = self.lock();
         if unwritten.is_empty() {
             tracing::info!("final flush written");
@@ -154,17 +201,25 @@ impl Backlog {
             .flat_map(|w| &w.chunks)
             .map(|c| c.series)
             .sum();
-        let kept = if spooled {
-            "they stay in the spool and are written at the next start"
+        let kept = unwritten
+            .iter()
+            .filter(|w| w.spooled.file().is_some())
+            .count();
+        let why = if unwritten
+            .iter()
+            .any(|w| matches!(w.spooled, Spooled::NoSpool))
+        {
+            "no spool_dir"
         } else {
-            "they are lost (no spool_dir)"
+            "the spool could not take them"
         };
         tracing::error!(
             windows = unwritten.len(),
             series,
             timeout = ?shutdown_timeout,
-            "shutdown timeout: {} windows were not written to Redis; {kept}",
-            unwritten.len()
+            "shutdown timeout: {} windows were not written to Redis; {kept} stay in the spool and are written at the next start, {} are lost ({why})",
+            unwritten.len(),
+            unwritten.len() - kept,
         );
     }
 
@@ -204,7 +259,7 @@ impl Backlog {
                     "backlog full: dropped the oldest unwritten windows (windows: how many since the last such line; all are counted in windows_dropped_total)"
                 );
             }
-            if let (Some(spool), Some(file)) = (spool, &dropped.file) {
+            if let (Some(spool), Some(file)) = (spool, dropped.spooled.file()) {
                 spool.remove(file);
             }
         }
@@ -323,8 +378,10 @@ pub(super) async fn write_backlog(
                 let finished = queue.pop_front();
                 publish(&queue, telemetry);
                 drop(queue);
-                if let (Some(spool), Some(file)) = (spool, finished.and_then(|w| w.file)) {
-                    spool.remove(&file);
+                if let (Some(spool), Some(finished)) = (spool, finished)
+                    && let Some(file) = finished.spooled.file()
+                {
+                    spool.remove(file);
                 }
                 let seconds = started.elapsed().as_secs_f64();
                 telemetry.flush_duration.record(seconds);

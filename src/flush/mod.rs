@@ -32,7 +32,7 @@ use crate::spool::Spool;
 use crate::store::clock::Clock;
 use crate::store::{Chunker, FlushChunk, Numbering, Writer};
 use crate::telemetry::{LogLimit, Telemetry};
-use backlog::{Backlog, PendingWindow, write_backlog};
+use backlog::{Backlog, PendingWindow, Spooled, publish, write_backlog};
 use coarse::Coarse;
 use quantiles::QuantileGroups;
 
@@ -66,8 +66,10 @@ struct Closer {
     quantiles: Option<QuantileGroups>,
     /// Samples dropped by the series cap: logged at most every 10 s.
     drop_log: LogLimit,
-    /// Spool writes that failed (a full disk fails every one): logged at most every 10 s.
-    spool_log: LogLimit,
+    /// Spool writes that failed (a full disk fails every one), windows' and the state file's
+    /// apart so that neither hides the other: each logged at most every 10 s.
+    window_spool_log: LogLimit,
+    state_spool_log: LogLimit,
     spool: Option<Arc<Spool>>,
     /// Configurations a SIGHUP read: the keys that apply to a running flusher are taken at
     /// the next close ([`Closer::take_reload`]).
@@ -134,7 +136,8 @@ impl Flusher {
                 coarse: Coarse::new(&config),
                 quantiles: QuantileGroups::new(&config),
                 drop_log: LogLimit::default(),
-                spool_log: LogLimit::default(),
+                window_spool_log: LogLimit::default(),
+                state_spool_log: LogLimit::default(),
                 spool: spool.map(Arc::new),
                 reloads: None,
                 config,
@@ -178,7 +181,7 @@ impl Flusher {
         };
         tokio::join!(closing, writing);
 
-        backlog.report_final(spool.is_some(), shutdown_timeout);
+        backlog.report_final(shutdown_timeout);
     }
 }
 
@@ -243,6 +246,11 @@ impl Closer {
         };
         chunks.extend(grouped);
         let chunks = self.number(chunks);
+        // Windows the spool could not take before go first, at every close.
+        let spool = self.spool.clone();
+        if let Some(spool) = &spool {
+            self.respool(spool, backlog);
+        }
         self.spool_held(start, &chunks);
         if chunks.is_empty() {
             return;
@@ -250,24 +258,23 @@ impl Closer {
         // On disk before it is queued: once the writer may have sent a chunk, a crash must
         // find the window in the spool.
         self.last_window += 1;
-        let file = self.spool.as_ref().and_then(|spool| {
-            spool
-                .write(start, self.last_window, &self.sequence, &chunks)
-                .inspect_err(|e| {
-                    self.telemetry.spool_write_errors.increment(1);
-                    if let Some(times) = self.spool_log.occurred() {
-                        tracing::error!(window = start, error = %e, times, "cannot spool the window; it is kept in memory only (times: spool writes failed since the last such line)");
-                    }
-                })
-                .ok()
-        });
+        let spooled = match spool {
+            None => Spooled::NoSpool,
+            Some(spool) => {
+                let written = spool.write(start, self.last_window, &self.sequence, &chunks);
+                if let Err(e) = &written {
+                    self.window_not_spooled(start, e);
+                }
+                Spooled::from_write(written, self.last_window, &chunks)
+            }
+        };
         let pending = PendingWindow {
             id: 0,
             start,
             sequence: self.sequence.clone(),
             sent: vec![false; chunks.len()],
             chunks,
-            file,
+            spooled,
         };
         backlog.push(
             pending,
@@ -275,6 +282,51 @@ impl Closer {
             self.spool.as_deref(),
             &self.telemetry,
         );
+    }
+
+    /// Counts and logs a window the spool could not take.
+    fn window_not_spooled(&mut self, start: u64, error: &std::io::Error) {
+        self.telemetry.spool_window_errors.increment(1);
+        if let Some(times) = self.window_spool_log.occurred() {
+            tracing::error!(window = start, error = %error, times, "cannot spool the window; it is kept in memory only, and a crash before it is written loses it (backlog_unspooled_windows counts those; times: windows not spooled since the last such line)");
+        }
+    }
+
+    /// Writes to the spool, oldest first, the queued windows it could not take before, until
+    /// one fails again: a crash then loses none of those it took. Each keeps its number, so a
+    /// replay still sends its run's windows in the order their chunks were numbered.
+    fn respool(&self, spool: &Spool, backlog: &Backlog) {
+        let unspooled: Vec<_> = backlog
+            .lock()
+            .iter()
+            .filter_map(|w| match &w.spooled {
+                Spooled::Unspooled { number, chunks } => {
+                    Some((w.id, w.start, *number, w.sequence.clone(), chunks.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut taken = 0;
+        for (id, start, number, sequence, chunks) in unspooled {
+            // Still no room: counted and logged when the window closed; the gauge says it.
+            let Ok(path) = spool.write(start, number, &sequence, &chunks) else {
+                break;
+            };
+            let mut queue = backlog.lock();
+            match queue.iter_mut().find(|w| w.id == id) {
+                Some(window) => window.spooled = Spooled::File(path),
+                // Written (or dropped) meanwhile: its file is not needed.
+                None => spool.remove(&path),
+            }
+            publish(&queue, &self.telemetry);
+            taken += 1;
+        }
+        if taken > 0 {
+            tracing::info!(
+                windows = taken,
+                "the spool took windows it could not take before; a crash no longer loses them"
+            );
+        }
     }
 
     /// Numbers chunks in sending order.

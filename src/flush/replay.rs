@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use super::backlog::{Backlog, PendingWindow};
+use std::path::PathBuf;
+
+use super::backlog::{Backlog, PendingWindow, Spooled};
 use super::{Closer, state};
 use crate::spool::Spool;
 use crate::store::FlushChunk;
@@ -21,6 +23,8 @@ impl Closer {
             }
             restored
         });
+        // Where the window taken from the state file went: its file, or memory only.
+        let mut from_state = None;
         let mut windows = match spool.load() {
             Ok(windows) => windows,
             Err(e) => {
@@ -48,19 +52,17 @@ impl Closer {
                 .map(|w| w.number)
                 .max()
                 .unwrap_or(0);
-            let path = spool
-                .write(start, number, &sequence, &chunks)
-                .inspect_err(|e| {
-                    self.telemetry.spool_write_errors.increment(1);
-                    tracing::error!(window = start, error = %e, "cannot spool the window");
-                })
-                .unwrap_or_default();
+            let written = spool.write(start, number, &sequence, &chunks);
+            if let Err(e) = &written {
+                self.window_not_spooled(start, e);
+            }
+            from_state = Some(Spooled::from_write(written, number, &chunks));
             windows.push(crate::spool::SpooledWindow {
                 start,
                 number,
                 sequence,
                 chunks,
-                path,
+                path: PathBuf::new(),
             });
         }
         if !windows.is_empty() {
@@ -87,7 +89,11 @@ impl Closer {
                 // The run that spooled them may have sent them.
                 sent: vec![true; w.chunks.len()],
                 chunks: w.chunks,
-                file: Some(w.path).filter(|p| !p.as_os_str().is_empty()),
+                // Only the window taken from the state file has no path here.
+                spooled: match from_state.take_if(|_| w.path.as_os_str().is_empty()) {
+                    Some(spooled) => spooled,
+                    None => Spooled::File(w.path),
+                },
             };
             backlog.push(pending, &self.config, Some(spool), &self.telemetry);
         }

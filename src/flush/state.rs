@@ -37,8 +37,8 @@ impl Closer {
             self.quantiles.as_ref(),
         );
         if let Err(e) = spool.write_state(held) {
-            self.telemetry.spool_write_errors.increment(1);
-            if let Some(times) = self.spool_log.occurred() {
+            self.telemetry.spool_state_errors.increment(1);
+            if let Some(times) = self.state_spool_log.occurred() {
                 tracing::error!(window = start, error = %e, times, "cannot spool the sums held back; the outdated state file is removed, so a crash before the next write loses them (never applies them twice)");
             }
         }

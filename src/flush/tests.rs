@@ -28,7 +28,8 @@ fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
         coarse: Coarse::new(&config),
         quantiles: QuantileGroups::new(&config),
         drop_log: Default::default(),
-        spool_log: Default::default(),
+        window_spool_log: Default::default(),
+        state_spool_log: Default::default(),
         spool: None,
         reloads: None,
         config,
@@ -403,4 +404,53 @@ fn buckets_are_written_once_per_group_and_survive_a_restart() {
     again.replay(&spool, &Backlog::default());
     assert_eq!(held(&again), 9.0, "the buckets held came back");
     assert_eq!(again.quantiles.as_ref().unwrap().held.group, Some(100));
+}
+
+/// The spool cannot take windows (here its directory is gone, as a full disk refuses a file):
+/// they are queued in memory only and counted; once it can, the next close writes them, oldest
+/// first and under their own numbers, and a replay then finds them in order with their chunks
+/// as closed, those the writer had sent since included.
+#[test]
+fn windows_the_spool_could_not_take_are_spooled_when_it_can() {
+    let (mut closer, window) = closer(0);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spool");
+    closer.spool = Some(Arc::new(Spool::open(&path, false).unwrap()));
+    let backlog = Backlog::default();
+    let metric =
+        |c: &Closer, name| crate::http::api::metric_sum(&c.telemetry.render(), name).unwrap_or(0.0);
+    let unspooled = |c: &Closer| metric(c, "backlog_unspooled_windows");
+    record(&window, 10);
+    closer.close(100, false, &backlog);
+    std::fs::remove_dir_all(&path).unwrap();
+    for start in 101..104 {
+        record(&window, 10);
+        closer.close(start, false, &backlog);
+    }
+    assert_eq!(unspooled(&closer), 3.0);
+    assert_eq!(
+        metric(&closer, "spool_write_errors_total{kind=\"window\"}"),
+        3.0
+    );
+    // The writer had Redis acknowledge window 100 and the first chunk of window 101.
+    let first_of_101 = {
+        let mut queue = backlog.lock();
+        queue.pop_front();
+        queue[0].chunks.remove(0)
+    };
+
+    std::fs::create_dir(&path).unwrap();
+    closer.close(104, false, &backlog);
+    assert_eq!(unspooled(&closer), 0.0);
+    assert!(
+        backlog
+            .lock()
+            .iter()
+            .all(|w| matches!(w.spooled, Spooled::File(_)))
+    );
+    drop(closer);
+    let spooled = Spool::open(&path, false).unwrap().load().unwrap();
+    let order: Vec<(u64, u64)> = spooled.iter().map(|w| (w.start, w.number)).collect();
+    assert_eq!(order, [(101, 2), (102, 3), (103, 4)]);
+    assert_eq!(spooled[0].chunks[0].seq, first_of_101.seq);
 }

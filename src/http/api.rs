@@ -297,7 +297,7 @@ const VITALS: [(&str, &str); 8] = [
 
 /// The sum of the series of `metric` in a Prometheus text rendering; `None` when there is none
 /// (a renamed metric must not read as 0).
-fn metric_sum(text: &str, metric: &str) -> Option<f64> {
+pub(crate) fn metric_sum(text: &str, metric: &str) -> Option<f64> {
     let full = format!("statsd_redis_{metric}");
     let mut values = text.lines().filter_map(|line| {
         let (series, value) = line.rsplit_once(' ')?;

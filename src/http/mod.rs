@@ -7,7 +7,7 @@
 //! [`MAX_CONNECTIONS`] are served at once, and at most [`MAX_API_REQUESTS`] API requests run at
 //! once (`/healthz`, `/readyz` and `/metrics` never wait for them).
 
-mod api;
+pub(crate) mod api;
 mod graphite;
 
 use std::sync::Arc;
@@ -209,15 +209,18 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 
 /// Ready while windows are being written: the writer's last attempt reached Redis and was
 /// taken, within [`crate::telemetry::Readiness::STALE`], and no window has waited that long.
+/// The body also says how many windows a crash would lose, when any would (a full spool disk).
 /// From the writer's own state: a request costs Redis nothing.
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.telemetry.readiness.check(state.clock.unix_now()) {
-        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
-        Err(why) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {why}\n"),
-        ),
+    let readiness = &state.telemetry.readiness;
+    let (status, mut body) = match readiness.check(state.clock.unix_now()) {
+        Ok(()) => (StatusCode::OK, "ready".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")),
+    };
+    if let Some(risk) = readiness.at_risk() {
+        body = format!("{body}; {risk}");
     }
+    (status, body + "\n")
 }
 
 /// Serves `app` on `listener` until `shutdown`, on a runtime of its own (its own threads), so

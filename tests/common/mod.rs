@@ -536,7 +536,7 @@ pub fn with_clock(mut command: Command, offset: &str) -> Command {
     command
 }
 
-fn spawn_agent_in(mut agent: Command, redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
+pub fn spawn_agent_in(mut agent: Command, redis_url: &str, extra: &[&str]) -> (Child, u16, u16) {
     let (udp, http) = (free_port(), free_port());
     let child = agent
         .args([
@@ -561,6 +561,73 @@ fn spawn_agent_in(mut agent: Command, redis_url: &str, extra: &[&str]) -> (Child
 }
 
 /// An agent process killed (SIGKILL) when dropped, so a failing test leaves none behind.
+/// A small file system of its own (tmpfs) at a directory, for a spool that fills up. It is
+/// mounted in a mount namespace of its own (`unshare`, from util-linux, in a user namespace so
+/// that no root is needed), held by a process that sleeps; programs run in it by
+/// [`SmallDisk::command`], and the test reaches its files through [`SmallDisk::path`].
+pub struct SmallDisk {
+    holder: Child,
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// A tmpfs of `bytes` (in pages of 4 KiB: a file takes one at least).
+    pub fn new(bytes: u64) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let script = format!(
+            "mount -t tmpfs -o size={bytes} tmpfs {} && echo mounted && exec sleep infinity",
+            dir.path().display()
+        );
+        let mut holder = Command::new("unshare")
+            .args(["--user", "--map-root-user", "--mount", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux) runs the small file system");
+        let mut said = [0u8; 8];
+        let read = holder.stdout.take().unwrap().read_exact(&mut said);
+        assert!(
+            read.is_ok() && &said == b"mounted\n",
+            "cannot mount a tmpfs in a user namespace (unshare --user --map-root-user --mount)"
+        );
+        SmallDisk { holder, dir }
+    }
+
+    /// The file system's root as this process reaches it.
+    pub fn path(&self) -> PathBuf {
+        let inside = self.dir.path().strip_prefix("/").unwrap();
+        PathBuf::from(format!("/proc/{}/root", self.holder.id())).join(inside)
+    }
+
+    /// The directory as programs run by [`SmallDisk::command`] see it.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// `program` run where the file system is mounted.
+    pub fn command(&self, program: Command) -> Command {
+        let mut command = Command::new("nsenter");
+        command
+            .args(["-t", &self.holder.id().to_string(), "--user", "--mount"])
+            .arg("--preserve-credentials")
+            .arg(program.get_program())
+            .args(program.get_args());
+        for (k, v) in program.get_envs() {
+            match v {
+                Some(v) => command.env(k, v),
+                None => command.env_remove(k),
+            };
+        }
+        command
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
+
 pub struct Killed(pub Child);
 
 impl Killed {

@@ -7,6 +7,7 @@ fn sample(kind: MetricType, value: Value<'_>) -> Sample<'_> {
         value,
         rate: 1.0,
         tags: None,
+        timestamp: None,
     }
 }
 

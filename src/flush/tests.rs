@@ -46,6 +46,7 @@ fn record(window: &Mutex<Window>, series: usize) {
         value: Value::Number(1.0),
         rate: 1.0,
         tags: None,
+        timestamp: None,
     };
     let mut w = window.lock().unwrap();
     for i in 0..series {
@@ -367,6 +368,7 @@ fn buckets_are_written_once_per_group_and_survive_a_restart() {
                 value: Value::Number(10.0 * (i + 1) as f64),
                 rate: 1.0,
                 tags: None,
+                timestamp: None,
             };
             w.record(&format!("t{i}"), &sample, usize::MAX);
         }

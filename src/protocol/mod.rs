@@ -155,6 +155,8 @@ pub struct Sample<'a> {
     pub rate: f64,
     /// DogStatsD `#tags` text of the segment, without the `#`.
     pub tags: Option<&'a str>,
+    /// DogStatsD's `|T<unix seconds>`: the moment the value belongs to, when not now.
+    pub timestamp: Option<u64>,
 }
 
 /// A parsed metric line: the name as sent, InfluxDB-style tags from the name, its samples.
@@ -356,6 +358,7 @@ pub fn parse_plain(input: &[u8]) -> Option<(&str, Sample<'_>, usize)> {
             value,
             rate,
             tags: None,
+            timestamp: None,
         },
         used,
     ))
@@ -465,11 +468,17 @@ fn parse_segment<'a>(input: &'a [u8], out: &mut MetricLine<'a>) -> Result<&'a [u
 
     let mut rate = 1.0;
     let mut tags = None;
+    let mut timestamp = None;
     while let Some(rest) = input.strip_prefix(b"|") {
         // Only a rate or timestamp field can be followed by the ':' of an Etsy segment
         // (`a:1|c|@0.5:5|ms`); tags, container ids and unknown fields may hold ':'.
-        // So can an empty field (`a:0|ms|:1|ms`, Telegraf's test): the `|` before a `:`.
-        let field_end = if matches!(rest.first(), Some(b'@' | b'T' | b':')) {
+        // So can an empty field (`a:0|ms|:1|ms`, Telegraf's test): the `|` before a `:`. A
+        // field that is only `:` (`a:1|g|:|#t`, gostatsd's tests) starts no segment: it is an
+        // unknown field.
+        let only_colon = rest.first() == Some(&b':') && matches!(rest.get(1), None | Some(b'|'));
+        let field_end = if only_colon {
+            Some(1)
+        } else if matches!(rest.first(), Some(b'@' | b'T' | b':')) {
             rest.iter().position(|b| *b == b'|' || *b == b':')
         } else {
             rest.iter().position(|b| *b == b'|')
@@ -481,7 +490,7 @@ fn parse_segment<'a>(input: &'a [u8], out: &mut MetricLine<'a>) -> Result<&'a [u
             Some(b'@') => rate = value::parse_sample_rate(&field[1..])?,
             Some(b'#') => tags = Some(utf8(&field[1..])?).filter(|t| !t.is_empty()),
             Some(b'T') if !field[1..].is_empty() => {
-                value::parse_timestamp(&field[1..])?;
+                timestamp = Some(value::parse_timestamp(&field[1..])?);
             }
             Some(b'c') if field.starts_with(b"c:") => {}
             None => {}
@@ -497,6 +506,7 @@ fn parse_segment<'a>(input: &'a [u8], out: &mut MetricLine<'a>) -> Result<&'a [u
                 value: Value::Member(values),
                 rate,
                 tags,
+                timestamp,
             });
         }
     } else {
@@ -515,6 +525,7 @@ fn parse_segment<'a>(input: &'a [u8], out: &mut MetricLine<'a>) -> Result<&'a [u
                 value,
                 rate,
                 tags,
+                timestamp,
             });
         }
     }

@@ -24,7 +24,8 @@ fn simple_counter() {
             kind: MetricType::Counter,
             value: Value::Number(1.0),
             rate: 1.0,
-            tags: None
+            tags: None,
+            timestamp: None,
         }]
     );
 }
@@ -50,6 +51,41 @@ fn unknown_fields_are_counted_and_ignored() {
     let m = metric("a:1|c|x:unknown");
     assert_eq!(m.unknown_fields, 1);
     assert_eq!(m.samples.len(), 1);
+}
+
+/// A field that is only `:`, at the end, first or in the middle of the fields (gostatsd's lexer
+/// tests, with several values too): an unknown field, the line's samples whole, nothing bad.
+#[test]
+fn a_field_that_is_only_a_colon_is_an_unknown_field() {
+    for (line, values) in [
+        ("new.last.colon:1|g|#|c:xyz|:", &[1.0][..]),
+        ("new.first.colon:1|g|:|#|c:xyz", &[1.0]),
+        ("new.mid.colon:1|g|#|:|c:xyz", &[1.0]),
+        ("a.packing:1:2|ms|#|:|c:xyz", &[1.0, 2.0]),
+        ("a.packing:1:2:3|ms|#|:|c:xyz", &[1.0, 2.0, 3.0]),
+        ("a.packing:1:2:|ms|#|:|c:xyz", &[1.0, 2.0]),
+        ("a.packing:1:2|c|#|:|c:xyz", &[1.0, 2.0]),
+        ("a.packing:1:2:3|c|#|:|c:xyz", &[1.0, 2.0, 3.0]),
+        ("a.packing:1:2:|c|#|:|c:xyz", &[1.0, 2.0]),
+        ("a.packing:1:2|g|#|:|c:xyz", &[1.0, 2.0]),
+        ("a.packing:1:2:3|g|#|:|c:xyz", &[1.0, 2.0, 3.0]),
+        ("a.packing:1:2:|g|#|:|c:xyz", &[1.0, 2.0]),
+    ] {
+        let m = metric(line);
+        let got: Vec<f64> = m
+            .samples
+            .iter()
+            .map(|s| match s.value {
+                Value::Number(n) => n,
+                other => panic!("{line}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(got, values, "{line}");
+        assert_eq!((m.unknown_fields, m.rejected), (1, None), "{line}");
+    }
+    // Etsy's segments and Telegraf's empty field before one still start a segment.
+    assert_eq!(metric("a:1|c:2|ms").samples.len(), 2);
+    assert_eq!(metric("a:0|ms|:1|ms").samples.len(), 2);
 }
 
 #[test]

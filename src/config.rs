@@ -99,6 +99,9 @@ pub struct Config {
     pub max_series_per_window: usize,
     /// Gauges, and counters' carried fractions, not updated for this long are forgotten.
     pub forget_idle_secs: u64,
+    /// A counter or gauge timestamped (`|T`) further back than this is dropped and counted; 0:
+    /// the longest retention, `sample_count` × the coarsest precision.
+    pub max_timestamp_age_secs: u64,
     /// Log keys (`recent:`, `common:`) nobody wrote for this long expire; 0: never.
     pub log_idle_secs: u64,
     /// How long shutdown may spend writing the last window and the backlog.
@@ -267,6 +270,7 @@ impl Default for Config {
             // A day: a gauge's value (the base of its deltas) outlives any pause of its sender
             // but not the churn of names that never come back.
             forget_idle_secs: 86_400,
+            max_timestamp_age_secs: 0,
             // A week.
             log_idle_secs: 604_800,
             shutdown_timeout_secs: 10,
@@ -445,6 +449,13 @@ impl Config {
         }
         if self.max_series_per_window == 0 {
             return Err(err("max_series_per_window", "must be at least 1"));
+        }
+        if self.max_timestamp_age_secs > 0 && self.max_timestamp_age_secs < self.flush_interval_secs
+        {
+            return Err(err(
+                "max_timestamp_age_secs",
+                "must be 0 (the longest retention) or at least flush_interval_secs",
+            ));
         }
         if self.forget_idle_secs < 60 {
             return Err(err("forget_idle_secs", "must be at least 60"));
@@ -695,6 +706,10 @@ pub struct Args {
     /// Forget gauges and counter remainders idle this long [default: 86400].
     #[arg(long, env = "STATSD_REDIS_FORGET_IDLE_SECS", value_name = "SECS")]
     pub forget_idle_secs: Option<u64>,
+    /// Drop counters and gauges timestamped (|T) further back; 0 the longest retention
+    /// [default: 0].
+    #[arg(long, env = "STATSD_REDIS_MAX_TIMESTAMP_AGE_SECS", value_name = "SECS")]
+    pub max_timestamp_age_secs: Option<u64>,
     /// Expire log keys idle this long; 0 never [default: 604800].
     #[arg(long, env = "STATSD_REDIS_LOG_IDLE_SECS", value_name = "SECS")]
     pub log_idle_secs: Option<u64>,
@@ -731,6 +746,17 @@ pub struct Args {
     /// text or json [default: text].
     #[arg(long, env = "STATSD_REDIS_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+}
+
+impl Config {
+    /// How far back a timestamped value is taken: `max_timestamp_age_secs`, or by default the
+    /// longest retention.
+    pub fn timestamp_age_limit(&self) -> u64 {
+        match self.max_timestamp_age_secs {
+            0 => self.sample_count * self.precisions.iter().max().copied().unwrap_or(1),
+            age => age,
+        }
+    }
 }
 
 impl Args {
@@ -794,6 +820,7 @@ impl Args {
             spool_fsync,
             max_series_per_window,
             forget_idle_secs,
+            max_timestamp_age_secs,
             log_idle_secs,
             shutdown_timeout_secs,
             redis_timeout_ms,

@@ -189,6 +189,10 @@ impl Readiness {
     }
 }
 
+/// The outcomes of timestamped samples, in [`Telemetry::timestamped`]'s order.
+pub const TIMESTAMP_OUTCOMES: [&str; 5] =
+    ["earlier", "current", "too_old", "too_far_ahead", "ignored"];
+
 /// Flush duration buckets: a healthy flush takes milliseconds; the upper buckets show a Redis
 /// that is slow or timing out. Between 0.1 and 1 s, where a busy agent's flushes fall against
 /// its 1 s window, they are 100 ms apart, so a p99 read from them is within 0.1 s.
@@ -247,6 +251,8 @@ pub struct Telemetry {
     connections: [Connections; 2],
     pub samples_dropped: [Counter; MetricType::ALL.len()],
     pub logs_dropped: Counter,
+    /// Timestamped samples by outcome: [`TIMESTAMP_OUTCOMES`].
+    pub timestamped: [Counter; 5],
     pub kernel_drops: Counter,
     pub active_series: [Gauge; MetricType::ALL.len()],
     pub flushes_ok: Counter,
@@ -419,6 +425,13 @@ impl Telemetry {
                     "samples_dropped_total",
                     "Samples of new series dropped because the window already held max_series_per_window series of their type.",
                     &[("type", t.as_str())],
+                )
+            }),
+            timestamped: TIMESTAMP_OUTCOMES.map(|outcome| {
+                counter(
+                    "timestamped_samples_total",
+                    "Samples sent with a timestamp (|T), by outcome: earlier (written at the slices of their own second), current (of the window they came in, or a little ahead: counted in it), too_old (past max_timestamp_age_secs: dropped), too_far_ahead (dropped), ignored (on another type than counters and gauges' values: taken as of now).",
+                    &[("outcome", outcome)],
                 )
             }),
             logs_dropped: counter(

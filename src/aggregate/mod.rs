@@ -189,11 +189,24 @@ pub struct Window {
     pub gauges: HashMap<SeriesName, GaugeUpdate>,
     pub sets: HashMap<SeriesName, HashSet<Member>>,
     pub logs: Vec<LogEntry>,
+    /// Counters and gauges sent with a timestamp (`|T`), by series: (timestamp, value) in the
+    /// order they came; the ledger decides where each lands.
+    pub stamped: HashMap<SeriesName, Vec<Stamped>>,
+    /// Timestamps on other samples (timers, sets, gauge deltas…), taken as of now.
+    pub stamps_ignored: u64,
     /// Samples of new series dropped because their map was full, by `MetricType as usize`;
     /// log entries dropped last.
     pub dropped: [u64; MetricType::ALL.len() + 1],
     /// How timer, histogram and distribution values are bucketed.
     pub mapping: Mapping,
+}
+
+/// A timestamped value: a counter's increment (weighted by its rate) or a gauge's value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stamped {
+    pub at: u64,
+    pub gauge: bool,
+    pub value: f64,
 }
 
 /// Where [`Window::dropped`] counts log entries.
@@ -215,9 +228,55 @@ impl Window {
     /// Adds one sample of `series`, unless the series is new and its type already has `max`
     /// series in this window: then the sample is counted in [`Window::dropped`]. Known series
     /// are updated in place without allocating.
+    #[inline(always)]
     pub fn record(&mut self, series: &str, sample: &Sample<'_>, max: usize) {
         let weight = 1.0 / sample.rate;
-        let recorded = match (sample.kind, sample.value) {
+        let recorded = match sample.timestamp {
+            None => self.record_now(series, sample.kind, sample.value, weight, max),
+            Some(at) => self.record_stamped(series, sample, at, weight, max),
+        };
+        if recorded.is_none() {
+            self.dropped[sample.kind as usize] += 1;
+        }
+    }
+
+    /// [`Window::record`] for a sample with a timestamp. Timestamps are DogStatsD's for
+    /// counters and gauges (not their deltas): on other samples they are counted, and the
+    /// value is taken as of now.
+    #[cold]
+    fn record_stamped(
+        &mut self,
+        series: &str,
+        sample: &Sample<'_>,
+        at: u64,
+        weight: f64,
+        max: usize,
+    ) -> Option<()> {
+        match (sample.kind, sample.value) {
+            (MetricType::Counter | MetricType::Gauge, Value::Number(v)) => {
+                let gauge = sample.kind == MetricType::Gauge;
+                let value = if gauge { v } else { v * weight };
+                slot(&mut self.stamped, series, max, Vec::new)
+                    .map(|s| s.push(Stamped { at, gauge, value }))
+            }
+            (kind, value) => {
+                self.stamps_ignored += 1;
+                self.record_now(series, kind, value, weight, max)
+            }
+        }
+    }
+
+    /// [`Window::record`] for a value of this window.
+    #[inline(always)]
+    fn record_now(
+        &mut self,
+        series: &str,
+        kind: MetricType,
+        value: Value<'_>,
+        weight: f64,
+        max: usize,
+    ) -> Option<()> {
+        match (kind, value) {
             (MetricType::Counter, Value::Number(v)) => {
                 slot(&mut self.counters, series, max, || 0.0).map(|c| *c += v * weight)
             }
@@ -255,9 +314,6 @@ impl Window {
             }
             // The parser pairs members only with sets and deltas only with gauges.
             _ => Some(()),
-        };
-        if recorded.is_none() {
-            self.dropped[sample.kind as usize] += 1;
         }
     }
 
@@ -273,7 +329,10 @@ impl Window {
     /// Folds a window of the same period, received after `self`, into `self`. Each reader
     /// caps its own window, so a merged window holds up to `udp_readers` times the cap.
     pub fn merge(&mut self, other: Window) {
-        if self.is_empty() && self.dropped == [0; MetricType::ALL.len() + 1] {
+        if self.is_empty()
+            && self.dropped == [0; MetricType::ALL.len() + 1]
+            && self.stamps_ignored == 0
+        {
             // The usual case (one reader): take its maps instead of rebuilding them.
             *self = other;
             return;
@@ -294,6 +353,10 @@ impl Window {
             self.sets.entry(series).or_default().extend(members);
         }
         self.logs.extend(other.logs);
+        for (series, stamped) in other.stamped {
+            self.stamped.entry(series).or_default().extend(stamped);
+        }
+        self.stamps_ignored += other.stamps_ignored;
         for (mine, theirs) in self.dropped.iter_mut().zip(other.dropped) {
             *mine += theirs;
         }
@@ -328,6 +391,7 @@ impl Window {
             && self.gauges.is_empty()
             && self.sets.is_empty()
             && self.logs.is_empty()
+            && self.stamped.is_empty()
     }
 }
 
@@ -345,6 +409,10 @@ pub struct ClosedWindow {
     pub gauges: Vec<(SeriesName, f64)>,
     pub sets: Vec<(SeriesName, Vec<Member>)>,
     pub logs: Vec<LogEntry>,
+    /// Timestamped values of earlier seconds, to write at the slices of their own second.
+    pub stamped: Vec<StampedWrite>,
+    /// What became of the window's timestamped values.
+    pub stamps: StampOutcomes,
 }
 
 impl ClosedWindow {
@@ -354,8 +422,43 @@ impl ClosedWindow {
             && self.gauges.is_empty()
             && self.sets.is_empty()
             && self.logs.is_empty()
+            && self.stamped.is_empty()
     }
 }
+
+/// A timestamped value of an earlier second than its window's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StampedWrite {
+    pub at: u64,
+    pub series: SeriesName,
+    pub value: StampedValue,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StampedValue {
+    /// A counter's whole increment (the fraction is carried like any counter's).
+    Counter(i64),
+    /// A gauge's value; `later` is the timestamp of a later value the agent has written, when
+    /// there is one: the slices that hold that one keep it.
+    Gauge { value: f64, later: Option<u64> },
+}
+
+/// What became of a window's timestamped counters and gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StampOutcomes {
+    /// Of an earlier second: written at its slices.
+    pub earlier: u64,
+    /// Of the window's own seconds, or at most [`STAMP_AHEAD_SECS`] ahead: counted in it.
+    pub current: u64,
+    /// Older than the limit (`max_timestamp_age_secs`): dropped.
+    pub too_old: u64,
+    /// Further ahead: dropped.
+    pub too_far_ahead: u64,
+}
+
+/// How far ahead of the window's end a timestamp may be and still count in it: a client whose
+/// clock runs a little fast.
+pub const STAMP_AHEAD_SECS: u64 = 10;
 
 /// Sums closer than this to a whole number are that number: `0.1 / 0.1`-style float noise must
 /// not turn an exact total into a carried 0.999....
@@ -366,9 +469,21 @@ const WHOLE_EPSILON: f64 = 1e-9;
 #[derive(Debug)]
 pub struct Ledger {
     carries: HashMap<SeriesName, (f64, u64)>,
-    gauges: HashMap<SeriesName, (f64, u64)>,
+    gauges: HashMap<SeriesName, GaugeState>,
     forget_after: u64,
     last_sweep: u64,
+    /// The window's length and how far back a timestamped value is taken.
+    interval: u64,
+    max_age: u64,
+}
+
+/// A gauge's current value, the window that last touched it (for forgetting), and the moment
+/// the value belongs to: its timestamp, or the start of the window it came in.
+#[derive(Clone, Copy, Debug)]
+struct GaugeState {
+    value: f64,
+    touched: u64,
+    stamp: u64,
 }
 
 /// How often the ledger looks for idle entries: each look visits every entry.
@@ -392,6 +507,18 @@ fn in_fixed_order<T>(items: &mut [T], name: impl Fn(&T) -> &SeriesName) {
     });
 }
 
+/// A counter's `total` as the whole number a window writes and the rest it carries. Float
+/// noise is rounded away (`0.1 / 0.1`), and a window writes at most MAX_INCREMENT either way,
+/// carrying the rest like a fraction: many huge increments in one window are written over the
+/// next ones, never lost to a saturated cast or an overflowing HINCRBY.
+fn whole_and_carry(mut total: f64) -> (f64, f64) {
+    if (total - total.round()).abs() < WHOLE_EPSILON {
+        total = total.round();
+    }
+    let whole = total.trunc().clamp(-MAX_INCREMENT, MAX_INCREMENT);
+    (whole, total - whole)
+}
+
 impl Ledger {
     pub fn new(forget_idle_secs: u64) -> Ledger {
         Ledger {
@@ -399,11 +526,20 @@ impl Ledger {
             gauges: HashMap::new(),
             forget_after: forget_idle_secs,
             last_sweep: 0,
+            interval: 1,
+            max_age: u64::MAX,
         }
     }
 
+    /// Windows of `interval` seconds; timestamped values older than `max_age` are dropped.
+    pub fn with_stamps(mut self, interval: u64, max_age: u64) -> Ledger {
+        self.interval = interval;
+        self.max_age = max_age;
+        self
+    }
+
     /// Turns a window into the values to write; must be called in window order.
-    pub fn close(&mut self, start: u64, window: Window) -> ClosedWindow {
+    pub fn close(&mut self, start: u64, mut window: Window) -> ClosedWindow {
         // Sized up front: at many series, a doubling vector's spare half is a large share of the
         // agent's memory.
         let mut closed = ClosedWindow {
@@ -417,19 +553,14 @@ impl Ledger {
             self.last_sweep = start;
             let oldest = start.saturating_sub(self.forget_after);
             self.carries.retain(|_, (_, at)| *at >= oldest);
-            self.gauges.retain(|_, (_, at)| *at >= oldest);
+            self.gauges.retain(|_, g| g.touched >= oldest);
         }
+        let stamped = self.sort_stamped(start, &mut window, &mut closed.stamps);
         for (series, v) in window.counters {
-            let mut total = v + self.carries.remove(&series).map_or(0.0, |c| c.0);
-            if (total - total.round()).abs() < WHOLE_EPSILON {
-                total = total.round();
-            }
-            // A window writes at most MAX_INCREMENT either way and carries the rest, like a
-            // fraction: many huge increments in one window are written over the next ones,
-            // never lost to a saturated cast or an overflowing HINCRBY.
-            let whole = total.trunc().clamp(-MAX_INCREMENT, MAX_INCREMENT);
-            if total != whole {
-                self.carries.insert(series.clone(), (total - whole, start));
+            let total = v + self.carries.remove(&series).map_or(0.0, |c| c.0);
+            let (whole, carry) = whole_and_carry(total);
+            if carry != 0.0 {
+                self.carries.insert(series.clone(), (carry, start));
             }
             closed.counters.push((series, whole as i64));
         }
@@ -439,10 +570,27 @@ impl Ledger {
                 .stats
                 .extend(stats.into_iter().map(|(series, s)| (series, kind, s)));
         }
+        // Earlier seconds first: the window's own values are later than all of them.
+        closed.stamped = self.close_stamped(start, stamped);
         for (series, update) in window.gauges {
-            let value = update.apply(self.gauges.get(&series).map(|g| g.0));
-            self.gauges.insert(series.clone(), (value, start));
+            let value = update.apply(self.gauges.get(&series).map(|g| g.value));
+            let state = GaugeState {
+                value,
+                touched: start,
+                stamp: start,
+            };
+            self.gauges.insert(series.clone(), state);
             closed.gauges.push((series, value));
+        }
+        // A gauge given an older value than its latest: its current value is written again
+        // after it (with the window's slices), so that `gauges:` keeps the latest.
+        for w in &closed.stamped {
+            if let StampedValue::Gauge { later: Some(_), .. } = w.value
+                && !closed.gauges.iter().any(|(s, _)| *s == w.series)
+                && let Some(g) = self.gauges.get(&w.series)
+            {
+                closed.gauges.push((w.series.clone(), g.value));
+            }
         }
         closed.sets = window
             .sets
@@ -458,7 +606,108 @@ impl Ledger {
 
     /// The current value of a gauge, as the agent knows it.
     pub fn gauge(&self, series: &str) -> Option<f64> {
-        self.gauges.get(series).map(|g| g.0)
+        self.gauges.get(series).map(|g| g.value)
+    }
+
+    /// Sorts the window's timestamped values: those of its own seconds (or a little ahead)
+    /// join its other values, those too old or too far ahead are dropped, and those of earlier
+    /// seconds are returned in the order they came.
+    fn sort_stamped(
+        &self,
+        start: u64,
+        window: &mut Window,
+        outcomes: &mut StampOutcomes,
+    ) -> Vec<(SeriesName, Stamped)> {
+        let end = start + self.interval;
+        let mut earlier = Vec::new();
+        for (series, values) in std::mem::take(&mut window.stamped) {
+            for v in values {
+                if v.at >= end + STAMP_AHEAD_SECS {
+                    outcomes.too_far_ahead += 1;
+                } else if v.at >= start {
+                    outcomes.current += 1;
+                    if v.gauge {
+                        let set = GaugeUpdate {
+                            set: Some(v.value),
+                            delta: 0.0,
+                        };
+                        let g = window.gauges.entry(series.clone()).or_default();
+                        *g = g.then(set);
+                    } else {
+                        *window.counters.entry(series.clone()).or_insert(0.0) += v.value;
+                    }
+                } else if end - v.at > self.max_age {
+                    outcomes.too_old += 1;
+                } else {
+                    outcomes.earlier += 1;
+                    earlier.push((series.clone(), v));
+                }
+            }
+        }
+        earlier
+    }
+
+    /// The writes of the values of earlier seconds: counters summed per second (whole, the
+    /// fraction carried), gauges the last value of each second; a gauge's value becomes its
+    /// current one when nothing later is known.
+    fn close_stamped(
+        &mut self,
+        start: u64,
+        values: Vec<(SeriesName, Stamped)>,
+    ) -> Vec<StampedWrite> {
+        let mut counters: HashMap<(SeriesName, u64), f64> = HashMap::new();
+        let mut gauges: Vec<(SeriesName, u64, f64)> = Vec::new();
+        for (series, v) in values {
+            if v.gauge {
+                gauges.push((series, v.at, v.value));
+            } else {
+                *counters.entry((series, v.at)).or_insert(0.0) += v.value;
+            }
+        }
+        let mut writes = Vec::with_capacity(counters.len() + gauges.len());
+        for ((series, at), v) in counters {
+            let (whole, carry) = whole_and_carry(v);
+            if carry != 0.0 {
+                let carried = self.carries.entry(series.clone()).or_insert((0.0, start));
+                *carried = (carried.0 + carry, start);
+            }
+            if whole != 0.0 {
+                let value = StampedValue::Counter(whole as i64);
+                writes.push(StampedWrite { at, series, value });
+            }
+        }
+        // In time order, the last that came of one second winning.
+        gauges.sort_by_key(|(_, at, _)| *at);
+        let mut last: HashMap<(SeriesName, u64), f64> = HashMap::new();
+        let mut order = Vec::new();
+        for (series, at, value) in gauges {
+            if last.insert((series.clone(), at), value).is_none() {
+                order.push((series, at));
+            }
+        }
+        for (series, at) in order {
+            let value = last[&(series.clone(), at)];
+            let later = match self.gauges.get_mut(&series) {
+                Some(g) if g.stamp > at => Some(g.stamp),
+                known => {
+                    let state = GaugeState {
+                        value,
+                        touched: start,
+                        stamp: at,
+                    };
+                    match known {
+                        Some(g) => *g = state,
+                        None => {
+                            self.gauges.insert(series.clone(), state);
+                        }
+                    }
+                    None
+                }
+            };
+            let value = StampedValue::Gauge { value, later };
+            writes.push(StampedWrite { at, series, value });
+        }
+        writes
     }
 }
 

@@ -356,7 +356,45 @@ proptest::proptest! {
             let bounded = closed.counters.iter().all(|(_, n)| n.unsigned_abs() <= MAX_INCREMENT as u64);
             proptest::prop_assert!(bounded);
             proptest::prop_assert!(ledger.carries.values().all(|(c, _)| c.is_finite()));
-            proptest::prop_assert!(ledger.gauges.values().all(|(g, _)| g.is_finite()));
+            proptest::prop_assert!(ledger.gauges.values().all(|g| g.value.is_finite()));
         }
     }
+}
+
+/// A sampled counter of an earlier second writes its whole part there and carries the fraction
+/// like any counter's, into the next window that counts the series; the series cap takes the
+/// timestamped values of a series as one series.
+#[test]
+fn timestamped_counters_carry_their_fraction_and_count_against_the_cap() {
+    let stamped = |value, rate, at| Sample {
+        rate,
+        timestamp: Some(at),
+        ..sample(MetricType::Counter, Value::Number(value))
+    };
+    let mut ledger = Ledger::default().with_stamps(1, 3600);
+    let mut w = Window::default();
+    for _ in 0..10 {
+        w.record("c", &stamped(1.0, 0.3, 99_990), 1);
+    }
+    w.record("other", &stamped(1.0, 1.0, 99_990), 1);
+    assert_eq!(w.dropped[MetricType::Counter as usize], 1, "the cap");
+    let closed = ledger.close(100_000, w);
+    let write = StampedWrite {
+        at: 99_990,
+        series: "c".into(),
+        value: StampedValue::Counter(33),
+    };
+    assert_eq!(closed.stamped, [write]);
+    assert_eq!(closed.stamps.earlier, 10);
+    let mut w = Window::default();
+    w.record("c", &sample(MetricType::Counter, Value::Number(1.0)), 1);
+    let closed = ledger.close(100_001, w);
+    // 10 / 0.3 = 33.33…: the third is carried on (1.33 written as 1, 2.33 as 2).
+    assert_eq!(closed.counters, [("c".into(), 1)]);
+    let mut w = Window::default();
+    w.record("c", &sample(MetricType::Counter, Value::Number(2.0)), 1);
+    w.record("c", &stamped(1.0, 0.5, 96_000), 1);
+    let closed = ledger.close(100_002, w);
+    assert_eq!(closed.counters, [("c".into(), 2)]);
+    assert_eq!(closed.stamps.too_old, 1);
 }

@@ -17,6 +17,7 @@ mod groups;
 mod quantiles;
 mod replay;
 mod report;
+mod stamped;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -66,6 +67,8 @@ struct Closer {
     quantiles: Option<QuantileGroups>,
     /// Samples dropped by the series cap: logged at most every 10 s.
     drop_log: LogLimit,
+    /// Timestamped samples dropped (too old, too far ahead): logged at most every 10 s.
+    stamp_log: LogLimit,
     /// Spool writes that failed (a full disk fails every one), windows' and the state file's
     /// apart so that neither hides the other: each logged at most every 10 s.
     window_spool_log: LogLimit,
@@ -128,7 +131,8 @@ impl Flusher {
             writer,
             closer: Closer {
                 windows,
-                ledger: Ledger::new(config.forget_idle_secs),
+                ledger: Ledger::new(config.forget_idle_secs)
+                    .with_stamps(config.flush_interval_secs, config.timestamp_age_limit()),
                 sequence: keys.flush_sequence(run_id).into(),
                 last_window: 0,
                 numbering: chunker.numbering(),
@@ -136,6 +140,7 @@ impl Flusher {
                 coarse: Coarse::new(&config),
                 quantiles: QuantileGroups::new(&config),
                 drop_log: LogLimit::default(),
+                stamp_log: LogLimit::default(),
                 window_spool_log: LogLimit::default(),
                 state_spool_log: LogLimit::default(),
                 spool: spool.map(Arc::new),
@@ -234,16 +239,21 @@ impl Closer {
             merged.merge(taken);
         }
         self.report_drops(&merged);
+        let ignored = merged.stamps_ignored;
         let mut closed = self.ledger.close(start, merged);
+        self.report_stamps(closed.stamps, ignored);
+        // Earlier seconds first, as they came before the window's own values.
+        let earlier = self.stamped_chunks(start, std::mem::take(&mut closed.stamped));
         self.report_active(&closed);
         let grouped = match &mut self.quantiles {
             None => Vec::new(),
             Some(q) => q.close(&mut closed, last, &self.chunker),
         };
-        let mut chunks = match &mut self.coarse {
+        let mut chunks = earlier;
+        chunks.extend(match &mut self.coarse {
             None => self.chunker.whole(&closed),
             Some(coarse) => coarse.close(closed, last, &self.chunker),
-        };
+        });
         chunks.extend(grouped);
         let chunks = self.number(chunks);
         // Windows the spool could not take before go first, at every close.

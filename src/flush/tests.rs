@@ -28,6 +28,7 @@ fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
         coarse: Coarse::new(&config),
         quantiles: QuantileGroups::new(&config),
         drop_log: Default::default(),
+        stamp_log: Default::default(),
         window_spool_log: Default::default(),
         state_spool_log: Default::default(),
         spool: None,

@@ -176,8 +176,10 @@ pub struct MetricLine<'a> {
     pub rejected: Option<BadLine>,
 }
 
-/// What one line of a datagram is.
+/// What one line of a datagram is. A metric line is the large one, and the usual one: it stays
+/// inline, a temporary on the reader's stack, rather than an allocation per line.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Line<'a> {
     Metric(MetricLine<'a>),
     Event(Event<'a>),

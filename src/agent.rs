@@ -14,6 +14,7 @@ use crate::config::{Config, RedisMode, redacted};
 use crate::flush::Flusher;
 use crate::http::{AppState, router};
 use crate::ingest::datagram::{self, DatagramReader};
+use crate::ingest::rules::{Rules, SharedRules};
 use crate::ingest::stream;
 use crate::ingest::{BadLineLog, LineHandler, SocketFile, Transport};
 use crate::spool::{Spool, SpoolError};
@@ -185,7 +186,7 @@ pub async fn run(
 
 /// [`run`], taking from `reloads` the keys of a reloaded configuration that apply without a
 /// restart (`max_series_per_chunk`, `max_backlog_windows`, `max_backlog_bytes`,
-/// `cleaner_interval_secs`; the binary applies `log_level` itself).
+/// `cleaner_interval_secs`, the filters; the binary applies `log_level` itself).
 pub async fn run_reloading(
     config: Config,
     listeners: Listeners,
@@ -218,6 +219,7 @@ pub async fn run_reloading(
         }
     })?;
     let tracker = TaskTracker::new();
+    let rules = Arc::new(SharedRules::new(Rules::from_config(&config)?));
 
     let mut windows = Vec::new();
     let mut new_window = || {
@@ -239,6 +241,7 @@ pub async fn run_reloading(
             idle_timeout: (config.stream_idle_timeout_secs > 0)
                 .then(|| Duration::from_secs(config.stream_idle_timeout_secs)),
             bad_lines: Arc::new(BadLineLog::default()),
+            rules: rules.clone(),
         };
         let transport = listener.transport();
         let serve = stream::serve(listener, settings, tracker.clone(), shutdown.clone()).map_err(
@@ -264,7 +267,8 @@ pub async fn run_reloading(
             socket,
             transport,
             window: new_window(),
-            handler: LineHandler::new(config.sanitize_names, config.max_series_per_window),
+            handler: LineHandler::new(config.sanitize_names, config.max_series_per_window)
+                .with_rules(rules.clone()),
             telemetry: telemetry.clone(),
             max_datagram_bytes: config.max_datagram_bytes,
         };
@@ -312,6 +316,7 @@ pub async fn run_reloading(
         );
         tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))
     });
+    tokio::spawn(take_rules(reloads.clone(), rules, shutdown.clone()));
     let wait = (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout_ms));
     let writer = Writer::new(store.clone(), wait, telemetry.clone());
     let flusher_stop = CancellationToken::new();
@@ -342,4 +347,26 @@ pub async fn run_reloading(
     }
     let _ = tokio::task::spawn_blocking(move || server.join()).await;
     Ok(())
+}
+
+/// Gives the readers the filters of each reloaded configuration (validated before it is sent:
+/// they compile) until `stop`.
+async fn take_rules(
+    mut reloads: tokio::sync::watch::Receiver<Config>,
+    rules: Arc<SharedRules>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = reloads.changed() => if changed.is_err() { return },
+        }
+        let compiled = Rules::from_config(&reloads.borrow_and_update());
+        match compiled {
+            Ok(new) => rules.replace(new),
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: the filters do not compile; the running ones are kept")
+            }
+        }
+    }
 }

@@ -102,6 +102,15 @@ pub struct Config {
     /// A counter or gauge timestamped (`|T`) further back than this is dropped and counted; 0:
     /// the longest retention, `sample_count` × the coarsest precision.
     pub max_timestamp_age_secs: u64,
+    /// Only metrics whose name (without its tags) matches one of these globs are kept (`*` any
+    /// run of characters, `?` one); empty: all.
+    pub keep_names: Vec<String>,
+    /// Metrics whose name matches one of these globs are dropped.
+    pub drop_names: Vec<String>,
+    /// Metric types dropped: `c`, `ms`, `h`, `d`, `g`, `s`.
+    pub drop_types: Vec<String>,
+    /// Tag keys removed from every metric before its series name is made.
+    pub drop_tags: Vec<String>,
     /// Log keys (`recent:`, `common:`) nobody wrote for this long expire; 0: never.
     pub log_idle_secs: u64,
     /// How long shutdown may spend writing the last window and the backlog.
@@ -271,6 +280,10 @@ impl Default for Config {
             // but not the churn of names that never come back.
             forget_idle_secs: 86_400,
             max_timestamp_age_secs: 0,
+            keep_names: Vec::new(),
+            drop_names: Vec::new(),
+            drop_types: Vec::new(),
+            drop_tags: Vec::new(),
             // A week.
             log_idle_secs: 604_800,
             shutdown_timeout_secs: 10,
@@ -369,6 +382,7 @@ impl Config {
 
     /// Checks the values that types alone don't.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::ingest::rules::Rules::from_config(self)?;
         if self.udp.is_empty()
             && self.tcp.is_empty()
             && self.unix_datagram.is_empty()
@@ -710,6 +724,38 @@ pub struct Args {
     /// [default: 0].
     #[arg(long, env = "STATSD_REDIS_MAX_TIMESTAMP_AGE_SECS", value_name = "SECS")]
     pub max_timestamp_age_secs: Option<u64>,
+    /// Keep only metrics whose name matches one of these globs; none: all [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_KEEP_NAMES",
+        value_name = "GLOB",
+        value_delimiter = ','
+    )]
+    pub keep_names: Option<Vec<String>>,
+    /// Drop metrics whose name matches one of these globs [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_DROP_NAMES",
+        value_name = "GLOB",
+        value_delimiter = ','
+    )]
+    pub drop_names: Option<Vec<String>>,
+    /// Drop metrics of these types: c, ms, h, d, g, s [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_DROP_TYPES",
+        value_name = "TYPE",
+        value_delimiter = ','
+    )]
+    pub drop_types: Option<Vec<String>>,
+    /// Remove these tag keys from every metric [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_DROP_TAGS",
+        value_name = "KEY",
+        value_delimiter = ','
+    )]
+    pub drop_tags: Option<Vec<String>>,
     /// Expire log keys idle this long; 0 never [default: 604800].
     #[arg(long, env = "STATSD_REDIS_LOG_IDLE_SECS", value_name = "SECS")]
     pub log_idle_secs: Option<u64>,
@@ -821,6 +867,10 @@ impl Args {
             max_series_per_window,
             forget_idle_secs,
             max_timestamp_age_secs,
+            keep_names,
+            drop_names,
+            drop_types,
+            drop_tags,
             log_idle_secs,
             shutdown_timeout_secs,
             redis_timeout_ms,

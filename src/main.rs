@@ -228,12 +228,16 @@ struct Reload {
 
 /// Keys a SIGHUP applies to the running agent (`log_level` in the binary, the others through
 /// [`agent::run_reloading`]); a change to any other waits for a restart.
-const RELOADABLE: [&str; 5] = [
+const RELOADABLE: [&str; 9] = [
     "log_level",
     "max_series_per_chunk",
     "max_backlog_windows",
     "max_backlog_bytes",
     "cleaner_interval_secs",
+    "keep_names",
+    "drop_names",
+    "drop_types",
+    "drop_tags",
 ];
 
 impl Reload {
@@ -281,6 +285,10 @@ impl Reload {
             max_backlog_windows: new.max_backlog_windows,
             max_backlog_bytes: new.max_backlog_bytes,
             cleaner_interval_secs: new.cleaner_interval_secs,
+            keep_names: new.keep_names,
+            drop_names: new.drop_names,
+            drop_types: new.drop_types,
+            drop_tags: new.drop_tags,
             ..self.running.clone()
         };
         if !applied.is_empty()

@@ -210,6 +210,8 @@ pub struct Tally {
     pub lines: u64,
     pub bad: [u64; BadLine::ALL.len()],
     pub samples: [u64; MetricType::ALL.len()],
+    /// Of them, dropped by the filters.
+    pub filtered: [u64; MetricType::ALL.len()],
     pub events: u64,
     pub service_checks: u64,
     pub unknown_fields: u64,
@@ -249,7 +251,10 @@ pub struct Telemetry {
     handle: PrometheusHandle,
     received: [Received; Transport::ALL.len()],
     connections: [Connections; 2],
+    /// Samples dropped by the series cap, by type.
     pub samples_dropped: [Counter; MetricType::ALL.len()],
+    /// Samples dropped by the filters, by type.
+    pub samples_filtered: [Counter; MetricType::ALL.len()],
     pub logs_dropped: Counter,
     /// Timestamped samples by outcome: [`TIMESTAMP_OUTCOMES`].
     pub timestamped: [Counter; 5],
@@ -423,8 +428,15 @@ impl Telemetry {
             samples_dropped: MetricType::ALL.map(|t| {
                 counter(
                     "samples_dropped_total",
-                    "Samples of new series dropped because the window already held max_series_per_window series of their type.",
-                    &[("type", t.as_str())],
+                    "Samples dropped, by type and reason: series_cap (a new series while the window already held max_series_per_window series of its type), filtered (keep_names, drop_names, drop_types).",
+                    &[("type", t.as_str()), ("reason", "series_cap")],
+                )
+            }),
+            samples_filtered: MetricType::ALL.map(|t| {
+                counter(
+                    "samples_dropped_total",
+                    "Samples dropped, by type and reason: series_cap (a new series while the window already held max_series_per_window series of its type), filtered (keep_names, drop_names, drop_types).",
+                    &[("type", t.as_str()), ("reason", "filtered")],
                 )
             }),
             timestamped: TIMESTAMP_OUTCOMES.map(|outcome| {
@@ -592,6 +604,11 @@ impl Telemetry {
             }
         }
         for (c, n) in r.samples.iter().zip(t.samples) {
+            if n > 0 {
+                c.increment(n);
+            }
+        }
+        for (c, n) in self.samples_filtered.iter().zip(t.filtered) {
             if n > 0 {
                 c.increment(n);
             }

@@ -130,18 +130,6 @@ fn a_failure_after_binding_exits_1_instead_of_hanging() {
     drop(first);
 }
 
-/// SIGTERM, then the exit code and everything the agent logged.
-fn terminate(mut child: std::process::Child) -> (Option<i32>, String, Duration) {
-    let signalled = Instant::now();
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
-    let took = signalled.elapsed();
-    let mut log = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
-    (status.code(), log, took)
-}
-
 #[test]
 fn sigterm_right_after_sending_loses_nothing() {
     let redis = RedisServer::start();

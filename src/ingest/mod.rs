@@ -3,17 +3,19 @@
 //! into a reader's [`Window`] and tallies what it saw.
 
 pub mod datagram;
+pub mod rules;
 pub mod stream;
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::aggregate::{LogEntry, Window};
-use crate::protocol::{self, BadLine, Line, SeriesNamer};
+use crate::protocol::{self, BadLine, Line, MetricType, SeriesNamer};
 pub use crate::telemetry::Transport;
 use crate::telemetry::{LogLimit, Tally};
+use rules::{Rules, SharedRules};
 
 /// Bad lines kept for the log: the longest prefix of a line worth printing.
 const BAD_LINE_LOG_BYTES: usize = 200;
@@ -137,6 +139,10 @@ pub struct LineHandler {
     pub tally: Tally,
     /// The first bad line since the reader last logged one.
     pub bad_example: Option<(BadLine, String)>,
+    /// The filters in use (none: `None`), the shared ones a SIGHUP replaces, and the version
+    /// of those taken.
+    rules: Option<Arc<Rules>>,
+    shared: Option<(Arc<SharedRules>, u64)>,
 }
 
 impl LineHandler {
@@ -146,7 +152,38 @@ impl LineHandler {
             max_series,
             tally: Tally::default(),
             bad_example: None,
+            rules: None,
+            shared: None,
         }
+    }
+
+    /// Applies `rules`, and the rules that replace them.
+    pub fn with_rules(mut self, rules: Arc<SharedRules>) -> LineHandler {
+        self.shared = Some((rules, u64::MAX));
+        self.take_rules();
+        self
+    }
+
+    /// Takes the shared rules if they changed.
+    #[inline]
+    fn take_rules(&mut self) {
+        let Some((shared, version)) = &mut self.shared else {
+            return;
+        };
+        if let Some(rules) = shared.changed_since(version) {
+            self.namer.drop_tags = rules.drop_tags.clone();
+            self.rules = (!rules.is_empty()).then_some(rules);
+        }
+    }
+
+    /// Whether the filters keep a sample of `name` of type `kind` (counted when not).
+    #[inline]
+    fn keeps(&mut self, name: &str, kind: MetricType) -> bool {
+        let kept = self.rules.as_ref().is_none_or(|r| r.keeps(name, kind));
+        if !kept {
+            self.tally.filtered[kind as usize] += 1;
+        }
+        kept
     }
 
     /// Records every good line of `datagram` into `window`. A `truncated` datagram (cut by the
@@ -171,11 +208,14 @@ impl LineHandler {
     pub fn handle_lines(&mut self, mut body: &[u8], window: &mut Window) {
         // The common line is split and parsed in one pass; anything else is split off and
         // goes through the full parser.
+        self.take_rules();
         while !body.is_empty() {
             if let Some((series, sample, used)) = protocol::parse_plain(body) {
                 self.tally.lines += 1;
                 self.tally.samples[sample.kind as usize] += 1;
-                window.record(series, &sample, self.max_series);
+                if self.keeps(series, sample.kind) {
+                    window.record(series, &sample, self.max_series);
+                }
                 body = &body[used..];
                 continue;
             }
@@ -195,6 +235,10 @@ impl LineHandler {
                 // on the first sample or never: a line is recorded whole or not at all.
                 let mut renamed = false;
                 for sample in &m.samples {
+                    if !self.keeps(&m.name, sample.kind) {
+                        self.tally.samples[sample.kind as usize] += 1;
+                        continue;
+                    }
                     match self.namer.series(&m.name, m.influx_tags, sample.tags) {
                         Ok((series, r)) => {
                             renamed |= r;

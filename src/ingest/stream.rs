@@ -80,6 +80,8 @@ pub struct Settings {
     /// None: never.
     pub idle_timeout: Option<Duration>,
     pub bad_lines: Arc<BadLineLog>,
+    /// The filters, shared with the other readers.
+    pub rules: Arc<super::rules::SharedRules>,
 }
 
 /// Registers the listener with the runtime (the step that can fail, done before anything is
@@ -197,7 +199,8 @@ struct Framer {
 impl Framer {
     fn new(settings: &Settings) -> Framer {
         Framer {
-            handler: LineHandler::new(settings.sanitize_names, settings.max_series),
+            handler: LineHandler::new(settings.sanitize_names, settings.max_series)
+                .with_rules(settings.rules.clone()),
             pending: Vec::with_capacity(READ_BYTES),
             skipping: false,
             max_line_bytes: settings.max_line_bytes,
@@ -356,6 +359,7 @@ mod tests {
             max_connections: 10,
             idle_timeout: None,
             bad_lines: Default::default(),
+            rules: Default::default(),
         }
     }
 

@@ -54,7 +54,7 @@ impl MetricType {
         }
     }
 
-    fn from_wire(b: &[u8]) -> Option<MetricType> {
+    pub fn from_wire(b: &[u8]) -> Option<MetricType> {
         Some(match b {
             b"c" => MetricType::Counter,
             b"ms" => MetricType::Timer,

@@ -75,6 +75,8 @@ fn sanitize_into(src: &str, out: &mut String, allowed: fn(u8) -> bool) -> bool {
 #[derive(Debug)]
 pub struct SeriesNamer {
     sanitize: bool,
+    /// Tag keys left out of series names (`drop_tags`).
+    pub drop_tags: Vec<String>,
     out: String,
     tag_text: String,
     tags: Vec<(Range<usize>, Range<usize>)>,
@@ -84,6 +86,7 @@ impl SeriesNamer {
     pub fn new(sanitize: bool) -> Self {
         SeriesNamer {
             sanitize,
+            drop_tags: Vec::new(),
             out: String::new(),
             tag_text: String::new(),
             tags: Vec::new(),
@@ -161,6 +164,9 @@ impl SeriesNamer {
                 _ => tag,
             };
             let (key, value) = tag.split_once(kv_separator).unwrap_or((tag, ""));
+            if self.drop_tags.iter().any(|dropped| dropped == key) {
+                continue;
+            }
             let key_range = self.push_tag_part(key, true, &mut renamed);
             let value_range = self.push_tag_part(value, false, &mut renamed);
             if key_range.is_empty() {

@@ -561,6 +561,18 @@ pub fn spawn_agent_in(mut agent: Command, redis_url: &str, extra: &[&str]) -> (C
 }
 
 /// An agent process killed (SIGKILL) when dropped, so a failing test leaves none behind.
+/// SIGTERM, then the exit code and everything the agent logged.
+pub fn terminate(mut child: std::process::Child) -> (Option<i32>, String, Duration) {
+    let signalled = Instant::now();
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let took = signalled.elapsed();
+    let mut log = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
+    (status.code(), log, took)
+}
+
 /// A small file system of its own (tmpfs) at a directory, for a spool that fills up. It is
 /// mounted in a mount namespace of its own (`unshare`, from util-linux, in a user namespace so
 /// that no root is needed), held by a process that sleeps; programs run in it by

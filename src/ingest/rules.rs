@@ -1,0 +1,165 @@
+//! What the readers do to a sample before it reaches a window: the filters (`keep_names`,
+//! `drop_names`, `drop_types`, `drop_tags`). Made from the configuration at start and again at
+//! each SIGHUP; a reader takes the new rules at its next datagram ([`SharedRules`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use regex::Regex;
+
+use crate::config::{Config, ConfigError, err};
+use crate::protocol::MetricType;
+
+/// The filters, compiled.
+#[derive(Debug, Default)]
+pub struct Rules {
+    /// When set, only names it matches are kept.
+    keep: Option<Regex>,
+    drop: Option<Regex>,
+    drop_types: [bool; MetricType::ALL.len()],
+    /// Tag keys removed before the series name is made.
+    pub drop_tags: Vec<String>,
+}
+
+impl Rules {
+    /// The rules `config` asks for; a bad one is an error naming its key.
+    pub fn from_config(config: &Config) -> Result<Rules, ConfigError> {
+        let mut drop_types = [false; MetricType::ALL.len()];
+        for name in &config.drop_types {
+            let kind = MetricType::from_wire(name.as_bytes()).ok_or_else(|| {
+                err(
+                    "drop_types",
+                    format!("{name:?} is not a StatsD type (c, ms, h, d, g, s)"),
+                )
+            })?;
+            drop_types[kind as usize] = true;
+        }
+        Ok(Rules {
+            keep: globs("keep_names", &config.keep_names)?,
+            drop: globs("drop_names", &config.drop_names)?,
+            drop_types,
+            drop_tags: config.drop_tags.clone(),
+        })
+    }
+
+    /// Whether a sample of metric `name` (without its tags) and type `kind` is kept.
+    #[inline]
+    pub fn keeps(&self, name: &str, kind: MetricType) -> bool {
+        !self.drop_types[kind as usize]
+            && self.keep.as_ref().is_none_or(|keep| keep.is_match(name))
+            && !self.drop.as_ref().is_some_and(|drop| drop.is_match(name))
+    }
+
+    /// Whether the rules leave every sample as it is.
+    pub fn is_empty(&self) -> bool {
+        self.keep.is_none()
+            && self.drop.is_none()
+            && self.drop_types == [false; MetricType::ALL.len()]
+            && self.drop_tags.is_empty()
+    }
+}
+
+/// Name globs as one matcher: `*` any run of characters (dots too), `?` one character, the
+/// rest literal.
+fn globs(key: &str, patterns: &[String]) -> Result<Option<Regex>, ConfigError> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    if let Some(empty) = patterns.iter().position(String::is_empty) {
+        return Err(err(key, format!("pattern {} is empty", empty + 1)));
+    }
+    let alternatives: Vec<String> = patterns
+        .iter()
+        .map(|glob| {
+            let mut re = String::new();
+            for part in glob.split_inclusive(['*', '?']) {
+                let (literal, wild) = match part.strip_suffix(['*', '?']) {
+                    Some(literal) => (literal, &part[literal.len()..]),
+                    None => (part, ""),
+                };
+                re.push_str(&regex::escape(literal));
+                re.push_str(match wild {
+                    "*" => ".*",
+                    "?" => ".",
+                    _ => "",
+                });
+            }
+            re
+        })
+        .collect();
+    let joined = format!("^(?:{})$", alternatives.join("|"));
+    Regex::new(&joined)
+        .map(Some)
+        .map_err(|e| err(key, e.to_string()))
+}
+
+/// The readers' rules, replaced at a SIGHUP: each reader keeps an `Arc` of the rules it uses
+/// and looks at the version once a datagram (one atomic load).
+#[derive(Debug, Default)]
+pub struct SharedRules {
+    version: AtomicU64,
+    rules: Mutex<Arc<Rules>>,
+}
+
+impl SharedRules {
+    pub fn new(rules: Rules) -> SharedRules {
+        SharedRules {
+            version: AtomicU64::new(0),
+            rules: Mutex::new(Arc::new(rules)),
+        }
+    }
+
+    /// Replaces the rules.
+    pub fn replace(&self, rules: Rules) {
+        *self.rules.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(rules);
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// The rules, if they changed since `version` (which is then moved on).
+    pub fn changed_since(&self, version: &mut u64) -> Option<Arc<Rules>> {
+        let now = self.version.load(Ordering::Acquire);
+        if now == *version {
+            return None;
+        }
+        *version = now;
+        Some(self.rules.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(keep: &[&str], drop: &[&str], types: &[&str]) -> Result<Rules, ConfigError> {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        Rules::from_config(&Config {
+            keep_names: strings(keep),
+            drop_names: strings(drop),
+            drop_types: strings(types),
+            ..Config::default()
+        })
+    }
+
+    #[test]
+    fn globs_keep_and_drop_names_and_types() {
+        let r = rules(&["api.*", "web.?.hits"], &["*.debug.*", "api.tmp"], &["h"]).unwrap();
+        let c = MetricType::Counter;
+        assert!(r.keeps("api.requests", c));
+        assert!(r.keeps("api.a.b.c", c), "* crosses dots");
+        assert!(r.keeps("web.1.hits", c));
+        assert!(!r.keeps("web.12.hits", c), "? is one character");
+        assert!(!r.keeps("db.requests", c), "not kept");
+        assert!(!r.keeps("api.x.debug.y", c), "dropped");
+        assert!(!r.keeps("api.tmp", c));
+        assert!(r.keeps("api.tmp2", c), "a glob matches the whole name");
+        assert!(!r.keeps("api.size", MetricType::Histogram), "the type");
+        assert!(r.keeps("api.(x)+[y]", c), "regex characters are literal");
+        assert!(rules(&[], &[], &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_bad_rule_names_its_key() {
+        assert_eq!(rules(&[], &[], &["x"]).unwrap_err().key, "drop_types");
+        assert_eq!(rules(&[""], &[], &[]).unwrap_err().key, "keep_names");
+    }
+}

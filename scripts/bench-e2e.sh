@@ -6,6 +6,10 @@
 # process, flush included) per datagram and per line, and the ratios to the floor.
 #
 #   scripts/bench-e2e.sh [runs=5] [series=1000]
+#
+# DEAD_RELAY=1 also runs the agent relaying to a TCP StatsD server that is down (`relay`; every
+# line dropped and counted), interleaved with the others: "agent+relay" in the table. ETSY=0
+# leaves Etsy statsd out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-5}; series=${2:-1000}
@@ -16,7 +20,7 @@ metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="statsd_redis_$2" '$1 == m 
 
 results="$dir/results.tsv"
 etsy=""
-if command -v npm >/dev/null 2>&1; then
+if [ "${ETSY:-1}" != 0 ] && command -v npm >/dev/null 2>&1; then
   (cd "$dir" && npm install --silent --no-audit --no-fund statsd@0.9.0 >/dev/null 2>&1) && etsy="$dir/node_modules/statsd"
   # A backend that keeps the running total of what Etsy statsd received, for the loss figure.
   cat > "$dir/count-backend.js" <<'JS'
@@ -44,10 +48,10 @@ run_floor() { # lines_per_datagram lines
   cpu=$(sed -E 's/.*cpu_us=([0-9]+).*/\1/' "$dir/floor.out")
   printf 'floor\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$got" "$cpu" "$(cat "$dir/send.out")" >> "$results"
 }
-run_agent() { # lines_per_datagram lines
-  local sock="$dir/r.sock" udp http
+run_agent() { # lines_per_datagram lines [label extra-agent-args...]
+  local sock="$dir/r.sock" udp http label=${3:-agent}
   start_redis "$sock"
-  start_agent "$dir/agent.log" --redis "redis+unix://$sock" --cleaner-enabled false
+  start_agent "$dir/agent.log" --redis "redis+unix://$sock" --cleaner-enabled false "${@:4}"
   local pid=$agent_pid
   local before; before=$(cpu_us $pid)
   target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$series" \
@@ -65,7 +69,7 @@ run_agent() { # lines_per_datagram lines
   kill -TERM $pid; wait $pid || true
   local check
   check=$(target/release/examples/loadgen check --redis "redis+unix://$sock" --totals "$dir/totals.tsv" 2>&1 | tail -1 || true)
-  printf 'agent\t%s\t%s\t%s\t%s\t%s\tkernel_drops=%s\t%s\n' "$1" "$2" "$now" "$((after - before))" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\tkernel_drops=%s\t%s\n' "$label" "$1" "$2" "$now" "$((after - before))" \
     "$(cat "$dir/send.out")" "$drops" "$check" >> "$results"
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
   rm -f "$sock"
@@ -98,6 +102,7 @@ for scenario in "1 2000000" "20 20000000"; do
   for run in $(seq 1 "$runs"); do
     run_floor $scenario
     run_agent $scenario
+    [ "${DEAD_RELAY:-0}" = 1 ] && run_agent $scenario agent+relay --relay "tcp://127.0.0.1:$(free_port)"
     [ -n "$etsy" ] && run_etsy $scenario
   done
 done
@@ -109,7 +114,7 @@ print()
 print("| receiver | lines/datagram | sent lines | received (median) | loss (median) | CPU per datagram | CPU per line | send rate (median) |")
 print("|---|---|---|---|---|---|---|---|")
 med = {}
-for who in ("floor", "agent", "etsy"):
+for who in ("floor", "agent", "agent+relay", "etsy"):
     for lpd in ("1", "20"):
         rs = [r for r in rows if r[0] == who and r[1] == lpd]
         if not rs: continue
@@ -121,7 +126,7 @@ for who in ("floor", "agent", "etsy"):
         print(f"| {who} | {lpd} | {sent} | {st.median(got):.0f} | {100 * (sent - st.median(got)) / sent:.2f}% | {per_dgram / 1000:.2f} µs | {per_line:.0f} ns | {st.median(rate) / 1e3:.0f}k lines/s |")
 print()
 for lpd in ("1", "20"):
-    for who in ("agent", "etsy"):
+    for who in ("agent", "agent+relay", "etsy"):
         if ("floor", lpd) in med and (who, lpd) in med:
             print(f"{who} / floor CPU per line, {lpd}-line datagrams: {med[(who, lpd)] / med[('floor', lpd)]:.2f}x")
     if ("etsy", lpd) in med and ("agent", lpd) in med:

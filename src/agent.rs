@@ -14,6 +14,7 @@ use crate::config::{Config, RedisMode, redacted};
 use crate::flush::Flusher;
 use crate::http::{AppState, router};
 use crate::ingest::datagram::{self, DatagramReader};
+use crate::ingest::relay::{Relay, Target};
 use crate::ingest::rules::{Rules, SharedRules};
 use crate::ingest::stream;
 use crate::ingest::{BadLineLog, LineHandler, SocketFile, Transport};
@@ -220,6 +221,18 @@ pub async fn run_reloading(
     })?;
     let tracker = TaskTracker::new();
     let rules = Arc::new(SharedRules::new(Rules::from_config(&config)?));
+    let relay = match config.relay.as_slice() {
+        [] => None,
+        targets => {
+            let targets = Target::parse_all(targets)?;
+            let relay =
+                Relay::start(&targets, &telemetry).map_err(|source| AgentError::Listen {
+                    what: "the relay".into(),
+                    source,
+                })?;
+            Some(relay)
+        }
+    };
 
     let mut windows = Vec::new();
     let mut new_window = || {
@@ -242,6 +255,7 @@ pub async fn run_reloading(
                 .then(|| Duration::from_secs(config.stream_idle_timeout_secs)),
             bad_lines: Arc::new(BadLineLog::default()),
             rules: rules.clone(),
+            relay: relay.clone(),
         };
         let transport = listener.transport();
         let serve = stream::serve(listener, settings, tracker.clone(), shutdown.clone()).map_err(
@@ -268,7 +282,8 @@ pub async fn run_reloading(
             transport,
             window: new_window(),
             handler: LineHandler::new(config.sanitize_names, config.max_series_per_window)
-                .with_rules(rules.clone()),
+                .with_rules(rules.clone())
+                .with_relay(relay.clone()),
             telemetry: telemetry.clone(),
             max_datagram_bytes: config.max_datagram_bytes,
         };

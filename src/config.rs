@@ -111,6 +111,9 @@ pub struct Config {
     pub drop_types: Vec<String>,
     /// Tag keys removed from every metric before its series name is made.
     pub drop_tags: Vec<String>,
+    /// StatsD servers (`udp://host:port`, `tcp://host:port`) that get every received line as
+    /// it came.
+    pub relay: Vec<String>,
     /// Log keys (`recent:`, `common:`) nobody wrote for this long expire; 0: never.
     pub log_idle_secs: u64,
     /// How long shutdown may spend writing the last window and the backlog.
@@ -284,6 +287,7 @@ impl Default for Config {
             drop_names: Vec::new(),
             drop_types: Vec::new(),
             drop_tags: Vec::new(),
+            relay: Vec::new(),
             // A week.
             log_idle_secs: 604_800,
             shutdown_timeout_secs: 10,
@@ -383,6 +387,7 @@ impl Config {
     /// Checks the values that types alone don't.
     pub fn validate(&self) -> Result<(), ConfigError> {
         crate::ingest::rules::Rules::from_config(self)?;
+        crate::ingest::relay::Target::parse_all(&self.relay)?;
         if self.udp.is_empty()
             && self.tcp.is_empty()
             && self.unix_datagram.is_empty()
@@ -756,6 +761,15 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub drop_tags: Option<Vec<String>>,
+    /// Relay every received line to these StatsD servers: udp://host:port, tcp://host:port
+    /// [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_RELAY",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub relay: Option<Vec<String>>,
     /// Expire log keys idle this long; 0 never [default: 604800].
     #[arg(long, env = "STATSD_REDIS_LOG_IDLE_SECS", value_name = "SECS")]
     pub log_idle_secs: Option<u64>,
@@ -871,6 +885,7 @@ impl Args {
             drop_names,
             drop_types,
             drop_tags,
+            relay,
             log_idle_secs,
             shutdown_timeout_secs,
             redis_timeout_ms,

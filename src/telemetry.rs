@@ -249,6 +249,8 @@ pub struct Connections {
 
 pub struct Telemetry {
     handle: PrometheusHandle,
+    /// Kept to register the metrics of what the configuration names (relay targets).
+    recorder: metrics_exporter_prometheus::PrometheusRecorder,
     received: [Received; Transport::ALL.len()],
     connections: [Connections; 2],
     /// Samples dropped by the series cap, by type.
@@ -589,7 +591,32 @@ impl Telemetry {
             redis_eviction: Default::default(),
             readiness: Readiness::default(),
             handle,
+            recorder,
         }
+    }
+
+    /// A relay target's counters of lines: sent, and dropped (its queue full, or a send that
+    /// failed).
+    pub fn relay_lines(&self, target: &str) -> [Counter; 2] {
+        let help = |what: &'static str| SharedString::const_str(what);
+        let label = || vec![Label::new("target", target.to_string())];
+        let sent = Key::from_parts(format!("{PREFIX}relay_sent_total"), label());
+        let dropped = Key::from_parts(format!("{PREFIX}relay_dropped_total"), label());
+        let r = &self.recorder;
+        r.describe_counter(
+            KeyName::from(sent.name().to_string()),
+            None,
+            help("Lines relayed to each target (relay), as they came."),
+        );
+        r.describe_counter(
+            KeyName::from(dropped.name().to_string()),
+            None,
+            help("Lines not relayed to a target: its queue was full (a slow or unreachable target), or the send failed."),
+        );
+        [
+            r.register_counter(&sent, &metadata()),
+            r.register_counter(&dropped, &metadata()),
+        ]
     }
 
     /// Adds a reader's tally to its transport's counters.

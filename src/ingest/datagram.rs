@@ -265,6 +265,7 @@ impl DatagramReader {
                     .handle_datagram(batch.datagram(i), r.truncated, &mut window);
             }
         }
+        self.handler.flush_relay();
         self.telemetry.publish(self.transport, &self.handler.tally);
         self.handler.tally = Default::default();
         read

@@ -3,6 +3,7 @@
 //! into a reader's [`Window`] and tallies what it saw.
 
 pub mod datagram;
+pub mod relay;
 pub mod rules;
 pub mod stream;
 
@@ -15,6 +16,7 @@ use crate::aggregate::{LogEntry, Window};
 use crate::protocol::{self, BadLine, Line, MetricType, SeriesNamer};
 pub use crate::telemetry::Transport;
 use crate::telemetry::{LogLimit, Tally};
+use relay::{Relay, RelayBuffer};
 use rules::{Rules, SharedRules};
 
 /// Bad lines kept for the log: the longest prefix of a line worth printing.
@@ -143,6 +145,8 @@ pub struct LineHandler {
     /// of those taken.
     rules: Option<Arc<Rules>>,
     shared: Option<(Arc<SharedRules>, u64)>,
+    /// With `relay`: the packet of received lines being filled.
+    relay: Option<RelayBuffer>,
 }
 
 impl LineHandler {
@@ -154,6 +158,20 @@ impl LineHandler {
             bad_example: None,
             rules: None,
             shared: None,
+            relay: None,
+        }
+    }
+
+    /// Relays every line received through `relay`.
+    pub fn with_relay(mut self, relay: Option<Arc<Relay>>) -> LineHandler {
+        self.relay = relay.map(RelayBuffer::new);
+        self
+    }
+
+    /// Sends the relay's partial packet: at the end of each batch a reader took.
+    pub fn flush_relay(&mut self) {
+        if let Some(relay) = &mut self.relay {
+            relay.flush();
         }
     }
 
@@ -209,6 +227,9 @@ impl LineHandler {
         // The common line is split and parsed in one pass; anything else is split off and
         // goes through the full parser.
         self.take_rules();
+        if let Some(relay) = &mut self.relay {
+            relay.add(body);
+        }
         while !body.is_empty() {
             if let Some((series, sample, used)) = protocol::parse_plain(body) {
                 self.tally.lines += 1;

@@ -82,6 +82,8 @@ pub struct Settings {
     pub bad_lines: Arc<BadLineLog>,
     /// The filters, shared with the other readers.
     pub rules: Arc<super::rules::SharedRules>,
+    /// Where received lines are relayed (`relay`), if anywhere.
+    pub relay: Option<Arc<super::relay::Relay>>,
 }
 
 /// Registers the listener with the runtime (the step that can fail, done before anything is
@@ -200,7 +202,8 @@ impl Framer {
     fn new(settings: &Settings) -> Framer {
         Framer {
             handler: LineHandler::new(settings.sanitize_names, settings.max_series)
-                .with_rules(settings.rules.clone()),
+                .with_rules(settings.rules.clone())
+                .with_relay(settings.relay.clone()),
             pending: Vec::with_capacity(READ_BYTES),
             skipping: false,
             max_line_bytes: settings.max_line_bytes,
@@ -267,6 +270,7 @@ impl Framer {
     }
 
     fn publish(&mut self, transport: Transport, settings: &Settings) {
+        self.handler.flush_relay();
         settings.telemetry.publish(transport, &self.handler.tally);
         self.handler.tally = Default::default();
         settings.bad_lines.log(&mut self.handler, transport);
@@ -360,6 +364,7 @@ mod tests {
             idle_timeout: None,
             bad_lines: Default::default(),
             rules: Default::default(),
+            relay: None,
         }
     }
 

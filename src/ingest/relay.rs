@@ -1,0 +1,302 @@
+//! The relay (`relay`): every line the readers receive goes, as it came, to other StatsD
+//! servers, packed into datagrams of at most [`MAX_PACKET`] bytes. Each reader packs its own
+//! lines ([`RelayBuffer`]) and hands whole packets to each target's bounded queue without
+//! waiting: a full queue (a slow or unreachable target) drops the packet and counts its lines,
+//! so the relay never slows ingest. One thread per target sends; a TCP target that goes away is
+//! connected again with backoff, the lines meanwhile dropped and counted.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::time::{Duration, Instant};
+
+use metrics::Counter;
+
+use crate::config::{ConfigError, err, parse_listen};
+use crate::telemetry::{LogLimit, Telemetry};
+
+/// The largest datagram the relay sends (a line longer than this goes alone): what fits an
+/// Ethernet frame's 1500 bytes with IPv6 and UDP headers to spare, as statsd clients pack.
+pub const MAX_PACKET: usize = 1432;
+
+/// Packets queued per target: about 1.4 MiB.
+const QUEUE_PACKETS: usize = 1024;
+
+/// A TCP target's first wait after a failed connect, doubled per failure up to
+/// [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A send to a TCP target that takes longer than this counts as failed (the target is stalled).
+const TCP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where the relay sends: `udp://host:port` or `tcp://host:port`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    pub text: String,
+    pub tcp: bool,
+    pub addr: SocketAddr,
+}
+
+impl Target {
+    /// Reads the `relay` entries (host names resolved once).
+    pub fn parse_all(entries: &[String]) -> Result<Vec<Target>, ConfigError> {
+        entries
+            .iter()
+            .map(|text| {
+                let tcp = text.starts_with("tcp://");
+                if !tcp && !text.starts_with("udp://") {
+                    return Err(err(
+                        "relay",
+                        format!("`{text}`: a StatsD server is udp://host:port or tcp://host:port"),
+                    ));
+                }
+                let addr = parse_listen(text, if tcp { "tcp" } else { "udp" })
+                    .map_err(|e| err("relay", e))?;
+                if addr.ip().is_unspecified() {
+                    return Err(err("relay", format!("`{text}`: name the host to send to")));
+                }
+                Ok(Target {
+                    text: text.clone(),
+                    tcp,
+                    addr,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A packet: its bytes (lines, each ending in `\n`) and how many lines it holds.
+type Packet = (Arc<[u8]>, u64);
+
+/// The targets' queues, shared by the readers.
+#[derive(Debug)]
+pub struct Relay {
+    queues: Vec<(SyncSender<Packet>, Counter)>,
+}
+
+impl Relay {
+    /// Starts a sending thread per target.
+    pub fn start(targets: &[Target], telemetry: &Telemetry) -> std::io::Result<Arc<Relay>> {
+        let mut queues = Vec::new();
+        for target in targets {
+            let (sender, receiver) = sync_channel(QUEUE_PACKETS);
+            let [sent, dropped] = telemetry.relay_lines(&target.text);
+            let sending = Sending {
+                target: target.clone(),
+                sent,
+                dropped: dropped.clone(),
+                log: LogLimit::default(),
+            };
+            std::thread::Builder::new()
+                .name("relay".into())
+                .spawn(move || sending.run(receiver))?;
+            queues.push((sender, dropped));
+        }
+        Ok(Arc::new(Relay { queues }))
+    }
+
+    /// Queues `packet` for every target, without waiting.
+    fn send(&self, packet: Vec<u8>, lines: u64) {
+        let packet: Arc<[u8]> = packet.into();
+        for (queue, dropped) in &self.queues {
+            match queue.try_send((packet.clone(), lines)) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                    dropped.increment(lines)
+                }
+            }
+        }
+    }
+}
+
+/// A reader's packet being filled.
+#[derive(Debug)]
+pub struct RelayBuffer {
+    relay: Arc<Relay>,
+    packet: Vec<u8>,
+    lines: u64,
+}
+
+impl RelayBuffer {
+    pub fn new(relay: Arc<Relay>) -> RelayBuffer {
+        RelayBuffer {
+            relay,
+            packet: Vec::with_capacity(MAX_PACKET),
+            lines: 0,
+        }
+    }
+
+    /// Adds the lines of `body` (empty ones skipped), sending each packet that fills.
+    pub fn add(&mut self, body: &[u8]) {
+        for line in body.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            if !self.packet.is_empty() && self.packet.len() + line.len() + 1 > MAX_PACKET {
+                self.flush();
+            }
+            self.packet.extend_from_slice(line);
+            self.packet.push(b'\n');
+            self.lines += 1;
+        }
+    }
+
+    /// Sends what the packet holds: at the end of each batch a reader read, so that no line
+    /// waits for the next.
+    pub fn flush(&mut self) {
+        if self.lines > 0 {
+            let packet = std::mem::replace(&mut self.packet, Vec::with_capacity(MAX_PACKET));
+            self.relay.send(packet, std::mem::take(&mut self.lines));
+        }
+    }
+}
+
+impl Drop for RelayBuffer {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// One target's sending thread.
+struct Sending {
+    target: Target,
+    sent: Counter,
+    dropped: Counter,
+    log: LogLimit,
+}
+
+impl Sending {
+    /// Sends every packet queued until the readers are gone.
+    fn run(mut self, queue: Receiver<Packet>) {
+        if self.target.tcp {
+            self.run_tcp(queue);
+        } else {
+            self.run_udp(queue);
+        }
+    }
+
+    fn run_udp(&mut self, queue: Receiver<Packet>) {
+        let local: SocketAddr = if self.target.addr.is_ipv6() {
+            "[::]:0".parse().unwrap_or(self.target.addr)
+        } else {
+            "0.0.0.0:0".parse().unwrap_or(self.target.addr)
+        };
+        let socket = match UdpSocket::bind(local) {
+            Ok(socket) => socket,
+            Err(e) => {
+                tracing::error!(target = %self.target.text, error = %e, "relay: cannot open a UDP socket; nothing is relayed to this target (counted in relay_dropped_total)");
+                for (_, lines) in queue {
+                    self.dropped.increment(lines);
+                }
+                return;
+            }
+        };
+        for (packet, lines) in queue {
+            match socket.send_to(&packet, self.target.addr) {
+                Ok(_) => self.sent.increment(lines),
+                Err(e) => self.failed(lines, &e),
+            }
+        }
+    }
+
+    fn run_tcp(&mut self, queue: Receiver<Packet>) {
+        let mut stream: Option<TcpStream> = None;
+        let mut backoff = MIN_BACKOFF;
+        let mut next_attempt = Instant::now();
+        for (packet, lines) in queue {
+            if stream.is_none() && Instant::now() >= next_attempt {
+                match TcpStream::connect_timeout(&self.target.addr, TCP_TIMEOUT) {
+                    Ok(s) => {
+                        let _ = s.set_write_timeout(Some(TCP_TIMEOUT));
+                        let _ = s.set_nodelay(true);
+                        tracing::info!(target = %self.target.text, "relay: connected");
+                        stream = Some(s);
+                        backoff = MIN_BACKOFF;
+                    }
+                    Err(e) => {
+                        next_attempt = Instant::now() + backoff;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        self.failed(lines, &e);
+                        continue;
+                    }
+                }
+            }
+            let Some(s) = stream.as_mut() else {
+                self.dropped.increment(lines);
+                continue;
+            };
+            match s.write_all(&packet) {
+                Ok(()) => self.sent.increment(lines),
+                Err(e) => {
+                    // What the broken connection took of the packet is unknown: it is counted
+                    // as dropped, and the next packet connects again.
+                    stream = None;
+                    next_attempt = Instant::now();
+                    self.failed(lines, &e);
+                }
+            }
+        }
+    }
+
+    /// Counts a packet's lines as dropped; logs why at most every 10 s.
+    fn failed(&mut self, lines: u64, error: &std::io::Error) {
+        self.dropped.increment(lines);
+        if let Some(times) = self.log.occurred() {
+            tracing::warn!(target = %self.target.text, error = %error, times, "relay: cannot send; the lines are dropped and counted in relay_dropped_total (times: failures since the last such line)");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_need_a_scheme_and_a_host() {
+        let t = Target::parse_all(&["udp://127.0.0.1:8125".into(), "tcp://[::1]:9".into()]);
+        let t = t.unwrap();
+        assert!(!t[0].tcp && t[1].tcp);
+        for bad in [
+            "127.0.0.1:8125",
+            "http://x:1",
+            "udp://:8125",
+            "tcp://127.0.0.1:x",
+        ] {
+            let e = Target::parse_all(&[bad.into()]).unwrap_err();
+            assert_eq!(e.key, "relay", "{bad}");
+        }
+    }
+
+    /// Lines packed whole into packets of at most MAX_PACKET bytes; a longer line alone.
+    #[test]
+    fn lines_are_packed_whole() {
+        let (sender, receiver) = sync_channel(100);
+        let relay = Arc::new(Relay {
+            queues: vec![(sender, Counter::noop())],
+        });
+        let mut buffer = RelayBuffer::new(relay);
+        let line = |i: usize| format!("metric.{i:04}:1|c");
+        let body: Vec<String> = (0..200).map(line).collect();
+        buffer.add(body.join("\n").as_bytes());
+        buffer.add(b"\n\nlong:");
+        buffer.add(&[b'x'; 2000]);
+        buffer.flush();
+        let packets: Vec<Packet> = receiver.try_iter().collect();
+        let mut lines = Vec::new();
+        for (packet, n) in &packets {
+            let text = std::str::from_utf8(packet).unwrap();
+            assert!(text.ends_with('\n'));
+            let these: Vec<&str> = text.lines().collect();
+            assert_eq!(these.len() as u64, *n);
+            assert!(
+                packet.len() <= MAX_PACKET || these.len() == 1,
+                "{}",
+                packet.len()
+            );
+            lines.extend(these.into_iter().map(String::from));
+        }
+        assert_eq!(lines.len(), 202);
+        assert_eq!(lines[..200], body[..]);
+        assert_eq!(lines[200], "long:");
+        assert_eq!(lines[201].len(), 2000);
+    }
+}

@@ -1,6 +1,6 @@
 //! The per-line path on one core, without sockets: parse, the reader's path for one line and for
-//! a whole datagram, the quantile bucket of a sample; plus building the flush chunks of a closed
-//! window and spooling them.
+//! a whole datagram, the quantile bucket of a sample, a mapping file's rules; plus building the
+//! flush chunks of a closed window and spooling them.
 //!
 //!     cargo bench --bench pipeline
 
@@ -10,7 +10,8 @@ use std::sync::Arc;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use statsd_redis::aggregate::{Buckets, ClosedWindow, Ledger, Mapping, Window};
 use statsd_redis::ingest::LineHandler;
-use statsd_redis::protocol::{parse_line, parse_plain};
+use statsd_redis::ingest::mapping::Mapper;
+use statsd_redis::protocol::{MetricType, parse_line, parse_plain};
 use statsd_redis::spool::Spool;
 use statsd_redis::store::{ChunkSettings, CounterWrite, Keys, build_chunks};
 
@@ -154,5 +155,58 @@ fn chunks(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, parse, parse_and_record, buckets, datagrams, chunks);
+/// statsd_exporter's mapping rules for one name, matched by the first rule or by none, among 1
+/// and among 1000 glob rules (the trie keeps them about alike) and 100 regex rules (tried in
+/// turn after the globs, as statsd_exporter does).
+fn mapping(c: &mut Criterion) {
+    let mut g = c.benchmark_group("mapping");
+    g.throughput(Throughput::Elements(1));
+    let glob = |i: usize| {
+        format!(
+            "- match: app{i}.*.requests.*\n  name: requests_{i}\n  labels:\n    host: $1\n    code: $2\n"
+        )
+    };
+    let regex = |i: usize| {
+        format!(
+            "- match: ^svc{i}\\.(.*)\\.latency$\n  match_type: regex\n  name: latency_{i}\n  labels:\n    host: $1\n"
+        )
+    };
+    let files = [
+        (
+            "1_glob",
+            (0..1).map(glob).collect::<String>(),
+            "app0.web01.requests.200",
+        ),
+        (
+            "1000_globs",
+            (0..1000).map(glob).collect(),
+            "app0.web01.requests.200",
+        ),
+        (
+            "100_regexes",
+            (0..100).map(regex).collect(),
+            "svc0.web01.latency",
+        ),
+    ];
+    for (name, rules, matched) in files {
+        let mapper = Mapper::from_yaml(&format!("mappings:\n{rules}")).unwrap();
+        g.bench_function(format!("{name}_matched"), |b| {
+            b.iter(|| mapper.map(black_box(matched), MetricType::Counter))
+        });
+        g.bench_function(format!("{name}_unmatched"), |b| {
+            b.iter(|| mapper.map(black_box("other.web01.requests.200"), MetricType::Counter))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    parse,
+    parse_and_record,
+    buckets,
+    datagrams,
+    chunks,
+    mapping
+);
 criterion_main!(benches);

@@ -220,7 +220,9 @@ pub async fn run_reloading(
         }
     })?;
     let tracker = TaskTracker::new();
-    let rules = Arc::new(SharedRules::new(Rules::from_config(&config)?));
+    let rules = Rules::from_config(&config)?;
+    warn_ignored(&rules);
+    let rules = Arc::new(SharedRules::new(rules));
     let relay = match config.relay.as_slice() {
         [] => None,
         targets => {
@@ -378,10 +380,24 @@ async fn take_rules(
         }
         let compiled = Rules::from_config(&reloads.borrow_and_update());
         match compiled {
-            Ok(new) => rules.replace(new),
+            Ok(new) => {
+                warn_ignored(&new);
+                rules.replace(new)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "SIGHUP: the filters do not compile; the running ones are kept")
             }
         }
+    }
+}
+
+/// Names, once per reading of the mapping file, the keys it holds that the agent ignores.
+fn warn_ignored(rules: &Rules) {
+    let keys = &rules.mapper.ignored_keys;
+    if !keys.is_empty() {
+        tracing::warn!(
+            keys = ?keys,
+            "mapping_file: these keys only shape statsd_exporter's Prometheus output; they are accepted and ignored"
+        );
     }
 }

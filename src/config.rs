@@ -114,6 +114,8 @@ pub struct Config {
     /// StatsD servers (`udp://host:port`, `tcp://host:port`) that get every received line as
     /// it came.
     pub relay: Vec<String>,
+    /// statsd_exporter's mapping rules (YAML), applied after the filters; empty: none.
+    pub mapping_file: PathBuf,
     /// Log keys (`recent:`, `common:`) nobody wrote for this long expire; 0: never.
     pub log_idle_secs: u64,
     /// How long shutdown may spend writing the last window and the backlog.
@@ -288,6 +290,7 @@ impl Default for Config {
             drop_types: Vec::new(),
             drop_tags: Vec::new(),
             relay: Vec::new(),
+            mapping_file: PathBuf::new(),
             // A week.
             log_idle_secs: 604_800,
             shutdown_timeout_secs: 10,
@@ -770,6 +773,9 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub relay: Option<Vec<String>>,
+    /// statsd_exporter's mapping file (YAML); read again at each SIGHUP [default: none].
+    #[arg(long, env = "STATSD_REDIS_MAPPING_FILE", value_name = "PATH")]
+    pub mapping_file: Option<PathBuf>,
     /// Expire log keys idle this long; 0 never [default: 604800].
     #[arg(long, env = "STATSD_REDIS_LOG_IDLE_SECS", value_name = "SECS")]
     pub log_idle_secs: Option<u64>,
@@ -886,6 +892,7 @@ impl Args {
             drop_types,
             drop_tags,
             relay,
+            mapping_file,
             log_idle_secs,
             shutdown_timeout_secs,
             redis_timeout_ms,

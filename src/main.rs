@@ -228,7 +228,7 @@ struct Reload {
 
 /// Keys a SIGHUP applies to the running agent (`log_level` in the binary, the others through
 /// [`agent::run_reloading`]); a change to any other waits for a restart.
-const RELOADABLE: [&str; 9] = [
+const RELOADABLE: [&str; 10] = [
     "log_level",
     "max_series_per_chunk",
     "max_backlog_windows",
@@ -238,6 +238,7 @@ const RELOADABLE: [&str; 9] = [
     "drop_names",
     "drop_types",
     "drop_tags",
+    "mapping_file",
 ];
 
 impl Reload {
@@ -264,9 +265,13 @@ impl Reload {
             }
         }
         let (old, fresh) = (toml_table(&self.running), toml_table(&new));
+        // The mapping file is read again at every SIGHUP, its name changed or not.
+        let remap = !new.mapping_file.as_os_str().is_empty();
         let changed: Vec<&String> = fresh
             .iter()
-            .filter(|(key, value)| old.get(*key) != Some(*value))
+            .filter(|(key, value)| {
+                old.get(*key) != Some(*value) || (remap && key.as_str() == "mapping_file")
+            })
             .map(|(key, _)| key)
             .collect();
         if changed.is_empty() {
@@ -289,6 +294,7 @@ impl Reload {
             drop_names: new.drop_names,
             drop_types: new.drop_types,
             drop_tags: new.drop_tags,
+            mapping_file: new.mapping_file,
             ..self.running.clone()
         };
         if !applied.is_empty()

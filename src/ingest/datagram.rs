@@ -223,10 +223,12 @@ impl DatagramReader {
         let bad_lines = BadLineLog::default();
         while !stop.is_cancelled() {
             self.read_batch(&mut batch, &mut last_drops, libc::MSG_WAITFORONE);
+            self.handler.flush_relay_due();
             bad_lines.log(&mut self.handler, self.transport);
         }
         // Whatever arrived before the stop is still ours to record.
         while self.read_batch(&mut batch, &mut last_drops, libc::MSG_DONTWAIT) > 0 {}
+        self.handler.flush_relay();
     }
 
     /// Reads one batch and records it; returns how many datagrams were read.
@@ -265,7 +267,6 @@ impl DatagramReader {
                     .handle_datagram(batch.datagram(i), r.truncated, &mut window);
             }
         }
-        self.handler.flush_relay();
         self.telemetry.publish(self.transport, &self.handler.tally);
         self.handler.tally = Default::default();
         read

@@ -3,6 +3,7 @@
 //! into a reader's [`Window`] and tallies what it saw.
 
 pub mod datagram;
+pub mod mapping;
 pub mod relay;
 pub mod rules;
 pub mod stream;
@@ -13,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::aggregate::{LogEntry, Window};
-use crate::protocol::{self, BadLine, Line, MetricType, SeriesNamer};
+use crate::protocol::{self, BadLine, Line, Sample, SeriesNamer};
 pub use crate::telemetry::Transport;
 use crate::telemetry::{LogLimit, Tally};
+use mapping::Mapped;
 use relay::{Relay, RelayBuffer};
 use rules::{Rules, SharedRules};
 
@@ -168,10 +170,18 @@ impl LineHandler {
         self
     }
 
-    /// Sends the relay's partial packet: at the end of each batch a reader took.
+    /// Sends the relay's partial packet: at the end of each read of a stream.
     pub fn flush_relay(&mut self) {
         if let Some(relay) = &mut self.relay {
             relay.flush();
+        }
+    }
+
+    /// Sends the relay's partial packet once it has waited long enough: after each batch of
+    /// datagrams, and at each read timeout.
+    pub fn flush_relay_due(&mut self) {
+        if let Some(relay) = &mut self.relay {
+            relay.flush_due();
         }
     }
 
@@ -194,14 +204,39 @@ impl LineHandler {
         }
     }
 
-    /// Whether the filters keep a sample of `name` of type `kind` (counted when not).
+    /// Names a sample of metric `name` (its tags `influx` or `dog`) and records it, through
+    /// the filters and the mapping rules when there are any; what they remove is counted.
+    /// `Ok(renamed)`, or why the name is bad.
     #[inline]
-    fn keeps(&mut self, name: &str, kind: MetricType) -> bool {
-        let kept = self.rules.as_ref().is_none_or(|r| r.keeps(name, kind));
-        if !kept {
-            self.tally.filtered[kind as usize] += 1;
-        }
-        kept
+    fn record(
+        &mut self,
+        name: &str,
+        (influx, dog): (Option<&str>, Option<&str>),
+        sample: &Sample<'_>,
+        window: &mut Window,
+    ) -> Result<bool, BadLine> {
+        self.tally.samples[sample.kind as usize] += 1;
+        let mapped = match &self.rules {
+            None => Mapped::Unmatched,
+            Some(rules) if !rules.keeps(name, sample.kind) => Mapped::Drop,
+            Some(rules) => rules.mapper.map(name, sample.kind),
+        };
+        let (series, renamed) = match &mapped {
+            Mapped::Unmatched => self.namer.series(name, influx, dog)?,
+            Mapped::Drop => {
+                self.tally.filtered[sample.kind as usize] += 1;
+                return Ok(false);
+            }
+            Mapped::To {
+                name,
+                labels,
+                honor_labels,
+            } => self
+                .namer
+                .series_labelled(name, influx, dog, labels, *honor_labels)?,
+        };
+        window.record(series, sample, self.max_series);
+        Ok(renamed)
     }
 
     /// Records every good line of `datagram` into `window`. A `truncated` datagram (cut by the
@@ -233,9 +268,11 @@ impl LineHandler {
         while !body.is_empty() {
             if let Some((series, sample, used)) = protocol::parse_plain(body) {
                 self.tally.lines += 1;
-                self.tally.samples[sample.kind as usize] += 1;
-                if self.keeps(series, sample.kind) {
+                if self.rules.is_none() {
+                    self.tally.samples[sample.kind as usize] += 1;
                     window.record(series, &sample, self.max_series);
+                } else if let Err(reason) = self.record(series, (None, None), &sample, window) {
+                    self.reject(reason, &body[..used]);
                 }
                 body = &body[used..];
                 continue;
@@ -256,16 +293,8 @@ impl LineHandler {
                 // on the first sample or never: a line is recorded whole or not at all.
                 let mut renamed = false;
                 for sample in &m.samples {
-                    if !self.keeps(&m.name, sample.kind) {
-                        self.tally.samples[sample.kind as usize] += 1;
-                        continue;
-                    }
-                    match self.namer.series(&m.name, m.influx_tags, sample.tags) {
-                        Ok((series, r)) => {
-                            renamed |= r;
-                            window.record(series, sample, self.max_series);
-                            self.tally.samples[sample.kind as usize] += 1;
-                        }
+                    match self.record(&m.name, (m.influx_tags, sample.tags), sample, window) {
+                        Ok(r) => renamed |= r,
                         Err(reason) => return self.reject(reason, line),
                     }
                 }

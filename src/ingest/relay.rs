@@ -8,7 +8,8 @@
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, Instant};
 
 use metrics::Counter;
@@ -22,6 +23,11 @@ pub const MAX_PACKET: usize = 1432;
 
 /// Packets queued per target: about 1.4 MiB.
 const QUEUE_PACKETS: usize = 1024;
+
+/// How long a datagram reader's packet may wait for more lines before it goes: packing many
+/// small datagrams into one costs a target's thread one wake-up per packet instead of one per
+/// read, and delays a line by at most this (a stream reader sends at every read).
+const LINGER: Duration = Duration::from_millis(10);
 
 /// A TCP target's first wait after a failed connect, doubled per failure up to
 /// [`MAX_BACKOFF`].
@@ -68,12 +74,22 @@ impl Target {
 }
 
 /// A packet: its bytes (lines, each ending in `\n`) and how many lines it holds.
-type Packet = (Arc<[u8]>, u64);
+type Packet = (Arc<Vec<u8>>, u64);
 
 /// The targets' queues, shared by the readers.
 #[derive(Debug)]
 pub struct Relay {
-    queues: Vec<(SyncSender<Packet>, Counter)>,
+    queues: Vec<Queue>,
+}
+
+/// A target's queue, its dropped lines, and whether it takes packets: not while a TCP target
+/// is unreachable, so that a dead target costs the readers a flag's load, not a wake-up of its
+/// thread per packet.
+#[derive(Debug)]
+struct Queue {
+    sender: SyncSender<Packet>,
+    dropped: Counter,
+    open: Arc<AtomicBool>,
 }
 
 impl Relay {
@@ -83,28 +99,38 @@ impl Relay {
         for target in targets {
             let (sender, receiver) = sync_channel(QUEUE_PACKETS);
             let [sent, dropped] = telemetry.relay_lines(&target.text);
+            let open = Arc::new(AtomicBool::new(true));
             let sending = Sending {
                 target: target.clone(),
                 sent,
                 dropped: dropped.clone(),
+                open: open.clone(),
                 log: LogLimit::default(),
             };
             std::thread::Builder::new()
                 .name("relay".into())
                 .spawn(move || sending.run(receiver))?;
-            queues.push((sender, dropped));
+            queues.push(Queue {
+                sender,
+                dropped,
+                open,
+            });
         }
         Ok(Arc::new(Relay { queues }))
     }
 
     /// Queues `packet` for every target, without waiting.
     fn send(&self, packet: Vec<u8>, lines: u64) {
-        let packet: Arc<[u8]> = packet.into();
-        for (queue, dropped) in &self.queues {
-            match queue.try_send((packet.clone(), lines)) {
+        let packet = Arc::new(packet);
+        for queue in &self.queues {
+            if !queue.open.load(Ordering::Relaxed) {
+                queue.dropped.increment(lines);
+                continue;
+            }
+            match queue.sender.try_send((packet.clone(), lines)) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                    dropped.increment(lines)
+                    queue.dropped.increment(lines)
                 }
             }
         }
@@ -117,6 +143,8 @@ pub struct RelayBuffer {
     relay: Arc<Relay>,
     packet: Vec<u8>,
     lines: u64,
+    /// When the packet's first line came.
+    since: Option<Instant>,
 }
 
 impl RelayBuffer {
@@ -125,6 +153,7 @@ impl RelayBuffer {
             relay,
             packet: Vec::with_capacity(MAX_PACKET),
             lines: 0,
+            since: None,
         }
     }
 
@@ -137,15 +166,24 @@ impl RelayBuffer {
             self.packet.extend_from_slice(line);
             self.packet.push(b'\n');
             self.lines += 1;
+            self.since.get_or_insert_with(Instant::now);
         }
     }
 
-    /// Sends what the packet holds: at the end of each batch a reader read, so that no line
-    /// waits for the next.
+    /// Sends what the packet holds.
     pub fn flush(&mut self) {
         if self.lines > 0 {
             let packet = std::mem::replace(&mut self.packet, Vec::with_capacity(MAX_PACKET));
             self.relay.send(packet, std::mem::take(&mut self.lines));
+            self.since = None;
+        }
+    }
+
+    /// Sends the packet if its first line has waited [`LINGER`]: a datagram reader asks after
+    /// every batch, and at least every 100 ms when nothing comes.
+    pub fn flush_due(&mut self) {
+        if self.since.is_some_and(|since| since.elapsed() >= LINGER) {
+            self.flush();
         }
     }
 }
@@ -161,6 +199,7 @@ struct Sending {
     target: Target,
     sent: Counter,
     dropped: Counter,
+    open: Arc<AtomicBool>,
     log: LogLimit,
 }
 
@@ -198,12 +237,29 @@ impl Sending {
         }
     }
 
+    /// Sends over a connection made when the first packet comes. While the target cannot be
+    /// reached the queue is closed (the readers count the lines dropped) and connecting is
+    /// tried again with backoff; what was queued meanwhile is dropped and counted.
     fn run_tcp(&mut self, queue: Receiver<Packet>) {
         let mut stream: Option<TcpStream> = None;
         let mut backoff = MIN_BACKOFF;
-        let mut next_attempt = Instant::now();
-        for (packet, lines) in queue {
-            if stream.is_none() && Instant::now() >= next_attempt {
+        loop {
+            let (packet, lines) = if self.open.load(Ordering::Relaxed) {
+                match queue.recv() {
+                    Ok(packet) => packet,
+                    Err(_) => return,
+                }
+            } else {
+                match queue.recv_timeout(backoff) {
+                    Ok((_, lines)) => {
+                        self.dropped.increment(lines);
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                    Err(RecvTimeoutError::Timeout) => (Arc::default(), 0),
+                }
+            };
+            if stream.is_none() {
                 match TcpStream::connect_timeout(&self.target.addr, TCP_TIMEOUT) {
                     Ok(s) => {
                         let _ = s.set_write_timeout(Some(TCP_TIMEOUT));
@@ -211,17 +267,17 @@ impl Sending {
                         tracing::info!(target = %self.target.text, "relay: connected");
                         stream = Some(s);
                         backoff = MIN_BACKOFF;
+                        self.open.store(true, Ordering::Relaxed);
                     }
                     Err(e) => {
-                        next_attempt = Instant::now() + backoff;
+                        self.open.store(false, Ordering::Relaxed);
                         backoff = (backoff * 2).min(MAX_BACKOFF);
                         self.failed(lines, &e);
                         continue;
                     }
                 }
             }
-            let Some(s) = stream.as_mut() else {
-                self.dropped.increment(lines);
+            let Some(s) = stream.as_mut().filter(|_| lines > 0) else {
                 continue;
             };
             match s.write_all(&packet) {
@@ -230,7 +286,6 @@ impl Sending {
                     // What the broken connection took of the packet is unknown: it is counted
                     // as dropped, and the next packet connects again.
                     stream = None;
-                    next_attempt = Instant::now();
                     self.failed(lines, &e);
                 }
             }
@@ -271,7 +326,11 @@ mod tests {
     fn lines_are_packed_whole() {
         let (sender, receiver) = sync_channel(100);
         let relay = Arc::new(Relay {
-            queues: vec![(sender, Counter::noop())],
+            queues: vec![Queue {
+                sender,
+                dropped: Counter::noop(),
+                open: Arc::new(AtomicBool::new(true)),
+            }],
         });
         let mut buffer = RelayBuffer::new(relay);
         let line = |i: usize| format!("metric.{i:04}:1|c");

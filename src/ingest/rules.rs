@@ -1,12 +1,14 @@
 //! What the readers do to a sample before it reaches a window: the filters (`keep_names`,
-//! `drop_names`, `drop_types`, `drop_tags`). Made from the configuration at start and again at
-//! each SIGHUP; a reader takes the new rules at its next datagram ([`SharedRules`]).
+//! `drop_names`, `drop_types`, `drop_tags`), then the mapping rules (`mapping_file`). Made
+//! from the configuration at start and again at each SIGHUP; a reader takes the new rules at
+//! its next datagram ([`SharedRules`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use regex::Regex;
 
+use super::mapping::Mapper;
 use crate::config::{Config, ConfigError, err};
 use crate::protocol::MetricType;
 
@@ -19,6 +21,8 @@ pub struct Rules {
     drop_types: [bool; MetricType::ALL.len()],
     /// Tag keys removed before the series name is made.
     pub drop_tags: Vec<String>,
+    /// The mapping file's rules (none without one).
+    pub mapper: Mapper,
 }
 
 impl Rules {
@@ -39,6 +43,7 @@ impl Rules {
             drop: globs("drop_names", &config.drop_names)?,
             drop_types,
             drop_tags: config.drop_tags.clone(),
+            mapper: read_mapping(&config.mapping_file)?,
         })
     }
 
@@ -56,7 +61,18 @@ impl Rules {
             && self.drop.is_none()
             && self.drop_types == [false; MetricType::ALL.len()]
             && self.drop_tags.is_empty()
+            && self.mapper.is_empty()
     }
+}
+
+/// The rules of the mapping file at `path` (none for an empty path).
+fn read_mapping(path: &std::path::Path) -> Result<Mapper, ConfigError> {
+    if path.as_os_str().is_empty() {
+        return Ok(Mapper::default());
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| err("mapping_file", format!("{}: {e}", path.display())))?;
+    Mapper::from_yaml(&text).map_err(|e| err("mapping_file", format!("{}: {e}", path.display())))
 }
 
 /// Name globs as one matcher: `*` any run of characters (dots too), `?` one character, the

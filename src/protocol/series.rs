@@ -103,12 +103,28 @@ impl SeriesNamer {
         influx: Option<&str>,
         dog: Option<&str>,
     ) -> Result<(&'s str, bool), BadLine> {
+        self.series_labelled(name, influx, dog, &[], false)
+    }
+
+    /// [`SeriesNamer::series`] with the `labels` a mapping rule gave: beside the line's tags,
+    /// and over a tag of the same key unless `honor_tags` (statsd_exporter's `honor_labels`).
+    pub fn series_labelled<'s>(
+        &'s mut self,
+        name: &'s str,
+        influx: Option<&str>,
+        dog: Option<&str>,
+        labels: &[(String, String)],
+        honor_tags: bool,
+    ) -> Result<(&'s str, bool), BadLine> {
         let tags = match (influx, dog) {
             (Some(t), _) => Some((t, '=')),
             (None, Some(t)) => Some((t, ':')),
             (None, None) => None,
         };
-        if tags.is_none() && (!self.sanitize || name.bytes().all(name_byte_allowed)) {
+        if tags.is_none()
+            && labels.is_empty()
+            && (!self.sanitize || name.bytes().all(name_byte_allowed))
+        {
             if name.is_empty() {
                 return Err(BadLine::EmptyName);
             }
@@ -120,23 +136,38 @@ impl SeriesNamer {
         if self.out.is_empty() {
             return Err(BadLine::EmptyName);
         }
+        self.tag_text.clear();
+        self.tags.clear();
         if let Some((text, kv_separator)) = tags {
             renamed |= self.collect_tags(text, kv_separator);
+        }
+        for (key, value) in labels {
             let text = &self.tag_text;
-            self.tags.sort_unstable_by(|a, b| {
-                (&text[a.0.clone()], &text[a.1.clone()])
-                    .cmp(&(&text[b.0.clone()], &text[b.1.clone()]))
-            });
-            self.tags.dedup_by(|a, b| {
-                text[a.0.clone()] == text[b.0.clone()] && text[a.1.clone()] == text[b.1.clone()]
-            });
-            for (key, value) in &self.tags {
-                self.out.push(';');
-                self.out.push_str(&text[key.clone()]);
-                if !value.is_empty() {
-                    self.out.push('=');
-                    self.out.push_str(&text[value.clone()]);
+            let tagged = |t: &(Range<usize>, Range<usize>)| text[t.0.clone()] == *key;
+            if self.tags.iter().any(tagged) {
+                if honor_tags {
+                    continue;
                 }
+                let text = &self.tag_text;
+                self.tags.retain(|t| text[t.0.clone()] != *key);
+            }
+            let key_range = self.push_tag_part(key, true, &mut renamed);
+            let value_range = self.push_tag_part(value, false, &mut renamed);
+            self.tags.push((key_range, value_range));
+        }
+        let text = &self.tag_text;
+        self.tags.sort_unstable_by(|a, b| {
+            (&text[a.0.clone()], &text[a.1.clone()]).cmp(&(&text[b.0.clone()], &text[b.1.clone()]))
+        });
+        self.tags.dedup_by(|a, b| {
+            text[a.0.clone()] == text[b.0.clone()] && text[a.1.clone()] == text[b.1.clone()]
+        });
+        for (key, value) in &self.tags {
+            self.out.push(';');
+            self.out.push_str(&text[key.clone()]);
+            if !value.is_empty() {
+                self.out.push('=');
+                self.out.push_str(&text[value.clone()]);
             }
         }
         Ok((&self.out, renamed))
@@ -151,10 +182,8 @@ impl SeriesNamer {
         sanitize_into(name, &mut self.out, name_byte_allowed)
     }
 
-    /// Splits `k<sep>v,k2,...` into `tag_text`/`tags`; tags whose key is empty are dropped.
+    /// Adds `k<sep>v,k2,...` to `tag_text`/`tags`; tags whose key is empty are dropped.
     fn collect_tags(&mut self, text: &str, kv_separator: char) -> bool {
-        self.tag_text.clear();
-        self.tags.clear();
         let mut renamed = false;
         for tag in text.split(',').filter(|t| !t.is_empty()) {
             // `|#a:b,#c:d`: a `#` before each DogStatsD tag is a separator, as statsd_exporter

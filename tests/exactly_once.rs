@@ -391,6 +391,24 @@ fn send_bursts(udp: u16, http: u16, bursts: usize, each: i64) -> (i64, Vec<f64>)
     (bursts as i64 * each, readings)
 }
 
+/// Restarts Redis and the agent (`start`) on its spool, waits until the spool is written, and
+/// stops the agent.
+async fn replay_the_spool(
+    redis: &mut RedisServer,
+    start: &impl Fn() -> (Killed, u16, u16),
+    spooled: &impl Fn() -> usize,
+) {
+    redis.restart_after(Duration::ZERO, &[]);
+    let (mut again, _, _) = start();
+    eventually(
+        Duration::from_secs(15),
+        "the spool written and emptied",
+        || spooled() == 0,
+    )
+    .await;
+    again.kill();
+}
+
 /// A spool on a small file system that fills while Redis is down: the windows it cannot take
 /// are counted (`backlog_unspooled_windows`, `/readyz`'s body) while they are at risk, and a
 /// SIGKILL then loses at most those, doubling nothing, at every precision. Once room returns
@@ -446,15 +464,7 @@ async fn a_full_spool_disk_says_what_a_crash_would_lose_and_spools_again_when_ro
     // Each kind on a line of its own: neither hides the other.
     assert!(log.contains("cannot spool the window; it is kept in memory only"));
     assert!(log.contains("cannot spool the sums held back"));
-    redis.restart_after(Duration::ZERO, &[]);
-    let (mut again, _, _) = start();
-    eventually(
-        Duration::from_secs(15),
-        "the spool written and emptied",
-        || spooled() == 0,
-    )
-    .await;
-    again.kill();
+    replay_the_spool(&mut redis, &start, &spooled).await;
     let written = totals(&redis);
     for (p, total) in PRECISIONS.iter().zip(written) {
         assert!(total <= sent, "precision {p}: {total} of {sent}: doubled");
@@ -485,15 +495,7 @@ async fn a_full_spool_disk_says_what_a_crash_would_lose_and_spools_again_when_ro
     assert!(!http_get(addr, "/readyz").1.contains("memory only"));
     assert_eq!(spooled(), 10, "each window in a file");
     agent.kill();
-    redis.restart_after(Duration::ZERO, &[]);
-    let (mut again, _, _) = start();
-    eventually(
-        Duration::from_secs(15),
-        "the spool written and emptied",
-        || spooled() == 0,
-    )
-    .await;
-    again.kill();
+    replay_the_spool(&mut redis, &start, &spooled).await;
     // (Redis keeps nothing across its restarts here: what it holds is this second run's.)
     for (p, total) in PRECISIONS.iter().zip(totals(&redis)) {
         assert_eq!(total, more, "precision {p}");

@@ -143,8 +143,8 @@ pub struct LineHandler {
     pub tally: Tally,
     /// The first bad line since the reader last logged one.
     pub bad_example: Option<(BadLine, String)>,
-    /// The filters in use (none: `None`), the shared ones a SIGHUP replaces, and the version
-    /// of those taken.
+    /// The filters and mapping rules in use (none: `None`), the shared ones a SIGHUP
+    /// replaces, and the version of those taken.
     rules: Option<Arc<Rules>>,
     shared: Option<(Arc<SharedRules>, u64)>,
     /// With `relay`: the packet of received lines being filled.
@@ -215,7 +215,6 @@ impl LineHandler {
         sample: &Sample<'_>,
         window: &mut Window,
     ) -> Result<bool, BadLine> {
-        self.tally.samples[sample.kind as usize] += 1;
         let mapped = match &self.rules {
             None => Mapped::Unmatched,
             Some(rules) if !rules.keeps(name, sample.kind) => Mapped::Drop,
@@ -224,6 +223,7 @@ impl LineHandler {
         let (series, renamed) = match &mapped {
             Mapped::Unmatched => self.namer.series(name, influx, dog)?,
             Mapped::Drop => {
+                self.tally.samples[sample.kind as usize] += 1;
                 self.tally.filtered[sample.kind as usize] += 1;
                 return Ok(false);
             }
@@ -236,6 +236,7 @@ impl LineHandler {
                 .series_labelled(name, influx, dog, labels, *honor_labels)?,
         };
         window.record(series, sample, self.max_series);
+        self.tally.samples[sample.kind as usize] += 1;
         Ok(renamed)
     }
 

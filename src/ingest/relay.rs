@@ -119,6 +119,18 @@ impl Relay {
         Ok(Arc::new(Relay { queues }))
     }
 
+    /// Whether any target takes packets.
+    fn open(&self) -> bool {
+        self.queues.iter().any(|q| q.open.load(Ordering::Relaxed))
+    }
+
+    /// Counts `lines` as dropped for every target.
+    fn drop_lines(&self, lines: u64) {
+        for queue in &self.queues {
+            queue.dropped.increment(lines);
+        }
+    }
+
     /// Queues `packet` for every target, without waiting.
     fn send(&self, packet: Vec<u8>, lines: u64) {
         let packet = Arc::new(packet);
@@ -145,6 +157,9 @@ pub struct RelayBuffer {
     lines: u64,
     /// When the packet's first line came.
     since: Option<Instant>,
+    /// Lines not packed because no target took packets, counted as dropped with the next
+    /// flush (a counter's update per batch, not per datagram).
+    unsent: u64,
 }
 
 impl RelayBuffer {
@@ -154,11 +169,18 @@ impl RelayBuffer {
             packet: Vec::with_capacity(MAX_PACKET),
             lines: 0,
             since: None,
+            unsent: 0,
         }
     }
 
-    /// Adds the lines of `body` (empty ones skipped), sending each packet that fills.
+    /// Adds the lines of `body` (empty ones skipped), sending each packet that fills. While
+    /// no target takes packets (all unreachable) the lines are only counted as dropped.
     pub fn add(&mut self, body: &[u8]) {
+        if !self.relay.open() {
+            let lines = body.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+            self.unsent += lines.count() as u64;
+            return;
+        }
         for line in body.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
             if !self.packet.is_empty() && self.packet.len() + line.len() + 1 > MAX_PACKET {
                 self.flush();
@@ -172,6 +194,9 @@ impl RelayBuffer {
 
     /// Sends what the packet holds.
     pub fn flush(&mut self) {
+        if self.unsent > 0 {
+            self.relay.drop_lines(std::mem::take(&mut self.unsent));
+        }
         if self.lines > 0 {
             let packet = std::mem::replace(&mut self.packet, Vec::with_capacity(MAX_PACKET));
             self.relay.send(packet, std::mem::take(&mut self.lines));
@@ -182,7 +207,7 @@ impl RelayBuffer {
     /// Sends the packet if its first line has waited [`LINGER`]: a datagram reader asks after
     /// every batch, and at least every 100 ms when nothing comes.
     pub fn flush_due(&mut self) {
-        if self.since.is_some_and(|since| since.elapsed() >= LINGER) {
+        if self.unsent > 0 || self.since.is_some_and(|since| since.elapsed() >= LINGER) {
             self.flush();
         }
     }

@@ -207,6 +207,8 @@ pub struct Stamped {
     pub at: u64,
     pub gauge: bool,
     pub value: f64,
+    /// How many samples it holds (those of one second that came one after another).
+    pub samples: u64,
 }
 
 /// Where [`Window::dropped`] counts log entries.
@@ -256,8 +258,21 @@ impl Window {
             (MetricType::Counter | MetricType::Gauge, Value::Number(v)) => {
                 let gauge = sample.kind == MetricType::Gauge;
                 let value = if gauge { v } else { v * weight };
-                slot(&mut self.stamped, series, max, Vec::new)
-                    .map(|s| s.push(Stamped { at, gauge, value }))
+                slot(&mut self.stamped, series, max, Vec::new).map(|values| {
+                    // A batch of one second (the usual case) stays one value.
+                    match values.last_mut() {
+                        Some(last) if last.at == at && last.gauge == gauge => {
+                            last.value = if gauge { value } else { last.value + value };
+                            last.samples += 1;
+                        }
+                        _ => values.push(Stamped {
+                            at,
+                            gauge,
+                            value,
+                            samples: 1,
+                        }),
+                    }
+                })
             }
             (kind, value) => {
                 self.stamps_ignored += 1;
@@ -623,9 +638,9 @@ impl Ledger {
         for (series, values) in std::mem::take(&mut window.stamped) {
             for v in values {
                 if v.at >= end + STAMP_AHEAD_SECS {
-                    outcomes.too_far_ahead += 1;
+                    outcomes.too_far_ahead += v.samples;
                 } else if v.at >= start {
-                    outcomes.current += 1;
+                    outcomes.current += v.samples;
                     if v.gauge {
                         let set = GaugeUpdate {
                             set: Some(v.value),
@@ -637,9 +652,9 @@ impl Ledger {
                         *window.counters.entry(series.clone()).or_insert(0.0) += v.value;
                     }
                 } else if end - v.at > self.max_age {
-                    outcomes.too_old += 1;
+                    outcomes.too_old += v.samples;
                 } else {
-                    outcomes.earlier += 1;
+                    outcomes.earlier += v.samples;
                     earlier.push((series.clone(), v));
                 }
             }

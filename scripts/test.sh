@@ -22,6 +22,8 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)                    # graphite
 oracle=()
 [ -x /usr/bin/graphite-manage ] || oracle+=(graphite-web)
 /usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || oracle+=(python3-redis)
+# Whisper files for the importer's test (the library carbon writes them with).
+/usr/bin/python3 -c 'import whisper' >/dev/null 2>&1 || oracle+=(python3-whisper)
 
 root=false
 [ "$(id -u)" -eq 0 ] && root=true

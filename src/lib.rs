@@ -24,6 +24,7 @@
 //! * [`config`]: defaults, TOML file, environment and flags.
 //! * [`agent`]: binds the sockets and runs everything with one shutdown order.
 //! * [`cli`]: `statsd-redis get …`, the queries' answers as tables or JSON.
+//! * [`import`]: `statsd-redis import whisper …`, the history of carbon's whisper files.
 //!
 //! `docs/architecture.md` follows a datagram step by step, with the file and function of each.
 
@@ -34,6 +35,7 @@ pub mod config;
 pub mod flush;
 pub mod graphite;
 pub mod http;
+pub mod import;
 pub mod ingest;
 pub mod protocol;
 pub mod spool;

@@ -44,6 +44,26 @@ enum Command {
         #[command(subcommand)]
         query: cli::Query,
     },
+    /// Bring history into the layout (uses the Redis settings, --key-prefix, precisions and
+    /// sample_count of --config: give it the agent's).
+    Import {
+        #[command(subcommand)]
+        source: ImportSource,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum ImportSource {
+    /// The whisper files Etsy's statsd left through carbon: counters (stats_counts.*) and
+    /// gauges (stats.gauges.*), at every precision their archives fill whole.
+    Whisper {
+        /// carbon's storage directory (the one holding stats_counts/ and stats/).
+        dir: std::path::PathBuf,
+        /// Leave alone the slices that end after this moment (Unix seconds): those the agent
+        /// writes [default: now].
+        #[arg(long)]
+        until: Option<u64>,
+    },
 }
 
 /// One malloc arena for the whole process. glibc gives each thread that allocates an arena of
@@ -109,6 +129,12 @@ fn main() -> ExitCode {
     if let Some(Command::Get { json, query }) = &cli.command {
         return get(&config, query, *json);
     }
+    if let Some(Command::Import {
+        source: ImportSource::Whisper { dir, until },
+    }) = &cli.command
+    {
+        return import_whisper(&config, dir, *until);
+    }
     if cli.print_config {
         match toml::to_string(&config.redacted()) {
             Ok(text) => {
@@ -166,6 +192,39 @@ fn from_environment(e: &clap::Error, line: &str) -> Option<String> {
 fn write_out(text: &str) {
     use std::io::Write;
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// `import whisper`: a progress line on stderr, each file that does not read named, then what
+/// was imported.
+#[tokio::main(flavor = "current_thread")]
+async fn import_whisper(config: &Config, dir: &std::path::Path, until: Option<u64>) -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let until = until.unwrap_or_else(statsd_redis::store::clock::unix_now);
+    let progress = |done: usize, files: usize, slices: usize| {
+        eprint!(
+            "\rimporting {}: {done}/{files} files, {slices} slices",
+            dir.display()
+        );
+    };
+    match statsd_redis::import::import(config, dir, until, progress).await {
+        Ok(imported) => {
+            eprintln!();
+            for (path, why) in &imported.skipped {
+                eprintln!("skipped {}: {why}", path.display());
+            }
+            write_out(&format!(
+                "imported {} files ({} slices), skipped {}\n",
+                imported.files,
+                imported.slices,
+                imported.skipped.len()
+            ));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("\nerror: {e}");
+            ExitCode::from(3)
+        }
+    }
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -1,0 +1,392 @@
+//! `statsd-redis import whisper <dir>`: the history Etsy's statsd left in carbon's whisper files,
+//! written into the layout (docs/moving-from-graphite.md): counters (`stats_counts.<key>`, or
+//! `stats.counters.<key>.count` without `legacyNamespace`) into `count:`, gauges
+//! (`stats.gauges.<key>`) into `gauge:`, each with its `known:` member, at every precision
+//! whose slices an archive fills exactly: a slice of `p` seconds from an archive whose step
+//! divides `p` and that holds all of the slice, the finest such archive, counts summed and a
+//! gauge's last value. Archives after the first count only when whisper made them by summing
+//! (counts) or by the last value (gauges): an average of counts is no count. Slices are set, never added to, so a second import changes nothing; a
+//! slice that ends after the cut-off (`--until`, default now) is left to the agent. A file that
+//! does not read is named and skipped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use redis::AsyncCommands;
+
+use crate::config::Config;
+use crate::store::{Store, keys};
+
+/// One whisper archive: its step, how many points it keeps, and its points (timestamp, value)
+/// that are still within it, oldest first.
+#[derive(Debug, PartialEq)]
+pub struct Archive {
+    pub step: u64,
+    pub slots: u64,
+    pub points: Vec<(u64, f64)>,
+}
+
+impl Archive {
+    /// The first second it still holds, if it holds any.
+    fn start(&self) -> Option<u64> {
+        let newest = self.points.last()?.0;
+        Some((newest + self.step).saturating_sub(self.step * self.slots))
+    }
+}
+
+/// Reads a whisper file: a header (aggregation, max retention, xFilesFactor, archive count),
+/// each archive's offset, seconds per point and point count, then the points (a 32-bit
+/// timestamp and a 64-bit float each), all big-endian. A ring's slots older than its newest
+/// point by its whole length are stale and left out.
+pub fn read_whisper(bytes: &[u8]) -> Result<Whisper, String> {
+    let u32_at = |at: usize| -> Result<u32, String> {
+        let b = bytes
+            .get(at..at + 4)
+            .ok_or_else(|| format!("cut short at byte {at}"))?;
+        Ok(u32::from_be_bytes(b.try_into().map_err(|_| "cut short")?))
+    };
+    let aggregation = match u32_at(0)? {
+        1 => Aggregation::Average,
+        2 => Aggregation::Sum,
+        3 => Aggregation::Last,
+        4..=8 => Aggregation::Other,
+        n => return Err(format!("aggregation method {n}: not a whisper file")),
+    };
+    let count = u32_at(12)? as usize;
+    if count == 0 || count > 64 {
+        return Err(format!("{count} archives: not a whisper file"));
+    }
+    let mut archives = Vec::with_capacity(count);
+    for i in 0..count {
+        let info = 16 + 12 * i;
+        let (offset, step, slots) = (u32_at(info)?, u32_at(info + 4)?, u32_at(info + 8)?);
+        let (offset, step, slots) = (offset as usize, u64::from(step), u64::from(slots));
+        let end = offset + 12 * slots as usize;
+        if step == 0 || slots == 0 || end > bytes.len() {
+            return Err(format!("archive {} does not fit the file", i + 1));
+        }
+        let mut points: Vec<(u64, f64)> = bytes[offset..end]
+            .chunks_exact(12)
+            .map(|p| {
+                let ts = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+                let value = f64::from_be_bytes(p[4..12].try_into().unwrap_or_default());
+                (u64::from(ts), value)
+            })
+            .filter(|(ts, v)| *ts != 0 && ts % step == 0 && v.is_finite())
+            .collect();
+        points.sort_by_key(|p| p.0);
+        if let Some(&(newest, _)) = points.last() {
+            points.retain(|(ts, _)| ts + step * slots > newest);
+        }
+        archives.push(Archive {
+            step,
+            slots,
+            points,
+        });
+    }
+    Ok(Whisper {
+        aggregation,
+        archives,
+    })
+}
+
+/// A whisper file: how its archives after the first were made from the one before, and its
+/// archives, finest first.
+#[derive(Debug, PartialEq)]
+pub struct Whisper {
+    pub aggregation: Aggregation,
+    pub archives: Vec<Archive>,
+}
+
+/// whisper's aggregation methods (1 average, 2 sum, 3 last; max, min and the others).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Aggregation {
+    Average,
+    Sum,
+    Last,
+    Other,
+}
+
+impl Whisper {
+    /// The archives whose points are exact for a counter's counts or a gauge's values: the
+    /// first (what carbon was sent), and the coarser ones only when made by summing (counts)
+    /// or by the last value (gauges); an average of counts is not a count.
+    pub fn exact(&self, counter: bool) -> &[Archive] {
+        let exact = match self.aggregation {
+            Aggregation::Sum => counter,
+            Aggregation::Last => !counter,
+            _ => false,
+        };
+        let n = if exact { self.archives.len() } else { 1 };
+        &self.archives[..n.min(self.archives.len())]
+    }
+}
+
+/// What a whisper file under the tree holds, by its path: a counter's counts or a gauge's
+/// values, and the series name; `None` for what is not imported (rates, timers, sets).
+pub fn series_of(relative: &Path) -> Option<(bool, String)> {
+    let text = relative.to_str()?.strip_suffix(".wsp")?;
+    let parts: Vec<&str> = text.split('/').collect();
+    match parts.as_slice() {
+        ["stats_counts", key @ ..] if !key.is_empty() => Some((true, key.join("."))),
+        ["stats", "counters", key @ .., "count"] if !key.is_empty() => Some((true, key.join("."))),
+        ["stats", "gauges", key @ ..] if !key.is_empty() => Some((false, key.join("."))),
+        _ => None,
+    }
+}
+
+/// The slices of precision `p` the archives fill exactly, each from the finest archive whose
+/// step divides `p` and that holds the whole slice, ending by `until` and within the
+/// precision's retention (`sample_count` slices before `now`): counts summed (a slice with no
+/// point at all is left out), a gauge's last value.
+pub fn slices(
+    archives: &[Archive],
+    p: u64,
+    counter: bool,
+    (until, now, sample_count): (u64, u64, u64),
+) -> BTreeMap<u64, f64> {
+    let mut out = BTreeMap::new();
+    let mut usable: Vec<&Archive> = archives
+        .iter()
+        .filter(|a| p.is_multiple_of(a.step))
+        .collect();
+    usable.sort_by_key(|a| a.step);
+    let oldest_kept = now.saturating_sub(sample_count * p);
+    for archive in usable {
+        let (Some(start), Some(&(newest, _))) = (archive.start(), archive.points.last()) else {
+            continue;
+        };
+        let first = start.div_ceil(p) * p;
+        let mut points = archive.points.iter().peekable();
+        let mut slice = first.max(oldest_kept / p * p + p);
+        // Whole slices only: the archive's points reach the slice's end.
+        while slice + p <= until.min(newest + archive.step) {
+            if out.contains_key(&slice) {
+                slice += p;
+                continue;
+            }
+            let mut value = None;
+            while let Some(&&(ts, v)) = points.peek() {
+                if ts >= slice + p {
+                    break;
+                }
+                points.next();
+                if ts >= slice {
+                    value = Some(if counter { value.unwrap_or(0.0) + v } else { v });
+                }
+            }
+            if let Some(v) = value {
+                out.insert(slice, v);
+            }
+            slice += p;
+        }
+    }
+    out
+}
+
+/// What one import did.
+#[derive(Debug, Default, PartialEq)]
+pub struct Imported {
+    pub files: usize,
+    pub skipped: Vec<(PathBuf, String)>,
+    pub slices: usize,
+}
+
+/// Imports every whisper file under `root` (carbon's storage directory, holding `stats_counts/`
+/// and `stats/`) into the Redis of `config`; slices ending after `until` are left alone.
+/// `progress` is told the files done and the slices written so far.
+pub async fn import(
+    config: &Config,
+    root: &Path,
+    until: u64,
+    mut progress: impl FnMut(usize, usize, usize),
+) -> Result<Imported, String> {
+    let mut files = Vec::new();
+    collect(root, root, &mut files);
+    files.sort();
+    let store = Store::open(config).map_err(|e| e.to_string())?;
+    let mut conn = store.connect().await.map_err(|e| e.to_string())?;
+    let keys = store.keys().clone();
+    let now = crate::store::clock::unix_now();
+    let mut done = Imported::default();
+    for (i, (path, counter, series)) in files.iter().enumerate() {
+        let whisper = match std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| read_whisper(&bytes))
+        {
+            Ok(whisper) => whisper,
+            Err(why) => {
+                done.skipped.push((path.clone(), why));
+                continue;
+            }
+        };
+        let archives = whisper.exact(*counter);
+        for &p in &config.precisions {
+            let found = slices(archives, p, *counter, (until, now, config.sample_count));
+            if found.is_empty() {
+                continue;
+            }
+            let (key, index) = if *counter {
+                (keys.counter(p, series), keys.known())
+            } else {
+                (keys.gauge(p, series), keys.known_gauges())
+            };
+            let fields: Vec<(u64, String)> = found
+                .iter()
+                .map(|(slice, v)| (*slice, number(*v, *counter)))
+                .collect();
+            let redis = |e: redis::RedisError| format!("{key}: {e}");
+            for batch in fields.chunks(1000) {
+                let _: () = conn.hset_multiple(&key, batch).await.map_err(redis)?;
+            }
+            let member = keys::known_member(p, series);
+            let _: () = conn.zadd(&index, member, 0).await.map_err(redis)?;
+            done.slices += fields.len();
+        }
+        if !*counter
+            && let Some(&(_, last)) = archives
+                .iter()
+                .filter_map(|a| a.points.last())
+                .max_by_key(|p| p.0)
+                .filter(|(ts, _)| *ts < until)
+        {
+            let _: bool = conn
+                .hset_nx(keys.gauges(), series, last)
+                .await
+                .map_err(|e| format!("{}: {e}", keys.gauges()))?;
+        }
+        done.files += 1;
+        progress(i + 1, files.len(), done.slices);
+    }
+    Ok(done)
+}
+
+/// A slice's value as the agent writes it: counts as integers.
+fn number(v: f64, counter: bool) -> String {
+    if counter && v.fract() == 0.0 && v.abs() < 9.0e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Every `.wsp` file under `dir` that holds a counter or a gauge, with its kind and series.
+fn collect(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, bool, String)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect(root, &path, out);
+        } else if let Some((counter, series)) = path.strip_prefix(root).ok().and_then(series_of) {
+            out.push((path, counter, series));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An archive as a test gives it: step, slots, points.
+    type Given<'a> = (u32, u32, &'a [(u32, f64)]);
+
+    /// A whisper file of the archives given, written as whisper lays it out (each point in the
+    /// slot of its interval).
+    fn whisper(archives: &[Given<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for v in [1u32, 0, 0, archives.len() as u32] {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        let mut offset = 16 + 12 * archives.len() as u32;
+        for (step, slots, _) in archives {
+            for v in [offset, *step, *slots] {
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+            offset += 12 * slots;
+        }
+        for (step, slots, points) in archives {
+            let mut ring = vec![[0u8; 12]; *slots as usize];
+            let base = points.first().map_or(0, |p| p.0);
+            for (ts, v) in *points {
+                let at = ((ts - base) / step % slots) as usize;
+                ring[at][..4].copy_from_slice(&ts.to_be_bytes());
+                ring[at][4..].copy_from_slice(&v.to_be_bytes());
+            }
+            out.extend(ring.iter().flatten());
+        }
+        out
+    }
+
+    #[test]
+    fn archives_read_back_without_their_stale_slots() {
+        // Six slots of 10 s written for 8 intervals: the first two were overwritten.
+        let points: Vec<(u32, f64)> = (0..8).map(|i| (1000 + 10 * i, i as f64)).collect();
+        let file = read_whisper(&whisper(&[(10, 6, &points), (60, 10, &[(960, 5.0)])])).unwrap();
+        assert_eq!(file.aggregation, Aggregation::Average);
+        assert_eq!(
+            file.exact(true).len(),
+            1,
+            "an average of counts is not a count"
+        );
+        let read = file.archives;
+        let kept: Vec<u64> = read[0].points.iter().map(|p| p.0).collect();
+        assert_eq!(kept, [1020, 1030, 1040, 1050, 1060, 1070]);
+        assert_eq!(read[1].points, [(960, 5.0)]);
+        assert!(read_whisper(&[0u8; 10]).is_err());
+        let mut cut = whisper(&[(10, 6, &points)]);
+        cut.truncate(40);
+        assert!(read_whisper(&cut).unwrap_err().contains("does not fit"));
+    }
+
+    #[test]
+    fn slices_come_whole_from_the_finest_archive_that_holds_them() {
+        // 10 s points for 1000..1120, then a 60 s archive reaching further back.
+        let fine: Vec<(u64, f64)> = (0..12).map(|i| (1000 + 10 * i, 1.0)).collect();
+        let archives = [
+            Archive {
+                step: 10,
+                slots: 12,
+                points: fine,
+            },
+            Archive {
+                step: 60,
+                slots: 100,
+                points: vec![(840, 30.0), (900, 40.0), (960, 2.0), (1020, 6.0)],
+            },
+        ];
+        let limits = (10_000, 10_000, 1_000);
+        // 60 s slices: 1020 whole from the 10 s points; 1080 is not whole there (its points
+        // end at 1110), 1000..1020 is part of the slice 960, which the 60 s archive holds.
+        let minutes = slices(&archives, 60, true, limits);
+        let want = BTreeMap::from([(840, 30.0), (900, 40.0), (960, 2.0), (1020, 6.0)]);
+        assert_eq!(minutes, want);
+        // 5 s slices: no archive's step divides 5.
+        assert!(slices(&archives, 5, true, limits).is_empty());
+        // A gauge's last value; nothing that ends after the cut-off.
+        let gauge = slices(&archives, 60, false, (1020, 10_000, 1_000));
+        assert_eq!(gauge.get(&960), Some(&2.0));
+        assert!(!gauge.contains_key(&1020));
+        // Nothing older than the precision's retention.
+        let kept = slices(&archives, 60, true, (10_000, 1100, 3));
+        assert_eq!(kept.keys().copied().collect::<Vec<_>>(), [960, 1020]);
+    }
+
+    #[test]
+    fn paths_name_counters_and_gauges() {
+        let of = |p: &str| series_of(Path::new(p));
+        assert_eq!(
+            of("stats_counts/api/hits.wsp"),
+            Some((true, "api.hits".into()))
+        );
+        assert_eq!(
+            of("stats/counters/api/hits/count.wsp"),
+            Some((true, "api.hits".into()))
+        );
+        assert_eq!(of("stats/gauges/queue.wsp"), Some((false, "queue".into())));
+        assert_eq!(of("stats/api/hits.wsp"), None, "a rate");
+        assert_eq!(of("stats/timers/api/upper_90.wsp"), None);
+        assert_eq!(of("stats/sets/users/count.wsp"), None);
+    }
+}

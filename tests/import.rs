@@ -1,0 +1,235 @@
+//! `statsd-redis import whisper`: whisper files as Etsy's statsd leaves them through carbon
+//! (written here by Debian's `python3-whisper`, the library carbon writes with: 10 s points for
+//! an hour, then minutes for a week, counts summed and gauges' last values kept), imported
+//! through the binary; the agent's Graphite API then answers for the imported names what
+//! graphite-web answers over the same files. A second import changes no key; a damaged file is
+//! named and skipped; nothing after the cut-off is touched.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+/// Writes, under `root`, whisper files of two counters and a gauge with a point every 10 s for
+/// the three hours before `now` (and a damaged file), as carbon lays them out.
+fn write_whisper(root: &Path, now: u64) {
+    let script = r#"
+import os, sys, whisper
+root, now = sys.argv[1], int(sys.argv[2])
+def write(rel, method, value):
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    whisper.create(path, [(10, 360), (60, 10080)], xFilesFactor=0, aggregationMethod=method)
+    points = [(t, value(t)) for t in range(now - 3 * 3600, now, 10)]
+    for i in range(0, len(points), 500):
+        whisper.update_many(path, points[i:i + 500], now=now)
+write("stats_counts/app/hits.wsp", "sum", lambda t: (t // 10) % 7)
+write("stats/counters/app/api/calls/count.wsp", "sum", lambda t: 2)
+write("stats/gauges/app/queue.wsp", "last", lambda t: (t // 10) % 100 - 20)
+write("stats/app/hits.wsp", "average", lambda t: 0.5)
+with open(os.path.join(root, "stats_counts/app/broken.wsp"), "wb") as f:
+    f.write(b"\x00\x00\x00\x02" + b"\x00" * 20)
+"#;
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", script, root.to_str().unwrap(), &now.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python3-whisper (apt-get install -y python3-whisper): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn import(redis: &RedisServer, root: &Path, until: Option<u64>) -> (String, String) {
+    let mut command = bin();
+    command.args([
+        "import",
+        "whisper",
+        root.to_str().unwrap(),
+        "--redis",
+        &redis.url(),
+    ]);
+    if let Some(until) = until {
+        command.args(["--until", &until.to_string()]);
+    }
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// Every key and what it holds, as text.
+fn everything(redis: &RedisServer) -> BTreeMap<String, String> {
+    let mut conn = redis.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    keys.into_iter()
+        .map(|k| {
+            let kind: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
+            let value: Vec<String> = match kind.as_str() {
+                "hash" => redis::cmd("HGETALL").arg(&k).query(&mut conn).unwrap(),
+                _ => redis::cmd("ZRANGE")
+                    .arg(&k)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(&mut conn)
+                    .unwrap(),
+            };
+            let mut value = value;
+            value.sort();
+            (k, value.join(","))
+        })
+        .collect()
+}
+
+#[test]
+fn whisper_history_is_imported_once_and_nothing_after_the_cut_off() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let now = unix_now() / 600 * 600;
+    write_whisper(dir.path(), now);
+    let (out, err) = import(&redis, dir.path(), None);
+    assert!(out.starts_with("imported 3 files"), "{out}");
+    assert!(
+        err.contains("skipped ") && err.contains("broken.wsp"),
+        "{err}"
+    );
+    let first = everything(&redis);
+    // The minutes of the last three hours and the 10 s points' counts, summed per precision:
+    // the 60 s slices of the hour the 10 s archive holds are its six points' sum.
+    let minute = redis.get_counter("count:60:app.hits");
+    let slice = now - 1800;
+    let want: i64 = (0..6).map(|i| ((slice + 10 * i) / 10 % 7) as i64).sum();
+    assert_eq!(minute.get(&slice), Some(&want));
+    assert_eq!(
+        redis
+            .get_counter("count:3600:app.api.calls")
+            .get(&(now - 3600)),
+        Some(&720)
+    );
+    assert!(
+        redis.get_counter("count:1:app.hits").is_empty(),
+        "no archive of 1 s"
+    );
+    let known = redis.known("known:");
+    assert!(known.contains(&"60:app.hits".to_string()), "{known:?}");
+    assert!(
+        redis
+            .known("known:gauge:")
+            .contains(&"300:app.queue".to_string())
+    );
+
+    // Again: nothing changes.
+    import(&redis, dir.path(), None);
+    assert_eq!(everything(&redis), first, "a second import changes nothing");
+
+    // A fresh Redis and a cut-off half an hour back: no slice ends after it.
+    let later = RedisServer::start();
+    let until = now - 1800;
+    import(&later, dir.path(), Some(until));
+    for p in [5, 60, 300, 3600] {
+        let slices = later.get_counter(&format!("count:{p}:app.hits"));
+        assert!(slices.keys().all(|s| s + p <= until), "precision {p}");
+    }
+}
+
+/// graphite-web 1.1.10 over the whisper files and the agent over what was imported answer
+/// alike, summarized over ten minutes (for the hour of 10 s points, read by the agent at 60 s)
+/// and an hour (for three hours, minutes in whisper, 5 min slices in the agent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_answers_for_imported_names_as_graphite_web_over_the_files() {
+    assert!(
+        Path::new("/usr/bin/graphite-manage").exists(),
+        "this test runs graphite-web: apt-get install -y --no-install-recommends graphite-web"
+    );
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let now = unix_now() / 600 * 600;
+    write_whisper(dir.path(), now);
+    import(&redis, dir.path(), None);
+    let state = tempfile::tempdir().unwrap();
+    let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/graphite");
+    let started = Command::new(harness.join("graphite-web.sh"))
+        .arg("start")
+        .env("ORACLE_WHISPER_DIR", dir.path())
+        .env("ORACLE_STATE", state.path())
+        .output()
+        .unwrap();
+    assert!(
+        started.status.success(),
+        "graphite-web: {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let url = std::fs::read_to_string(state.path().join("url")).unwrap();
+    let agent = TestAgent::start(test_config(&redis));
+    let ask = |base: &str, target: &str, from: u64| -> serde_json::Value {
+        let target: String = target
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let query = format!("target={target}&from={from}&until={now}&format=json");
+        let out = Command::new("curl")
+            .args(["-s", &format!("{base}/render?{query}")])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{target}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let agent_url = format!("http://{}/graphite", agent.http);
+    let oracle = url.trim().to_string();
+    // Each reads its finest store that holds the range: 10 s points and 60 s slices for the
+    // last 50 minutes, 60 s points and 5 min slices for three hours. The first bucket is left
+    // out: the agent's first slice is the one after `from`'s, whisper's first point the one
+    // after `from`, so it covers less of that bucket.
+    for (etsy, ours, how, bucket, back) in [
+        ("stats_counts.app.hits", "app.hits", "sum", "10min", 3000),
+        (
+            "stats.counters.app.api.calls.count",
+            "app.api.calls",
+            "sum",
+            "1h",
+            3 * 3600,
+        ),
+        ("stats.gauges.app.queue", "app.queue", "last", "10min", 3000),
+        (
+            "stats.gauges.app.queue",
+            "app.queue",
+            "last",
+            "1h",
+            3 * 3600,
+        ),
+    ] {
+        let from = now - back;
+        let points = |v: serde_json::Value| -> Vec<serde_json::Value> {
+            let all = v[0]["datapoints"].as_array().cloned().unwrap_or_default();
+            all.into_iter().skip(1).collect()
+        };
+        let theirs = points(ask(
+            &oracle,
+            &format!("summarize({etsy},'{bucket}','{how}')"),
+            from,
+        ));
+        let mine = points(ask(
+            &agent_url,
+            &format!("summarize({ours},'{bucket}','{how}')"),
+            from,
+        ));
+        assert!(
+            theirs.iter().filter(|p| p[0].is_number()).count() >= 2,
+            "{etsy}: graphite-web has data: {theirs:?}"
+        );
+        assert_eq!(mine, theirs, "{ours} against {etsy}, {bucket} {how}");
+    }
+    let _ = Command::new(harness.join("graphite-web.sh"))
+        .arg("stop")
+        .env("ORACLE_STATE", state.path())
+        .output();
+    agent.stop().await;
+}

@@ -14,7 +14,7 @@ use std::process::Command;
 use common::*;
 
 /// Writes, under `root`, whisper files of two counters and a gauge with a point every 10 s for
-/// the three hours before `now` (and a damaged file), as carbon lays them out.
+/// the three hours before `now` (and a damaged file), as carbon writes them.
 fn write_whisper(root: &Path, now: u64) {
     let script = r#"
 import os, sys, whisper
@@ -24,8 +24,11 @@ def write(rel, method, value):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     whisper.create(path, [(10, 360), (60, 10080)], xFilesFactor=0, aggregationMethod=method)
     points = [(t, value(t)) for t in range(now - 3 * 3600, now, 10)]
-    for i in range(0, len(points), 500):
-        whisper.update_many(path, points[i:i + 500], now=now)
+    # As carbon writes them: ten minutes at a time as they come (whisper writes a point older
+    # than its first archive straight into a coarser one, unsummed).
+    for i in range(0, len(points), 60):
+        batch = points[i:i + 60]
+        whisper.update_many(path, batch, now=batch[-1][0] + 10)
 write("stats_counts/app/hits.wsp", "sum", lambda t: (t // 10) % 7)
 write("stats/counters/app/api/calls/count.wsp", "sum", lambda t: 2)
 write("stats/gauges/app/queue.wsp", "last", lambda t: (t // 10) % 100 - 20)
@@ -105,10 +108,10 @@ fn whisper_history_is_imported_once_and_nothing_after_the_cut_off() {
     let slice = now - 1800;
     let want: i64 = (0..6).map(|i| ((slice + 10 * i) / 10 % 7) as i64).sum();
     assert_eq!(minute.get(&slice), Some(&want));
+    // The last whole hour: from the 10 s points or the summed minutes, 2 every 10 s.
+    let hour = now / 3600 * 3600 - 3600;
     assert_eq!(
-        redis
-            .get_counter("count:3600:app.api.calls")
-            .get(&(now - 3600)),
+        redis.get_counter("count:3600:app.api.calls").get(&hour),
         Some(&720)
     );
     assert!(

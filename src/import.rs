@@ -189,17 +189,19 @@ pub fn slices(
 pub struct Imported {
     pub files: usize,
     pub skipped: Vec<(PathBuf, String)>,
+    /// Whisper points read, and slices written.
+    pub points: usize,
     pub slices: usize,
 }
 
 /// Imports every whisper file under `root` (carbon's storage directory, holding `stats_counts/`
 /// and `stats/`) into the Redis of `config`; slices ending after `until` are left alone.
-/// `progress` is told the files done and the slices written so far.
+/// `progress` is told how far it is: files done of all, points read, slices written.
 pub async fn import(
     config: &Config,
     root: &Path,
     until: u64,
-    mut progress: impl FnMut(usize, usize, usize),
+    mut progress: impl FnMut(&Imported, usize),
 ) -> Result<Imported, String> {
     let mut files = Vec::new();
     collect(root, root, &mut files);
@@ -209,7 +211,7 @@ pub async fn import(
     let keys = store.keys().clone();
     let now = crate::store::clock::unix_now();
     let mut done = Imported::default();
-    for (i, (path, counter, series)) in files.iter().enumerate() {
+    for (path, counter, series) in &files {
         let whisper = match std::fs::read(path)
             .map_err(|e| e.to_string())
             .and_then(|bytes| read_whisper(&bytes))
@@ -217,9 +219,15 @@ pub async fn import(
             Ok(whisper) => whisper,
             Err(why) => {
                 done.skipped.push((path.clone(), why));
+                progress(&done, files.len());
                 continue;
             }
         };
+        done.points += whisper
+            .archives
+            .iter()
+            .map(|a| a.points.len())
+            .sum::<usize>();
         let archives = whisper.exact(*counter);
         for &p in &config.precisions {
             let found = slices(archives, p, *counter, (until, now, config.sample_count));
@@ -256,7 +264,7 @@ pub async fn import(
                 .map_err(|e| format!("{}: {e}", keys.gauges()))?;
         }
         done.files += 1;
-        progress(i + 1, files.len(), done.slices);
+        progress(&done, files.len());
     }
     Ok(done)
 }

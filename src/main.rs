@@ -195,15 +195,22 @@ fn write_out(text: &str) {
 }
 
 /// `import whisper`: a progress line on stderr, each file that does not read named, then what
-/// was imported.
+/// was imported. Exit code 2 when `dir` is no directory, 3 when Redis cannot be reached.
 #[tokio::main(flavor = "current_thread")]
 async fn import_whisper(config: &Config, dir: &std::path::Path, until: Option<u64>) -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if !dir.is_dir() {
+        eprintln!("error: {}: not a directory", dir.display());
+        return ExitCode::from(2);
+    }
     let until = until.unwrap_or_else(statsd_redis::store::clock::unix_now);
-    let progress = |done: usize, files: usize, slices: usize| {
+    let progress = |done: &statsd_redis::import::Imported, files: usize| {
         eprint!(
-            "\rimporting {}: {done}/{files} files, {slices} slices",
-            dir.display()
+            "\rimporting {}: {}/{files} files, {} points read, {} slices written",
+            dir.display(),
+            done.files + done.skipped.len(),
+            done.points,
+            done.slices
         );
     };
     match statsd_redis::import::import(config, dir, until, progress).await {
@@ -213,8 +220,9 @@ async fn import_whisper(config: &Config, dir: &std::path::Path, until: Option<u6
                 eprintln!("skipped {}: {why}", path.display());
             }
             write_out(&format!(
-                "imported {} files ({} slices), skipped {}\n",
+                "imported {} files ({} points read, {} slices written), skipped {}\n",
                 imported.files,
+                imported.points,
                 imported.slices,
                 imported.skipped.len()
             ));

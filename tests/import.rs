@@ -96,7 +96,8 @@ fn whisper_history_is_imported_once_and_nothing_after_the_cut_off() {
     let now = unix_now() / 600 * 600;
     write_whisper(dir.path(), now);
     let (out, err) = import(&redis, dir.path(), None);
-    assert!(out.starts_with("imported 3 files"), "{out}");
+    assert!(out.starts_with("imported 3 files ("), "{out}");
+    assert!(err.contains("points read"), "the progress line: {err}");
     assert!(
         err.contains("skipped ") && err.contains("broken.wsp"),
         "{err}"

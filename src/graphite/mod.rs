@@ -240,7 +240,16 @@ impl<'a> Evaluation<'a> {
         }
         let mut args = Vec::new();
         for (i, a) in call.args.iter().enumerate() {
-            let shaped = i == 0 && matches!(f.body, Body::Shaped(..)) && !self.shapes_only;
+            // Only a path's (or a tag query's) series are known without their values; a
+            // function's may depend on them (`removeEmptySeries`).
+            let read_as_is = match a {
+                Expr::Path(_) => true,
+                Expr::Call(c) => {
+                    functions::find(&c.name).is_some_and(|g| matches!(g.body, Body::Tagged))
+                }
+                _ => false,
+            };
+            let shaped = i == 0 && matches!(f.body, Body::Shaped(..)) && read_as_is;
             if shaped {
                 // Its shape without its values; should the shape alone fail (an error that
                 // depends on the data), it is evaluated whole.

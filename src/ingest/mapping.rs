@@ -374,10 +374,11 @@ impl Mapper {
         if self.is_empty() {
             return Mapped::Unmatched;
         }
-        let components: Vec<&str> = name.split('.').collect();
-        let mut stars = Vec::new();
         let mut best: Option<(usize, Vec<&str>)> = None;
-        self.walk(0, &components, kind, &mut stars, &mut best);
+        if self.nodes.len() > 1 {
+            let components: Vec<&str> = name.split('.').collect();
+            self.walk(0, &components, kind, &mut Vec::new(), &mut best);
+        }
         if let Some((index, captures)) = best {
             let output = &self.outputs[index];
             let expand = |t: &Template| match t {

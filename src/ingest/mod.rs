@@ -214,6 +214,7 @@ impl LineHandler {
         (influx, dog): (Option<&str>, Option<&str>),
         sample: &Sample<'_>,
         window: &mut Window,
+        plain: bool,
     ) -> Result<bool, BadLine> {
         let mapped = match &self.rules {
             None => Mapped::Unmatched,
@@ -221,6 +222,8 @@ impl LineHandler {
             Some(rules) => rules.mapper.map(name, sample.kind),
         };
         let (series, renamed) = match &mapped {
+            // A plain line's name is its series already (`parse_plain` checked it).
+            Mapped::Unmatched if plain => (name, false),
             Mapped::Unmatched => self.namer.series(name, influx, dog)?,
             Mapped::Drop => {
                 self.tally.samples[sample.kind as usize] += 1;
@@ -272,7 +275,8 @@ impl LineHandler {
                 if self.rules.is_none() {
                     self.tally.samples[sample.kind as usize] += 1;
                     window.record(series, &sample, self.max_series);
-                } else if let Err(reason) = self.record(series, (None, None), &sample, window) {
+                } else if let Err(reason) = self.record(series, (None, None), &sample, window, true)
+                {
                     self.reject(reason, &body[..used]);
                 }
                 body = &body[used..];
@@ -294,7 +298,8 @@ impl LineHandler {
                 // on the first sample or never: a line is recorded whole or not at all.
                 let mut renamed = false;
                 for sample in &m.samples {
-                    match self.record(&m.name, (m.influx_tags, sample.tags), sample, window) {
+                    match self.record(&m.name, (m.influx_tags, sample.tags), sample, window, false)
+                    {
                         Ok(r) => renamed |= r,
                         Err(reason) => return self.reject(reason, line),
                     }

@@ -6,18 +6,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use regex::Regex;
-
 use super::mapping::Mapper;
 use crate::config::{Config, ConfigError, err};
 use crate::protocol::MetricType;
+use crate::store::reader::Glob;
 
 /// The filters, compiled.
 #[derive(Debug, Default)]
 pub struct Rules {
-    /// When set, only names it matches are kept.
-    keep: Option<Regex>,
-    drop: Option<Regex>,
+    /// When any, only names one of them matches are kept.
+    keep: Vec<Glob>,
+    drop: Vec<Glob>,
     drop_types: [bool; MetricType::ALL.len()],
     /// Tag keys removed before the series name is made.
     pub drop_tags: Vec<String>,
@@ -51,16 +50,16 @@ impl Rules {
     #[inline]
     pub fn keeps(&self, name: &str, kind: MetricType) -> bool {
         !self.drop_types[kind as usize]
-            && self.keep.as_ref().is_none_or(|keep| keep.is_match(name))
-            && !self.drop.as_ref().is_some_and(|drop| drop.is_match(name))
+            && (self.keep.is_empty() || self.keep.iter().any(|g| g.matches(name)))
+            && !self.drop.iter().any(|g| g.matches(name))
     }
 
-    /// Whether the rules leave every sample as it is.
+    /// Whether the rules keep and name every sample as it is, `drop_tags` aside (the reader's
+    /// namer applies those, to tagged lines only).
     pub fn is_empty(&self) -> bool {
-        self.keep.is_none()
-            && self.drop.is_none()
+        self.keep.is_empty()
+            && self.drop.is_empty()
             && self.drop_types == [false; MetricType::ALL.len()]
-            && self.drop_tags.is_empty()
             && self.mapper.is_empty()
     }
 }
@@ -75,38 +74,13 @@ fn read_mapping(path: &std::path::Path) -> Result<Mapper, ConfigError> {
     Mapper::from_yaml(&text).map_err(|e| err("mapping_file", format!("{}: {e}", path.display())))
 }
 
-/// Name globs as one matcher: `*` any run of characters (dots too), `?` one character, the
-/// rest literal.
-fn globs(key: &str, patterns: &[String]) -> Result<Option<Regex>, ConfigError> {
-    if patterns.is_empty() {
-        return Ok(None);
-    }
+/// Name globs (`*` any run of characters, dots too; `?` one character; the rest literal), as
+/// the store's [`Glob`] matches them.
+fn globs(key: &str, patterns: &[String]) -> Result<Vec<Glob>, ConfigError> {
     if let Some(empty) = patterns.iter().position(String::is_empty) {
         return Err(err(key, format!("pattern {} is empty", empty + 1)));
     }
-    let alternatives: Vec<String> = patterns
-        .iter()
-        .map(|glob| {
-            let mut re = String::new();
-            for part in glob.split_inclusive(['*', '?']) {
-                let (literal, wild) = match part.strip_suffix(['*', '?']) {
-                    Some(literal) => (literal, &part[literal.len()..]),
-                    None => (part, ""),
-                };
-                re.push_str(&regex::escape(literal));
-                re.push_str(match wild {
-                    "*" => ".*",
-                    "?" => ".",
-                    _ => "",
-                });
-            }
-            re
-        })
-        .collect();
-    let joined = format!("^(?:{})$", alternatives.join("|"));
-    Regex::new(&joined)
-        .map(Some)
-        .map_err(|e| err(key, e.to_string()))
+    Ok(patterns.iter().map(|p| Glob::new(p)).collect())
 }
 
 /// The readers' rules, replaced at a SIGHUP: each reader keeps an `Arc` of the rules it uses
@@ -171,6 +145,11 @@ mod tests {
         assert!(!r.keeps("api.size", MetricType::Histogram), "the type");
         assert!(r.keeps("api.(x)+[y]", c), "regex characters are literal");
         assert!(rules(&[], &[], &[]).unwrap().is_empty());
+        let only_tags = Rules {
+            drop_tags: vec!["pod".into()],
+            ..Rules::default()
+        };
+        assert!(only_tags.is_empty(), "drop_tags alone keeps the fast path");
     }
 
     #[test]

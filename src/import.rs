@@ -12,8 +12,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use redis::AsyncCommands;
-
 use crate::config::Config;
 use crate::store::{Store, keys};
 
@@ -228,6 +226,8 @@ pub async fn import(
             .iter()
             .map(|a| a.points.len())
             .sum::<usize>();
+        // A file's writes in one pipeline: a round trip a file, not a command.
+        let mut pipe = redis::pipe();
         let archives = whisper.exact(*counter);
         for &p in &config.precisions {
             let found = slices(archives, p, *counter, (until, now, config.sample_count));
@@ -243,12 +243,10 @@ pub async fn import(
                 .iter()
                 .map(|(slice, v)| (*slice, number(*v, *counter)))
                 .collect();
-            let redis = |e: redis::RedisError| format!("{key}: {e}");
             for batch in fields.chunks(1000) {
-                let _: () = conn.hset_multiple(&key, batch).await.map_err(redis)?;
+                pipe.hset_multiple(&key, batch).ignore();
             }
-            let member = keys::known_member(p, series);
-            let _: () = conn.zadd(&index, member, 0).await.map_err(redis)?;
+            pipe.zadd(&index, keys::known_member(p, series), 0).ignore();
             done.slices += fields.len();
         }
         if !*counter
@@ -258,11 +256,12 @@ pub async fn import(
                 .max_by_key(|p| p.0)
                 .filter(|(ts, _)| *ts < until)
         {
-            let _: bool = conn
-                .hset_nx(keys.gauges(), series, last)
-                .await
-                .map_err(|e| format!("{}: {e}", keys.gauges()))?;
+            pipe.hset_nx(keys.gauges(), series, last).ignore();
         }
+        let _: () = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         done.files += 1;
         progress(&done, files.len());
     }

@@ -12,6 +12,7 @@ pub mod sketch;
 pub use log::{LogEntry, Severity};
 pub use sketch::{Bucket, Buckets, Mapping};
 
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use compact_str::CompactString;
@@ -624,6 +625,13 @@ impl Ledger {
         self.gauges.get(series).map(|g| g.value)
     }
 
+    /// Keeps a series' carried fraction for its next window (none kept for 0).
+    fn keep_carry(&mut self, carry: Option<(SeriesName, f64)>, start: u64) {
+        if let Some((series, c)) = carry.filter(|(_, c)| *c != 0.0) {
+            self.carries.insert(series, (c, start));
+        }
+    }
+
     /// Sorts the window's timestamped values: those of its own seconds (or a little ahead)
     /// join its other values, those too old or too far ahead are dropped, and those of earlier
     /// seconds are returned in the order they came.
@@ -670,52 +678,51 @@ impl Ledger {
         start: u64,
         values: Vec<(SeriesName, Stamped)>,
     ) -> Vec<StampedWrite> {
-        let mut counters: HashMap<(SeriesName, u64), f64> = HashMap::new();
-        let mut gauges: Vec<(SeriesName, u64, f64)> = Vec::new();
+        // Ordered maps: counters by series then second (a series' fraction carried from one
+        // second to the next), gauges by second (the last that came of one second winning).
+        let mut counters: BTreeMap<(SeriesName, u64), f64> = BTreeMap::new();
+        let mut gauges: BTreeMap<(u64, SeriesName), f64> = BTreeMap::new();
         for (series, v) in values {
             if v.gauge {
-                gauges.push((series, v.at, v.value));
+                gauges.insert((v.at, series), v.value);
             } else {
                 *counters.entry((series, v.at)).or_insert(0.0) += v.value;
             }
         }
         let mut writes = Vec::with_capacity(counters.len() + gauges.len());
+        let mut carrying: Option<(SeriesName, f64)> = None;
         for ((series, at), v) in counters {
-            let (whole, carry) = whole_and_carry(v);
-            if carry != 0.0 {
-                let carried = self.carries.entry(series.clone()).or_insert((0.0, start));
-                *carried = (carried.0 + carry, start);
-            }
+            // What the series carries (from earlier windows, or its earlier second here) goes
+            // into this second; what is left of it, to the next, and then to later windows.
+            let carried = match carrying.take() {
+                Some((s, c)) if s == series => c,
+                other => {
+                    self.keep_carry(other, start);
+                    self.carries.remove(&series).map_or(0.0, |c| c.0)
+                }
+            };
+            let (whole, carry) = whole_and_carry(v + carried);
+            carrying = Some((series.clone(), carry));
             if whole != 0.0 {
                 let value = StampedValue::Counter(whole as i64);
                 writes.push(StampedWrite { at, series, value });
             }
         }
-        // In time order, the last that came of one second winning.
-        gauges.sort_by_key(|(_, at, _)| *at);
-        let mut last: HashMap<(SeriesName, u64), f64> = HashMap::new();
-        let mut order = Vec::new();
-        for (series, at, value) in gauges {
-            if last.insert((series.clone(), at), value).is_none() {
-                order.push((series, at));
-            }
-        }
-        for (series, at) in order {
-            let value = last[&(series.clone(), at)];
+        self.keep_carry(carrying, start);
+        for ((at, series), value) in gauges {
+            let latest = GaugeState {
+                value,
+                touched: start,
+                stamp: at,
+            };
             let later = match self.gauges.get_mut(&series) {
                 Some(g) if g.stamp > at => Some(g.stamp),
-                known => {
-                    let state = GaugeState {
-                        value,
-                        touched: start,
-                        stamp: at,
-                    };
-                    match known {
-                        Some(g) => *g = state,
-                        None => {
-                            self.gauges.insert(series.clone(), state);
-                        }
-                    }
+                Some(g) => {
+                    *g = latest;
+                    None
+                }
+                None => {
+                    self.gauges.insert(series.clone(), latest);
                     None
                 }
             };

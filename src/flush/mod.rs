@@ -328,10 +328,10 @@ impl Closer {
                 // Written (or dropped) meanwhile: its file is not needed.
                 None => spool.remove(&path),
             }
-            publish(&queue, &self.telemetry);
             taken += 1;
         }
         if taken > 0 {
+            publish(&backlog.lock(), &self.telemetry);
             tracing::info!(
                 windows = taken,
                 "the spool took windows it could not take before; a crash no longer loses them"

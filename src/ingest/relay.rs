@@ -29,8 +29,8 @@ const QUEUE_PACKETS: usize = 1024;
 /// read, and delays a line by at most this (a stream reader sends at every read).
 const LINGER: Duration = Duration::from_millis(10);
 
-/// A TCP target's first wait after a failed connect, doubled per failure up to
-/// [`MAX_BACKOFF`].
+/// A TCP target's wait after a failed connect is this doubled per failure (0.2 s first), up
+/// to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 

@@ -108,10 +108,9 @@ struct Window {
 }
 
 impl Window {
+    /// The evaluation names its path expression ([`Series::new`] starts it as the name).
     fn series(&self, leaf: &Leaf, values: Vec<Point>) -> Series {
-        let mut series = Series::new(&leaf.path, self.from, self.until, self.step, values);
-        series.path_expression = leaf.path.clone();
-        series
+        Series::new(&leaf.path, self.from, self.until, self.step, values)
     }
 }
 

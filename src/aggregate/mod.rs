@@ -195,6 +195,11 @@ pub struct Window {
     pub stamped: HashMap<SeriesName, Vec<Stamped>>,
     /// Timestamps on other samples (timers, sets, gauge deltas…), taken as of now.
     pub stamps_ignored: u64,
+    /// The seconds this window counts a timestamped value in, as it comes (from its start to
+    /// [`STAMP_AHEAD_SECS`] past its end), once the closer has said which they are; and how
+    /// many such values it took.
+    pub current: Option<std::ops::Range<u64>>,
+    pub stamps_current: u64,
     /// Samples of new series dropped because their map was full, by `MetricType as usize`;
     /// log entries dropped last.
     pub dropped: [u64; MetricType::ALL.len() + 1],
@@ -228,6 +233,14 @@ impl Window {
         std::mem::replace(self, Window::new(self.mapping))
     }
 
+    /// [`Window::take`], the window left counting timestamped values of `next` (a window's
+    /// start and end) as it takes them.
+    pub fn take_for(&mut self, next: std::ops::Range<u64>) -> Window {
+        let taken = self.take();
+        self.current = Some(next.start..next.end + STAMP_AHEAD_SECS);
+        taken
+    }
+
     /// Adds one sample of `series`, unless the series is new and its type already has `max`
     /// series in this window: then the sample is counted in [`Window::dropped`]. Known series
     /// are updated in place without allocating.
@@ -256,6 +269,14 @@ impl Window {
         max: usize,
     ) -> Option<()> {
         match (sample.kind, sample.value) {
+            // Of this window: taken as it comes, in order with the others (a delta after it).
+            (MetricType::Counter | MetricType::Gauge, value @ Value::Number(_))
+                if self.current.as_ref().is_some_and(|c| c.contains(&at)) =>
+            {
+                let recorded = self.record_now(series, sample.kind, value, weight, max);
+                self.stamps_current += u64::from(recorded.is_some());
+                recorded
+            }
             (MetricType::Counter | MetricType::Gauge, Value::Number(v)) => {
                 let gauge = sample.kind == MetricType::Gauge;
                 let value = if gauge { v } else { v * weight };
@@ -348,6 +369,7 @@ impl Window {
         if self.is_empty()
             && self.dropped == [0; MetricType::ALL.len() + 1]
             && self.stamps_ignored == 0
+            && self.stamps_current == 0
         {
             // The usual case (one reader): take its maps instead of rebuilding them.
             *self = other;
@@ -373,6 +395,7 @@ impl Window {
             self.stamped.entry(series).or_default().extend(stamped);
         }
         self.stamps_ignored += other.stamps_ignored;
+        self.stamps_current += other.stamps_current;
         for (mine, theirs) in self.dropped.iter_mut().zip(other.dropped) {
             *mine += theirs;
         }
@@ -642,6 +665,7 @@ impl Ledger {
         outcomes: &mut StampOutcomes,
     ) -> Vec<(SeriesName, Stamped)> {
         let end = start + self.interval;
+        outcomes.current += window.stamps_current;
         let mut earlier = Vec::new();
         for (series, values) in std::mem::take(&mut window.stamped) {
             for v in values {

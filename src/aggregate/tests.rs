@@ -423,3 +423,29 @@ fn a_counter_stamped_only_earlier_loses_no_fraction() {
     // 30 / 0.3 = 100, less what may still be carried (under one).
     assert!((99..=100).contains(&written), "{written}");
 }
+
+/// A window that knows its seconds takes a value stamped within them as it comes: in order
+/// with the unstamped ones (a delta after it adds to it), and under the series cap.
+#[test]
+fn a_value_stamped_in_its_own_window_counts_in_arrival_order() {
+    let mut ledger = Ledger::default().with_stamps(1, 3600);
+    let mut open = Window::default();
+    drop(open.take_for(100..101));
+    let stamped = Sample {
+        timestamp: Some(100),
+        ..sample(MetricType::Gauge, Value::Number(1.0))
+    };
+    open.record("g", &stamped, 1);
+    open.record("g", &sample(MetricType::Gauge, Value::GaugeDelta(5.0)), 1);
+    let counter = Sample {
+        timestamp: Some(100),
+        ..sample(MetricType::Counter, Value::Number(1.0))
+    };
+    open.record("c", &counter, 1);
+    open.record("d", &counter, 1);
+    assert_eq!(open.dropped[MetricType::Counter as usize], 1, "the cap");
+    let closed = ledger.close(100, open.take());
+    assert_eq!(closed.gauges, [("g".into(), 6.0)]);
+    assert_eq!(closed.counters, [("c".into(), 1)]);
+    assert_eq!(closed.stamps.current, 2);
+}

@@ -235,7 +235,12 @@ impl Closer {
         self.take_reload();
         let mut merged = Window::default();
         for shared in &self.windows {
-            let taken = shared.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let next = start + self.config.flush_interval_secs;
+            let next = next..next + self.config.flush_interval_secs;
+            let taken = shared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take_for(next);
             merged.merge(taken);
         }
         self.report_drops(&merged);

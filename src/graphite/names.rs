@@ -87,17 +87,26 @@ pub fn agent_name(name: &str) -> String {
 }
 
 /// One node of a dotted glob: `*`, `?`, `[…]`, `[!…]`, and `{a,b}` alternatives, as Python's
-/// `fnmatch` over graphite-web's brace expansion.
+/// `fnmatch` over graphite-web's brace expansion. Only an alternative with a wildcard is a
+/// regular expression: a literal is compared, and `*` matches without either (compiling costs
+/// more than a browse's whole match).
 #[derive(Debug, Clone)]
 pub struct NodePattern {
-    alternatives: Vec<regex::Regex>,
+    alternatives: Vec<Alternative>,
     literal: Option<String>,
-    /// `*`: every node (the common level of a browse), without a regular expression.
+    /// `*`: every node (the common level of a browse).
     any: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Alternative {
+    Literal(String),
+    Glob(regex::Regex),
 }
 
 impl NodePattern {
     pub fn new(node: &str) -> Result<NodePattern, String> {
+        let any = node == "*";
         let alternatives = expand_braces(node, MAX_ALTERNATIVES).ok_or_else(|| {
             let shown: String = node.chars().take(60).collect();
             format!(
@@ -106,17 +115,26 @@ impl NodePattern {
         })?;
         let literal = (alternatives.len() == 1 && !has_wildcard(&alternatives[0]))
             .then(|| alternatives[0].clone());
-        let alternatives = alternatives
-            .iter()
-            .map(|a| {
-                regex::Regex::new(&fnmatch_regex(a)).map_err(|e| {
-                    let shown: String = node.chars().take(60).collect();
-                    format!("bad pattern `{shown}`: {e}")
+        let alternatives = if any {
+            Vec::new()
+        } else {
+            alternatives
+                .into_iter()
+                .map(|a| {
+                    if !has_wildcard(&a) {
+                        return Ok(Alternative::Literal(a));
+                    }
+                    regex::Regex::new(&fnmatch_regex(&a))
+                        .map(Alternative::Glob)
+                        .map_err(|e| {
+                            let shown: String = node.chars().take(60).collect();
+                            format!("bad pattern `{shown}`: {e}")
+                        })
                 })
-            })
-            .collect::<Result<_, _>>()?;
+                .collect::<Result<_, _>>()?
+        };
         Ok(NodePattern {
-            any: node == "*",
+            any,
             alternatives,
             literal,
         })
@@ -128,7 +146,11 @@ impl NodePattern {
     }
 
     pub fn matches(&self, node: &str) -> bool {
-        self.any || self.alternatives.iter().any(|r| r.is_match(node))
+        self.any
+            || self.alternatives.iter().any(|a| match a {
+                Alternative::Literal(l) => l == node,
+                Alternative::Glob(r) => r.is_match(node),
+            })
     }
 }
 

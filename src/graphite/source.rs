@@ -24,7 +24,7 @@ use super::names::{NodePattern, agent_name, graphite_name};
 use super::series::{Point, Series};
 use crate::aggregate::{Mapping, StatKind};
 use crate::config::Config;
-use crate::store::bulk::{BulkPool, Hmget};
+use crate::store::bulk::{BulkPool, Hmget, LexRange, Members};
 use crate::store::reader::{index_precisions, index_series, lex_range, parse_buckets};
 use crate::store::{Connection, Keys, Reader, StoreError};
 
@@ -116,6 +116,109 @@ impl Window {
 
 /// A grid (first slice, end, step) and its slices.
 type Grid = ((i64, i64, i64), Arc<[i64]>);
+
+/// The distinct next nodes under `base` (`<precision>:<prefix>`) in an index (only `node`,
+/// when given), read a batch at a time: leaf and branch flags per node. Tagged names are not
+/// in the tree. Once a node is known to be a branch, the rest of its branch is skipped.
+struct Walk<'a> {
+    index: &'a str,
+    base: &'a str,
+    node: Option<&'a str>,
+    from: Vec<u8>,
+    end: Vec<u8>,
+    size: usize,
+    nodes: Vec<(String, bool, bool)>,
+    done: bool,
+}
+
+impl<'a> Walk<'a> {
+    fn new(index: &'a str, base: &'a str, node: Option<&'a str>, first: usize) -> Walk<'a> {
+        let (from, end) = match node {
+            Some(node) => (
+                [b"[", base.as_bytes(), node.as_bytes()].concat(),
+                [b"(", base.as_bytes(), node.as_bytes(), b".\xff"].concat(),
+            ),
+            None => (
+                [b"[", base.as_bytes()].concat(),
+                [b"(", base.as_bytes(), b"\xff"].concat(),
+            ),
+        };
+        Walk {
+            index,
+            base,
+            node,
+            from,
+            end,
+            size: first,
+            nodes: Vec::new(),
+            done: false,
+        }
+    }
+
+    fn next_read(&self) -> LexRange<'_> {
+        LexRange {
+            key: self.index.as_bytes(),
+            min: &self.from,
+            max: &self.end,
+            count: self.size,
+        }
+    }
+
+    /// A batch read: small reads where a branch is skipped as soon as it is seen (a level of
+    /// a few large branches), growing while a level is a run of leaves.
+    fn take(&mut self, batch: &Members) {
+        let base = self.base.as_bytes();
+        let mut skip_to = None;
+        for member in batch.iter() {
+            let Some(rest) = member.get(base.len()..) else {
+                continue;
+            };
+            if rest.contains(&b';') {
+                continue;
+            }
+            let (name, branch) = match rest.iter().position(|&c| c == b'.') {
+                Some(dot) => (&rest[..dot], true),
+                None => (rest, false),
+            };
+            if self.node.is_some_and(|n| n.as_bytes() != name) {
+                continue;
+            }
+            match self
+                .nodes
+                .last_mut()
+                .filter(|(n, _, _)| n.as_bytes() == name)
+            {
+                Some(last) => {
+                    last.1 |= !branch;
+                    last.2 |= branch;
+                }
+                None => {
+                    let name = String::from_utf8_lossy(name).into_owned();
+                    self.nodes.push((name, !branch, branch))
+                }
+            }
+            if branch {
+                skip_to = Some([b"(", base, name, b".\xff"].concat());
+            }
+        }
+        let Some(last) = batch.last().filter(|_| batch.len() == self.size) else {
+            self.done = true;
+            return;
+        };
+        // Past the last branch seen whole, or past the last member read.
+        let past_last = [b"(", last].concat();
+        match skip_to.filter(|s| *s > past_last) {
+            Some(skip) => {
+                self.from = skip;
+                self.size = FIRST_BATCH;
+            }
+            None => {
+                self.from = past_last;
+                self.size = (self.size * 4).min(BATCH);
+            }
+        }
+    }
+}
 
 pub struct Source<'a> {
     conn: Connection,
@@ -374,25 +477,34 @@ impl<'a> Source<'a> {
                 ranges.push((index.clone(), kind.clone(), format!("{p}:{prefix}")));
             }
         }
-        let walks = futures_util::future::try_join_all(ranges.iter().map(|(index, _, base)| {
-            let mut source = self.clone_for_fetch();
-            async move { source.walk(index, base, part.literal(), first).await }
-        }))
-        .await?;
+        let mut walks: Vec<Walk> = ranges
+            .iter()
+            .map(|(index, _, base)| Walk::new(index, base, part.literal(), first))
+            .collect();
+        // A round's reads at once, until every walk has reached the end of its range.
+        loop {
+            let going: Vec<&mut Walk> = walks.iter_mut().filter(|w| !w.done).collect();
+            if going.is_empty() {
+                break;
+            }
+            let requests: Vec<LexRange> = going.iter().map(|w| w.next_read()).collect();
+            let batches = self.lex_ranges(&requests).await?;
+            for (walk, batch) in going.into_iter().zip(batches) {
+                walk.take(&batch);
+            }
+        }
+        let walks = walks.into_iter().map(|w| w.nodes);
         // The same nodes come from every precision: each is named once.
         for ((_, kind, _), walk) in ranges.iter().zip(walks) {
             for (node, leaf, branch) in walk {
                 if !part.matches(&node) {
                     continue;
                 }
-                if !out.contains_key(&node) {
-                    out.insert(node.clone(), (None, false));
-                }
-                let Some(e) = out.get_mut(&node) else {
-                    continue;
-                };
-                if leaf && e.0.is_none() {
-                    e.0 = Some((kind.clone(), agent_name(&format!("{prefix}{node}"))));
+                let series = (leaf && out.get(&node).is_none_or(|e| e.0.is_none()))
+                    .then(|| agent_name(&format!("{prefix}{node}")));
+                let e = out.entry(node).or_default();
+                if let Some(series) = series {
+                    e.0 = Some((kind.clone(), series));
                 }
                 e.1 |= branch;
             }
@@ -419,73 +531,25 @@ impl<'a> Source<'a> {
         Ok(out)
     }
 
-    /// The distinct next nodes under `base` (`<precision>:<prefix>`) in an index (only `node`,
-    /// when given): leaf and branch flags per node. Tagged names are not in the tree. Once a
-    /// node is known to be a branch, the rest of its branch is skipped.
-    async fn walk(
-        &mut self,
-        index: &str,
-        base: &str,
-        node: Option<&str>,
-        first: usize,
-    ) -> Result<Vec<(String, bool, bool)>, StoreError> {
-        let (mut from, end) = match node {
-            Some(node) => (
-                [b"[", base.as_bytes(), node.as_bytes()].concat(),
-                [b"(", base.as_bytes(), node.as_bytes(), b".\xff"].concat(),
-            ),
-            None => (
-                [b"[", base.as_bytes()].concat(),
-                [b"(", base.as_bytes(), b"\xff"].concat(),
-            ),
-        };
-        let mut nodes: Vec<(String, bool, bool)> = Vec::new();
-        // Small reads where a branch is skipped as soon as it is seen (a level of a few large
-        // branches), growing while a level is a run of leaves.
-        let mut size = first;
-        loop {
-            let batch = lex_range(&mut self.conn, index, &from, &end, size).await?;
-            let mut skip_to = None;
-            for member in &batch {
-                let rest = &member[base.len()..];
-                if rest.contains(';') {
-                    continue;
-                }
-                let (name, branch) = match rest.split_once('.') {
-                    Some((name, _)) => (name, true),
-                    None => (rest, false),
-                };
-                if node.is_some_and(|n| n != name) {
-                    continue;
-                }
-                match nodes.last_mut().filter(|(n, _, _)| n == name) {
-                    Some(last) => {
-                        last.1 |= !branch;
-                        last.2 |= branch;
-                    }
-                    None => nodes.push((name.to_string(), !branch, branch)),
-                }
-                if branch {
-                    skip_to = Some([b"(", base.as_bytes(), name.as_bytes(), b".\xff"].concat());
-                }
-            }
-            let Some(last) = batch.last().filter(|_| batch.len() == size) else {
-                break;
-            };
-            // Past the last branch seen whole, or past the last member read.
-            let past_last = [b"(", last.as_bytes()].concat();
-            size = match skip_to.filter(|s| *s > past_last) {
-                Some(skip) => {
-                    from = skip;
-                    FIRST_BATCH
-                }
-                None => {
-                    from = past_last;
-                    (size * 4).min(BATCH)
-                }
-            };
+    /// Each range's members: through the bulk reader in one pipeline where there is one,
+    /// else each over a clone of the multiplexed connection, at once.
+    async fn lex_ranges(&mut self, requests: &[LexRange<'_>]) -> Result<Vec<Members>, StoreError> {
+        if let Some(bulk) = self.bulk.filter(|b| b.available()) {
+            return bulk.lex_ranges(requests).await;
         }
-        Ok(nodes)
+        futures_util::future::try_join_all(requests.iter().map(|r| {
+            let mut conn = self.conn.clone();
+            async move {
+                let key = String::from_utf8_lossy(r.key);
+                let found = lex_range(&mut conn, &key, r.min, r.max, r.count).await?;
+                let mut members = Members::default();
+                for m in &found {
+                    members.push(m.as_bytes());
+                }
+                Ok::<_, StoreError>(members)
+            }
+        }))
+        .await
     }
 
     /// The precisions an index holds members of (kept for [`NAMES_FOR`]).

@@ -257,16 +257,14 @@ async fn find(State(state): State<AppState>, params: Params) -> Response {
         }
         let nodes = found(&state, &query).await?;
         let entries = entries(&nodes);
-        match format {
+        let text = match format {
             "treejson" => {
-                let node = |name: &str, leaf: bool| {
-                    json!({
-                        "text": name,
-                        "id": format!("{base}{name}"),
-                        "allowChildren": u8::from(!leaf),
-                        "expandable": u8::from(!leaf),
-                        "leaf": u8::from(leaf),
-                    })
+                let node = |name: &'_ str, leaf: bool| TreeNode {
+                    allow_children: u8::from(!leaf),
+                    expandable: u8::from(!leaf),
+                    id: format!("{base}{name}"),
+                    leaf: u8::from(leaf),
+                    text: name.to_string(),
                 };
                 let mut seen = std::collections::HashSet::new();
                 let (mut branches, mut leaves) = (Vec::new(), Vec::new());
@@ -275,21 +273,22 @@ async fn find(State(state): State<AppState>, params: Params) -> Response {
                 if wildcard {
                     branches.push(node("*", nodes.iter().all(|n| !n.branch)));
                 }
-                for (name, _, leaf) in entries {
-                    if !seen.insert(name.clone()) {
+                for (name, _, leaf) in &entries {
+                    if !seen.insert(name.as_str()) {
                         continue;
                     }
-                    let node = node(&name, leaf);
-                    if leaf {
+                    let node = node(name, *leaf);
+                    if *leaf {
                         leaves.push(node)
                     } else {
                         branches.push(node)
                     }
                 }
                 branches.extend(leaves);
-                Ok(Value::Array(branches))
+                // Strings and numbers only: it cannot fail.
+                serde_json::to_string(&branches).unwrap_or_default()
             }
-            "completer" => Ok(json!({
+            "completer" => json!({
                 "metrics": entries
                     .into_iter()
                     .map(|(name, path, leaf)| json!({
@@ -298,13 +297,31 @@ async fn find(State(state): State<AppState>, params: Params) -> Response {
                         "is_leaf": if leaf { "1" } else { "0" },
                     }))
                     .collect::<Vec<_>>()
-            })),
-            _ => Err(GraphiteError::BadRequest(
-                "Invalid value for 'format' parameter".into(),
-            )),
-        }
+            })
+            .to_string(),
+            _ => {
+                return Err(GraphiteError::BadRequest(
+                    "Invalid value for 'format' parameter".into(),
+                ));
+            }
+        };
+        Ok(text)
     };
-    json_answer(answer.await)
+    match answer.await {
+        Ok(text) => json_body(text),
+        Err(e) => error(e),
+    }
+}
+
+/// A node of `/metrics/find`'s `treejson` (its keys in the order graphite-web's JSON has them).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TreeNode {
+    allow_children: u8,
+    expandable: u8,
+    id: String,
+    leaf: u8,
+    text: String,
 }
 
 /// The nodes of a glob, within the limit.

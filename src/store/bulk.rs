@@ -40,6 +40,47 @@ pub struct Hmget<'a> {
     pub fields: &'a [i64],
 }
 
+/// One `ZRANGEBYLEX key min max LIMIT 0 count`: an index read by range.
+pub struct LexRange<'a> {
+    pub key: &'a [u8],
+    pub min: &'a [u8],
+    pub max: &'a [u8],
+    pub count: usize,
+}
+
+/// The members of one range, in one buffer (no allocation a member).
+#[derive(Debug, Default)]
+pub struct Members {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Members {
+    pub fn push(&mut self, member: &[u8]) {
+        self.bytes.extend_from_slice(member);
+        self.ends.push(self.bytes.len());
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(a, &b)| &self.bytes[a..b])
+    }
+
+    pub fn last(&self) -> Option<&[u8]> {
+        let end = *self.ends.last()?;
+        let start = self.ends.len().checked_sub(2).map_or(0, |i| self.ends[i]);
+        Some(&self.bytes[start..end])
+    }
+}
+
 /// Bulk connections kept between requests, each used by one request at a time.
 pub struct BulkPool {
     target: Option<BulkTarget>,
@@ -59,34 +100,58 @@ impl BulkPool {
         self.target.is_some()
     }
 
-    /// [`Bulk::hmget`] on an idle connection or a new one; a kept connection that fails (Redis
-    /// restarted meanwhile) is dropped and the reads made once more on a new one; a connection
-    /// that answered is kept idle (a few at most).
+    /// [`Bulk::hmget`] on a kept or new connection ([`BulkPool::take`]).
     pub async fn hmget(&self, requests: &[Hmget<'_>]) -> Result<Vec<Vec<Point>>, StoreError> {
+        let (mut bulk, kept) = self.take().await?;
+        let values = match bulk.hmget(requests).await {
+            Err(_) if kept => {
+                bulk = self.connect().await?;
+                bulk.hmget(requests).await
+            }
+            read => read,
+        }?;
+        self.give_back(bulk);
+        Ok(values)
+    }
+
+    /// [`Bulk::lex_ranges`] on a kept or new connection ([`BulkPool::take`]).
+    pub async fn lex_ranges(&self, requests: &[LexRange<'_>]) -> Result<Vec<Members>, StoreError> {
+        let (mut bulk, kept) = self.take().await?;
+        let members = match bulk.lex_ranges(requests).await {
+            Err(_) if kept => {
+                bulk = self.connect().await?;
+                bulk.lex_ranges(requests).await
+            }
+            read => read,
+        }?;
+        self.give_back(bulk);
+        Ok(members)
+    }
+
+    /// An idle connection (true) or a new one. A kept connection may have been closed
+    /// meanwhile (Redis restarted, a timeout): a read on it that fails is made once more on a
+    /// new one.
+    async fn take(&self) -> Result<(Bulk, bool), StoreError> {
+        match self.idle.lock().map(|mut i| i.pop()).unwrap_or(None) {
+            Some(b) => Ok((b, true)),
+            None => Ok((self.connect().await?, false)),
+        }
+    }
+
+    async fn connect(&self) -> Result<Bulk, StoreError> {
         let Some(target) = &self.target else {
             return Err(protocol("no bulk reader for this topology"));
         };
-        let idle = self.idle.lock().map(|mut i| i.pop()).unwrap_or(None);
-        // A connection kept idle may have been closed meanwhile (Redis restarted, a timeout):
-        // then once more on a new one.
-        let fresh = || async {
-            let mut b = Bulk::connect(target).await?;
-            let values = b.hmget(requests).await?;
-            Ok::<_, StoreError>((b, values))
-        };
-        let (bulk, values) = match idle {
-            Some(mut b) => match b.hmget(requests).await {
-                Ok(values) => (b, values),
-                Err(_) => fresh().await?,
-            },
-            None => fresh().await?,
-        };
+        Bulk::connect(target).await
+    }
+
+    /// A connection that answered is kept idle (a few at most).
+    fn give_back(&self, bulk: Bulk) {
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
         {
             idle.push(bulk);
         }
-        Ok(values)
     }
 }
 
@@ -207,6 +272,34 @@ impl Bulk {
     }
 }
 
+impl Bulk {
+    /// Each range's members, in order: the commands in one write, the replies read in place.
+    pub async fn lex_ranges(
+        &mut self,
+        requests: &[LexRange<'_>],
+    ) -> Result<Vec<Members>, StoreError> {
+        let mut out = Vec::new();
+        let mut count = itoa::Buffer::new();
+        for r in requests {
+            let count = count.format(r.count).as_bytes();
+            command(
+                &mut out,
+                &[b"ZRANGEBYLEX", r.key, r.min, r.max, b"LIMIT", b"0", count],
+            );
+        }
+        self.write.write_all(&out).await?;
+        self.write.flush().await?;
+        let mut replies = Replies::new(&mut self.read, self.timeout);
+        let mut ranges = Vec::with_capacity(requests.len());
+        for _ in requests {
+            let mut members = Members::default();
+            replies.strings(&mut members).await?;
+            ranges.push(members);
+        }
+        Ok(ranges)
+    }
+}
+
 /// `*n $len arg …`, RESP's form of a command.
 fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
     header(out, b'*', args.len());
@@ -284,7 +377,7 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
     /// One line's kind and what follows it up to `\r\n`, consumed.
     async fn line(&mut self) -> Result<(u8, Vec<u8>), StoreError> {
         loop {
-            if let Some(end) = memchr::memmem::find(&self.buf[self.at..], b"\r\n") {
+            if let Some(end) = line_end(&self.buf[self.at..]) {
                 let line = &self.buf[self.at..self.at + end];
                 let kind = *line.first().ok_or_else(|| protocol("an empty line"))?;
                 let rest = line[1..].to_vec();
@@ -298,6 +391,22 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
 
     /// A length after `*` or `$`; -1 for a null.
     async fn length(&mut self, kind: u8) -> Result<i64, StoreError> {
+        // The common case read where it lies; anything else (an error) through `line`.
+        loop {
+            if let Some(end) = line_end(&self.buf[self.at..]) {
+                let line = &self.buf[self.at..self.at + end];
+                let n = (line.first() == Some(&kind))
+                    .then(|| std::str::from_utf8(&line[1..]).ok()?.parse().ok())
+                    .flatten();
+                if let Some(n) = n {
+                    self.at += end + 2;
+                    return Ok(n);
+                }
+                break;
+            }
+            let have = self.buf.len() - self.at;
+            self.want(have + 1).await?;
+        }
         let (k, rest) = self.line().await?;
         match k {
             b'-' => Err(StoreError::Redis(redis::RedisError::from((
@@ -348,13 +457,29 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
         }
         Ok(())
     }
+
+    /// An array of bulk strings, each added to `out` as it is.
+    async fn strings(&mut self, out: &mut Members) -> Result<(), StoreError> {
+        let n = self.length(b'*').await?;
+        for _ in 0..n.max(0) {
+            let len = self.length(b'$').await?;
+            if len < 0 {
+                return Err(protocol("a null member"));
+            }
+            let len = len as usize;
+            self.want(len + 2).await?;
+            out.push(&self.buf[self.at..self.at + len]);
+            self.at += len + 2;
+        }
+        Ok(())
+    }
 }
 
 /// One whole array reply at the start of `reply`, its values as numbers, and its length;
 /// `None` unless all of it is there in this form (what [`Bulk::hmget`] reads the quick way;
 /// for the benchmarks and tests).
 pub fn numbers_in(reply: &[u8]) -> Option<(Vec<Point>, usize)> {
-    let end = memchr::memmem::find(reply, b"\r\n")?;
+    let end = line_end(reply)?;
     if reply.first() != Some(&b'*') {
         return None;
     }
@@ -367,6 +492,19 @@ pub fn numbers_in(reply: &[u8]) -> Option<(Vec<Point>, usize)> {
         at += used;
     }
     Some((out, at))
+}
+
+/// Where the first `\r\n` in `b` starts (a line of RESP is short: a search for `\n` is
+/// cheaper than building a two-byte finder).
+fn line_end(b: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    loop {
+        let n = from + memchr::memchr(b'\n', &b[from..])?;
+        if n > 0 && b[n - 1] == b'\r' {
+            return Some(n - 1);
+        }
+        from = n + 1;
+    }
 }
 
 /// A whole bulk string at the start of `b` (`$-1\r\n` a null), as a number, and its length;
@@ -474,6 +612,33 @@ mod tests {
             replies.numbers(&mut second).await.unwrap();
             assert_eq!(first, [Some(42.0), None, Some(1.5), None], "chunk {chunk}");
             assert_eq!(second, [Some(7.0)], "chunk {chunk}");
+        }
+    }
+
+    /// Index members (with `\r` inside a member, and a `\n` alone) cut anywhere across reads
+    /// parse alike; an error reply is Redis's refusal.
+    #[tokio::test]
+    async fn members_split_across_reads_parse_alike() {
+        let reply = b"*3\r\n$6\r\n60:a.b\r\n$4\r\n1:\rx\r\n$3\r\n\ny.\r\n*0\r\n-ERR no\r\n";
+        for chunk in [1, 2, 3, 5, 7, 64] {
+            let mut reader = tokio_test_reader(reply, chunk);
+            let mut replies = Replies::new(&mut reader, Duration::from_secs(1));
+            let (mut first, mut second) = (Members::default(), Members::default());
+            replies.strings(&mut first).await.unwrap();
+            replies.strings(&mut second).await.unwrap();
+            let members: Vec<&[u8]> = first.iter().collect();
+            assert_eq!(
+                members,
+                [&b"60:a.b"[..], b"1:\rx", b"\ny."],
+                "chunk {chunk}"
+            );
+            assert_eq!(first.last(), Some(&b"\ny."[..]));
+            assert!(second.is_empty() && second.last().is_none());
+            let refused = replies.strings(&mut second).await;
+            assert!(
+                matches!(refused, Err(StoreError::Redis(ref e)) if e.to_string().contains("no")),
+                "{refused:?}"
+            );
         }
     }
 

@@ -80,6 +80,18 @@ fn bench(c: &mut Criterion) {
             out
         })
     });
+    c.bench_function(
+        "repr of 1441 floats (tenths: a moving average of counts)",
+        |b| {
+            b.iter(|| {
+                let mut out = String::new();
+                for i in 0..POINTS {
+                    pyfmt::repr(black_box(i as f64 / 10.0), &mut out);
+                }
+                out
+            })
+        },
+    );
     c.bench_function("maxDataPoints=100 of 1441 points", |b| {
         b.iter(|| {
             let mut s = one.clone();

@@ -19,10 +19,52 @@ pub fn repr(v: f64, out: &mut String) {
         out.push_str(".0");
         return;
     }
-    // ryu gives the shortest round-trip digits, as Python's repr has them; they are laid out
-    // again as Python lays them out, without an allocation.
+    if few_decimals(v, out) {
+        return;
+    }
+    // ryu gives the shortest round-trip digits, as Python's repr has them. From 1e-4 up, where
+    // ryu writes no exponent, its layout is Python's (`0.000123`, `22.666666666666668`).
     let mut buffer = ryu::Buffer::new();
-    let text = buffer.format_finite(v).as_bytes();
+    let text = buffer.format_finite(v);
+    if v.abs() >= 1e-4 && !text.contains('e') {
+        out.push_str(text);
+        return;
+    }
+    layout(text.as_bytes(), out);
+}
+
+/// A value of at most four decimals between 1e-4 and 1e11 (an average of counts, mostly)
+/// written as Python writes it, without ryu: the fewest decimals whose number reads back as
+/// `v` are its shortest round-trip digits (no two numbers of four decimals there are as close
+/// as a unit of the last place, so the digits are the only ones). False for any other value.
+fn few_decimals(v: f64, out: &mut String) -> bool {
+    let a = v.abs();
+    if !(1e-4..1e11).contains(&a) {
+        return false;
+    }
+    for (decimals, scale) in [(1, 10u64), (2, 100), (3, 1000), (4, 10_000)] {
+        let m = (a * scale as f64).round();
+        if m / scale as f64 == a {
+            let m = m as u64;
+            if v < 0.0 {
+                out.push('-');
+            }
+            integer((m / scale) as i64, out);
+            out.push('.');
+            let mut digits = itoa::Buffer::new();
+            let fraction = digits.format(m % scale);
+            for _ in fraction.len()..decimals {
+                out.push('0');
+            }
+            out.push_str(fraction);
+            return true;
+        }
+    }
+    false
+}
+
+/// ryu's text of a finite float laid out again as Python lays it out, without an allocation.
+fn layout(text: &[u8], out: &mut String) {
     let (sign, text) = match text.strip_prefix(b"-") {
         Some(t) => ("-", t),
         None => ("", text),
@@ -177,6 +219,64 @@ mod tests {
             (0.5, "0.5"),
         ] {
             assert_eq!(repr_string(v), text, "{v}");
+        }
+    }
+
+    /// ryu's own layout, where [`repr`] takes it, is the one Python's rules give.
+    #[test]
+    fn ryus_layout_is_pythons_where_it_is_taken() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Half of them spread over the powers of ten around the fixed layout's bounds.
+            let v = if state.is_multiple_of(2) {
+                f64::from_bits(state)
+            } else {
+                (state >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((state % 24) as i32 - 6)
+            };
+            if !v.is_finite() {
+                continue;
+            }
+            let (mut fast, mut general) = (String::new(), String::new());
+            repr(v, &mut fast);
+            layout(ryu::Buffer::new().format_finite(v).as_bytes(), &mut general);
+            if v.fract() != 0.0 || v.abs() >= 1e16 {
+                assert_eq!(fast, general, "{v:e}");
+            }
+        }
+        // Numbers of a few decimals, the quick way's.
+        for m in (1..2_000_000u64).step_by(61) {
+            for scale in [10.0, 100.0, 1000.0, 10_000.0, 100_000.0] {
+                for v in [
+                    m as f64 / scale,
+                    -(m as f64) / scale,
+                    m as f64 * 37.0 / scale,
+                ] {
+                    let (mut fast, mut general) = (String::new(), String::new());
+                    repr(v, &mut fast);
+                    layout(ryu::Buffer::new().format_finite(v).as_bytes(), &mut general);
+                    if v.fract() != 0.0 {
+                        assert_eq!(fast, general, "{v:e}");
+                    }
+                }
+            }
+        }
+        for v in [
+            1e-4,
+            0.00012345,
+            1.5,
+            123.25,
+            1e15 + 0.5,
+            0.1,
+            0.0005,
+            10.05,
+            -0.3,
+        ] {
+            let mut general = String::new();
+            layout(ryu::Buffer::new().format_finite(v).as_bytes(), &mut general);
+            assert_eq!(repr_string(v), general, "{v:e}");
         }
     }
 

@@ -222,7 +222,8 @@ impl<'a> Walk<'a> {
 
 pub struct Source<'a> {
     conn: Connection,
-    /// The bulk reader for counters' and gauges' points, where the topology has one.
+    /// The bulk reader for counters' and gauges' points and the index ranges, where the
+    /// topology has one.
     bulk: Option<&'a BulkPool>,
     keys: &'a Keys,
     config: &'a Config,
@@ -254,7 +255,7 @@ impl<'a> Source<'a> {
         Source::new(self.conn.clone(), self.keys, self.config, self.remembered)
     }
 
-    /// Reads counters' and gauges' points through `bulk`.
+    /// Reads counters' and gauges' points and the index ranges through `bulk`.
     pub fn with_bulk(mut self, bulk: &'a BulkPool) -> Source<'a> {
         self.bulk = Some(bulk);
         self

@@ -24,6 +24,8 @@ oracle=()
 /usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || oracle+=(python3-redis)
 # Whisper files for the importer's test (the library carbon writes them with).
 /usr/bin/python3 -c 'import whisper' >/dev/null 2>&1 || oracle+=(python3-whisper)
+# The real Etsy stack's carbon (tests/etsy.rs; Etsy's statsd itself comes from npm).
+[ -x /usr/bin/carbon-cache ] || oracle+=(graphite-carbon)
 
 root=false
 [ "$(id -u)" -eq 0 ] && root=true

@@ -128,6 +128,22 @@ pub struct Config {
     /// agent and written once per `min(p, K)` seconds; the hourly statistics go with the shortest
     /// such period.
     pub coarse_write_secs: u64,
+    /// The Graphite API also serves Etsy statsd's Graphite names (`stats_counts.<name>`,
+    /// `stats.<name>`, `stats.gauges.<name>`, `stats.sets.<name>.count`) over the same series.
+    pub graphite_etsy_names: bool,
+    /// Etsy's `legacyNamespace`: `stats_counts.<name>` and `stats.<name>` for counters (the
+    /// prefixes below are then not used); false: `<prefix>.<prefix_counter>.<name>.count|rate`.
+    pub graphite_etsy_legacy_namespace: bool,
+    /// Etsy's `globalPrefix`, without `legacyNamespace`.
+    pub graphite_etsy_global_prefix: String,
+    /// Etsy's `globalSuffix`: a last node after every Etsy name; empty: none.
+    pub graphite_etsy_global_suffix: String,
+    /// Etsy's `prefixCounter`, without `legacyNamespace`.
+    pub graphite_etsy_prefix_counter: String,
+    /// Etsy's `prefixGauge`, without `legacyNamespace`.
+    pub graphite_etsy_prefix_gauge: String,
+    /// Etsy's `prefixSet`, without `legacyNamespace`.
+    pub graphite_etsy_prefix_set: String,
     /// This agent's name in flush sequence keys and the cleaner lease; empty means a random one
     /// per start.
     pub agent_id: String,
@@ -301,6 +317,16 @@ impl Default for Config {
             // Off: every window is written whole, once a second (docs/layout.md, "Many series"). At 5, six of the
             // seven default precisions are written every 5 s: a third of the Redis work.
             coarse_write_secs: 0,
+            // Off: the Etsy names are a second tree over the same series, which only users
+            // moving from Etsy statsd's dashboards want in their browser (docs/reading.md).
+            graphite_etsy_names: false,
+            // Etsy's defaults (backends/graphite.js).
+            graphite_etsy_legacy_namespace: true,
+            graphite_etsy_global_prefix: "stats".into(),
+            graphite_etsy_global_suffix: String::new(),
+            graphite_etsy_prefix_counter: "counters".into(),
+            graphite_etsy_prefix_gauge: "gauges".into(),
+            graphite_etsy_prefix_set: "sets".into(),
             agent_id: String::new(),
             cleaner_enabled: true,
             log_level: "info".into(),
@@ -391,6 +417,35 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         crate::ingest::rules::Rules::from_config(self)?;
         crate::ingest::relay::Target::parse_all(&self.relay)?;
+        for (key, value) in [
+            (
+                "graphite_etsy_global_prefix",
+                &self.graphite_etsy_global_prefix,
+            ),
+            (
+                "graphite_etsy_global_suffix",
+                &self.graphite_etsy_global_suffix,
+            ),
+            (
+                "graphite_etsy_prefix_counter",
+                &self.graphite_etsy_prefix_counter,
+            ),
+            (
+                "graphite_etsy_prefix_gauge",
+                &self.graphite_etsy_prefix_gauge,
+            ),
+            ("graphite_etsy_prefix_set", &self.graphite_etsy_prefix_set),
+        ] {
+            if !value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+            {
+                return Err(err(
+                    key,
+                    format!("{value:?}: letters, digits, `_`, `-` and `.` only"),
+                ));
+            }
+        }
         if self.udp.is_empty()
             && self.tcp.is_empty()
             && self.unix_datagram.is_empty()
@@ -797,6 +852,51 @@ pub struct Args {
     /// shortest such period, summed in the agent; 0 writes everything every window [default: 0].
     #[arg(long, env = "STATSD_REDIS_COARSE_WRITE_SECS", value_name = "SECS")]
     pub coarse_write_secs: Option<u64>,
+    /// Serve Etsy statsd's Graphite names too [default: false].
+    #[arg(long, env = "STATSD_REDIS_GRAPHITE_ETSY_NAMES", value_name = "BOOL")]
+    pub graphite_etsy_names: Option<bool>,
+    /// Etsy's legacyNamespace [default: true].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_GRAPHITE_ETSY_LEGACY_NAMESPACE",
+        value_name = "BOOL"
+    )]
+    pub graphite_etsy_legacy_namespace: Option<bool>,
+    /// Etsy's globalPrefix [default: stats].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_GRAPHITE_ETSY_GLOBAL_PREFIX",
+        value_name = "PREFIX"
+    )]
+    pub graphite_etsy_global_prefix: Option<String>,
+    /// Etsy's globalSuffix [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_GRAPHITE_ETSY_GLOBAL_SUFFIX",
+        value_name = "SUFFIX"
+    )]
+    pub graphite_etsy_global_suffix: Option<String>,
+    /// Etsy's prefixCounter [default: counters].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_GRAPHITE_ETSY_PREFIX_COUNTER",
+        value_name = "PREFIX"
+    )]
+    pub graphite_etsy_prefix_counter: Option<String>,
+    /// Etsy's prefixGauge [default: gauges].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_GRAPHITE_ETSY_PREFIX_GAUGE",
+        value_name = "PREFIX"
+    )]
+    pub graphite_etsy_prefix_gauge: Option<String>,
+    /// Etsy's prefixSet [default: sets].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_GRAPHITE_ETSY_PREFIX_SET",
+        value_name = "PREFIX"
+    )]
+    pub graphite_etsy_prefix_set: Option<String>,
     /// Agent name in flush sequence keys and the cleaner lease [default: random per start].
     #[arg(long, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
     pub agent_id: Option<String>,
@@ -898,6 +998,13 @@ impl Args {
             redis_timeout_ms,
             max_series_per_chunk,
             coarse_write_secs,
+            graphite_etsy_names,
+            graphite_etsy_legacy_namespace,
+            graphite_etsy_global_prefix,
+            graphite_etsy_global_suffix,
+            graphite_etsy_prefix_counter,
+            graphite_etsy_prefix_gauge,
+            graphite_etsy_prefix_set,
             agent_id,
             cleaner_enabled,
             cleaner_interval_secs,
@@ -1067,6 +1174,14 @@ mod tests {
             assert_eq!(c.validate().unwrap_err().key, key);
         };
         bad(|c| c.sample_count = 0, "sample_count");
+        bad(
+            |c| c.graphite_etsy_global_suffix = "a;b".into(),
+            "graphite_etsy_global_suffix",
+        );
+        bad(
+            |c| c.graphite_etsy_prefix_set = "se ts".into(),
+            "graphite_etsy_prefix_set",
+        );
         bad(|c| c.precisions = vec![], "precisions");
         bad(|c| c.precisions = vec![1, 0], "precisions");
         bad(|c| c.precisions = vec![5, 5], "precisions");

@@ -10,6 +10,7 @@
 //!   writes them. The HTTP side is `src/http/graphite.rs`.
 
 pub mod attime;
+pub mod etsy;
 pub mod expr;
 pub mod functions;
 pub mod names;

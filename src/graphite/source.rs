@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::GraphiteError;
+use super::etsy::{self, Plan, View};
 use super::names::{NodePattern, agent_name, graphite_name};
 use super::series::{Point, Series};
 use crate::aggregate::{Mapping, StatKind};
@@ -54,6 +55,8 @@ pub struct Leaf {
     pub path: String,
     pub series: String,
     pub kind: Kind,
+    /// How its points show the series' (an Etsy name's view, `Plain` for the agent's own).
+    pub view: View,
 }
 
 /// A node of the tree: its full dotted path, and whether a series ends there and whether
@@ -317,6 +320,7 @@ impl<'a> Source<'a> {
                 path: graphite_name(&series),
                 series,
                 kind: Kind::Set,
+                view: View::Plain,
             });
         }
         for kind in StatKind::ALL {
@@ -328,6 +332,7 @@ impl<'a> Source<'a> {
                         path,
                         series: series.clone(),
                         kind: Kind::Stat(kind, stat),
+                        view: View::Plain,
                     });
                 }
             }
@@ -340,8 +345,75 @@ impl<'a> Source<'a> {
     /// The nodes matching a dotted glob (`web.*.hits`, `{a,b}`, `[…]`, `?`), level by level, in
     /// name order; a tagged name (`name;k=v`) matches itself only.
     pub async fn find(&mut self, pattern: &str) -> Result<Vec<Node>, GraphiteError> {
+        let mut found = self.find_of(pattern, None).await?;
+        let etsy = etsy::namespaces(self.config);
+        if etsy.is_empty() || pattern.contains(';') {
+            return Ok(found);
+        }
+        let parts = split_nodes(pattern);
+        for ns in &etsy {
+            for plan in ns.plan(&parts).map_err(super::bad)? {
+                let (pattern, matched) = match plan {
+                    Plan::Branch(path) => {
+                        found.push(Node {
+                            path,
+                            leaf: None,
+                            branch: true,
+                        });
+                        continue;
+                    }
+                    Plan::Names { pattern, matched } => (pattern, matched),
+                };
+                for node in self.find_of(&pattern, Some(&ns.kind)).await? {
+                    if matched == 0 && node.branch {
+                        found.push(Node {
+                            path: ns.path(&node.path, 0),
+                            leaf: None,
+                            branch: true,
+                        });
+                    }
+                    let Some(leaf) = node.leaf.filter(|l| l.kind == ns.kind) else {
+                        continue;
+                    };
+                    let path = ns.path(&node.path, matched);
+                    let whole = matched == ns.tail.len();
+                    found.push(Node {
+                        leaf: whole.then(|| Leaf {
+                            path: path.clone(),
+                            view: ns.view,
+                            ..leaf
+                        }),
+                        path,
+                        branch: !whole,
+                    });
+                }
+            }
+        }
+        // A path found twice (the agent's own name first) is one node.
+        found.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut nodes: Vec<Node> = Vec::with_capacity(found.len());
+        for n in found {
+            match nodes.last_mut() {
+                Some(last) if last.path == n.path => {
+                    last.branch |= n.branch;
+                    if last.leaf.is_none() {
+                        last.leaf = n.leaf;
+                    }
+                }
+                _ => nodes.push(n),
+            }
+        }
+        Ok(nodes)
+    }
+
+    /// [`Source::find`] over the agent's own names, of one kind of series only when given.
+    async fn find_of(
+        &mut self,
+        pattern: &str,
+        only: Option<&Kind>,
+    ) -> Result<Vec<Node>, GraphiteError> {
         if pattern.contains(';') {
-            let found = self.exact(pattern).await?;
+            let found = self.exact_of(pattern, only).await?;
             return Ok(found
                 .into_iter()
                 .map(|l| Node {
@@ -369,7 +441,7 @@ impl<'a> Source<'a> {
             let mut next = Vec::new();
             for prefix in &level {
                 let first = if last { LAST_LEVEL_BATCH } else { FIRST_BATCH };
-                let children = self.children(prefix, part, first).await?;
+                let children = self.children(prefix, part, first, only).await?;
                 for (child, (leaf, branch)) in children {
                     let path = format!("{prefix}{child}");
                     if last {
@@ -377,6 +449,7 @@ impl<'a> Source<'a> {
                             path: path.clone(),
                             series,
                             kind,
+                            view: View::Plain,
                         });
                         found.push(Node { path, leaf, branch });
                     } else if branch {
@@ -407,8 +480,30 @@ impl<'a> Source<'a> {
         Ok(nodes.into_iter().filter_map(|n| n.leaf).collect())
     }
 
-    /// The series of one Graphite name, by precedence (counter, gauge, set, statistic).
+    /// The series of one Graphite name, by precedence (counter, gauge, set, statistic), then
+    /// as an Etsy name.
     pub async fn exact(&mut self, path: &str) -> Result<Vec<Leaf>, StoreError> {
+        let found = self.exact_of(path, None).await?;
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        for ns in etsy::namespaces(self.config) {
+            let Some(name) = ns.name_of(path) else {
+                continue;
+            };
+            if let Some(leaf) = self.exact_of(&name, Some(&ns.kind)).await?.pop() {
+                return Ok(vec![Leaf {
+                    path: path.to_string(),
+                    view: ns.view,
+                    ..leaf
+                }]);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// [`Source::exact`] of the agent's own names, of one kind of series only when given.
+    async fn exact_of(&mut self, path: &str, only: Option<&Kind>) -> Result<Vec<Leaf>, StoreError> {
         // A tagged name is known by its canonical form only, as carbon stores it.
         if graphite_name(path) != path {
             return Ok(Vec::new());
@@ -418,6 +513,9 @@ impl<'a> Source<'a> {
             (self.keys.counter_index(), Kind::Counter),
             (self.keys.gauge_index(), Kind::Gauge),
         ] {
+            if only.is_some_and(|k| *k != kind) {
+                continue;
+            }
             let members: Vec<String> = self
                 .config
                 .precisions
@@ -434,6 +532,7 @@ impl<'a> Source<'a> {
                     path: graphite_name(&series),
                     series,
                     kind,
+                    view: View::Plain,
                 }]);
             }
         }
@@ -443,6 +542,7 @@ impl<'a> Source<'a> {
             .binary_search_by(|(name, _)| name.as_str().cmp(&graphite))
             .ok()
             .map(|i| scanned[i].1.clone())
+            .filter(|leaf| only.is_none_or(|k| *k == leaf.kind))
             .into_iter()
             .collect())
     }
@@ -455,6 +555,7 @@ impl<'a> Source<'a> {
         prefix: &str,
         part: &NodePattern,
         first: usize,
+        only: Option<&Kind>,
     ) -> Result<BTreeMap<String, (Option<(Kind, String)>, bool)>, StoreError> {
         type Children = BTreeMap<String, (Option<(Kind, String)>, bool)>;
         let mut out: Children = BTreeMap::new();
@@ -474,6 +575,9 @@ impl<'a> Source<'a> {
             (self.keys.counter_index().key, Kind::Counter),
             (self.keys.gauge_index().key, Kind::Gauge),
         ] {
+            if only.is_some_and(|k| *k != kind) {
+                continue;
+            }
             for p in self.precisions_in(&index).await? {
                 ranges.push((index.clone(), kind.clone(), format!("{p}:{prefix}")));
             }
@@ -516,6 +620,9 @@ impl<'a> Source<'a> {
             let Some(rest) = name.strip_prefix(prefix) else {
                 break;
             };
+            if only.is_some_and(|k| *k != leaf.kind) {
+                continue;
+            }
             if rest.contains(';') {
                 continue;
             }
@@ -591,6 +698,7 @@ impl<'a> Source<'a> {
                     path,
                     series,
                     kind: kind.clone(),
+                    view: View::Plain,
                 });
             }
         }
@@ -664,10 +772,11 @@ impl<'a> Source<'a> {
         let mut out = Vec::with_capacity(leaves.len());
         for ((leaf, w), v) in leaves.iter().zip(windows).zip(values) {
             let Some(w) = w else { continue };
-            let v = match v {
+            let mut v = match v {
                 Some(v) => v,
                 None => rest.next().unwrap_or_default(),
             };
+            leaf.view.apply(&mut v, w.step);
             out.push(w.series(leaf, v));
         }
         Ok(out)

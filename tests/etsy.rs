@@ -1,0 +1,340 @@
+//! Etsy statsd's Graphite names (`graphite_etsy_names`) against the real stack: Etsy's `statsd`
+//! from the npm registry flushing to Debian's `carbon-cache`, whisper files, graphite-web 1.1.10
+//! over them (`tests/etsy/stack.sh`). The same datagrams go to Etsy's daemon and to the agent;
+//! Grafana-shaped requests with Etsy's names go to graphite-web and to the agent, and answer
+//! alike.
+//!
+//! The two flush schedules: Etsy flushes every second here (`flushInterval` 1000, whisper's
+//! finest archive 1 s) and stamps a flush's points with its second, the one after the values
+//! came; the agent puts them in the second they came in. Each request therefore sums, or takes
+//! the last of, the points of the whole range in one bucket (`summarize(…, '1h', …, true)`:
+//! buckets from `from`), over a range both read at one-second points (the agent's 1 s precision
+//! holds 120 s), which the values are well inside. Counts, rates (per second at a one-second
+//! step, so their sum is the count), gauges and sets' sizes then agree exactly. Outside one
+//! bucket, Etsy's points start with the first flush that saw a name, the agent's zeros with the
+//! range (docs/reading.md, "Etsy's names").
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// Etsy's statsd 0.9.0 (the newest on the npm registry; its `stats.js`, `lib/` and Graphite
+/// backend are those of 0.10.2), installed once into this test target's directory.
+fn etsy_statsd() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("etsy");
+        let package = dir.join("node_modules/statsd");
+        if !package.join("stats.js").exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            let out = Command::new("npm")
+                .current_dir(&dir)
+                .args([
+                    "install",
+                    "--silent",
+                    "--no-audit",
+                    "--no-fund",
+                    "--no-save",
+                ])
+                .arg("statsd@0.9.0")
+                .output()
+                .unwrap_or_else(|e| panic!("npm could not run ({e}): apt-get install -y npm"));
+            assert!(
+                out.status.success(),
+                "npm install statsd: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        package
+    })
+}
+
+/// Etsy statsd, carbon-cache and graphite-web, stopped when dropped.
+struct Stack {
+    run: tempfile::TempDir,
+    env: BTreeMap<String, String>,
+}
+
+impl Stack {
+    fn start() -> Stack {
+        assert!(
+            Path::new("/usr/bin/carbon-cache").exists(),
+            "this test runs carbon: apt-get install -y --no-install-recommends graphite-carbon"
+        );
+        let run = tempfile::tempdir().unwrap();
+        let out = Command::new(stack_script())
+            .arg("start")
+            .env("REALSTACK_RUN", run.path().join("run"))
+            .env("STATSD_PKG", etsy_statsd())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the stack did not start: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let env = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Stack { run, env }
+    }
+
+    fn statsd_port(&self) -> u16 {
+        self.env["STATSD_PORT"].parse().unwrap()
+    }
+
+    fn graphite(&self) -> String {
+        self.env["GRAPHITE_URL"].clone()
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = Command::new(stack_script())
+            .arg("stop")
+            .env("REALSTACK_RUN", self.run.path().join("run"))
+            .output();
+    }
+}
+
+fn stack_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/etsy/stack.sh")
+}
+
+/// A GET of `path` (with its query) from a base URL, through curl.
+fn get(base: &str, path: &str) -> Value {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "20", &format!("{base}{path}")])
+        .output()
+        .expect("curl: apt-get install -y curl");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{base}{path}: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'*' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn render(base: &str, target: &str, from: u64, until: u64) -> Value {
+    get(
+        base,
+        &format!(
+            "/render?target={}&from={from}&until={until}&format=json",
+            encode(target)
+        ),
+    )
+}
+
+/// A render's series as name → points (time, value).
+fn series(answer: &Value) -> BTreeMap<String, Vec<(i64, Option<f64>)>> {
+    answer
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list of series: {answer}"))
+        .iter()
+        .map(|s| {
+            let points = s["datapoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[1].as_i64().unwrap(), p[0].as_f64()))
+                .collect();
+            (s["target"].as_str().unwrap().to_string(), points)
+        })
+        .collect()
+}
+
+/// `/metrics/find`'s nodes: (path, leaf), Etsy's own series (`statsd`) and carbon's tag store
+/// (`_tagged`) left out.
+fn found(base: &str, query: &str) -> BTreeSet<(String, bool)> {
+    get(
+        base,
+        &format!("/metrics/find?query={}&format=completer", encode(query)),
+    )["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["path"]
+                    .as_str()
+                    .unwrap()
+                    .trim_end_matches('.')
+                    .to_string(),
+                m["is_leaf"] == "1",
+            )
+        })
+        .filter(|(p, _)| !p.split('.').any(|n| n == "statsd" || n == "_tagged"))
+        .collect()
+}
+
+const FIRST: &[&str] = &[
+    "etsy.hits:1|c",
+    "etsy.hits:2|c|@0.5",
+    "etsy.hits:3|c|@0.25",
+    "etsy.api.calls:5|c",
+    "etsy.api.errors:1|c|@0.1",
+    "etsy.queue:10|g",
+    "etsy.queue:+5|g",
+    "etsy.queue:-3|g",
+    "etsy.depth:-4|g",
+    "etsy.users:a|s",
+    "etsy.users:b|s",
+    "etsy.users:a|s",
+    "etsy.tagged:7|c|#env:prod",
+];
+
+/// The second burst, some flushes later: a delta on a gauge that was idle meanwhile.
+const SECOND: &[&str] = &["etsy.hits:4|c", "etsy.queue:+1|g", "etsy.users:c|s"];
+
+#[test]
+fn etsy_named_requests_answer_as_the_real_stack_does() {
+    let redis = RedisServer::start();
+    let stack = Stack::start();
+    let (agent, udp, http) = spawn_agent(&redis.url(), &["--graphite-etsy-names", "true"]);
+    let _agent = Killed(agent);
+    let ours = format!("http://127.0.0.1:{http}/graphite");
+    let theirs = stack.graphite();
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let send = |lines: &[&str]| {
+        for line in lines {
+            socket.send_to(line.as_bytes(), ("127.0.0.1", udp)).unwrap();
+            socket
+                .send_to(line.as_bytes(), ("127.0.0.1", stack.statsd_port()))
+                .unwrap();
+        }
+    };
+    let from = unix_now() - 20;
+    send(FIRST);
+    std::thread::sleep(Duration::from_millis(2500));
+    send(SECOND);
+    // Etsy's next flush, carbon's write (within a second of it) and the agent's window.
+    let total = |base: &str| {
+        let answer = render(
+            base,
+            "summarize(stats_counts.etsy.hits,'1h','sum',true)",
+            from,
+            unix_now(),
+        );
+        series(&answer)
+            .values()
+            .flat_map(|p| p.iter().filter_map(|(_, v)| *v))
+            .sum::<f64>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while total(&theirs) < 21.0 || total(&ours) < 21.0 {
+        assert!(Instant::now() < deadline, "the counts did not arrive");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let until = unix_now();
+    assert!(until - from < 100, "the range must stay within 100 s");
+
+    // name → (the request, what both must answer for it, one bucket each).
+    let expected: &[(&str, &[(&str, f64)])] = &[
+        (
+            "summarize(stats_counts.etsy.*,'1h','sum',true)",
+            &[(
+                "summarize(stats_counts.etsy.hits, \"1h\", \"sum\", true)",
+                21.0,
+            )],
+        ),
+        (
+            "summarize(stats.etsy.*,'1h','sum',true)",
+            &[("summarize(stats.etsy.hits, \"1h\", \"sum\", true)", 21.0)],
+        ),
+        // A tagged name by itself (a glob leaves tagged series out, in both).
+        (
+            "summarize(stats_counts.etsy.tagged;env=prod,'1h','sum',true)",
+            &[(
+                "summarize(stats_counts.etsy.tagged;env=prod, \"1h\", \"sum\", true)",
+                7.0,
+            )],
+        ),
+        (
+            "aliasByNode(summarize(stats_counts.etsy.api.*,'1h','sum',true),3)",
+            &[("calls", 5.0), ("errors", 10.0)],
+        ),
+        (
+            "summarize(sumSeries(stats_counts.etsy.api.*),'1h','sum',true)",
+            &[(
+                "summarize(sumSeries(stats_counts.etsy.api.*), \"1h\", \"sum\", true)",
+                15.0,
+            )],
+        ),
+        (
+            "aliasByNode(summarize(stats.gauges.etsy.*,'1h','last',true),3)",
+            &[("depth", -4.0), ("queue", 13.0)],
+        ),
+        (
+            "summarize(stats.sets.etsy.*.count,'1h','sum',true)",
+            &[(
+                "summarize(stats.sets.etsy.users.count, \"1h\", \"sum\", true)",
+                3.0,
+            )],
+        ),
+    ];
+    for (target, wanted) in expected {
+        let (a, b) = (
+            series(&render(&ours, target, from, until)),
+            series(&render(&theirs, target, from, until)),
+        );
+        assert_eq!(
+            a, b,
+            "{target}: the agent, then graphite-web over Etsy's files"
+        );
+        let values: Vec<(&str, f64)> = a
+            .iter()
+            .map(|(name, points)| {
+                let [(_, Some(v))] = points[..] else {
+                    panic!("{target}: {name} is not one bucket: {points:?}");
+                };
+                (name.as_str(), v)
+            })
+            .collect();
+        assert_eq!(values, *wanted, "{target}");
+    }
+
+    for query in [
+        "stats",
+        "stats.*",
+        "stats_counts.*",
+        "stats.etsy.*",
+        "stats_counts.etsy.*",
+        "stats_counts.etsy.api.*",
+        "stats.gauges.*",
+        "stats.gauges.etsy.*",
+        "stats.sets.*",
+        "stats.sets.etsy.*",
+        "stats.sets.etsy.users.*",
+        "stats.*.etsy.*",
+    ] {
+        let (a, b) = (found(&ours, query), found(&theirs, query));
+        assert!(!a.is_empty(), "{query}: nothing found");
+        assert_eq!(a, b, "find {query}: the agent, then graphite-web");
+    }
+    // The agent's own names stay beside Etsy's at the root.
+    let root = found(&ours, "*");
+    for node in ["stats", "stats_counts", "etsy"] {
+        assert!(root.contains(&(node.to_string(), false)), "{root:?}");
+    }
+}

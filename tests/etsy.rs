@@ -332,6 +332,47 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
         assert!(!a.is_empty(), "{query}: nothing found");
         assert_eq!(a, b, "find {query}: the agent, then graphite-web");
     }
+    // The history: carbon's files imported into another Redis answer for Etsy's counters and
+    // gauges as graphite-web over them does; a second import changes no key.
+    let imported = RedisServer::start();
+    let whisper = &stack.env["WHISPER_DIR"];
+    let import = || {
+        let out = bin()
+            .args(["import", "whisper", whisper, "--redis", &imported.url()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    import();
+    let keys = imported.everything();
+    import();
+    assert_eq!(
+        imported.everything(),
+        keys,
+        "a second import changes nothing"
+    );
+    let (history, _, history_http) =
+        spawn_agent(&imported.url(), &["--graphite-etsy-names", "true"]);
+    let _history = Killed(history);
+    let history = format!("http://127.0.0.1:{history_http}/graphite");
+    for target in [
+        "summarize(stats_counts.etsy.*,'1h','sum',true)",
+        "summarize(stats.etsy.*,'1h','sum',true)",
+        "aliasByNode(summarize(stats_counts.etsy.api.*,'1h','sum',true),3)",
+        "aliasByNode(summarize(stats.gauges.etsy.*,'1h','last',true),3)",
+    ] {
+        let (a, b) = (
+            series(&render(&history, target, from, until)),
+            series(&render(&theirs, target, from, until)),
+        );
+        assert!(!a.is_empty(), "{target}: nothing imported");
+        assert_eq!(a, b, "{target}: imported, then graphite-web over the files");
+    }
+
     // The agent's own names stay beside Etsy's at the root.
     let root = found(&ours, "*");
     for node in ["stats", "stats_counts", "etsy"] {

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -65,30 +64,6 @@ fn import(redis: &RedisServer, root: &Path, until: Option<u64>) -> (String, Stri
     (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
 }
 
-/// Every key and what it holds, as text.
-fn everything(redis: &RedisServer) -> BTreeMap<String, String> {
-    let mut conn = redis.conn();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
-    keys.into_iter()
-        .map(|k| {
-            let kind: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
-            let value: Vec<String> = match kind.as_str() {
-                "hash" => redis::cmd("HGETALL").arg(&k).query(&mut conn).unwrap(),
-                _ => redis::cmd("ZRANGE")
-                    .arg(&k)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query(&mut conn)
-                    .unwrap(),
-            };
-            let mut value = value;
-            value.sort();
-            (k, value.join(","))
-        })
-        .collect()
-}
-
 #[test]
 fn whisper_history_is_imported_once_and_nothing_after_the_cut_off() {
     let redis = RedisServer::start();
@@ -102,7 +77,7 @@ fn whisper_history_is_imported_once_and_nothing_after_the_cut_off() {
         err.contains("skipped ") && err.contains("broken.wsp"),
         "{err}"
     );
-    let first = everything(&redis);
+    let first = redis.everything();
     // The minutes of the last three hours and the 10 s points' counts, summed per precision:
     // the 60 s slices of the hour the 10 s archive holds are its six points' sum.
     let minute = redis.get_counter("count:60:app.hits");
@@ -129,7 +104,7 @@ fn whisper_history_is_imported_once_and_nothing_after_the_cut_off() {
 
     // Again: nothing changes.
     import(&redis, dir.path(), None);
-    assert_eq!(everything(&redis), first, "a second import changes nothing");
+    assert_eq!(redis.everything(), first, "a second import changes nothing");
 
     // A fresh Redis and a cut-off half an hour back: no slice ends after it.
     let later = RedisServer::start();

@@ -120,6 +120,30 @@ impl RedisServer {
             .sum()
     }
 
+    /// Every key and what it holds (a hash's fields and values, a sorted set's members and
+    /// scores), as text.
+    pub fn everything(&self) -> BTreeMap<String, String> {
+        let mut conn = self.conn();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+        keys.into_iter()
+            .map(|k| {
+                let kind: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
+                let mut value: Vec<String> = match kind.as_str() {
+                    "hash" => redis::cmd("HGETALL").arg(&k).query(&mut conn).unwrap(),
+                    _ => redis::cmd("ZRANGE")
+                        .arg(&k)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES")
+                        .query(&mut conn)
+                        .unwrap(),
+                };
+                value.sort();
+                (k, value.join(","))
+            })
+            .collect()
+    }
+
     pub fn known(&self, key: &str) -> Vec<String> {
         redis::cmd("ZRANGE")
             .arg(key)

@@ -13,7 +13,8 @@
 //! gauges are found through `known:` and `known:gauge:`, read by range (a prefix is a range;
 //! the children of a node are found by skipping from one to the next); sets and timers have no
 //! index and are found by a bounded `SCAN` (sets with a slice at the coarsest precision, timers
-//! with statistics this hour or the last), remembered for [`NAMES_FOR`].
+//! with statistics this hour or the last), remembered for [`NAMES_FOR`]. With
+//! `graphite_etsy_names`, Etsy statsd's names of the same series too ([`super::etsy`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

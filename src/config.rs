@@ -129,7 +129,8 @@ pub struct Config {
     /// such period.
     pub coarse_write_secs: u64,
     /// The Graphite API also serves Etsy statsd's Graphite names (`stats_counts.<name>`,
-    /// `stats.<name>`, `stats.gauges.<name>`, `stats.sets.<name>.count`) over the same series.
+    /// `stats.<name>`, `stats.timers.<name>.<statistic>`, `stats.gauges.<name>`,
+    /// `stats.sets.<name>.count`) over the same series.
     pub graphite_etsy_names: bool,
     /// Etsy's `legacyNamespace`: `stats_counts.<name>` and `stats.<name>` for counters (the
     /// prefixes below are then not used); false: `<prefix>.<prefix_counter>.<name>.count|rate`.
@@ -140,10 +141,15 @@ pub struct Config {
     pub graphite_etsy_global_suffix: String,
     /// Etsy's `prefixCounter`, without `legacyNamespace`.
     pub graphite_etsy_prefix_counter: String,
+    /// Etsy's `prefixTimer`, without `legacyNamespace`.
+    pub graphite_etsy_prefix_timer: String,
     /// Etsy's `prefixGauge`, without `legacyNamespace`.
     pub graphite_etsy_prefix_gauge: String,
     /// Etsy's `prefixSet`, without `legacyNamespace`.
     pub graphite_etsy_prefix_set: String,
+    /// Etsy's `percentThreshold`: the percents of a timer's values its `_<p>` statistics
+    /// take (the lowest; the highest for a negative one).
+    pub graphite_etsy_percent_threshold: Vec<f64>,
     /// This agent's name in flush sequence keys and the cleaner lease; empty means a random one
     /// per start.
     pub agent_id: String,
@@ -325,8 +331,10 @@ impl Default for Config {
             graphite_etsy_global_prefix: "stats".into(),
             graphite_etsy_global_suffix: String::new(),
             graphite_etsy_prefix_counter: "counters".into(),
+            graphite_etsy_prefix_timer: "timers".into(),
             graphite_etsy_prefix_gauge: "gauges".into(),
             graphite_etsy_prefix_set: "sets".into(),
+            graphite_etsy_percent_threshold: vec![90.0],
             agent_id: String::new(),
             cleaner_enabled: true,
             log_level: "info".into(),
@@ -445,6 +453,16 @@ impl Config {
                     format!("{value:?}: letters, digits, `_`, `-` and `.` only"),
                 ));
             }
+        }
+        if let Some(p) = self
+            .graphite_etsy_percent_threshold
+            .iter()
+            .find(|p| !(-100.0..=100.0).contains(*p) || **p == 0.0 || **p == -100.0)
+        {
+            return Err(err(
+                "graphite_etsy_percent_threshold",
+                format!("{p}: a percent between -100 and 100, not 0 or -100"),
+            ));
         }
         if self.udp.is_empty()
             && self.tcp.is_empty()
@@ -883,6 +901,13 @@ pub struct Args {
         value_name = "PREFIX"
     )]
     pub graphite_etsy_prefix_counter: Option<String>,
+    /// Etsy's prefixTimer [default: timers].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_GRAPHITE_ETSY_PREFIX_TIMER",
+        value_name = "PREFIX"
+    )]
+    pub graphite_etsy_prefix_timer: Option<String>,
     /// Etsy's prefixGauge [default: gauges].
     #[arg(
         long,
@@ -897,6 +922,15 @@ pub struct Args {
         value_name = "PREFIX"
     )]
     pub graphite_etsy_prefix_set: Option<String>,
+    /// Etsy's percentThreshold [default: 90.0].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_GRAPHITE_ETSY_PERCENT_THRESHOLD",
+        value_name = "PERCENT",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
+    pub graphite_etsy_percent_threshold: Option<Vec<f64>>,
     /// Agent name in flush sequence keys and the cleaner lease [default: random per start].
     #[arg(long, env = "STATSD_REDIS_AGENT_ID", value_name = "ID")]
     pub agent_id: Option<String>,
@@ -1003,8 +1037,10 @@ impl Args {
             graphite_etsy_global_prefix,
             graphite_etsy_global_suffix,
             graphite_etsy_prefix_counter,
+            graphite_etsy_prefix_timer,
             graphite_etsy_prefix_gauge,
             graphite_etsy_prefix_set,
+            graphite_etsy_percent_threshold,
             agent_id,
             cleaner_enabled,
             cleaner_interval_secs,

@@ -201,6 +201,16 @@ const FIRST: &[&str] = &[
     "etsy.users:b|s",
     "etsy.users:a|s",
     "etsy.tagged:7|c|#env:prod",
+    "etsy.api.latency:30|ms",
+    "etsy.api.latency:10|ms",
+    "etsy.api.latency:100|ms",
+    "etsy.api.latency:20|ms",
+    "etsy.api.latency:90|ms",
+    "etsy.api.latency:40|ms",
+    "etsy.api.latency:80|ms",
+    "etsy.api.latency:50|ms",
+    "etsy.api.latency:70|ms",
+    "etsy.api.latency:60|ms",
 ];
 
 /// The second burst, some flushes later: a delta on a gauge that was idle meanwhile.
@@ -210,20 +220,34 @@ const SECOND: &[&str] = &["etsy.hits:4|c", "etsy.queue:+1|g", "etsy.users:c|s"];
 fn etsy_named_requests_answer_as_the_real_stack_does() {
     let redis = RedisServer::start();
     let stack = Stack::start();
-    let (agent, udp, http) = spawn_agent(&redis.url(), &["--graphite-etsy-names", "true"]);
+    // The quantile buckets written with every window, not once a minute.
+    let (agent, udp, http) = spawn_agent(
+        &redis.url(),
+        &[
+            "--graphite-etsy-names",
+            "true",
+            "--quantile-write-secs",
+            "0",
+        ],
+    );
     let _agent = Killed(agent);
     let ours = format!("http://127.0.0.1:{http}/graphite");
     let theirs = stack.graphite();
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A burst is one datagram, so that one flush of Etsy's takes it whole.
     let send = |lines: &[&str]| {
-        for line in lines {
-            socket.send_to(line.as_bytes(), ("127.0.0.1", udp)).unwrap();
-            socket
-                .send_to(line.as_bytes(), ("127.0.0.1", stack.statsd_port()))
-                .unwrap();
-        }
+        let datagram = lines.join("\n");
+        socket
+            .send_to(datagram.as_bytes(), ("127.0.0.1", udp))
+            .unwrap();
+        socket
+            .send_to(datagram.as_bytes(), ("127.0.0.1", stack.statsd_port()))
+            .unwrap();
     };
     let from = unix_now() - 20;
+    // The agent's timer statistics are of minutes: the range for them starts in the minute
+    // before the burst's, so that its minute is the range's first slice.
+    let timers_from = unix_now() / 60 * 60 - 1;
     send(FIRST);
     std::thread::sleep(Duration::from_millis(2500));
     send(SECOND);
@@ -314,6 +338,46 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
         assert_eq!(values, *wanted, "{target}");
     }
 
+    // Etsy's statistics of the timer's flush; the agent's of its minute's buckets: counts
+    // exactly, values within the buckets' accuracy (1 %), the spread within three times it.
+    let timer = |base: &str, field: &str| -> Vec<f64> {
+        let target = format!("summarize(stats.timers.etsy.api.latency.{field},'1h','max',true)");
+        let answer = series(&render(base, &target, timers_from, until));
+        answer.values().flatten().filter_map(|(_, v)| *v).collect()
+    };
+    for (field, want, tolerance) in [
+        ("count", 10.0, 0.0),
+        ("count_ps", 10.0, 0.0),
+        ("count_90", 9.0, 0.0),
+        ("upper", 100.0, 0.01),
+        ("lower", 10.0, 0.01),
+        ("mean", 55.0, 0.01),
+        ("median", 55.0, 0.01),
+        ("sum", 550.0, 0.01),
+        ("sum_squares", 38_500.0, 0.02),
+        ("upper_90", 90.0, 0.01),
+        ("mean_90", 50.0, 0.01),
+        ("sum_90", 450.0, 0.01),
+        ("sum_squares_90", 28_500.0, 0.02),
+        ("std", 28.722813232690143, 0.03),
+    ] {
+        let (a, b) = (timer(&ours, field), timer(&theirs, field));
+        assert_eq!(b, [want], "{field}: graphite-web over Etsy's files");
+        let [a] = a[..] else {
+            panic!("{field}: the agent answered {a:?}");
+        };
+        // Per second: Etsy's of its one-second flush, the agent's of its minute.
+        let want = if field == "count_ps" {
+            10.0 / 60.0
+        } else {
+            want
+        };
+        assert!(
+            (a - want).abs() <= tolerance * want,
+            "{field}: the agent {a}, Etsy {want}"
+        );
+    }
+
     for query in [
         "stats",
         "stats.*",
@@ -327,6 +391,10 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
         "stats.sets.etsy.*",
         "stats.sets.etsy.users.*",
         "stats.*.etsy.*",
+        "stats.timers.*",
+        "stats.timers.etsy.*",
+        "stats.timers.etsy.api.*",
+        "stats.timers.etsy.api.latency.*",
     ] {
         let (a, b) = (found(&ours, query), found(&theirs, query));
         assert!(!a.is_empty(), "{query}: nothing found");

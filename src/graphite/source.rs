@@ -48,6 +48,8 @@ pub enum Kind {
     Gauge,
     Set,
     Stat(StatKind, &'static str),
+    /// One of Etsy's statistics of a timer ([`etsy::Field`]).
+    Etsy(StatKind, etsy::Field),
 }
 
 /// A series found: its Graphite name, the agent's name, and its kind.
@@ -68,6 +70,15 @@ pub struct Node {
     /// The series that ends here, if one does.
     pub leaf: Option<Leaf>,
     pub branch: bool,
+}
+
+/// A node of one kind's series (an Etsy namespace's): its path, the series of that kind that
+/// ends there (`leaf_here`), whether others go on below.
+struct KindNode {
+    path: String,
+    leaf: Option<Leaf>,
+    leaf_here: bool,
+    branch: bool,
 }
 
 /// A DogStatsD event or service check as Graphite's events show it.
@@ -354,7 +365,7 @@ impl<'a> Source<'a> {
         let parts = split_nodes(pattern);
         for ns in &etsy {
             for plan in ns.plan(&parts).map_err(super::bad)? {
-                let (pattern, matched) = match plan {
+                let (pattern, tail) = match plan {
                     Plan::Branch(path) => {
                         found.push(Node {
                             path,
@@ -363,25 +374,44 @@ impl<'a> Source<'a> {
                         });
                         continue;
                     }
-                    Plan::Names { pattern, matched } => (pattern, matched),
+                    Plan::Names { pattern, tail } => (pattern, tail),
                 };
-                for node in self.find_of(&pattern, Some(&ns.kind)).await? {
-                    if matched == 0 && node.branch {
-                        found.push(Node {
-                            path: ns.path(&node.path, 0),
-                            leaf: None,
-                            branch: true,
+                for node in self.nodes_of(&pattern, &ns.kind).await? {
+                    let Some((tail, matched)) = tail else {
+                        // The glob ends at the name: a branch, or a leaf without a tail.
+                        let bare = ns.tails.iter().find(|t| t.nodes.is_empty());
+                        let leaf = node.leaf.zip(bare).map(|(leaf, tail)| Leaf {
+                            path: node.path.clone(),
+                            view: tail.view,
+                            ..leaf
                         });
-                    }
-                    let Some(leaf) = node.leaf.filter(|l| l.kind == ns.kind) else {
+                        let path = ns.path(&node.path, &ns.tails[0], 0);
+                        let branch = node.branch || (node.leaf_here && bare.is_none());
+                        if leaf.is_some() || branch {
+                            found.push(Node {
+                                leaf: leaf.map(|l| Leaf {
+                                    path: path.clone(),
+                                    ..l
+                                }),
+                                path,
+                                branch,
+                            });
+                        }
                         continue;
                     };
-                    let path = ns.path(&node.path, matched);
-                    let whole = matched == ns.tail.len();
+                    let Some(leaf) = node.leaf else {
+                        continue;
+                    };
+                    let path = ns.path(&node.path, tail, matched);
+                    let whole = matched == tail.nodes.len();
                     found.push(Node {
                         leaf: whole.then(|| Leaf {
                             path: path.clone(),
-                            view: ns.view,
+                            view: tail.view,
+                            kind: match (&leaf.kind, tail.field) {
+                                (Kind::Etsy(kind, _), Some(field)) => Kind::Etsy(*kind, field),
+                                (kind, _) => kind.clone(),
+                            },
                             ..leaf
                         }),
                         path,
@@ -489,18 +519,105 @@ impl<'a> Source<'a> {
             return Ok(found);
         }
         for ns in etsy::namespaces(self.config) {
-            let Some(name) = ns.name_of(path) else {
+            let Some((name, tail)) = ns.name_of(path) else {
                 continue;
             };
-            if let Some(leaf) = self.exact_of(&name, Some(&ns.kind)).await?.pop() {
+            let leaf = match (&ns.kind, tail.field) {
+                (Kind::Etsy(kind, _), Some(field)) => {
+                    let timers = self.timer_names().await?;
+                    let series = graphite_name(&agent_name(&name));
+                    timers.binary_search(&series).is_ok().then(|| Leaf {
+                        path: String::new(),
+                        series: agent_name(&name),
+                        kind: Kind::Etsy(*kind, field),
+                        view: View::Plain,
+                    })
+                }
+                _ => self.exact_of(&name, Some(&ns.kind)).await?.pop(),
+            };
+            if let Some(leaf) = leaf {
                 return Ok(vec![Leaf {
                     path: path.to_string(),
-                    view: ns.view,
+                    view: tail.view,
                     ..leaf
                 }]);
             }
         }
         Ok(Vec::new())
+    }
+
+    /// The Graphite names of the timers `SCAN` found, sorted.
+    async fn timer_names(&mut self) -> Result<Vec<String>, StoreError> {
+        let scanned = self.scanned().await?;
+        let names: BTreeSet<String> = scanned
+            .iter()
+            .filter(|(_, l)| matches!(l.kind, Kind::Stat(StatKind::Timer, _)))
+            .map(|(_, l)| graphite_name(&l.series))
+            .collect();
+        Ok(names.into_iter().collect())
+    }
+
+    /// The nodes an Etsy namespace's glob of the agent's names finds among its kind's series:
+    /// [`Source::find_of`]'s, or, for timers (whose names are branches of their statistics in
+    /// the agent's tree), the timers' names matched here.
+    async fn nodes_of(
+        &mut self,
+        pattern: &str,
+        kind: &Kind,
+    ) -> Result<Vec<KindNode>, GraphiteError> {
+        if let Kind::Etsy(stat, _) = kind {
+            let parts: Vec<NodePattern> = split_nodes(pattern)
+                .iter()
+                .map(|p| NodePattern::new(p))
+                .collect::<Result<_, _>>()
+                .map_err(super::bad)?;
+            let mut nodes: BTreeMap<String, KindNode> = BTreeMap::new();
+            for name in self.timer_names().await? {
+                if name.contains(';') {
+                    continue;
+                }
+                let name_nodes: Vec<&str> = name.split('.').collect();
+                if name_nodes.len() < parts.len()
+                    || !parts.iter().zip(&name_nodes).all(|(p, n)| p.matches(n))
+                {
+                    continue;
+                }
+                let path = name_nodes[..parts.len()].join(".");
+                let whole = name_nodes.len() == parts.len();
+                let node = nodes.entry(path.clone()).or_insert(KindNode {
+                    path,
+                    leaf: None,
+                    leaf_here: false,
+                    branch: false,
+                });
+                if whole {
+                    node.leaf_here = true;
+                    node.leaf = Some(Leaf {
+                        path: node.path.clone(),
+                        series: agent_name(&name),
+                        kind: Kind::Etsy(*stat, etsy::Field::Count),
+                        view: View::Plain,
+                    });
+                } else {
+                    node.branch = true;
+                }
+            }
+            return Ok(nodes.into_values().collect());
+        }
+        Ok(self
+            .find_of(pattern, Some(kind))
+            .await?
+            .into_iter()
+            .map(|n| {
+                let leaf = n.leaf.filter(|l| l.kind == *kind);
+                KindNode {
+                    path: n.path,
+                    leaf_here: leaf.is_some(),
+                    leaf,
+                    branch: n.branch,
+                }
+            })
+            .collect())
     }
 
     /// [`Source::exact`] of the agent's own names, of one kind of series only when given.
@@ -808,7 +925,7 @@ impl<'a> Source<'a> {
     /// lies wholly outside the retention.
     fn window(&self, leaf: &Leaf, from: i64, until: i64, now: i64) -> Option<Window> {
         let mut archives: Vec<u64> = match leaf.kind {
-            Kind::Stat(..) => self.config.quantile_precisions.clone(),
+            Kind::Stat(..) | Kind::Etsy(..) => self.config.quantile_precisions.clone(),
             _ => self.config.precisions.clone(),
         };
         archives.sort_unstable();
@@ -888,6 +1005,20 @@ impl<'a> Source<'a> {
                     })
                     .await?;
                 Ok(hashes.iter().map(|h| stat_of(h, stat)).collect())
+            }
+            Kind::Etsy(kind, field) => {
+                let hashes: Vec<Vec<(String, String)>> =
+                    each_slice(&self.conn, "HGETALL", slices, |s| {
+                        keys.hist_slice(step, &leaf.series, *kind, s)
+                    })
+                    .await?;
+                Ok(hashes
+                    .iter()
+                    .map(|h| {
+                        let (alpha, buckets) = parse_buckets(h)?;
+                        field.of(&buckets, &Mapping::new(alpha))
+                    })
+                    .collect())
             }
         }
     }

@@ -523,15 +523,18 @@ impl<'a> Source<'a> {
                 continue;
             };
             let leaf = match (&ns.kind, tail.field) {
-                (Kind::Etsy(kind, _), Some(field)) => {
+                (Kind::Etsy(..), Some(field)) => {
                     let timers = self.timer_names().await?;
                     let series = graphite_name(&agent_name(&name));
-                    timers.binary_search(&series).is_ok().then(|| Leaf {
-                        path: String::new(),
-                        series: agent_name(&name),
-                        kind: Kind::Etsy(*kind, field),
-                        view: View::Plain,
-                    })
+                    timers
+                        .binary_search_by(|(n, _)| n.cmp(&series))
+                        .ok()
+                        .map(|i| Leaf {
+                            path: String::new(),
+                            series: agent_name(&name),
+                            kind: Kind::Etsy(timers[i].1, field),
+                            view: View::Plain,
+                        })
                 }
                 _ => self.exact_of(&name, Some(&ns.kind)).await?.pop(),
             };
@@ -546,14 +549,21 @@ impl<'a> Source<'a> {
         Ok(Vec::new())
     }
 
-    /// The Graphite names of the timers `SCAN` found, sorted.
-    async fn timer_names(&mut self) -> Result<Vec<String>, StoreError> {
+    /// The Graphite names of the timers, histograms and distributions `SCAN` found, and the
+    /// kind of each (a timer over a histogram over a distribution of the same name), sorted.
+    async fn timer_names(&mut self) -> Result<Vec<(String, StatKind)>, StoreError> {
         let scanned = self.scanned().await?;
-        let names: BTreeSet<String> = scanned
-            .iter()
-            .filter(|(_, l)| matches!(l.kind, Kind::Stat(StatKind::Timer, _)))
-            .map(|(_, l)| graphite_name(&l.series))
-            .collect();
+        let mut names: BTreeMap<String, StatKind> = BTreeMap::new();
+        for (_, leaf) in scanned.iter() {
+            if let Kind::Stat(kind, _) = leaf.kind {
+                let name = graphite_name(&leaf.series);
+                let e = names.entry(name).or_insert(kind);
+                let rank = |k: StatKind| StatKind::ALL.iter().position(|x| *x == k);
+                if rank(kind) < rank(*e) {
+                    *e = kind;
+                }
+            }
+        }
         Ok(names.into_iter().collect())
     }
 
@@ -565,14 +575,14 @@ impl<'a> Source<'a> {
         pattern: &str,
         kind: &Kind,
     ) -> Result<Vec<KindNode>, GraphiteError> {
-        if let Kind::Etsy(stat, _) = kind {
+        if let Kind::Etsy(..) = kind {
             let parts: Vec<NodePattern> = split_nodes(pattern)
                 .iter()
                 .map(|p| NodePattern::new(p))
                 .collect::<Result<_, _>>()
                 .map_err(super::bad)?;
             let mut nodes: BTreeMap<String, KindNode> = BTreeMap::new();
-            for name in self.timer_names().await? {
+            for (name, stat) in self.timer_names().await? {
                 if name.contains(';') {
                     continue;
                 }
@@ -595,7 +605,7 @@ impl<'a> Source<'a> {
                     node.leaf = Some(Leaf {
                         path: node.path.clone(),
                         series: agent_name(&name),
-                        kind: Kind::Etsy(*stat, etsy::Field::Count),
+                        kind: Kind::Etsy(stat, etsy::Field::Count),
                         view: View::Plain,
                     });
                 } else {

@@ -378,24 +378,18 @@ impl<'a> Source<'a> {
                 };
                 for node in self.nodes_of(&pattern, &ns.kind).await? {
                     let Some((tail, matched)) = tail else {
-                        // The glob ends at the name: a branch, or a leaf without a tail.
+                        // The glob ends at the name: a leaf where the namespace has a tail
+                        // of no nodes, else a branch (its tails below).
                         let bare = ns.tails.iter().find(|t| t.nodes.is_empty());
+                        let path = ns.path(&node.path, &ns.tails[0], 0);
                         let leaf = node.leaf.zip(bare).map(|(leaf, tail)| Leaf {
-                            path: node.path.clone(),
+                            path: path.clone(),
                             view: tail.view,
                             ..leaf
                         });
-                        let path = ns.path(&node.path, &ns.tails[0], 0);
                         let branch = node.branch || (node.leaf_here && bare.is_none());
                         if leaf.is_some() || branch {
-                            found.push(Node {
-                                leaf: leaf.map(|l| Leaf {
-                                    path: path.clone(),
-                                    ..l
-                                }),
-                                path,
-                                branch,
-                            });
+                            found.push(Node { path, leaf, branch });
                         }
                         continue;
                     };

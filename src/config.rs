@@ -439,6 +439,10 @@ impl Config {
                 &self.graphite_etsy_prefix_counter,
             ),
             (
+                "graphite_etsy_prefix_timer",
+                &self.graphite_etsy_prefix_timer,
+            ),
+            (
                 "graphite_etsy_prefix_gauge",
                 &self.graphite_etsy_prefix_gauge,
             ),
@@ -1217,6 +1221,14 @@ mod tests {
         bad(
             |c| c.graphite_etsy_prefix_set = "se ts".into(),
             "graphite_etsy_prefix_set",
+        );
+        bad(
+            |c| c.graphite_etsy_prefix_timer = "t*".into(),
+            "graphite_etsy_prefix_timer",
+        );
+        bad(
+            |c| c.graphite_etsy_percent_threshold = vec![90.0, 0.0],
+            "graphite_etsy_percent_threshold",
         );
         bad(|c| c.precisions = vec![], "precisions");
         bad(|c| c.precisions = vec![1, 0], "precisions");

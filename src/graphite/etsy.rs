@@ -37,16 +37,28 @@ pub enum View {
 }
 
 impl View {
-    /// The points of a series at `step` seconds a point, as this view shows them.
-    pub fn apply(self, values: &mut [Point], step: i64) {
+    /// The points of a series at `step` seconds a point, its slices starting at `slices`, as
+    /// this view shows them. A count is 0 only in a slice the agent has written by now: one
+    /// that ended at `settled` or before (a slice still open, or not yet due, stays `null`).
+    pub fn apply(self, values: &mut [Point], step: i64, slices: &[i64], settled: i64) {
+        let idle = |slice: &i64| slice + step <= settled;
         match self {
             View::Plain => {}
-            View::Count => values.iter_mut().for_each(|v| *v = Some(v.unwrap_or(0.0))),
+            View::Count => {
+                for (v, slice) in values.iter_mut().zip(slices) {
+                    if v.is_none() && idle(slice) {
+                        *v = Some(0.0);
+                    }
+                }
+            }
             View::Rate => {
-                let step = step.max(1) as f64;
-                values
-                    .iter_mut()
-                    .for_each(|v| *v = Some(v.unwrap_or(0.0) / step));
+                let seconds = step.max(1) as f64;
+                for (v, slice) in values.iter_mut().zip(slices) {
+                    *v = match *v {
+                        Some(count) => Some(count / seconds),
+                        None => idle(slice).then_some(0.0),
+                    };
+                }
             }
             View::Last => {
                 let mut last = None;
@@ -179,7 +191,8 @@ impl Field {
             Field::Lower => estimates.first().map(|e| e.0),
             Field::Std => {
                 let mean = sum(1) / n;
-                Some((sum(2) / n - mean * mean).max(0.0).sqrt())
+                let spread: f64 = estimates.iter().map(|(v, w)| (v - mean).powi(2) * w).sum();
+                Some((spread / n).sqrt())
             }
             Field::Median => {
                 let count = n.floor();
@@ -555,14 +568,16 @@ mod tests {
 
     #[test]
     fn idle_slices_read_as_etsy_flushes_them() {
-        let mut counts = vec![None, Some(6.0), None];
-        View::Count.apply(&mut counts, 60);
-        assert_eq!(counts, [Some(0.0), Some(6.0), Some(0.0)]);
-        let mut rates = vec![Some(6.0), None];
-        View::Rate.apply(&mut rates, 60);
-        assert_eq!(rates, [Some(0.1), Some(0.0)]);
+        // Slices at 0, 60, 120 and 180; written up to 180 (the last is still open).
+        let slices = [0, 60, 120, 180];
+        let mut counts = vec![None, Some(6.0), None, None];
+        View::Count.apply(&mut counts, 60, &slices, 180);
+        assert_eq!(counts, [Some(0.0), Some(6.0), Some(0.0), None]);
+        let mut rates = vec![Some(6.0), None, None, Some(3.0)];
+        View::Rate.apply(&mut rates, 60, &slices, 180);
+        assert_eq!(rates, [Some(0.1), Some(0.0), Some(0.0), Some(0.05)]);
         let mut gauges = vec![None, Some(3.0), None, Some(-1.0), None];
-        View::Last.apply(&mut gauges, 10);
+        View::Last.apply(&mut gauges, 10, &[0, 10, 20, 30, 40], 0);
         assert_eq!(gauges, [None, Some(3.0), Some(3.0), Some(-1.0), Some(-1.0)]);
     }
 

@@ -73,11 +73,11 @@ pub struct Node {
 }
 
 /// A node of one kind's series (an Etsy namespace's): its path, the series of that kind that
-/// ends there (`leaf_here`), whether others go on below.
+/// ends there, whether others go on below.
+#[derive(Clone)]
 struct KindNode {
     path: String,
     leaf: Option<Leaf>,
-    leaf_here: bool,
     branch: bool,
 }
 
@@ -357,12 +357,25 @@ impl<'a> Source<'a> {
     /// The nodes matching a dotted glob (`web.*.hits`, `{a,b}`, `[…]`, `?`), level by level, in
     /// name order; a tagged name (`name;k=v`) matches itself only.
     pub async fn find(&mut self, pattern: &str) -> Result<Vec<Node>, GraphiteError> {
+        if pattern.contains(';') {
+            let found = self.exact(pattern).await?;
+            return Ok(found
+                .into_iter()
+                .map(|l| Node {
+                    path: l.path.clone(),
+                    leaf: Some(l),
+                    branch: false,
+                })
+                .collect());
+        }
         let mut found = self.find_of(pattern, None).await?;
         let etsy = etsy::namespaces(self.config);
-        if etsy.is_empty() || pattern.contains(';') {
+        if etsy.is_empty() {
             return Ok(found);
         }
         let parts = split_nodes(pattern);
+        // A namespace's plans, and its tails', often ask for the same names.
+        let mut kind_nodes: Vec<((String, Kind), Vec<KindNode>)> = Vec::new();
         for ns in &etsy {
             for plan in ns.plan(&parts).map_err(super::bad)? {
                 let (pattern, tail) = match plan {
@@ -376,18 +389,28 @@ impl<'a> Source<'a> {
                     }
                     Plan::Names { pattern, tail } => (pattern, tail),
                 };
-                for node in self.nodes_of(&pattern, &ns.kind).await? {
+                let key = (pattern, ns.kind.clone());
+                let at = match kind_nodes.iter().position(|(k, _)| *k == key) {
+                    Some(at) => at,
+                    None => {
+                        let nodes = self.nodes_of(&key.0, &ns.kind).await?;
+                        kind_nodes.push((key, nodes));
+                        kind_nodes.len() - 1
+                    }
+                };
+                for node in kind_nodes[at].1.clone() {
                     let Some((tail, matched)) = tail else {
                         // The glob ends at the name: a leaf where the namespace has a tail
                         // of no nodes, else a branch (its tails below).
                         let bare = ns.tails.iter().find(|t| t.nodes.is_empty());
                         let path = ns.path(&node.path, &ns.tails[0], 0);
+                        let named = node.leaf.is_some();
                         let leaf = node.leaf.zip(bare).map(|(leaf, tail)| Leaf {
                             path: path.clone(),
                             view: tail.view,
                             ..leaf
                         });
-                        let branch = node.branch || (node.leaf_here && bare.is_none());
+                        let branch = node.branch || (named && bare.is_none());
                         if leaf.is_some() || branch {
                             found.push(Node { path, leaf, branch });
                         }
@@ -437,17 +460,6 @@ impl<'a> Source<'a> {
         pattern: &str,
         only: Option<&Kind>,
     ) -> Result<Vec<Node>, GraphiteError> {
-        if pattern.contains(';') {
-            let found = self.exact_of(pattern, only).await?;
-            return Ok(found
-                .into_iter()
-                .map(|l| Node {
-                    path: l.path.clone(),
-                    leaf: Some(l),
-                    branch: false,
-                })
-                .collect());
-        }
         let parts: Vec<NodePattern> = split_nodes(pattern)
             .iter()
             .map(|p| NodePattern::new(p))
@@ -544,18 +556,14 @@ impl<'a> Source<'a> {
     }
 
     /// The Graphite names of the timers, histograms and distributions `SCAN` found, and the
-    /// kind of each (a timer over a histogram over a distribution of the same name), sorted.
+    /// kind of each (a timer over a histogram over a distribution of the same name, as
+    /// [`Source::scanned`] keeps their statistics), sorted.
     async fn timer_names(&mut self) -> Result<Vec<(String, StatKind)>, StoreError> {
         let scanned = self.scanned().await?;
         let mut names: BTreeMap<String, StatKind> = BTreeMap::new();
         for (_, leaf) in scanned.iter() {
             if let Kind::Stat(kind, _) = leaf.kind {
-                let name = graphite_name(&leaf.series);
-                let e = names.entry(name).or_insert(kind);
-                let rank = |k: StatKind| StatKind::ALL.iter().position(|x| *x == k);
-                if rank(kind) < rank(*e) {
-                    *e = kind;
-                }
+                names.entry(graphite_name(&leaf.series)).or_insert(kind);
             }
         }
         Ok(names.into_iter().collect())
@@ -591,11 +599,9 @@ impl<'a> Source<'a> {
                 let node = nodes.entry(path.clone()).or_insert(KindNode {
                     path,
                     leaf: None,
-                    leaf_here: false,
                     branch: false,
                 });
                 if whole {
-                    node.leaf_here = true;
                     node.leaf = Some(Leaf {
                         path: node.path.clone(),
                         series: agent_name(&name),
@@ -612,14 +618,10 @@ impl<'a> Source<'a> {
             .find_of(pattern, Some(kind))
             .await?
             .into_iter()
-            .map(|n| {
-                let leaf = n.leaf.filter(|l| l.kind == *kind);
-                KindNode {
-                    path: n.path,
-                    leaf_here: leaf.is_some(),
-                    leaf,
-                    branch: n.branch,
-                }
+            .map(|n| KindNode {
+                path: n.path,
+                leaf: n.leaf.filter(|l| l.kind == *kind),
+                branch: n.branch,
             })
             .collect())
     }
@@ -898,10 +900,29 @@ impl<'a> Source<'a> {
                 Some(v) => v,
                 None => rest.next().unwrap_or_default(),
             };
-            leaf.view.apply(&mut v, w.step);
+            leaf.view.apply(
+                &mut v,
+                w.step,
+                &w.slices,
+                now - self.write_lag(leaf, w.step),
+            );
             out.push(w.series(leaf, v));
         }
         Ok(out)
+    }
+
+    /// How long after its end a slice of `leaf`'s at `step` seconds is written: a window's
+    /// second, and the quantile buckets' or the coarse counters' deferred writes.
+    fn write_lag(&self, leaf: &Leaf, step: i64) -> i64 {
+        let c = self.config;
+        let deferred = match leaf.kind {
+            Kind::Stat(..) | Kind::Etsy(..) => c.quantile_write_secs,
+            Kind::Counter if c.coarse_write_secs > 0 && step as u64 > c.flush_interval_secs => {
+                c.coarse_write_secs.min(step as u64)
+            }
+            _ => 0,
+        };
+        (c.flush_interval_secs + deferred) as i64
     }
 
     /// What [`Source::fetch_all`] would give, with every value null, read from nothing.

@@ -128,7 +128,7 @@ impl RedisServer {
         keys.into_iter()
             .map(|k| {
                 let kind: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
-                let mut value: Vec<String> = match kind.as_str() {
+                let flat: Vec<String> = match kind.as_str() {
                     "hash" => redis::cmd("HGETALL").arg(&k).query(&mut conn).unwrap(),
                     _ => redis::cmd("ZRANGE")
                         .arg(&k)
@@ -138,8 +138,10 @@ impl RedisServer {
                         .query(&mut conn)
                         .unwrap(),
                 };
-                value.sort();
-                (k, value.join(","))
+                // Field and value (member and score) together, so that no two swap unseen.
+                let mut pairs: Vec<String> = flat.chunks(2).map(|p| p.join("=")).collect();
+                pairs.sort();
+                (k, pairs.join(","))
             })
             .collect()
     }

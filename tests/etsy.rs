@@ -461,6 +461,13 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
         assert_eq!(a, b, "{target}: imported, then graphite-web over the files");
     }
 
+    // Only counters and gauges were imported: no namespace of sets or timers is listed.
+    let listed: Vec<String> = found(&history, "stats.*")
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(listed, ["stats.etsy", "stats.gauges"], "{listed:?}");
+
     // The agent's own names stay beside Etsy's at the root.
     let root = found(&ours, "*");
     for node in ["stats", "stats_counts", "etsy"] {

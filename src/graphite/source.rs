@@ -378,16 +378,11 @@ impl<'a> Source<'a> {
         let mut kind_nodes: Vec<((String, Kind), Vec<KindNode>)> = Vec::new();
         for ns in &etsy {
             for plan in ns.plan(&parts).map_err(super::bad)? {
-                let (pattern, tail) = match plan {
-                    Plan::Branch(path) => {
-                        found.push(Node {
-                            path,
-                            leaf: None,
-                            branch: true,
-                        });
-                        continue;
-                    }
-                    Plan::Names { pattern, tail } => (pattern, tail),
+                // A namespace's own nodes are listed once it has a series, as carbon's
+                // directories are made by the first file under them.
+                let (pattern, tail, head) = match plan {
+                    Plan::Branch(path) => ("*".to_string(), None, Some(path)),
+                    Plan::Names { pattern, tail } => (pattern, tail, None),
                 };
                 let key = (pattern, ns.kind.clone());
                 let at = match kind_nodes.iter().position(|(k, _)| *k == key) {
@@ -398,6 +393,16 @@ impl<'a> Source<'a> {
                         kind_nodes.len() - 1
                     }
                 };
+                if let Some(path) = head {
+                    if !kind_nodes[at].1.is_empty() {
+                        found.push(Node {
+                            path,
+                            leaf: None,
+                            branch: true,
+                        });
+                    }
+                    continue;
+                }
                 for node in kind_nodes[at].1.clone() {
                     let Some((tail, matched)) = tail else {
                         // The glob ends at the name: a leaf where the namespace has a tail

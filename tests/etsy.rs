@@ -37,22 +37,16 @@ fn etsy_statsd() -> &'static Path {
         let package = dir.join("node_modules/statsd");
         if !package.join("stats.js").exists() {
             std::fs::create_dir_all(&dir).unwrap();
-            let out = Command::new("npm")
-                .current_dir(&dir)
-                .args([
+            run_ok(
+                Command::new("npm").current_dir(&dir).args([
                     "install",
                     "--silent",
                     "--no-audit",
                     "--no-fund",
                     "--no-save",
-                ])
-                .arg("statsd@0.9.0")
-                .output()
-                .unwrap_or_else(|e| panic!("npm could not run ({e}): apt-get install -y npm"));
-            assert!(
-                out.status.success(),
-                "npm install statsd: {}",
-                String::from_utf8_lossy(&out.stderr)
+                    "statsd@0.9.0",
+                ]),
+                "npm install statsd (apt-get install -y npm)",
             );
         }
         package
@@ -72,17 +66,12 @@ impl Stack {
             "this test runs carbon: apt-get install -y --no-install-recommends graphite-carbon"
         );
         let run = tempfile::tempdir().unwrap();
-        let out = Command::new(stack_script())
-            .arg("start")
-            .env("REALSTACK_RUN", run.path().join("run"))
-            .env("STATSD_PKG", etsy_statsd())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "the stack did not start: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_ok(
+            Command::new(stack_script())
+                .arg("start")
+                .env("REALSTACK_RUN", run.path().join("run"))
+                .env("STATSD_PKG", etsy_statsd()),
+            "the stack did not start",
         );
         let env = String::from_utf8_lossy(&out.stdout)
             .lines()
@@ -114,37 +103,11 @@ fn stack_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/etsy/stack.sh")
 }
 
-/// A GET of `path` (with its query) from a base URL, through curl.
-fn get(base: &str, path: &str) -> Value {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "20", &format!("{base}{path}")])
-        .output()
-        .expect("curl: apt-get install -y curl");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{base}{path}: {e}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
-}
-
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'*' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 fn render(base: &str, target: &str, from: u64, until: u64) -> Value {
-    get(
-        base,
-        &format!(
-            "/render?target={}&from={from}&until={until}&format=json",
-            encode(target)
-        ),
-    )
+    curl_json(&format!(
+        "{base}/render?target={}&from={from}&until={until}&format=json",
+        query_encode(target)
+    ))
 }
 
 /// A render's series as name → points (time, value).
@@ -168,10 +131,10 @@ fn series(answer: &Value) -> BTreeMap<String, Vec<(i64, Option<f64>)>> {
 /// `/metrics/find`'s nodes: (path, leaf), Etsy's own series (`statsd`) and carbon's tag store
 /// (`_tagged`) left out.
 fn found(base: &str, query: &str) -> BTreeSet<(String, bool)> {
-    get(
-        base,
-        &format!("/metrics/find?query={}&format=completer", encode(query)),
-    )["metrics"]
+    curl_json(&format!(
+        "{base}/metrics/find?query={}&format=completer",
+        query_encode(query)
+    ))["metrics"]
         .as_array()
         .unwrap()
         .iter()
@@ -342,10 +305,10 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
         assert_eq!(values, *wanted, "{target}");
     }
     let expand = |base: &str, query: &str| {
-        get(
-            base,
-            &format!("/metrics/expand?query={}&leavesOnly=1", encode(query)),
-        )
+        curl_json(&format!(
+            "{base}/metrics/expand?query={}&leavesOnly=1",
+            query_encode(query)
+        ))
     };
     for query in [
         "stats.gauges.etsy.*",
@@ -425,14 +388,9 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
     let imported = RedisServer::start();
     let whisper = &stack.env["WHISPER_DIR"];
     let import = || {
-        let out = bin()
-            .args(["import", "whisper", whisper, "--redis", &imported.url()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            bin().args(["import", "whisper", whisper, "--redis", &imported.url()]),
+            "statsd-redis import whisper",
         );
     };
     import();

@@ -35,14 +35,14 @@ write("stats/app/hits.wsp", "average", lambda t: 0.5)
 with open(os.path.join(root, "stats_counts/app/broken.wsp"), "wb") as f:
     f.write(b"\x00\x00\x00\x02" + b"\x00" * 20)
 "#;
-    let out = Command::new("/usr/bin/python3")
-        .args(["-c", script, root.to_str().unwrap(), &now.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python3-whisper (apt-get install -y python3-whisper): {}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("/usr/bin/python3").args([
+            "-c",
+            script,
+            root.to_str().unwrap(),
+            &now.to_string(),
+        ]),
+        "python3-whisper (apt-get install -y python3-whisper)",
     );
 }
 
@@ -58,10 +58,11 @@ fn import(redis: &RedisServer, root: &Path, until: Option<u64>) -> (String, Stri
     if let Some(until) = until {
         command.args(["--until", &until.to_string()]);
     }
-    let out = command.output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
-    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    let out = run_ok(&mut command, "statsd-redis import whisper");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -132,34 +133,20 @@ async fn the_agent_answers_for_imported_names_as_graphite_web_over_the_files() {
     import(&redis, dir.path(), None);
     let state = tempfile::tempdir().unwrap();
     let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/graphite");
-    let started = Command::new(harness.join("graphite-web.sh"))
-        .arg("start")
-        .env("ORACLE_WHISPER_DIR", dir.path())
-        .env("ORACLE_STATE", state.path())
-        .output()
-        .unwrap();
-    assert!(
-        started.status.success(),
-        "graphite-web: {}",
-        String::from_utf8_lossy(&started.stderr)
+    run_ok(
+        Command::new(harness.join("graphite-web.sh"))
+            .arg("start")
+            .env("ORACLE_WHISPER_DIR", dir.path())
+            .env("ORACLE_STATE", state.path()),
+        "graphite-web",
     );
     let url = std::fs::read_to_string(state.path().join("url")).unwrap();
     let agent = TestAgent::start(test_config(&redis));
     let ask = |base: &str, target: &str, from: u64| -> serde_json::Value {
-        let target: String = target
-            .bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        let query = format!("target={target}&from={from}&until={now}&format=json");
-        let out = Command::new("curl")
-            .args(["-s", &format!("{base}/render?{query}")])
-            .output()
-            .unwrap();
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{target}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+        let target = query_encode(target);
+        curl_json(&format!(
+            "{base}/render?target={target}&from={from}&until={now}&format=json"
+        ))
     };
     let agent_url = format!("http://{}/graphite", agent.http);
     let oracle = url.trim().to_string();

@@ -527,6 +527,40 @@ pub fn bin() -> Command {
     c
 }
 
+/// Runs `command` to its end; panics, naming `what` and with its output, unless it succeeded.
+pub fn run_ok(command: &mut Command, what: &str) -> std::process::Output {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what} could not run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `text` percent-encoded for a query string (letters, digits, `.`, `_` and `*` as they are).
+pub fn query_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'*' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A GET of `url` through curl (graphite-web's or the agent's JSON), its body as JSON.
+pub fn curl_json(url: &str) -> serde_json::Value {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "20", url])
+        .output()
+        .expect("curl: apt-get install -y curl");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{url}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 pub fn free_port() -> u16 {
     let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let p = s.local_addr().unwrap().port();

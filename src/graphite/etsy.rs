@@ -223,6 +223,17 @@ pub struct Tail {
     pub field: Option<Field>,
 }
 
+impl Tail {
+    /// The kind of an Etsy name ending with this tail, over a series of `kind`: a timer's
+    /// statistic is this tail's.
+    pub fn kind_of(&self, kind: &Kind) -> Kind {
+        match (kind, self.field) {
+            (Kind::Etsy(stat, _), Some(field)) => Kind::Etsy(*stat, field),
+            (kind, _) => kind.clone(),
+        }
+    }
+}
+
 /// The nodes before a name, the kind of series under them (for timers, any of their
 /// statistics), the nodes each of its names may end with.
 #[derive(Debug, Clone, PartialEq)]
@@ -450,11 +461,7 @@ mod tests {
             .iter()
             .filter_map(|n| {
                 let (name, tail) = n.name_of(path)?;
-                let kind = match (&n.kind, tail.field) {
-                    (Kind::Etsy(k, _), Some(f)) => Kind::Etsy(*k, f),
-                    (k, _) => k.clone(),
-                };
-                Some((kind, tail.view, name))
+                Some((tail.kind_of(&n.kind), tail.view, name))
             })
             .collect()
     }

@@ -430,10 +430,7 @@ impl<'a> Source<'a> {
                         leaf: whole.then(|| Leaf {
                             path: path.clone(),
                             view: tail.view,
-                            kind: match (&leaf.kind, tail.field) {
-                                (Kind::Etsy(kind, _), Some(field)) => Kind::Etsy(*kind, field),
-                                (kind, _) => kind.clone(),
-                            },
+                            kind: tail.kind_of(&leaf.kind),
                             ..leaf
                         }),
                         path,
@@ -533,8 +530,8 @@ impl<'a> Source<'a> {
             let Some((name, tail)) = ns.name_of(path) else {
                 continue;
             };
-            let leaf = match (&ns.kind, tail.field) {
-                (Kind::Etsy(..), Some(field)) => {
+            let leaf = match ns.kind {
+                Kind::Etsy(..) => {
                     let timers = self.timer_names().await?;
                     let series = graphite_name(&agent_name(&name));
                     timers
@@ -543,7 +540,7 @@ impl<'a> Source<'a> {
                         .map(|i| Leaf {
                             path: String::new(),
                             series: agent_name(&name),
-                            kind: Kind::Etsy(timers[i].1, field),
+                            kind: Kind::Etsy(timers[i].1, etsy::Field::Count),
                             view: View::Plain,
                         })
                 }
@@ -553,6 +550,7 @@ impl<'a> Source<'a> {
                 return Ok(vec![Leaf {
                     path: path.to_string(),
                     view: tail.view,
+                    kind: tail.kind_of(&leaf.kind),
                     ..leaf
                 }]);
             }

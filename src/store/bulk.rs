@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::StoreError;
@@ -100,42 +101,50 @@ impl BulkPool {
         self.target.is_some()
     }
 
-    /// [`Bulk::hmget`] on a kept or new connection ([`BulkPool::take`]).
+    /// [`Bulk::hmget`] on a kept or new connection ([`BulkPool::read`]).
     pub async fn hmget(&self, requests: &[Hmget<'_>]) -> Result<Vec<Vec<Point>>, StoreError> {
-        let (mut bulk, kept) = self.take().await?;
-        let values = match bulk.hmget(requests).await {
-            Err(_) if kept => {
-                bulk = self.connect().await?;
-                bulk.hmget(requests).await
-            }
-            read => read,
-        }?;
-        self.give_back(bulk);
-        Ok(values)
+        self.read(|mut bulk| {
+            Box::pin(async move {
+                let read = bulk.hmget(requests).await;
+                (bulk, read)
+            })
+        })
+        .await
     }
 
-    /// [`Bulk::lex_ranges`] on a kept or new connection ([`BulkPool::take`]).
+    /// [`Bulk::lex_ranges`] on a kept or new connection ([`BulkPool::read`]).
     pub async fn lex_ranges(&self, requests: &[LexRange<'_>]) -> Result<Vec<Members>, StoreError> {
-        let (mut bulk, kept) = self.take().await?;
-        let members = match bulk.lex_ranges(requests).await {
-            Err(_) if kept => {
-                bulk = self.connect().await?;
-                bulk.lex_ranges(requests).await
-            }
-            read => read,
-        }?;
-        self.give_back(bulk);
-        Ok(members)
+        self.read(|mut bulk| {
+            Box::pin(async move {
+                let read = bulk.lex_ranges(requests).await;
+                (bulk, read)
+            })
+        })
+        .await
     }
 
-    /// An idle connection (true) or a new one. A kept connection may have been closed
+    /// `read` on an idle connection, or a new one. A kept connection may have been closed
     /// meanwhile (Redis restarted, a timeout): a read on it that fails is made once more on a
-    /// new one.
-    async fn take(&self) -> Result<(Bulk, bool), StoreError> {
-        match self.idle.lock().map(|mut i| i.pop()).unwrap_or(None) {
-            Some(b) => Ok((b, true)),
-            None => Ok((self.connect().await?, false)),
+    /// new one. A connection that answered is kept idle (a few at most).
+    async fn read<'r, T>(
+        &self,
+        read: impl Fn(Bulk) -> BoxFuture<'r, (Bulk, Result<T, StoreError>)>,
+    ) -> Result<T, StoreError> {
+        let idle = self.idle.lock().map(|mut i| i.pop()).unwrap_or(None);
+        let (bulk, out) = match idle {
+            Some(kept) => match read(kept).await {
+                (_, Err(_)) => read(self.connect().await?).await,
+                answered => answered,
+            },
+            None => read(self.connect().await?).await,
+        };
+        let out = out?;
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < MAX_IDLE
+        {
+            idle.push(bulk);
         }
+        Ok(out)
     }
 
     async fn connect(&self) -> Result<Bulk, StoreError> {
@@ -143,15 +152,6 @@ impl BulkPool {
             return Err(protocol("no bulk reader for this topology"));
         };
         Bulk::connect(target).await
-    }
-
-    /// A connection that answered is kept idle (a few at most).
-    fn give_back(&self, bulk: Bulk) {
-        if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < MAX_IDLE
-        {
-            idle.push(bulk);
-        }
     }
 }
 

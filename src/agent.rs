@@ -328,7 +328,7 @@ pub async fn run_reloading(
             store.clone(),
             id.clone(),
             Duration::from_secs(config.cleaner_interval_secs),
-            config.sample_count,
+            &config.retention(),
             telemetry.clone(),
         );
         tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))

@@ -64,6 +64,9 @@ pub struct Config {
     pub precisions: Vec<u64>,
     /// Samples kept per counter at each precision (used by the cleaner).
     pub sample_count: u64,
+    /// carbon's `retentions` (`10s:6h,1m:7d,1h:90d,1d:5y`): the precisions, each with how long
+    /// it is kept, in place of `precisions` and `sample_count`; empty: those two.
+    pub retentions: String,
     /// Relative accuracy of the quantiles read back from the timer, histogram and distribution
     /// buckets (DDSketch's α).
     pub quantile_relative_accuracy: f64,
@@ -270,6 +273,8 @@ impl Default for Config {
             precisions: DEFAULT_PRECISIONS.to_vec(),
             // The number of samples the chapter's text keeps.
             sample_count: 120,
+            // The book's spelling above.
+            retentions: String::new(),
             // 1 %: a p99 of 200 ms reads back between 198 and 202 ms.
             quantile_relative_accuracy: 0.01,
             // "The last 15 minutes" (two hours of minutes) and "yesterday 14:00" (five days
@@ -507,6 +512,15 @@ impl Config {
         }
         if self.sample_count == 0 {
             return Err(err("sample_count", "must be at least 1"));
+        }
+        if !self.retentions.is_empty() {
+            crate::retention::Retention::parse(&self.retentions).map_err(|e| err("retentions", e))?;
+            if self.precisions != DEFAULT_PRECISIONS || self.sample_count != 120 {
+                return Err(err(
+                    "retentions",
+                    "give either retentions or precisions with sample_count, not both",
+                ));
+            }
         }
         if !(self.quantile_relative_accuracy >= 0.0001 && self.quantile_relative_accuracy <= 0.5) {
             return Err(err(
@@ -752,6 +766,15 @@ pub struct Args {
         value_name = "N"
     )]
     pub sample_count: Option<u64>,
+    /// carbon's retentions, `10s:6h,1m:7d,1h:90d`, in place of --precisions and --sample-count
+    /// [default: none].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_RETENTIONS",
+        value_name = "RETENTIONS"
+    )]
+    pub retentions: Option<String>,
     /// Relative accuracy of quantiles [default: 0.01].
     #[arg(
         long,
@@ -953,11 +976,28 @@ pub struct Args {
 }
 
 impl Config {
+    /// The precisions and how many slices each keeps: `retentions` when given, else
+    /// `precisions` with `sample_count` (a configuration that `validate` refused reads as the
+    /// latter).
+    pub fn retention(&self) -> crate::retention::Retention {
+        use crate::retention::Retention;
+        match self.retentions.as_str() {
+            "" => Retention::book(&self.precisions, self.sample_count),
+            text => Retention::parse(text)
+                .unwrap_or_else(|_| Retention::book(&self.precisions, self.sample_count)),
+        }
+    }
+
+    /// The counter, gauge and set precisions in force, in the configured order.
+    pub fn counter_precisions(&self) -> Vec<u64> {
+        self.retention().precisions()
+    }
+
     /// How far back a timestamped value is taken: `max_timestamp_age_secs`, or by default the
     /// longest retention.
     pub fn timestamp_age_limit(&self) -> u64 {
         match self.max_timestamp_age_secs {
-            0 => self.sample_count * self.precisions.iter().max().copied().unwrap_or(1),
+            0 => self.retention().longest_secs(),
             age => age,
         }
     }
@@ -1011,6 +1051,7 @@ impl Args {
             key_prefix,
             precisions,
             sample_count,
+            retentions,
             quantile_relative_accuracy,
             quantile_precisions,
             quantile_write_secs,
@@ -1191,6 +1232,19 @@ mod tests {
     }
 
     #[test]
+    fn retentions_replace_the_books_spelling() {
+        let c = Config::from_toml("retentions = \"10s:6h,1m:7d,1h:90d,1d:5y\"").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.counter_precisions(), [10, 60, 3600, 86_400]);
+        assert_eq!(c.retention().samples(60), 10_080);
+        assert_eq!(c.timestamp_age_limit(), 5 * 365 * 86_400);
+        let book = Config::default();
+        assert_eq!(book.counter_precisions(), DEFAULT_PRECISIONS);
+        assert_eq!(book.retention().samples(86_400), 120);
+        assert_eq!(book.timestamp_age_limit(), 120 * 86_400);
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         let e = Config::from_toml("sample_cout = 5").unwrap_err();
         assert_eq!(e.key, "sample_cout");
@@ -1214,6 +1268,22 @@ mod tests {
             assert_eq!(c.validate().unwrap_err().key, key);
         };
         bad(|c| c.sample_count = 0, "sample_count");
+        bad(|c| c.retentions = "1m:7d,7s:1d".into(), "retentions");
+        bad(|c| c.retentions = "1m:1".into(), "retentions");
+        bad(
+            |c| {
+                c.retentions = "1m:7d".into();
+                c.sample_count = 1440;
+            },
+            "retentions",
+        );
+        bad(
+            |c| {
+                c.retentions = "1m:7d".into();
+                c.precisions = vec![60];
+            },
+            "retentions",
+        );
         bad(
             |c| c.graphite_etsy_global_suffix = "a;b".into(),
             "graphite_etsy_global_suffix",

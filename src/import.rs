@@ -135,13 +135,13 @@ pub fn series_of(relative: &Path) -> Option<(bool, String)> {
 
 /// The slices of precision `p` the archives fill exactly, each from the finest archive whose
 /// step divides `p` and that holds the whole slice, ending by `until` and within the
-/// precision's retention (`sample_count` slices before `now`): counts summed (a slice with no
+/// precision's retention (its count of slices before `now`): counts summed (a slice with no
 /// point at all is left out), a gauge's last value.
 pub fn slices(
     archives: &[Archive],
     p: u64,
     counter: bool,
-    (until, now, sample_count): (u64, u64, u64),
+    (until, now, samples): (u64, u64, u64),
 ) -> BTreeMap<u64, f64> {
     let mut out = BTreeMap::new();
     let mut usable: Vec<&Archive> = archives
@@ -149,7 +149,7 @@ pub fn slices(
         .filter(|a| p.is_multiple_of(a.step))
         .collect();
     usable.sort_by_key(|a| a.step);
-    let oldest_kept = now.saturating_sub(sample_count * p);
+    let oldest_kept = now.saturating_sub(samples * p);
     for archive in usable {
         let (Some(start), Some(&(newest, _))) = (archive.start(), archive.points.last()) else {
             continue;
@@ -208,6 +208,7 @@ pub async fn import(
     let mut conn = store.connect().await.map_err(|e| e.to_string())?;
     let keys = store.keys().clone();
     let now = crate::store::clock::unix_now();
+    let retention = config.retention();
     let mut done = Imported::default();
     for (path, counter, series) in &files {
         let whisper = match std::fs::read(path)
@@ -229,8 +230,9 @@ pub async fn import(
         // A file's writes in one pipeline: a round trip a file, not a command.
         let mut pipe = redis::pipe();
         let archives = whisper.exact(*counter);
-        for &p in &config.precisions {
-            let found = slices(archives, p, *counter, (until, now, config.sample_count));
+        for a in retention.archives() {
+            let p = a.precision;
+            let found = slices(archives, p, *counter, (until, now, a.count));
             if found.is_empty() {
                 continue;
             }

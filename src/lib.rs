@@ -21,7 +21,8 @@
 //! * [`graphite`]: the layout read back as Graphite: targets, functions, names, as
 //!   graphite-web answers them.
 //! * [`telemetry`]: every self-metric, named and described in one place.
-//! * [`config`]: defaults, TOML file, environment and flags.
+//! * [`config`]: defaults, TOML file, environment and flags; [`retention`]: how long each
+//!   precision is kept.
 //! * [`agent`]: binds the sockets and runs everything with one shutdown order.
 //! * [`cli`]: `statsd-redis get …`, the queries' answers as tables or JSON.
 //! * [`import`]: `statsd-redis import whisper …`, the history of carbon's whisper files.
@@ -38,6 +39,7 @@ pub mod http;
 pub mod import;
 pub mod ingest;
 pub mod protocol;
+pub mod retention;
 pub mod spool;
 pub mod store;
 pub mod telemetry;

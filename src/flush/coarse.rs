@@ -70,7 +70,9 @@ impl Coarse {
         let k = config.coarse_write_secs;
         let period = |p: u64| p.min(k);
         let fine = |p: u64| period(p) <= interval;
-        let mut periods: Vec<u64> = config.precisions.iter().map(|&p| period(p)).collect();
+        let retention = config.retention();
+        let precisions = retention.precisions();
+        let mut periods: Vec<u64> = precisions.iter().map(|&p| period(p)).collect();
         periods.retain(|&q| q > interval);
         periods.sort_unstable();
         periods.dedup();
@@ -83,8 +85,7 @@ impl Coarse {
             .iter()
             .enumerate()
             .map(|(i, &q)| {
-                let precisions: Vec<(u64, CounterWrite)> = config
-                    .precisions
+                let precisions: Vec<(u64, CounterWrite)> = precisions
                     .iter()
                     .map(|&p| {
                         let write = if fine(p) {
@@ -105,13 +106,13 @@ impl Coarse {
                     .collect();
                 // A series written in two groups in a row has, at each of the level's
                 // precisions, a hash holding a slice from the group before, which the cleaner
-                // keeps for sample_count slices: the hash was never emptied, so the index member
+                // keeps for its precision's count of slices: the hash was never emptied, so the index member
                 // added with it is still there and is not sent again. Only where that slice
                 // outlives the group by a wide margin, and not at the longest level, whose
                 // groups add every member once per its period: after a loss of Redis's data,
                 // members come back within that period.
                 let kept = |&(p, c): &(u64, CounterWrite)| {
-                    c == CounterWrite::Skip || config.sample_count.saturating_mul(p) >= 3 * q
+                    c == CounterWrite::Skip || retention.seconds(p) >= 3 * q
                 };
                 let longest = i + 1 == periods.len();
                 let continuing = (!longest && precisions.iter().all(kept)).then(|| {
@@ -132,8 +133,7 @@ impl Coarse {
                 }
             })
             .collect();
-        let window_precisions = config
-            .precisions
+        let window_precisions = precisions
             .iter()
             .map(|&p| {
                 let write = if fine(p) {

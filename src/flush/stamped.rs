@@ -13,17 +13,16 @@ impl Closer {
     /// The chunks of the values of earlier seconds in the window starting at `start`.
     pub(super) fn stamped_chunks(&self, start: u64, stamped: Vec<StampedWrite>) -> Vec<FlushChunk> {
         let end = start + self.config.flush_interval_secs;
-        let sample_count = self.config.sample_count;
+        let retention = self.config.retention();
         let mut windows: BTreeMap<(u64, Vec<u64>), ClosedWindow> = BTreeMap::new();
         for w in stamped {
             // The precisions whose retention holds the second, less those whose slice holds a
             // later value of the gauge.
-            let precisions: Vec<u64> = self
-                .config
-                .precisions
+            let precisions: Vec<u64> = retention
+                .archives()
                 .iter()
-                .copied()
-                .filter(|&p| keys::slice(w.at, p) + sample_count * p > end)
+                .map(|a| a.precision)
+                .filter(|&p| keys::slice(w.at, p) + retention.seconds(p) > end)
                 .filter(|&p| match w.value {
                     StampedValue::Gauge {
                         later: Some(later), ..

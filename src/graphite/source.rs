@@ -26,6 +26,7 @@ use super::names::{NodePattern, agent_name, graphite_name};
 use super::series::{Point, Series};
 use crate::aggregate::{Mapping, StatKind};
 use crate::config::Config;
+use crate::retention::Retention;
 use crate::store::bulk::{BulkPool, Hmget, LexRange, Members};
 use crate::store::reader::{index_precisions, index_series, lex_range, parse_buckets};
 use crate::store::{Connection, Keys, Reader, StoreError};
@@ -245,6 +246,8 @@ pub struct Source<'a> {
     remembered: &'a Remembered,
     /// The slices of each grid leaves were read on in this request.
     grids: std::cell::RefCell<Vec<Grid>>,
+    /// How long each precision is kept (`Config::retention`), read once a request.
+    retention: std::cell::OnceCell<Retention>,
 }
 
 impl<'a> Source<'a> {
@@ -261,6 +264,7 @@ impl<'a> Source<'a> {
             config,
             remembered,
             grids: Default::default(),
+            retention: Default::default(),
         }
     }
 
@@ -323,7 +327,7 @@ impl<'a> Source<'a> {
         }
         let mut reader = Reader::new(self.conn.clone(), self.keys.clone());
         let mut names: BTreeMap<String, Leaf> = BTreeMap::new();
-        let coarsest = self.config.precisions.iter().max().copied().unwrap_or(1);
+        let coarsest = self.retention().precisions().into_iter().max().unwrap_or(1);
         let (sets, _) = reader
             .series_of(None, coarsest, None, SCANNED_NAMES)
             .await?;
@@ -644,10 +648,10 @@ impl<'a> Source<'a> {
                 continue;
             }
             let members: Vec<String> = self
-                .config
-                .precisions
+                .retention()
+                .archives()
                 .iter()
-                .map(|p| format!("{p}:{series}"))
+                .map(|a| format!("{}:{series}", a.precision))
                 .collect();
             let scores: Vec<Option<f64>> = redis::cmd("ZMSCORE")
                 .arg(&index.key)
@@ -838,7 +842,7 @@ impl<'a> Source<'a> {
     }
 
     /// The points of each leaf between `from` and `until` as one whisper file with an archive
-    /// per precision (`precision × sample_count` each) gives them: the finest archive that
+    /// per precision (each kept as long as its retention says) gives them: the finest archive that
     /// reaches back to `from` (from `now`), the slice holding `from` excluded and the one
     /// holding `until` included, null where nothing was written; in their order, a leaf whose
     /// retention the range lies wholly outside left out.
@@ -952,24 +956,27 @@ impl<'a> Source<'a> {
     /// Whisper's choice of archive and slices for `leaf` over the range; `None` when the range
     /// lies wholly outside the retention.
     fn window(&self, leaf: &Leaf, from: i64, until: i64, now: i64) -> Option<Window> {
-        let mut archives: Vec<u64> = match leaf.kind {
+        let retention = self.retention();
+        let mut archives: Vec<(i64, i64)> = match leaf.kind {
             Kind::Stat(..) | Kind::Etsy(..) => self.config.quantile_precisions.clone(),
-            _ => self.config.precisions.clone(),
-        };
+            _ => retention.precisions(),
+        }
+        .into_iter()
+        .map(|p| (p as i64, retention.seconds(p) as i64))
+        .collect();
         archives.sort_unstable();
-        let samples = self.config.sample_count as i64;
-        let coarsest = *archives.last()?;
-        let max_retention = coarsest as i64 * samples;
+        // whisper's file_fetch: the range clamped to the longest retention, then the first
+        // archive (finest first) that reaches back to `from`, else the last.
+        let max_retention = archives.iter().map(|a| a.1).max()?;
         if from > now || until < now - max_retention {
             return None;
         }
         let from = from.max(now - max_retention);
         let until = until.min(now);
-        let step = archives
+        let (step, _) = *archives
             .iter()
-            .map(|&p| p as i64)
-            .find(|p| p * samples >= now - from)
-            .unwrap_or(coarsest as i64);
+            .find(|(_, kept)| *kept >= now - from)
+            .or(archives.last())?;
         let from_i = from - from.rem_euclid(step) + step;
         let mut until_i = until - until.rem_euclid(step) + step;
         if from_i == until_i {
@@ -993,6 +1000,11 @@ impl<'a> Source<'a> {
             until: until_i,
             slices,
         })
+    }
+
+    /// How long each precision is kept.
+    fn retention(&self) -> &Retention {
+        self.retention.get_or_init(|| self.config.retention())
     }
 
     async fn points(

@@ -216,7 +216,7 @@ async fn gauge(
 ) -> ApiResult {
     let mut queries = s.queries().await?;
     let value = queries.gauge(&series).await?;
-    let precision = positive(&q, "precision", s.config.precisions[0])?;
+    let precision = positive(&q, "precision", s.config.counter_precisions()[0])?;
     // A gauge with a value but no slice at this precision (yet) has no samples, not 404.
     let samples = queries.reader.gauge_samples(&series, precision).await?;
     let arriving_from = queries.arriving_from(Schedule::Values, precision);

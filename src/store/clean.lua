@@ -1,8 +1,9 @@
 -- Trims one batch of index members (docs/layout.md, "The cleaner", the book's clean_counters); trim.lua is put in
 -- front of it.
 --
--- ARGV: index key, hash prefix, now (epoch s), sample count, then members `<precision>:<series>`.
--- For each member: delete the slices at or before `now - sample_count * precision`; if the hash
+-- ARGV: index key, hash prefix, now (epoch s), the retention (retention.lua), then members
+-- `<precision>:<series>`.
+-- For each member: delete the slices older than its precision keeps; if the hash
 -- is then empty (or was already gone, or the key is another program's, of another type), remove
 -- the member from the index. Both happen in this one atomic call, so a writer's new slice
 -- either lands before (the hash is not empty) or after (the writer adds the member with a
@@ -10,14 +11,14 @@
 -- Returns {slices removed, members removed}.
 
 local index, hash_prefix = ARGV[1], ARGV[2]
-local now, sample_count = tonumber(ARGV[3]), tonumber(ARGV[4])
+local now, kept = tonumber(ARGV[3]), retention(ARGV[4])
 local slices, removed = 0, 0
 for i = 5, #ARGV do
   local member = ARGV[i]
   local hash = hash_prefix .. member
   local precision = tonumber(string.match(member, '^(%d+):'))
   if precision then
-    slices = slices + trim(hash, precision, now, sample_count)
+    slices = slices + trim(hash, precision, now, kept)
   end
   if not is_hash(hash) then
     redis.call('ZREM', index, member)

@@ -15,10 +15,12 @@ use tokio_util::sync::CancellationToken;
 use super::clock::Clock;
 use super::keys::{self, Index};
 use super::{Cached, Connection, Keys, Store, StoreError};
+use crate::retention::Retention;
 use crate::telemetry::Telemetry;
 
-/// Index members per script call: each member's hash holds about `sample_count` slices, so 100
-/// members are ~12 000 fields at the default, a few milliseconds of Redis time.
+/// Index members per script call: each member's hash holds its precision's count of slices, so
+/// 100 members are ~12 000 fields at the book's 120, a few milliseconds of Redis time (a week
+/// of minutes, 10 080 fields a hash, makes a call of a few hundred: still one pass's work).
 const BATCH_MEMBERS: usize = 100;
 
 /// Slots cleaned at once in a cluster.
@@ -40,7 +42,8 @@ pub struct Cleaner {
     keys: Keys,
     owner: String,
     interval: Duration,
-    sample_count: u64,
+    /// How long each precision is kept, as the scripts take it (`Retention::encode`).
+    retention: String,
     passes: u64,
     clean: Script,
     clean_slot: Script,
@@ -55,7 +58,7 @@ impl Cleaner {
         store: Store,
         owner: String,
         interval: Duration,
-        sample_count: u64,
+        retention: &Retention,
         telemetry: Arc<Telemetry>,
     ) -> Cleaner {
         Cleaner {
@@ -64,11 +67,16 @@ impl Cleaner {
             connection: Cached::default(),
             owner,
             interval,
-            sample_count,
+            retention: retention.encode(),
             passes: 0,
-            clean: Script::new(concat!(include_str!("trim.lua"), include_str!("clean.lua"))),
+            clean: Script::new(concat!(
+                include_str!("retention.lua"),
+                include_str!("trim.lua"),
+                include_str!("clean.lua")
+            )),
             recheck: Vec::new(),
             clean_slot: Script::new(concat!(
+                include_str!("retention.lua"),
                 include_str!("trim.lua"),
                 include_str!("clean_slot.lua")
             )),
@@ -200,7 +208,7 @@ impl Cleaner {
                         .arg(&index.key)
                         .arg(&index.hash_prefix)
                         .arg(now)
-                        .arg(self.sample_count)
+                        .arg(&self.retention)
                         .arg(due)
                         .invoke_async::<(u64, u64)>(&mut conn)
                         .await
@@ -244,7 +252,7 @@ impl Cleaner {
                 hashes,
                 members,
                 now,
-                self.sample_count,
+                &self.retention,
             )
         });
         let results: Vec<Result<SlotCleaned, StoreError>> = futures_util::stream::iter(calls)
@@ -347,10 +355,10 @@ async fn clean_slot(
     hashes: Vec<Vec<u8>>,
     members: Vec<Vec<u8>>,
     now: u64,
-    sample_count: u64,
+    retention: &str,
 ) -> Result<SlotCleaned, StoreError> {
     let mut call = script.prepare_invoke();
-    call.arg(now).arg(sample_count);
+    call.arg(now).arg(retention);
     for (hash, m) in hashes.iter().zip(&members) {
         call.key(hash).arg(precision_of(m).unwrap_or(0));
     }

@@ -9,7 +9,7 @@
 -- key back through that module. hourly.lua is put in front of it (failed, try, the rollover,
 -- merge_stats, log_common, log_recent).
 --
--- ARGV     the agent's time (Unix s), key prefix, sample count, hour (YYYY-MM-DDTHH:00:00),
+-- ARGV     the agent's time (Unix s), key prefix, the retention (retention.lua), hour (YYYY-MM-DDTHH:00:00),
 --          asctime of the window, idle lifetime of log keys (s, 0: none), then sections, each a
 --          count followed by its items:
 --          precisions: precision, slice, what the chunk does with its counters there (sent
@@ -29,7 +29,7 @@
 -- type, a value that would not be a number) and that was skipped, the rest applied.
 
 skew = tonumber(redis.call('TIME')[1]) - tonumber(ARGV[1])
-local prefix, sample_count, asctime = ARGV[2], tonumber(ARGV[3]), ARGV[5]
+local prefix, kept, asctime = ARGV[2], retention(ARGV[3]), ARGV[5]
 hour, log_ttl = ARGV[4], tonumber(ARGV[6])
 local i = 7
 local function count()
@@ -142,7 +142,7 @@ local function apply()
       end
       -- Not on a key of another program's.
       if ok then
-        expire_by(key, tonumber(slices[p]) + sample_count * tonumber(precisions[p]))
+        expire_by(key, tonumber(slices[p]) + kept(tonumber(precisions[p])))
       end
     end
   end

@@ -139,7 +139,12 @@ impl Queries<'_> {
     pub async fn set(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, u64)>> {
         let samples = self
             .reader
-            .set(series, precision, self.now, self.config.sample_count)
+            .set(
+                series,
+                precision,
+                self.now,
+                self.config.retention().samples(precision),
+            )
             .await?;
         found(samples, || {
             format!("no set `{series}` at precision {precision}")
@@ -242,7 +247,7 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
 
 /// The range of `get percentiles` and of the API's percentiles: the slices overlapping the
 /// `last` seconds at `precision` (by default the finest of `quantile_precisions` whose
-/// `sample_count` slices cover it, else the coarsest), or one UTC hour (`current`, `last` or
+/// retention covers it, else the coarsest), or one UTC hour (`current`, `last` or
 /// `YYYY-MM-DDTHH`, from the 3600 s slices), the current hour when neither is given.
 fn quantile_range(
     config: &Config,
@@ -267,6 +272,7 @@ fn quantile_range(
         };
         return Ok(QuantileRange::hour(at));
     };
+    let retention = config.retention();
     let precision = match precision {
         Some(p) if kept.contains(&p) => p,
         Some(p) => {
@@ -279,25 +285,22 @@ fn quantile_range(
             sorted.sort_unstable();
             let covering = sorted
                 .iter()
-                .find(|&&p| p.saturating_mul(config.sample_count) >= secs);
+                .find(|&&p| retention.seconds(p) >= secs);
             *covering
                 .or(sorted.last())
                 .ok_or("no buckets are kept (quantile_precisions is empty)")?
         }
     };
     let range = QuantileRange::last(secs, precision, now);
-    // Older slices have expired (each lives sample_count slices); a range past them would only
-    // cost the reader and Redis a call per missing key.
-    let kept = config
-        .sample_count
-        .saturating_add(1)
-        .min(MAX_QUANTILE_SLICES);
+    // Older slices have expired (each lives its precision's count of slices); a range past
+    // them would only cost the reader and Redis a call per missing key.
+    let samples = retention.samples(precision);
+    let kept = samples.saturating_add(1).min(MAX_QUANTILE_SLICES);
     if range.slice_count() > kept {
         return Err(format!(
             "the last {secs} s are {} slices of {precision} s; at most {kept} are kept \
-             (sample_count {}): ask for less, or a coarser precision of {:?}",
+             (its retention is {samples} slices): ask for less, or a coarser precision of {:?}",
             range.slice_count(),
-            config.sample_count,
             config.quantile_precisions
         ));
     }

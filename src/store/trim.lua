@@ -1,10 +1,10 @@
--- Put in front of clean.lua and clean_slot.lua (src/store/cleaner.rs): the book's clean_counters
--- for one hash.
+-- Put in front of clean.lua and clean_slot.lua, after retention.lua (src/store/cleaner.rs): the
+-- book's clean_counters for one hash.
 
--- Deletes the slices of `hash` at or before `now - sample_count * precision`; returns how many.
--- A key of another type (another program's under our names) is left alone.
-local function trim(hash, precision, now, sample_count)
-  local cutoff = now - sample_count * precision
+-- Deletes the slices of `hash` at or before `now - kept(precision)` (retention.lua's function);
+-- returns how many. A key of another type (another program's under our names) is left alone.
+local function trim(hash, precision, now, kept)
+  local cutoff = now - kept(precision)
   local old = {}
   local fields = redis.pcall('HKEYS', hash)
   if fields.err then

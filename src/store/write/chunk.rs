@@ -6,6 +6,7 @@
 use redis::{RedisWrite, ToRedisArgs};
 
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
+use crate::retention::Retention;
 use crate::store::{Keys, StoreError, clock, keys};
 
 /// A bounded part of a window: applied atomically, and at most once thanks to its number.
@@ -251,7 +252,9 @@ impl CounterWrite {
 #[derive(Debug, Clone)]
 pub struct ChunkSettings {
     pub keys: Keys,
-    pub sample_count: u64,
+    /// How long each precision's slices are kept (sets' and quantile slices' expiry; the
+    /// scripts take it as `Retention::encode` writes it).
+    pub retention: Retention,
     /// Idle lifetime of the log keys (`recent:`, `common:`); 0: none.
     pub log_ttl_secs: u64,
     pub max_series: usize,
@@ -264,7 +267,7 @@ impl ChunkSettings {
     pub(crate) fn for_tests(prefix: &str, max_series: usize) -> ChunkSettings {
         ChunkSettings {
             keys: Keys::new(prefix),
-            sample_count: 120,
+            retention: Retention::book(&crate::config::DEFAULT_PRECISIONS, 120),
             log_ttl_secs: 0,
             max_series,
             quantiles: Default::default(),
@@ -310,7 +313,7 @@ pub fn build_chunks(
         .map(|part| {
             let mut cmd = Argv::default();
             cmd.arg(keys.prefix())
-                .arg(settings.sample_count)
+                .arg(settings.retention.encode())
                 .arg(&hour)
                 .arg(&asctime)
                 .arg(settings.log_ttl_secs)
@@ -326,7 +329,7 @@ pub fn build_chunks(
                 .arg(quantiles.precisions.len());
             for &p in &quantiles.precisions {
                 let slice = keys::slice(window.start, p);
-                cmd.arg(p).arg(slice).arg(slice + settings.sample_count * p);
+                cmd.arg(p).arg(slice).arg(slice + settings.retention.seconds(p));
             }
             let counters = &all_counters[part.counters.0..part.counters.1];
             cmd.arg(counters.len());

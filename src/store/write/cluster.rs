@@ -123,7 +123,7 @@ pub fn build_slot_chunks<'a>(
             let slice = keys::slice(window.start, p);
             add(Op::Set(
                 keys.set(p, series, slice),
-                slice + settings.sample_count * p,
+                slice + settings.retention.seconds(p),
                 members,
             ));
         }
@@ -142,7 +142,7 @@ pub fn build_slot_chunks<'a>(
                 let slice = keys::slice(window.start, p);
                 add(Op::Hist(
                     keys.hist_slice(p, series, *kind, slice),
-                    slice + settings.sample_count * p,
+                    slice + settings.retention.seconds(p),
                     &stats.buckets,
                 ));
             }

@@ -23,7 +23,11 @@ use crate::telemetry::{LogLimit, Telemetry, WriteFailure};
 use standalone::Indexed;
 
 /// The flush scripts, each after what they share.
-const FLUSH_SCRIPT: &str = concat!(include_str!("../hourly.lua"), include_str!("../flush.lua"));
+const FLUSH_SCRIPT: &str = concat!(
+    include_str!("../retention.lua"),
+    include_str!("../hourly.lua"),
+    include_str!("../flush.lua")
+);
 const FLUSH_SLOT_SCRIPT: &str = concat!(
     include_str!("../hourly.lua"),
     include_str!("../flush_slot.lua")
@@ -42,7 +46,7 @@ impl Chunker {
         Chunker {
             settings: ChunkSettings {
                 keys,
-                sample_count: config.sample_count,
+                retention: config.retention(),
                 log_ttl_secs: config.log_idle_secs,
                 max_series: config.max_series_per_chunk,
                 quantiles: QuantileSettings {
@@ -51,7 +55,7 @@ impl Chunker {
                 },
             },
             cluster: config.redis_mode == crate::config::RedisMode::Cluster,
-            everywhere: CounterWrite::everywhere(&config.precisions),
+            everywhere: CounterWrite::everywhere(&config.counter_precisions()),
         }
     }
 

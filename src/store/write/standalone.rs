@@ -51,6 +51,7 @@ use redis::Value;
 
 use super::chunk::{number, unexpected};
 use super::{Writer, Written};
+use crate::retention::Retention;
 use crate::store::keys::{self, ChunkKeys};
 use crate::store::{Connection, Keys, StoreError};
 
@@ -68,7 +69,8 @@ struct Sections<'a> {
     /// Where the gauges' count is in `args` (after the statistics), and how many there are.
     gauges_at: usize,
     gauges: usize,
-    sample_count: u64,
+    /// How long each precision is kept, as the chunk was made.
+    retention: Retention,
     /// When it was read (the agent's clock, s).
     now: u64,
 }
@@ -111,7 +113,7 @@ impl<'a> Sections<'a> {
         }
         let gauges = number(gauges_at)?;
         // Sets and logs follow, each at least its count.
-        let sample_count = self::number(args.get(1)?)?;
+        let retention = Retention::decode(std::str::from_utf8(args.get(1)?).ok()?)?;
         (args.len() >= gauges_at + 1 + 2 * gauges + 2).then_some(Sections {
             args,
             precisions,
@@ -119,7 +121,7 @@ impl<'a> Sections<'a> {
             counters,
             gauges_at,
             gauges,
-            sample_count,
+            retention,
             now,
         })
     }
@@ -556,7 +558,7 @@ impl Writer {
         let Some((precision, slice)) = at else {
             return false;
         };
-        let kept = precision.saturating_mul(sections.sample_count);
+        let kept = sections.retention.seconds(precision);
         slice.saturating_add(kept / 2) > sections.now
             && self.indexed[kind].has(series, precision, slice)
     }

@@ -429,7 +429,7 @@ impl Config {
     /// Checks the values that types alone don't.
     pub fn validate(&self) -> Result<(), ConfigError> {
         crate::ingest::rules::Rules::from_config(self)?;
-        crate::ingest::relay::Target::parse_all(&self.relay)?;
+        crate::ingest::relay::Target::parse_checked(self)?;
         for (key, value) in [
             (
                 "graphite_etsy_global_prefix",

@@ -1,12 +1,17 @@
 //! The relay through the binary: an agent relays every line it receives to two other agents
 //! (real StatsD servers, one over UDP, one over TCP), each with a Redis of its own, and all
 //! three hold the same data; a TCP target that is down costs the agent nothing, its lines are
-//! counted as dropped, and once it listens the relay connects again.
+//! counted as dropped, and once it listens the relay connects again. A relay to the agent's
+//! own listener is refused at start and at SIGHUP; two agents relaying to each other, which no
+//! one agent's configuration shows, count a line again at every round.
 
 mod common;
 
+use std::io::BufRead;
 use std::net::UdpSocket;
-use std::time::Duration;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -143,4 +148,238 @@ async fn a_target_that_is_down_costs_nothing_and_is_reconnected() {
         accounted == metric_at(http, "lines_received_total")
     })
     .await;
+}
+
+/// The binary with `args` ends by itself within 10 s (it is killed, and the test fails, if it
+/// started instead); its exit code and what it wrote on stderr.
+fn refused(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = bin()
+        .args(["--http", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{args:?}: the agent started instead of refusing the relay");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    (status.code(), stderr)
+}
+
+#[test]
+fn a_relay_to_the_agents_own_listener_is_refused() {
+    let p = free_port();
+    let other = free_port();
+    let udp = |a: &str| ["--udp".to_string(), a.replace('P', &p.to_string())];
+    let own = format!("udp://127.0.0.1:{p}");
+    for (case, listeners, relay, listener) in [
+        (
+            "same_address",
+            udp("127.0.0.1:P").to_vec(),
+            own.clone(),
+            format!("UDP listener 127.0.0.1:{p}"),
+        ),
+        (
+            "ipv4_wildcard",
+            udp("0.0.0.0:P").to_vec(),
+            own.clone(),
+            format!("UDP listener 0.0.0.0:{p}"),
+        ),
+        (
+            "dual_stack_wildcard",
+            udp(":P").to_vec(),
+            own.clone(),
+            format!("UDP listener [::]:{p}"),
+        ),
+        (
+            "dual_stack_written_out",
+            udp("[::]:P").to_vec(),
+            own.clone(),
+            format!("UDP listener [::]:{p}"),
+        ),
+        (
+            "tcp_to_own_tcp",
+            [
+                udp("127.0.0.1:P"),
+                ["--tcp".into(), format!("127.0.0.1:{other}")],
+            ]
+            .concat(),
+            format!("tcp://127.0.0.1:{other}"),
+            format!("TCP listener 127.0.0.1:{other}"),
+        ),
+        (
+            // Whichever address `localhost` resolves to first, one of the two listeners has it.
+            "host_name",
+            [udp("127.0.0.1:P"), udp("[::1]:P")].concat(),
+            format!("udp://localhost:{p}"),
+            format!(":{p}: every line would come back"),
+        ),
+    ] {
+        let mut args: Vec<&str> = listeners.iter().map(String::as_str).collect();
+        args.extend(["--relay", &relay]);
+        let (code, stderr) = refused(&args);
+        assert_eq!(code, Some(2), "{case}: {stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{case}: one line: {stderr:?}"
+        );
+        assert!(
+            stderr.starts_with(&format!("error: invalid value for `relay`: `{relay}`")),
+            "{case}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&listener),
+            "{case}: {stderr} names {listener}"
+        );
+    }
+}
+
+/// A relay to another port, or over UDP to a port where the agent has only a TCP listener,
+/// starts, and each line is counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_elsewhere_is_accepted() {
+    let redis = RedisServer::start();
+    let (tcp, elsewhere) = (free_port(), UdpSocket::bind("127.0.0.1:0").unwrap());
+    let relay = format!(
+        "udp://127.0.0.1:{tcp},udp://{}",
+        elsewhere.local_addr().unwrap()
+    );
+    let tcp_listen = format!("127.0.0.1:{tcp}");
+    let (agent, udp, http) = spawn_agent(&redis.url(), &["--tcp", &tcp_listen, "--relay", &relay]);
+    let _agent = Killed(agent);
+    let http = ([127, 0, 0, 1], http).into();
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"accepted.once:1|c", ("127.0.0.1", udp))
+        .unwrap();
+    eventually(Duration::from_secs(5), "relayed to both", || {
+        metric_at(http, "relay_sent_total") == 2.0
+    })
+    .await;
+    let mut datagram = [0; 64];
+    let n = elsewhere.recv(&mut datagram).unwrap();
+    assert_eq!(&datagram[..n], b"accepted.once:1|c\n");
+    eventually(Duration::from_secs(5), "written", || {
+        redis.counter_total(86400, "accepted.once") == 1
+    })
+    .await;
+    assert_eq!(metric_at(http, "lines_received_total"), 1.0);
+}
+
+/// What an agent writes on stderr, line by line as it comes.
+fn log_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (lines, receiver) = mpsc::channel();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+/// A SIGHUP to a configuration whose relay reaches the agent's own listener is refused: the
+/// line says why, and the running configuration is kept (the file's new `drop_names`, which
+/// would drop the line sent after it, does not apply); each line is still counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sighup_to_a_relay_to_itself_keeps_the_running_configuration() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agent.toml");
+    std::fs::write(&file, "").unwrap();
+    let file_arg = file.to_str().unwrap().to_string();
+    let (mut child, udp, http) = spawn_agent(&redis.url(), &["--config", &file_arg]);
+    let log = log_lines(&mut child);
+    let agent = Killed(child);
+    let http = ([127, 0, 0, 1], http).into();
+    std::fs::write(
+        &file,
+        format!("drop_names = [\"selfloop.*\"]\nrelay = [\"udp://127.0.0.1:{udp}\"]\n"),
+    )
+    .unwrap();
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    let refusal = loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a line about the SIGHUP");
+        if line.contains("SIGHUP") {
+            break line;
+        }
+    };
+    assert!(
+        refusal.contains("the running one is kept")
+            && refusal.contains("invalid value for `relay`")
+            && refusal.contains(&format!("own UDP listener 127.0.0.1:{udp}")),
+        "{refusal}"
+    );
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"selfloop.c:1|c", ("127.0.0.1", udp))
+        .unwrap();
+    eventually(Duration::from_secs(5), "written", || {
+        redis.counter_total(86400, "selfloop.c") == 1
+    })
+    .await;
+    // Two more windows: still once.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(redis.counter_total(86400, "selfloop.c"), 1);
+    assert_eq!(metric_at(http, "lines_received_total"), 1.0);
+    assert_eq!(metric_at(http, "relay_sent_total"), 0.0);
+}
+
+/// Two agents that relay to each other: each configuration is valid on its own, and one line
+/// sent to A goes round for as long as both run. What shows it: the line's counter keeps
+/// growing in both Redis servers, and each agent's `lines_received_total` and
+/// `relay_sent_total` grow past what was sent (docs/operations.md, "Relay").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_relaying_to_each_other_count_a_line_at_every_round() {
+    let (redis_a, redis_b) = (RedisServer::start(), RedisServer::start());
+    // B's port is held until B starts, so that A's own port is another.
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b_port = held.local_addr().unwrap().port();
+    let to_b = format!("udp://127.0.0.1:{b_port}");
+    let (a, a_udp, a_http) = spawn_agent(&redis_a.url(), &["--relay", &to_b]);
+    let _a = Killed(a);
+    drop(held);
+    let (b_listen, to_a) = (
+        format!("127.0.0.1:{b_port}"),
+        format!("udp://127.0.0.1:{a_udp}"),
+    );
+    let (b, _, b_http) = spawn_agent(&redis_b.url(), &["--udp", &b_listen, "--relay", &to_a]);
+    let _b = Killed(b);
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"loop.canary:1|c", ("127.0.0.1", a_udp))
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the line counted three times",
+        || {
+            redis_a.counter_total(86400, "loop.canary") >= 3
+                && redis_b.counter_total(86400, "loop.canary") >= 3
+        },
+    )
+    .await;
+    let (a_http, b_http) = (
+        ([127, 0, 0, 1], a_http).into(),
+        ([127, 0, 0, 1], b_http).into(),
+    );
+    for http in [a_http, b_http] {
+        assert!(metric_at(http, "lines_received_total") >= 3.0);
+        assert!(metric_at(http, "relay_sent_total") >= 3.0);
+    }
 }

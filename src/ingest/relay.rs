@@ -3,10 +3,12 @@
 //! lines ([`RelayBuffer`]) and hands whole packets to each target's bounded queue without
 //! waiting: a full queue (a slow or unreachable target) drops the packet and counts its lines,
 //! so the relay never slows ingest. One thread per target sends; a TCP target that goes away is
-//! connected again with backoff, the lines meanwhile dropped and counted.
+//! connected again with backoff, the lines meanwhile dropped and counted. A target that is one
+//! of the agent's own listeners is refused with the configuration ([`Target::parse_checked`]):
+//! each line would come back and go round without end.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use metrics::Counter;
 
-use crate::config::{ConfigError, err, parse_listen};
+use crate::config::{Config, ConfigError, err, parse_listen};
 use crate::telemetry::{LogLimit, Telemetry};
 
 /// The largest datagram the relay sends (a line longer than this goes alone): what fits an
@@ -71,6 +73,102 @@ impl Target {
             })
             .collect()
     }
+
+    /// Reads `config`'s `relay` entries and refuses one that reaches one of the agent's own
+    /// listeners of its transport (`udp` or `tcp`): what [`Config::validate`] calls, so at
+    /// start and at every SIGHUP.
+    pub fn parse_checked(config: &Config) -> Result<Vec<Target>, ConfigError> {
+        let targets = Target::parse_all(&config.relay)?;
+        if targets.is_empty() {
+            return Ok(targets);
+        }
+        let interfaces = interface_addresses();
+        let is_local = |ip: IpAddr| ip.is_loopback() || interfaces.contains(&ip);
+        for target in &targets {
+            let (listeners, transport) = if target.tcp {
+                (&config.tcp, "TCP")
+            } else {
+                (&config.udp, "UDP")
+            };
+            if let Some(listener) = target.reaches(listeners, is_local) {
+                let resolved = if target.text.ends_with(&target.addr.to_string()) {
+                    String::new()
+                } else {
+                    format!(" ({})", target.addr)
+                };
+                return Err(err(
+                    "relay",
+                    format!(
+                        "`{}`{resolved} reaches this agent's own {transport} listener {listener}: \
+                         every line would come back to be counted and relayed again, without end",
+                        target.text
+                    ),
+                ));
+            }
+        }
+        Ok(targets)
+    }
+
+    /// The listener among `listeners` (the agent's own, of this target's transport) that the
+    /// target's lines would reach, if any: one on the same port bound to the target's address,
+    /// or to every address (`0.0.0.0` for IPv4 targets, `[::]` for both families: the agent
+    /// binds it dual-stack) when the target's address is this machine's (`is_local`). A
+    /// listener on port 0 has its port picked at bind, which no target names.
+    fn reaches(
+        &self,
+        listeners: &[SocketAddr],
+        is_local: impl Fn(IpAddr) -> bool,
+    ) -> Option<SocketAddr> {
+        let ip = self.addr.ip().to_canonical();
+        listeners.iter().copied().find(|listener| {
+            let bound = listener.ip().to_canonical();
+            listener.port() != 0
+                && listener.port() == self.addr.port()
+                && (bound == ip
+                    || (bound == IpAddr::V6(Ipv6Addr::UNSPECIFIED) && is_local(ip))
+                    || (bound == IpAddr::V4(Ipv4Addr::UNSPECIFIED) && ip.is_ipv4() && is_local(ip)))
+        })
+    }
+}
+
+/// The addresses of this machine's interfaces (`getifaddrs`), each of which reaches a listener
+/// bound to every address; loopback's whole 127.0.0.0/8 is added by the caller. Asking the
+/// kernel to bind each target's address would say the same, except under
+/// `net.ipv4.ip_nonlocal_bind`, where it would refuse a remote server on the agent's port.
+/// None when the list cannot be read: then only loopback targets are caught.
+fn interface_addresses() -> Vec<IpAddr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list that freeifaddrs releases below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Vec::new();
+    }
+    let mut addresses = Vec::new();
+    let mut cursor = list;
+    while !cursor.is_null() {
+        // SAFETY: `cursor` is a node of the list getifaddrs returned, not yet freed; its
+        // address, when present, is a sockaddr_in or sockaddr_in6 as its family says.
+        unsafe {
+            let entry = &*cursor;
+            if let Some(addr) = entry.ifa_addr.as_ref() {
+                match libc::c_int::from(addr.sa_family) {
+                    libc::AF_INET => {
+                        let v4 = &*entry.ifa_addr.cast::<libc::sockaddr_in>();
+                        addresses
+                            .push(IpAddr::V4(Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr))));
+                    }
+                    libc::AF_INET6 => {
+                        let v6 = &*entry.ifa_addr.cast::<libc::sockaddr_in6>();
+                        addresses.push(IpAddr::V6(Ipv6Addr::from(v6.sin6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+            }
+            cursor = entry.ifa_next;
+        }
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    addresses
 }
 
 /// A packet: its bytes (lines, each ending in `\n`) and how many lines it holds.
@@ -344,6 +442,140 @@ mod tests {
             let e = Target::parse_all(&[bad.into()]).unwrap_err();
             assert_eq!(e.key, "relay", "{bad}");
         }
+    }
+
+    /// Whether `relay` reaches one of `listeners` (8125 the port), on a machine whose addresses
+    /// are loopback's and 10.1.2.3.
+    fn reaches(relay: &str, listeners: &[&str]) -> bool {
+        let target = &Target::parse_all(&[relay.into()]).unwrap()[0];
+        let listeners: Vec<SocketAddr> = listeners.iter().map(|l| l.parse().unwrap()).collect();
+        let local = |ip: IpAddr| ip.is_loopback() || ip == IpAddr::from([10, 1, 2, 3]);
+        target.reaches(&listeners, local).is_some()
+    }
+
+    #[test]
+    fn targets_that_reach_the_agents_own_listeners() {
+        for (case, relay, listeners) in [
+            (
+                "same_address",
+                "udp://127.0.0.1:8125",
+                &["127.0.0.1:8125"][..],
+            ),
+            (
+                "among_others",
+                "udp://127.0.0.1:8125",
+                &["127.0.0.1:9", "127.0.0.1:8125"],
+            ),
+            (
+                "wildcard_by_loopback",
+                "udp://127.0.0.1:8125",
+                &["0.0.0.0:8125"],
+            ),
+            (
+                "wildcard_by_other_loopback",
+                "udp://127.0.0.9:8125",
+                &["0.0.0.0:8125"],
+            ),
+            (
+                "wildcard_by_interface",
+                "udp://10.1.2.3:8125",
+                &["0.0.0.0:8125"],
+            ),
+            ("dual_stack_by_ipv4", "udp://127.0.0.1:8125", &["[::]:8125"]),
+            ("dual_stack_by_ipv6", "udp://[::1]:8125", &["[::]:8125"]),
+            (
+                "dual_stack_by_interface",
+                "udp://10.1.2.3:8125",
+                &["[::]:8125"],
+            ),
+            (
+                "v4_mapped_target",
+                "udp://[::ffff:127.0.0.1]:8125",
+                &["127.0.0.1:8125"],
+            ),
+            (
+                "v4_mapped_to_wildcard",
+                "udp://[::ffff:10.1.2.3]:8125",
+                &["0.0.0.0:8125"],
+            ),
+            ("same_ipv6_address", "tcp://[::1]:8125", &["[::1]:8125"]),
+        ] {
+            assert!(reaches(relay, listeners), "{case}");
+        }
+    }
+
+    #[test]
+    fn targets_that_do_not_reach_them() {
+        for (case, relay, listeners) in [
+            (
+                "other_port",
+                "udp://127.0.0.1:8126",
+                &["127.0.0.1:8125"][..],
+            ),
+            (
+                "remote_host_same_port",
+                "udp://192.0.2.7:8125",
+                &["0.0.0.0:8125"],
+            ),
+            (
+                "remote_host_dual_stack",
+                "udp://[2001:db8::7]:8125",
+                &["[::]:8125"],
+            ),
+            (
+                "other_loopback_address",
+                "udp://127.0.0.2:8125",
+                &["127.0.0.1:8125"],
+            ),
+            (
+                "ipv6_to_ipv4_wildcard",
+                "udp://[::1]:8125",
+                &["0.0.0.0:8125"],
+            ),
+            (
+                "ipv4_to_ipv6_address",
+                "udp://127.0.0.1:8125",
+                &["[::1]:8125"],
+            ),
+            ("port_picked_at_bind", "udp://127.0.0.1:0", &["127.0.0.1:0"]),
+            ("no_listener", "udp://127.0.0.1:8125", &[]),
+        ] {
+            assert!(!reaches(relay, listeners), "{case}");
+        }
+    }
+
+    /// A UDP relay loops only into UDP listeners, TCP into TCP ones; the line names the key,
+    /// the target and the listener.
+    #[test]
+    fn only_listeners_of_the_targets_transport_are_refused() {
+        let config = |relay: &str, udp: &str, tcp: &str| Config {
+            relay: vec![relay.into()],
+            udp: vec![udp.parse().unwrap()],
+            tcp: vec![tcp.parse().unwrap()],
+            ..Config::default()
+        };
+        let e = Target::parse_checked(&config(
+            "udp://127.0.0.1:8125",
+            "0.0.0.0:8125",
+            "127.0.0.1:1",
+        ))
+        .unwrap_err();
+        assert_eq!(e.key, "relay");
+        assert!(e.message.contains("`udp://127.0.0.1:8125`"), "{e}");
+        assert!(e.message.contains("own UDP listener 0.0.0.0:8125"), "{e}");
+        let e = Target::parse_checked(&config("tcp://127.0.0.1:9125", "127.0.0.1:1", "[::]:9125"))
+            .unwrap_err();
+        assert!(e.message.contains("own TCP listener [::]:9125"), "{e}");
+        let udp_to_tcp = config("udp://127.0.0.1:9125", "127.0.0.1:8125", "127.0.0.1:9125");
+        assert_eq!(Target::parse_checked(&udp_to_tcp).unwrap().len(), 1);
+        let tcp_to_udp = config("tcp://127.0.0.1:8125", "127.0.0.1:8125", "127.0.0.1:9125");
+        assert_eq!(Target::parse_checked(&tcp_to_udp).unwrap().len(), 1);
+    }
+
+    /// This machine's own interface addresses are read: loopback's at least.
+    #[test]
+    fn interface_addresses_hold_loopback() {
+        assert!(interface_addresses().iter().any(IpAddr::is_loopback));
     }
 
     /// Lines packed whole into packets of at most MAX_PACKET bytes; a longer line alone.

@@ -135,8 +135,23 @@ impl Cleaner {
 
     /// Whether this pass checks `precision`: every `max(1, precision / interval)` passes.
     fn due(&self, precision: u64) -> bool {
-        let every = (precision / self.interval.as_secs().max(1)).max(1);
-        self.passes.is_multiple_of(every)
+        self.passes.is_multiple_of(passes_between(precision, self.interval))
+    }
+
+    /// The most fields a hash of `retention` holds with this cleaner's cadence: its precision's
+    /// count, the slices that arrive between two of the cleaner's visits, and the one being
+    /// written (what `hash-max-listpack-entries` must allow for the hashes to stay listpacks).
+    pub fn most_fields(retention: &Retention, interval: Duration) -> u64 {
+        let interval = interval.as_secs().max(1);
+        retention
+            .archives()
+            .iter()
+            .map(|a| {
+                let between = passes_between(a.precision, Duration::from_secs(interval)) * interval;
+                a.count + between.div_ceil(a.precision) + 1
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// One pass over both indexes as of `now` (epoch seconds), renewing the lease per batch.
@@ -345,6 +360,12 @@ impl Cleaner {
 }
 
 /// Slices removed, and the members whose hash is gone.
+/// Every how many passes the hashes of `precision` are trimmed: a coarse precision gains a slice
+/// in many passes' time, so it is looked at once per its precision.
+fn passes_between(precision: u64, interval: Duration) -> u64 {
+    (precision / interval.as_secs().max(1)).max(1)
+}
+
 type SlotCleaned = (u64, Vec<Vec<u8>>);
 
 /// One `clean_slot.lua` call over `hashes` (of one slot, indexed as `members`); returns the

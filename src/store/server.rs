@@ -1,7 +1,8 @@
 //! What the writer checks of the server it writes to, on every new connection and once a
 //! minute ([`ServerCheck`]): whether Redis may evict keys (its `maxmemory-policy`), which decides
-//! how a chunk sent again after a lost reply is treated when its guard is gone, and how far
-//! Redis's clock is from the agent's.
+//! how a chunk sent again after a lost reply is treated when its guard is gone, how far
+//! Redis's clock is from the agent's, and whether the counters' hashes stay compact listpacks
+//! at their longest (`hash-max-listpack-entries`).
 
 use std::time::{Duration, Instant};
 
@@ -72,9 +73,73 @@ pub(super) struct ServerCheck {
     checked_at: Option<Instant>,
     eviction: Option<Eviction>,
     skew_large: bool,
+    /// The most fields a counter or gauge hash holds; 0: not checked.
+    pub(super) hash_fields: u64,
+    /// What was last said of the listpack limit, so that each finding is logged once.
+    listpack: Option<Listpack>,
+}
+
+/// What the server's `hash-max-listpack-entries` (`hash-max-ziplist-entries` before Redis 7)
+/// means for the counters' hashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listpack {
+    Enough,
+    TooFew,
+    /// `CONFIG GET` refused (an ACL without it) or answered nothing.
+    Unknown,
 }
 
 impl ServerCheck {
+    /// Reads the server's listpack limit and says, once for each finding, whether hashes of
+    /// `hash_fields` fields stay listpacks: about 8 bytes a slice instead of a hash table's 60
+    /// (docs/operations.md, "Long retentions"). Never changes the server's settings.
+    async fn check_listpack(&mut self, conn: &mut Connection) -> Result<(), StoreError> {
+        if self.hash_fields == 0 {
+            return Ok(());
+        }
+        let mut found = None;
+        for name in ["hash-max-listpack-entries", "hash-max-ziplist-entries"] {
+            match redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(name)
+                .query_async::<Vec<String>>(conn)
+                .await
+            {
+                Ok(pair) => {
+                    if let Some(limit) = pair.get(1).and_then(|v| v.parse::<u64>().ok()) {
+                        found = Some((name, limit));
+                        break;
+                    }
+                }
+                Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let finding = match found {
+            Some((_, limit)) if limit >= self.hash_fields => Listpack::Enough,
+            Some(_) => Listpack::TooFew,
+            None => Listpack::Unknown,
+        };
+        if self.listpack == Some(finding) {
+            return Ok(());
+        }
+        let needed = self.hash_fields;
+        match (finding, found) {
+            (Listpack::TooFew, Some((name, limit))) => tracing::warn!(
+                "Redis keeps a hash compact (a listpack, about 8 bytes a slice) up to {name} {limit} fields; the configured retention keeps up to {needed} slices in a hash, and each longer hash becomes a hash table of about 60 bytes a slice. To keep them compact: `CONFIG SET {name} {needed}` now, and `{name} {needed}` in redis.conf (docs/operations.md, \"Long retentions\", says what it costs)"
+            ),
+            (Listpack::Unknown, _) => tracing::info!(
+                "Redis refused CONFIG GET hash-max-listpack-entries: whether hashes of {needed} slices stay compact listpacks is not known (docs/operations.md, \"Long retentions\")"
+            ),
+            _ if self.listpack.is_some() => {
+                tracing::info!("Redis now keeps hashes of {needed} slices compact")
+            }
+            _ => {}
+        }
+        self.listpack = Some(finding);
+        Ok(())
+    }
+
     /// Whether a chunk sent before without an answer must be marked (the guard may have been
     /// evicted): unknown counts as yes.
     pub(super) fn evicts_guard(&self) -> bool {
@@ -145,7 +210,7 @@ impl ServerCheck {
             Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        Ok(())
+        self.check_listpack(&mut conn).await
     }
 }
 

@@ -270,6 +270,13 @@ impl Writer {
         }
     }
 
+    /// The most fields a counter or gauge hash holds (`Cleaner::most_fields`): the server is
+    /// asked whether its hashes that long stay listpacks, and told to raise the limit if not.
+    pub fn with_hash_fields(mut self, fields: u64) -> Writer {
+        self.server.hash_fields = fields;
+        self
+    }
+
     /// The agent's time is `clock`'s (the system's otherwise).
     pub fn with_clock(self, clock: Clock) -> Writer {
         Writer { clock, ..self }

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# Graphite's history in Redis against whisper (issue 46): carbon's schema
+# `10s:6h,1m:7d,1h:90d,1d:5y` (--retentions; 2160 + 10080 + 2160 + 1825 slices a series) beside
+# the book's defaults (7 precisions, 1 s to 1 day, 120 slices each). Each run, for each layout:
+# a private Redis on a free TCP port (the schema's with hash-max-listpack-entries 16384, so that
+# hashes of up to 10 080 slices stay listpacks; the book's at Redis's defaults); `series` counter
+# series filled completely (every slice of every precision), written as carbon leaves them
+# (python3-whisper's files, sum aggregation, xFilesFactor 0, each archive full up to now:
+# stats_counts/load/<i>/c.wsp for loadgen's `load.<i>.c`) and brought in by
+# `statsd-redis import whisper`; then
+#   memory: used_memory's growth over the slices kept (HLEN of every count: hash), beside the
+#     whisper files' bytes per point; the import's wall time; OBJECT ENCODING of 20 hashes;
+#   write cost: the agent over that Redis (its cleaner makes one pass at start, measured,
+#     then none), loadgen sending every series every second, Redis's CPU (INFO cpu) and HINCRBY
+#     calls over `secs` seconds of steady load (for --coarse-write-secs 60 from a minute
+#     boundary on, as its writes of a minute are spread over the next: keep `secs` a multiple
+#     of 60): the schema at --coarse-write-secs 0 and 60, the book's defaults at 0;
+#   render: the schema agent timing /graphite/render of 100 series (load.1??.c: 200 series or
+#     more) from -7d and from -1d (render_timing, below).
+# Medians over the runs. The import at the schema is the slow part: each slice appended to a
+# listpack is looked for in all of it first, ~0.6 s of Redis CPU a series (a run of 300 series
+# takes ~10 min, 1 000 ~20 min; 10 000 would be hours, hence the default).
+#
+#   [AGENT=binary] [LOADGEN=binary] scripts/bench-history.sh [series=300] [runs=3] [secs=60]
+#
+# AGENT, LOADGEN: builds to use instead of this checkout's release build (then nothing is
+# built). Needs: apt-get install -y --no-install-recommends python3-whisper
+set -euo pipefail
+cd "$(dirname "$0")/.."
+series=${1:-300}; runs=${2:-3}; secs=${3:-60}
+schema=10s:6h,1m:7d,1h:90d,1d:5y
+if [ -z "${AGENT:-}${LOADGEN:-}" ]; then
+  cargo build --release --quiet --bin statsd-redis --example loadgen
+fi
+AGENT=${AGENT:-target/release/statsd-redis}
+LOADGEN=${LOADGEN:-target/release/examples/loadgen}
+/usr/bin/python3 -c 'import whisper' 2>/dev/null ||
+  { echo "python3-whisper is missing: apt-get install -y python3-whisper" >&2; exit 1; }
+. scripts/common.sh
+results=$dir/results
+: >"$results"
+
+# mkwhisper DIR SERIES LAYOUT: carbon's files for SERIES counters, made by python3-whisper
+# (create; each archive then written as update_many lays out a new file's points: the oldest
+# point at the archive's start, the others after it), full up to now (a minute ahead for the
+# schema, half an hour for the book's, so that the import, later, still finds its last slices).
+# The schema's archives are the retentions; no whisper schema holds the book's (18 000 s does
+# not divide 86 400 s), so its files hold 1 s for an hour, minutes for a day and hours for 122
+# days, from which the import fills every slice of the 7 precisions. A count per point of
+# rate × step (rate 1..50 a second, ±20 %), the coarser archives' of their step alike. 16
+# files of their own, the series' files hard links to them.
+mkwhisper() {
+  /usr/bin/python3 - "$@" <<'EOF'
+import os, random, struct, sys, time, whisper
+root, n, layout = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+archives, ahead = {
+    'schema': ([(10, 2160), (60, 10080), (3600, 2160), (86400, 1825)], 60),
+    'book': ([(1, 3600), (60, 1440), (3600, 2928)], 1800),
+}[layout]
+end = int(time.time()) + ahead
+os.makedirs(root, exist_ok=True)
+templates = []
+for t in range(min(16, n)):
+    path = os.path.join(root, 'template-%d.wsp' % t)
+    whisper.create(path, archives, xFilesFactor=0, aggregationMethod='sum')
+    rng = random.Random(t)
+    rate = rng.uniform(1, 50)
+    with open(path, 'r+b') as fh:
+        for a in whisper.info(path)['archives']:
+            step, count = a['secondsPerPoint'], a['points']
+            newest = end - end % step
+            pts = []
+            for i in range(count):
+                pts += [newest - (count - 1 - i) * step, float(round(rate * step * rng.uniform(0.8, 1.2)))]
+            fh.seek(a['offset'])
+            fh.write(struct.pack('!' + 'Ld' * count, *pts))
+    templates.append(path)
+for i in range(n):
+    d = os.path.join(root, 'stats_counts', 'load', str(i))
+    os.makedirs(d)
+    os.link(templates[i % len(templates)], os.path.join(d, 'c.wsp'))
+# Bytes and points of the series' files (each as if its own).
+size = os.path.getsize(templates[0])
+slots = sum(c for _, c in archives)
+print(n * size, n * slots)
+EOF
+}
+
+used_memory() { redis-cli -p "$1" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}'; }
+
+# points PORT: the slices kept, HLEN summed over every count: hash.
+points() {
+  redis-cli -p "$1" --scan --pattern 'count:*' | awk '{print "HLEN", $0}' |
+    redis-cli -p "$1" | awk '{s += $1} END {print s + 0}'
+}
+
+# encodings PORT: OBJECT ENCODING of 20 count: hashes, as "listpack:20" (one word per encoding).
+encodings() {
+  redis-cli -p "$1" --scan --pattern 'count:*' | shuf -n 20 | awk '{print "OBJECT ENCODING", $0}' |
+    redis-cli -p "$1" | sort | uniq -c | awk '{printf "%s%s:%d", (NR > 1 ? "," : ""), $2, $1}'
+}
+
+# sleep_until EPOCH: until that second of the clock.
+sleep_until() { python3 -c "import time; time.sleep(max(0.0, $1 - time.time()))"; }
+
+# write_cost PORT LABEL COARSE [agent flags...]: the agent over the Redis at PORT: its cleaner's
+# first pass (all that it trims, every precision), then `secs` seconds of steady load, every
+# series every second. Leaves the agent running (agent_pid, http); writes LABEL's figures to
+# $results: Redis CPU µs of the cleaner's pass a series, Redis CPU µs and HINCRBY calls a
+# series-minute.
+write_cost() {
+  local port=$1 label=$2 coarse=$3; shift 3
+  local cpu0 cpu1 cpu2 cpu3 calls2 calls3 start t1 t2 lg _
+  read -r cpu0 _ < <(redis_usage "-p $port")
+  start_agent "$dir/agent-$label.log" --redis "redis://127.0.0.1:$port" --log-level warn \
+    --cleaner-interval-secs 86400 --coarse-write-secs "$coarse" "$@"
+  local waited=0
+  until awk -v n="$(agent_metric "$http" cleaner_passes_total)" 'BEGIN {exit !(n >= 1)}'; do
+    sleep 0.2; waited=$((waited + 1))
+    [ "$waited" -lt 1500 ] || { echo "$label: no cleaner pass in 300 s" >&2; exit 1; }
+  done
+  read -r cpu1 _ < <(redis_usage "-p $port")
+  # Steady load from t1: at once when every window writes everything, else from the minute
+  # after the first one the load started in (its sums are written over the next minute).
+  start=$(date +%s)
+  if [ "$coarse" -gt 0 ]; then t1=$(((start + 5) / 60 * 60 + 62)); else t1=$((start + 5)); fi
+  t2=$((t1 + secs))
+  "$LOADGEN" send --target "127.0.0.1:$udp" --series "$series" --lines-per-datagram 20 \
+    --rate "$series" --lines $((series * (t2 + 3 - start))) >/dev/null &
+  lg=$!
+  sleep_until "$t1"
+  read -r cpu2 calls2 < <(redis_usage "-p $port")
+  sleep_until "$t2"
+  read -r cpu3 calls3 < <(redis_usage "-p $port")
+  wait "$lg"
+  python3 -c "
+s, m = $series, $secs / 60
+print('$label cleaner', ($cpu1 - $cpu0) / s * 1e6)
+print('$label cpu', ($cpu3 - $cpu2) / (s * m) * 1e6)
+print('$label hincrby', ($calls3 - $calls2) / (s * m))" >>"$results"
+}
+
+# render_timing HTTP-PORT [requests=5]: a running agent's Graphite render of 100 series
+# (load.1??.c) as JSON, from -7d and from -1d, each timed `requests` times one after the other:
+# the median in ms, with the series and points answered.
+render_timing() {
+  local port=$1 n=${2:-5} from i
+  for from in -7d -1d; do
+    for i in $(seq "$n"); do
+      curl -sg -o "$dir/render.json" -w '%{http_code} %{time_total}\n' \
+        "http://127.0.0.1:$port/graphite/render?target=load.1%3F%3F.c&from=$from&format=json"
+    done | python3 -c "
+import json, statistics, sys
+rows = [l.split() for l in sys.stdin]
+bad = [r[0] for r in rows if r[0] != '200']
+answer = json.load(open('$dir/render.json')) if not bad else []
+points = sum(len(s['datapoints']) for s in answer)
+ms = statistics.median(float(r[1]) for r in rows) * 1e3
+print(f'render from=$from: median {ms:.1f} ms of {len(rows)} ({len(answer)} series, {points} points)'
+      + (f'; HTTP {bad}' if bad else ''))"
+  done
+}
+
+# One layout: its Redis, files, import, memory, then its write costs (and the schema's render).
+layout() {
+  local name=$1 port base t0 t1 used kept wbytes wslots enc
+  port=$(free_port)
+  if [ "$name" = schema ]; then
+    start_node "$port" --hash-max-listpack-entries 16384
+    local flags=(--retentions "$schema")
+  else
+    start_node "$port"
+    local flags=()
+  fi
+  rm -rf "$dir/whisper"
+  read -r wbytes wslots < <(mkwhisper "$dir/whisper" "$series" "$name")
+  base=$(used_memory "$port")
+  t0=$(date +%s.%N)
+  "$AGENT" import whisper --redis "redis://127.0.0.1:$port" "${flags[@]}" "$dir/whisper" \
+    >"$dir/import-$name.out" 2>"$dir/import-$name.err" ||
+    { echo "the import failed:" >&2; cat "$dir/import-$name.err" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  grep -qi skip "$dir/import-$name.out" "$dir/import-$name.err" && cat "$dir/import-$name.out" >&2
+  used=$(used_memory "$port"); kept=$(points "$port"); enc=$(encodings "$port")
+  echo "$name import_s $(python3 -c "print($t1 - $t0)")" >>"$results"
+  echo "$name points $kept" >>"$results"
+  echo "$name bytes_per_point $(python3 -c "print(($used - $base) / max(1, $kept))")" >>"$results"
+  echo "$name whisper_bytes_per_point $(python3 -c "print($wbytes / max(1, $kept))")" >>"$results"
+  echo "$name whisper_bytes_per_slot $(python3 -c "print($wbytes / $wslots)")" >>"$results"
+  echo "$name enc $enc" >>"$results"
+  rm -rf "$dir/whisper"
+  if [ "$name" = schema ]; then
+    write_cost "$port" schema-0 0 "${flags[@]}"
+    kill "$agent_pid"; wait "$agent_pid" || true
+    write_cost "$port" schema-60 60 "${flags[@]}"
+    render_timing "$http" 5 | sed 's/^/schema /' >>"$results"
+  else
+    write_cost "$port" book-0 0
+  fi
+  kill "$agent_pid"; wait "$agent_pid" || true
+  used=$(used_memory "$port"); kept=$(points "$port")
+  echo "$name after_load_bytes_per_point $(python3 -c "print(($used - $base) / max(1, $kept))")" >>"$results"
+  echo "$name after_load_enc $(encodings "$port")" >>"$results"
+  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+}
+
+echo "statsd-redis $("$AGENT" --version | cut -d' ' -f2-), redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $(nproc) cores, $(date -u +%F); $series series, $runs runs, $secs s of load"
+for run in $(seq 1 "$runs"); do
+  layout schema
+  layout book
+  echo "run $run done ($(date -u +%T))" >&2
+done
+# The table: medians over the runs.
+python3 - "$results" "$series" "$schema" <<'EOF'
+import collections, re, statistics, sys
+path, series, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+num, text, render = collections.defaultdict(list), collections.defaultdict(list), collections.defaultdict(list)
+for line in open(path):
+    m = re.match(r'schema render from=(\S+): median ([\d.]+) ms of \d+ \((\d+) series, (\d+) points\)', line)
+    if m:
+        render[m[1]].append((float(m[2]), int(m[3]), int(m[4])))
+        continue
+    if ' render ' in line:
+        print('failed:', line.strip())
+        continue
+    label, key, value = line.split(maxsplit=2)
+    try:
+        num[label, key].append(float(value))
+    except ValueError:
+        text[label, key].append(value.strip())
+med = lambda label, key: statistics.median(num[label, key])
+full = {'schema': 2160 + 10080 + 2160 + 1825, 'book': 7 * 120}
+print()
+print(f"{'memory':<28} {'points/series':>13} {'filled':>7} {'Redis B/pt':>10} {'after load':>10} "
+      f"{'whisper B/pt':>12} {'import s':>8}  encodings (20 hashes: at import / after load)")
+for name, title in (('schema', f'schema {schema}'), ('book', 'book 7 x 120')):
+    per = med(name, 'points') / series
+    whisper = f"{med(name, 'whisper_bytes_per_slot'):.2f}" if name == 'schema' else '-'
+    print(f"{title:<28} {per:>13.0f} {per / full[name]:>7.1%} {med(name, 'bytes_per_point'):>10.2f} "
+          f"{med(name, 'after_load_bytes_per_point'):>10.2f} {whisper:>12} {med(name, 'import_s'):>8.1f}  "
+          f"{' '.join(sorted(set(text[name, 'enc'])))} / {' '.join(sorted(set(text[name, 'after_load_enc'])))}")
+print()
+book = med('book-0', 'cpu')
+print(f"{'write cost (Redis CPU)':<28} {'coarse s':>8} {'us/series-min':>13} {'x book':>7} "
+      f"{'HINCRBY/series-min':>18} {'cleaner 1st pass us/series':>26}")
+for label, title, coarse in (('schema-0', 'schema', 0), ('schema-60', 'schema', 60), ('book-0', 'book 7 x 120', 0)):
+    cpu = med(label, 'cpu')
+    print(f"{title:<28} {coarse:>8} {cpu:>13.0f} {cpu / book:>7.2f} {med(label, 'hincrby'):>18.1f} "
+          f"{med(label, 'cleaner'):>26.0f}")
+print()
+for frm, rows in render.items():
+    ms = statistics.median(r[0] for r in rows)
+    print(f"render (schema agent) from={frm}: {ms:.1f} ms, median over the runs of each run's median of 5"
+          f" ({rows[0][1]} series, {rows[0][2]} points)")
+EOF
+# What the agents and the imports said beyond their figures.
+{ grep -h -E 'WARN|ERROR' "$dir"/agent-*.log "$dir"/import-*.err || true; } | sed 's/^[^ ]* *//' |
+  sort | uniq -c

@@ -101,7 +101,13 @@ type Names = Arc<Vec<(String, Leaf)>>;
 pub struct Remembered {
     names: tokio::sync::Mutex<Option<(Instant, Names)>>,
     precisions: tokio::sync::Mutex<BTreeMap<String, (Instant, Vec<u64>)>>,
+    /// The server's `hash-max-listpack-entries`: which hashes are listpacks.
+    listpack_limit: tokio::sync::Mutex<Option<(Instant, u64)>>,
 }
+
+/// Fewer fields than this are read with `HMGET` from a listpack hash too: a scan each, cheaper
+/// than the whole hash's reply (`HGETALL` costs about as much a field as a dozen fields scanned).
+const FEW_FIELDS: usize = 8;
 
 /// Index members read by the first call of a walk, and after each branch skipped.
 const FIRST_BATCH: usize = 32;
@@ -871,11 +877,19 @@ impl<'a> Source<'a> {
                     Some((i, self.hash_key(leaf, w.as_ref()?.step as u64)?))
                 })
                 .collect();
+            let limit = self.listpack_limit().await?;
+            let retention = self.retention();
             let requests: Vec<Hmget> = hashes
                 .iter()
-                .map(|(i, key)| Hmget {
-                    key: key.as_bytes(),
-                    fields: windows[*i].as_ref().map_or(&[][..], |w| &w.slices),
+                .map(|(i, key)| {
+                    let (step, fields) = windows[*i]
+                        .as_ref()
+                        .map_or((0, &[][..]), |w| (w.step as u64, &w.slices[..]));
+                    Hmget {
+                        key: key.as_bytes(),
+                        fields,
+                        whole: fields.len() > FEW_FIELDS && retention.samples(step) < limit,
+                    }
                 })
                 .collect();
             if !requests.is_empty() {
@@ -1000,6 +1014,22 @@ impl<'a> Source<'a> {
             until: until_i,
             slices,
         })
+    }
+
+    /// The server's `hash-max-listpack-entries` (`hash-max-ziplist-entries` before Redis 7),
+    /// asked once a minute; Redis's default, 512, when `CONFIG GET` is refused.
+    async fn listpack_limit(&mut self) -> Result<u64, StoreError> {
+        let mut remembered = self.remembered.listpack_limit.lock().await;
+        if let Some((at, limit)) = *remembered
+            && at.elapsed() < NAMES_FOR
+        {
+            return Ok(limit);
+        }
+        let limit = crate::store::server::listpack_entries(&mut self.conn)
+            .await?
+            .map_or(512, |(_, n)| n);
+        *remembered = Some((Instant::now(), limit));
+        Ok(limit)
     }
 
     /// How long each precision is kept.

@@ -35,10 +35,14 @@ pub enum BulkAddr {
     Unix(PathBuf),
 }
 
-/// One `HMGET`: a key and its fields (slice times).
+/// One `HMGET`: a key and its fields (slice times, ascending).
 pub struct Hmget<'a> {
     pub key: &'a [u8],
     pub fields: &'a [i64],
+    /// Read with `HGETALL` and the fields picked here instead: a listpack hash (a long
+    /// retention's, kept compact) answers `HMGET` with a scan of the whole hash per field, and
+    /// `HGETALL` with one scan.
+    pub whole: bool,
 }
 
 /// One `ZRANGEBYLEX key min max LIMIT 0 count`: an index read by range.
@@ -235,17 +239,23 @@ impl Bulk {
             // mostly do: one range, one precision).
             let mut fields: (&[i64], Vec<u8>) = (&[], Vec::new());
             for r in requests {
-                if r.fields != fields.0 {
-                    fields.0 = r.fields;
-                    fields.1.clear();
-                    arguments(&mut fields.1, r.fields);
+                if r.whole {
+                    out.extend_from_slice(b"*2\r\n$7\r\nHGETALL\r\n");
+                } else {
+                    if r.fields != fields.0 {
+                        fields.0 = r.fields;
+                        fields.1.clear();
+                        arguments(&mut fields.1, r.fields);
+                    }
+                    header(&mut out, b'*', r.fields.len() + 2);
+                    out.extend_from_slice(b"$5\r\nHMGET\r\n");
                 }
-                header(&mut out, b'*', r.fields.len() + 2);
-                out.extend_from_slice(b"$5\r\nHMGET\r\n");
                 header(&mut out, b'$', r.key.len());
                 out.extend_from_slice(r.key);
                 out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(&fields.1);
+                if !r.whole {
+                    out.extend_from_slice(&fields.1);
+                }
                 if out.len() >= 64 * 1024 {
                     write.write_all(&out).await?;
                     out.clear();
@@ -259,9 +269,17 @@ impl Bulk {
         let reading = async move {
             let mut replies = Replies::new(read, timeout);
             let mut out = Vec::with_capacity(requests.len());
+            let mut pairs = Vec::new();
             for r in requests {
                 let mut values = Vec::with_capacity(r.fields.len());
-                replies.numbers(&mut values).await?;
+                if r.whole {
+                    pairs.clear();
+                    replies.numbers(&mut pairs).await?;
+                    values.resize(r.fields.len(), None);
+                    pick(&pairs, r.fields, &mut values);
+                } else {
+                    replies.numbers(&mut values).await?;
+                }
                 out.push(values);
             }
             Ok::<_, StoreError>(out)
@@ -472,6 +490,19 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
             self.at += len + 2;
         }
         Ok(())
+    }
+}
+
+/// The values of `fields` (ascending) among an `HGETALL` reply's field, value pairs, as numbers,
+/// into `out` (as long as `fields`); a field that is no slice time is passed over.
+pub fn pick(pairs: &[Point], fields: &[i64], out: &mut [Point]) {
+    for pair in pairs.chunks_exact(2) {
+        let Some(field) = pair[0].filter(|f| f.fract() == 0.0) else {
+            continue;
+        };
+        if let Ok(i) = fields.binary_search(&(field as i64)) {
+            out[i] = pair[1];
+        }
     }
 }
 

@@ -67,6 +67,30 @@ impl Eviction {
     }
 }
 
+/// The server's `hash-max-listpack-entries` (`hash-max-ziplist-entries` before Redis 7), with
+/// the name it goes by; `None` when `CONFIG GET` is refused (an ACL without it).
+pub async fn listpack_entries(
+    conn: &mut Connection,
+) -> Result<Option<(&'static str, u64)>, StoreError> {
+    for name in ["hash-max-listpack-entries", "hash-max-ziplist-entries"] {
+        match redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query_async::<Vec<String>>(conn)
+            .await
+        {
+            Ok(pair) => {
+                if let Some(limit) = pair.get(1).and_then(|v| v.parse().ok()) {
+                    return Ok(Some((name, limit)));
+                }
+            }
+            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
 /// The writer's view of its server.
 #[derive(Default)]
 pub(super) struct ServerCheck {
@@ -97,24 +121,7 @@ impl ServerCheck {
         if self.hash_fields == 0 {
             return Ok(());
         }
-        let mut found = None;
-        for name in ["hash-max-listpack-entries", "hash-max-ziplist-entries"] {
-            match redis::cmd("CONFIG")
-                .arg("GET")
-                .arg(name)
-                .query_async::<Vec<String>>(conn)
-                .await
-            {
-                Ok(pair) => {
-                    if let Some(limit) = pair.get(1).and_then(|v| v.parse::<u64>().ok()) {
-                        found = Some((name, limit));
-                        break;
-                    }
-                }
-                Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => break,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let found = listpack_entries(conn).await?;
         let finding = match found {
             Some((_, limit)) if limit >= self.hash_fields => Listpack::Enough,
             Some(_) => Listpack::TooFew,

@@ -110,7 +110,10 @@ fn chunks(c: &mut Criterion) {
     let closed: ClosedWindow = Ledger::default().close(1_795_320_000, window);
     let settings = ChunkSettings {
         keys: Keys::new(""),
-        sample_count: 120,
+        retention: statsd_redis::retention::Retention::book(
+            &[1, 5, 60, 300, 3600, 18000, 86400],
+            120,
+        ),
         log_ttl_secs: 0,
         max_series: 100,
         quantiles: Default::default(),

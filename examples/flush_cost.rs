@@ -91,7 +91,7 @@ async fn main() {
     let store = Store::open(&config).expect("redis settings");
     let settings = ChunkSettings {
         keys: store.keys().clone(),
-        sample_count: config.sample_count,
+        retention: config.retention(),
         log_ttl_secs: 0,
         max_series: config.max_series_per_chunk,
         quantiles: statsd_redis::store::QuantileSettings {

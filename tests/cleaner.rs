@@ -8,15 +8,30 @@ use std::time::Duration;
 
 use common::*;
 use statsd_redis::aggregate::ClosedWindow;
+use statsd_redis::retention::Retention;
 use statsd_redis::store::{ChunkSettings, Cleaner, CounterWrite, Keys, Writer, build_chunks};
 use statsd_redis::telemetry::Telemetry;
 
 fn cleaner(redis: &RedisServer, owner: &str, interval_secs: u64, sample_count: u64) -> Cleaner {
+    retention_cleaner(
+        redis,
+        owner,
+        interval_secs,
+        &Retention::book(&[1, 5, 60, 300, 3600, 18000, 86400], sample_count),
+    )
+}
+
+fn retention_cleaner(
+    redis: &RedisServer,
+    owner: &str,
+    interval_secs: u64,
+    retention: &Retention,
+) -> Cleaner {
     Cleaner::new(
         redis.store(),
         owner.into(),
         Duration::from_secs(interval_secs),
-        sample_count,
+        retention,
         Arc::new(Telemetry::new()),
     )
 }
@@ -76,6 +91,39 @@ async fn keeps_the_newest_samples_and_drops_what_is_empty() {
         (381, 1, 2)
     );
     assert!(report.completed);
+}
+
+/// With `retentions`, each precision is trimmed at its own count, counters and gauges alike; a
+/// precision no longer listed keeps as long as the listed one that would hold its points.
+#[tokio::test]
+async fn each_precision_keeps_its_own_count() {
+    let redis = RedisServer::start();
+    let now = unix_now() / 3600 * 3600;
+    let retention = Retention::parse("10s:5m,1m:2h").unwrap();
+    seed(&redis, "count:10:x", (0..100).map(|i| now - i * 10));
+    index(&redis, "known:", "10:x");
+    seed(&redis, "count:60:x", (0..200).map(|i| now - i * 60));
+    index(&redis, "known:", "60:x");
+    seed(&redis, "gauge:60:g", (0..200).map(|i| now - i * 60));
+    index(&redis, "known:gauge:", "60:g");
+    // 5 minutes, held by the minutes: two hours, 24 slices.
+    seed(&redis, "count:300:x", (0..50).map(|i| now - i * 300));
+    index(&redis, "known:", "300:x");
+
+    // An interval of 1 s: every precision is due in the first pass.
+    let mut c = retention_cleaner(&redis, "a", 1, &retention);
+    assert!(c.hold_lease().await.unwrap());
+    c.pass(now).await.unwrap();
+    let kept = |key: &str| {
+        let mut slices: Vec<u64> = cmd(&redis, redis::cmd("HKEYS").arg(key));
+        slices.sort();
+        slices
+    };
+    let newest = |n: u64, p: u64| (0..n).rev().map(|i| now - i * p).collect::<Vec<_>>();
+    assert_eq!(kept("count:10:x"), newest(30, 10));
+    assert_eq!(kept("count:60:x"), newest(120, 60));
+    assert_eq!(kept("gauge:60:g"), newest(120, 60));
+    assert_eq!(kept("count:300:x"), newest(24, 300));
 }
 
 #[tokio::test]
@@ -189,7 +237,7 @@ async fn a_concurrent_write_keeps_its_index_member() {
         };
         let settings = ChunkSettings {
             keys: keys.clone(),
-            sample_count: 10,
+            retention: Retention::book(&[1], 10),
             log_ttl_secs: 0,
             max_series: 100,
             quantiles: Default::default(),

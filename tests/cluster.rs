@@ -278,11 +278,19 @@ async fn a_master_killed_under_load_loses_and_doubles_nothing() {
 
 /// A cleaner (sample count 120) holding the lease.
 async fn leased_cleaner(store: Store) -> Cleaner {
+    leased_cleaner_of(store, &statsd_redis::config::Config::default().retention()).await
+}
+
+/// A cleaner of `retention` holding the lease, every precision due in its first pass.
+async fn leased_cleaner_of(
+    store: Store,
+    retention: &statsd_redis::retention::Retention,
+) -> Cleaner {
     let mut cleaner = Cleaner::new(
         store,
         "test".into(),
-        Duration::from_secs(60),
-        120,
+        Duration::from_secs(1),
+        retention,
         Arc::new(Telemetry::new()),
     );
     assert!(cleaner.hold_lease().await.unwrap());
@@ -342,6 +350,42 @@ async fn the_cleaner_trims_hashes_in_every_slot_and_their_index_members() {
     );
     for i in (0..40).step_by(2) {
         assert_eq!(cluster.hgetall(&format!("count:1:old.{i}")).len(), 1);
+    }
+}
+
+/// With `retentions`, every slot's hashes are trimmed at their own precision's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleaner_trims_each_precision_at_its_count_in_every_slot() {
+    let cluster = Cluster::start();
+    let store = Store::open(&cluster_config(&cluster)).unwrap();
+    let now = unix_now() / 3600 * 3600;
+    for i in 0..20 {
+        for (p, member) in [(10, format!("10:s.{i}")), (60, format!("60:s.{i}"))] {
+            let key = format!("count:{member}");
+            let mut conn = cluster.conn(cluster.node_of_key(&key));
+            for k in 0..100 {
+                let _: () = redis::cmd("HSET")
+                    .arg(&key)
+                    .arg(now - k * p)
+                    .arg(1)
+                    .query(&mut conn)
+                    .unwrap();
+            }
+            let _: () = query(
+                &cluster,
+                "known:",
+                redis::cmd("ZADD").arg("known:").arg(0).arg(&member),
+            );
+        }
+    }
+    let retention = statsd_redis::retention::Retention::parse("10s:5m,1m:1h").unwrap();
+    let mut cleaner = leased_cleaner_of(store, &retention).await;
+    let report = cleaner.pass(now).await.unwrap();
+    // 30 of 100 slices of 10 s kept, 60 of 100 of a minute: 70 + 40 removed per series.
+    assert_eq!(report.slices_removed, 20 * (70 + 40));
+    for i in 0..20 {
+        assert_eq!(cluster.hgetall(&format!("count:10:s.{i}")).len(), 30);
+        assert_eq!(cluster.hgetall(&format!("count:60:s.{i}")).len(), 60);
     }
 }
 

@@ -269,7 +269,7 @@ async fn fifteen_one_minute_slices_merge_into_the_quantiles_of_all_their_values(
     let mut writer = Writer::new(store.clone(), None, Arc::new(Telemetry::new()));
     let settings = ChunkSettings {
         keys: store.keys().clone(),
-        sample_count: 120,
+        retention: statsd_redis::config::Config::default().retention(),
         log_ttl_secs: 0,
         max_series: 100,
         quantiles: Default::default(),

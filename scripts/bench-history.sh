@@ -17,21 +17,26 @@
 #     of 60): the schema at --coarse-write-secs 0 and 60, the book's defaults at 0;
 #   render: the schema agent timing /graphite/render of 100 series (load.1??.c: 200 series or
 #     more) from -7d and from -1d (render_timing, below).
-# Medians over the runs. The import at the schema is the slow part: each slice appended to a
-# listpack is looked for in all of it first, ~0.6 s of Redis CPU a series (a run of 300 series
-# takes ~10 min, 1 000 ~20 min; 10 000 would be hours, hence the default).
+# Medians over the runs. The import at the schema is the slow part: each slice it appends to a
+# listpack is looked for in all of it first (~0.85 s of Redis CPU a series, on 2 busy cores): a
+# run of 200 series takes ~9 min (import ~3, loads ~4, render ~2); 10 000 series would take
+# hours to import, hence the default.
 #
-#   [AGENT=binary] [LOADGEN=binary] scripts/bench-history.sh [series=300] [runs=3] [secs=60]
+#   [AGENT=binary] [LOADGEN=binary] [RENDER_REQUESTS=3] [RENDER_TIMEOUT=60] \
+#     scripts/bench-history.sh [series=200] [runs=3] [secs=60]
 #
-# AGENT, LOADGEN: builds to use instead of this checkout's release build (then nothing is
-# built). Needs: apt-get install -y --no-install-recommends python3-whisper
+# AGENT, LOADGEN: builds to use instead of this checkout's release build (which is then not
+# built). RENDER_*: requests timed per range, and the seconds after which one ends the range's
+# timing. Needs: apt-get install -y --no-install-recommends python3-whisper
 set -euo pipefail
 cd "$(dirname "$0")/.."
-series=${1:-300}; runs=${2:-3}; secs=${3:-60}
+series=${1:-200}; runs=${2:-3}; secs=${3:-60}
 schema=10s:6h,1m:7d,1h:90d,1d:5y
-if [ -z "${AGENT:-}${LOADGEN:-}" ]; then
-  cargo build --release --quiet --bin statsd-redis --example loadgen
-fi
+lpd=$((series / 256)); lpd=$((lpd < 1 ? 1 : lpd > 20 ? 20 : lpd))
+build=()
+[ -n "${AGENT:-}" ] || build+=(--bin statsd-redis)
+[ -n "${LOADGEN:-}" ] || build+=(--example loadgen)
+[ ${#build[@]} -eq 0 ] || cargo build --release --quiet "${build[@]}"
 AGENT=${AGENT:-target/release/statsd-redis}
 LOADGEN=${LOADGEN:-target/release/examples/loadgen}
 /usr/bin/python3 -c 'import whisper' 2>/dev/null ||
@@ -125,7 +130,8 @@ write_cost() {
   start=$(date +%s)
   if [ "$coarse" -gt 0 ]; then t1=$(((start + 5) / 60 * 60 + 62)); else t1=$((start + 5)); fi
   t2=$((t1 + secs))
-  "$LOADGEN" send --target "127.0.0.1:$udp" --series "$series" --lines-per-datagram 20 \
+  # loadgen sends 64 datagrams at a time, then waits: a fourth of the series or fewer a time.
+  "$LOADGEN" send --target "127.0.0.1:$udp" --series "$series" --lines-per-datagram "$lpd" \
     --rate "$series" --lines $((series * (t2 + 3 - start))) >/dev/null &
   lg=$!
   sleep_until "$t1"
@@ -140,24 +146,30 @@ print('$label cpu', ($cpu3 - $cpu2) / (s * m) * 1e6)
 print('$label hincrby', ($calls3 - $calls2) / (s * m))" >>"$results"
 }
 
-# render_timing HTTP-PORT [requests=5]: a running agent's Graphite render of 100 series
-# (load.1??.c) as JSON, from -7d and from -1d, each timed `requests` times one after the other:
-# the median in ms, with the series and points answered.
+# render_timing HTTP-PORT [requests=5] [timeout=60]: a running agent's Graphite render of 100
+# series (load.1??.c) as JSON, from -1d and from -7d, each timed `requests` times one after the
+# other: the median in ms, with the series and points answered. A request that takes longer
+# than `timeout` seconds ends that range's timing ("timed out", its Redis work goes on).
 render_timing() {
-  local port=$1 n=${2:-5} from i
-  for from in -7d -1d; do
+  local port=$1 n=${2:-5} limit=${3:-60} from i code
+  for from in -1d -7d; do
     for i in $(seq "$n"); do
-      curl -sg -o "$dir/render.json" -w '%{http_code} %{time_total}\n' \
-        "http://127.0.0.1:$port/graphite/render?target=load.1%3F%3F.c&from=$from&format=json"
+      code=$(curl -sg --max-time "$limit" -o "$dir/render.json" -w '%{http_code} %{time_total}' \
+        "http://127.0.0.1:$port/graphite/render?target=load.1%3F%3F.c&from=$from&format=json" || true)
+      echo "$code"
+      [ "${code%% *}" = 200 ] || break
     done | python3 -c "
 import json, statistics, sys
 rows = [l.split() for l in sys.stdin]
-bad = [r[0] for r in rows if r[0] != '200']
-answer = json.load(open('$dir/render.json')) if not bad else []
+ok = [float(r[1]) for r in rows if r[0] == '200']
+answer = json.load(open('$dir/render.json')) if rows[-1][0] == '200' else []
 points = sum(len(s['datapoints']) for s in answer)
-ms = statistics.median(float(r[1]) for r in rows) * 1e3
-print(f'render from=$from: median {ms:.1f} ms of {len(rows)} ({len(answer)} series, {points} points)'
-      + (f'; HTTP {bad}' if bad else ''))"
+if len(ok) == len(rows):
+    ms = statistics.median(ok) * 1e3
+    print(f'render from=$from: median {ms:.1f} ms of {len(rows)} ({len(answer)} series, {points} points)')
+else:
+    print(f'render from=$from: timed out or failed (HTTP {rows[-1][0]} after {float(rows[-1][1]):.1f} s,'
+          f' request {len(rows)}; {len(ok)} answered before)')"
   done
 }
 
@@ -180,12 +192,11 @@ layout() {
     >"$dir/import-$name.out" 2>"$dir/import-$name.err" ||
     { echo "the import failed:" >&2; cat "$dir/import-$name.err" >&2; exit 1; }
   t1=$(date +%s.%N)
-  grep -qi skip "$dir/import-$name.out" "$dir/import-$name.err" && cat "$dir/import-$name.out" >&2
+  if grep -q 'skipped [1-9]' "$dir/import-$name.out"; then cat "$dir/import-$name.err" >&2; fi
   used=$(used_memory "$port"); kept=$(points "$port"); enc=$(encodings "$port")
   echo "$name import_s $(python3 -c "print($t1 - $t0)")" >>"$results"
   echo "$name points $kept" >>"$results"
   echo "$name bytes_per_point $(python3 -c "print(($used - $base) / max(1, $kept))")" >>"$results"
-  echo "$name whisper_bytes_per_point $(python3 -c "print($wbytes / max(1, $kept))")" >>"$results"
   echo "$name whisper_bytes_per_slot $(python3 -c "print($wbytes / $wslots)")" >>"$results"
   echo "$name enc $enc" >>"$results"
   rm -rf "$dir/whisper"
@@ -193,7 +204,7 @@ layout() {
     write_cost "$port" schema-0 0 "${flags[@]}"
     kill "$agent_pid"; wait "$agent_pid" || true
     write_cost "$port" schema-60 60 "${flags[@]}"
-    render_timing "$http" 5 | sed 's/^/schema /' >>"$results"
+    render_timing "$http" "${RENDER_REQUESTS:-3}" "${RENDER_TIMEOUT:-60}" | sed 's/^/schema /' >>"$results"
   else
     write_cost "$port" book-0 0
   fi
@@ -215,13 +226,14 @@ python3 - "$results" "$series" "$schema" <<'EOF'
 import collections, re, statistics, sys
 path, series, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 num, text, render = collections.defaultdict(list), collections.defaultdict(list), collections.defaultdict(list)
+failed = []
 for line in open(path):
     m = re.match(r'schema render from=(\S+): median ([\d.]+) ms of \d+ \((\d+) series, (\d+) points\)', line)
     if m:
         render[m[1]].append((float(m[2]), int(m[3]), int(m[4])))
         continue
     if ' render ' in line:
-        print('failed:', line.strip())
+        failed.append('schema agent ' + line.split(' ', 1)[1].strip())
         continue
     label, key, value = line.split(maxsplit=2)
     try:
@@ -250,8 +262,10 @@ for label, title, coarse in (('schema-0', 'schema', 0), ('schema-60', 'schema', 
 print()
 for frm, rows in render.items():
     ms = statistics.median(r[0] for r in rows)
-    print(f"render (schema agent) from={frm}: {ms:.1f} ms, median over the runs of each run's median of 5"
+    print(f"render (schema agent) from={frm}: {ms:.1f} ms (median over the runs of each run's median)"
           f" ({rows[0][1]} series, {rows[0][2]} points)")
+for line in failed:
+    print(line)
 EOF
 # What the agents and the imports said beyond their figures.
 { grep -h -E 'WARN|ERROR' "$dir"/agent-*.log "$dir"/import-*.err || true; } | sed 's/^[^ ]* *//' |

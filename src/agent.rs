@@ -335,12 +335,11 @@ pub async fn run_reloading(
     });
     tokio::spawn(take_rules(reloads.clone(), rules, shutdown.clone()));
     let wait = (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout_ms));
-    let writer = Writer::new(store.clone(), wait, telemetry.clone()).with_hash_fields(
-        Cleaner::most_fields(
+    let writer =
+        Writer::new(store.clone(), wait, telemetry.clone()).with_hash_fields(Cleaner::most_fields(
             &config.retention(),
             Duration::from_secs(config.cleaner_interval_secs),
-        ),
-    );
+        ));
     let flusher_stop = CancellationToken::new();
     // Chunks are numbered per run, not per agent: a restart with the same agent_id starts its
     // own sequence.

@@ -514,7 +514,8 @@ impl Config {
             return Err(err("sample_count", "must be at least 1"));
         }
         if !self.retentions.is_empty() {
-            crate::retention::Retention::parse(&self.retentions).map_err(|e| err("retentions", e))?;
+            crate::retention::Retention::parse(&self.retentions)
+                .map_err(|e| err("retentions", e))?;
             if self.precisions != DEFAULT_PRECISIONS || self.sample_count != 120 {
                 return Err(err(
                     "retentions",

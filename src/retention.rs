@@ -97,7 +97,9 @@ impl Retention {
                 (n, Some(unit)) => n.saturating_mul(unit) / precision,
             };
             if count < 2 {
-                return Err(format!("`{def}`: keeps {count} slices, at least 2 are needed"));
+                return Err(format!(
+                    "`{def}`: keeps {count} slices, at least 2 are needed"
+                ));
             }
             archives.push(Archive { precision, count });
         }
@@ -166,7 +168,11 @@ impl Retention {
 
     /// The longest any listed precision is kept, in seconds.
     pub fn longest_secs(&self) -> u64 {
-        self.archives.iter().map(Archive::seconds).max().unwrap_or(0)
+        self.archives
+            .iter()
+            .map(Archive::seconds)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The most slices any listed precision keeps.
@@ -278,7 +284,10 @@ mod tests {
         );
         // A bare precision is seconds, a bare retention points; units are word prefixes.
         assert_eq!(archives("60:1440"), [(60, 1440)]);
-        assert_eq!(archives("1min:1w, 1hour:1year"), [(60, 10_080), (3600, 8760)]);
+        assert_eq!(
+            archives("1min:1w, 1hour:1year"),
+            [(60, 10_080), (3600, 8760)]
+        );
         assert_eq!(archives("5seconds:2minutes"), [(5, 24)]);
         // Listed coarse first: sorted, as whisper sorts its archives.
         assert_eq!(archives("1h:90d,1m:7d"), [(60, 10_080), (3600, 2160)]);

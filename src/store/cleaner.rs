@@ -135,7 +135,8 @@ impl Cleaner {
 
     /// Whether this pass checks `precision`: every `max(1, precision / interval)` passes.
     fn due(&self, precision: u64) -> bool {
-        self.passes.is_multiple_of(passes_between(precision, self.interval))
+        self.passes
+            .is_multiple_of(passes_between(precision, self.interval))
     }
 
     /// The most fields a hash of `retention` holds with this cleaner's cadence: its precision's

@@ -283,9 +283,7 @@ fn quantile_range(
         None => {
             let mut sorted = kept.clone();
             sorted.sort_unstable();
-            let covering = sorted
-                .iter()
-                .find(|&&p| retention.seconds(p) >= secs);
+            let covering = sorted.iter().find(|&&p| retention.seconds(p) >= secs);
             *covering
                 .or(sorted.last())
                 .ok_or("no buckets are kept (quantile_precisions is empty)")?

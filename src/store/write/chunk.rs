@@ -329,7 +329,9 @@ pub fn build_chunks(
                 .arg(quantiles.precisions.len());
             for &p in &quantiles.precisions {
                 let slice = keys::slice(window.start, p);
-                cmd.arg(p).arg(slice).arg(slice + settings.retention.seconds(p));
+                cmd.arg(p)
+                    .arg(slice)
+                    .arg(slice + settings.retention.seconds(p));
             }
             let counters = &all_counters[part.counters.0..part.counters.1];
             cmd.arg(counters.len());

@@ -5,7 +5,9 @@
 //! whose slices an archive fills exactly: a slice of `p` seconds from an archive whose step
 //! divides `p` and that holds all of the slice, the finest such archive, counts summed and a
 //! gauge's last value. Archives after the first count only when whisper made them by summing
-//! (counts) or by the last value (gauges): an average of counts is no count. Slices are set, never added to, so a second import changes nothing; a
+//! (counts) or by the last value (gauges): an average of counts is no count. A new hash is made
+//! whole by `RESTORE` (a long listpack in one pass); slices are set, never added to, so a second
+//! import changes nothing; a
 //! slice that ends after the cut-off (`--until`, default now) is left to the agent. A file that
 //! does not read is named and skipped.
 
@@ -227,7 +229,7 @@ pub async fn import(
             .iter()
             .map(|a| a.points.len())
             .sum::<usize>();
-        // A file's writes in one pipeline: a round trip a file, not a command.
+        // The index members and the gauge's value in one pipeline, after the hashes.
         let mut pipe = redis::pipe();
         let archives = whisper.exact(*counter);
         for a in retention.archives() {
@@ -241,13 +243,13 @@ pub async fn import(
             } else {
                 (keys.gauge(p, series), keys.known_gauges())
             };
-            let fields: Vec<(u64, String)> = found
+            let fields: Vec<(String, String)> = found
                 .iter()
-                .map(|(slice, v)| (*slice, number(*v, *counter)))
+                .map(|(slice, v)| (slice.to_string(), number(*v, *counter)))
                 .collect();
-            for batch in fields.chunks(1000) {
-                pipe.hset_multiple(&key, batch).ignore();
-            }
+            set_hash(&mut conn, &key, &fields)
+                .await
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             pipe.zadd(&index, keys::known_member(p, series), 0).ignore();
             done.slices += fields.len();
         }
@@ -268,6 +270,47 @@ pub async fn import(
         progress(&done, files.len());
     }
     Ok(done)
+}
+
+/// Sets `fields` in the hash `key`. A new hash is made whole by `RESTORE` (one pass, a listpack
+/// when it fits the server's limit; `HSET` would search a listpack for each new field). A hash
+/// that exists (the agent wrote it, or an import before) gets only the fields it lacks or holds
+/// otherwise: a second import writes nothing. `RESTORE` refuses to replace a key made
+/// meanwhile, which then takes the second way.
+async fn set_hash(
+    conn: &mut crate::store::Connection,
+    key: &str,
+    fields: &[(String, String)],
+) -> redis::RedisResult<()> {
+    let exists: bool = redis::cmd("EXISTS").arg(key).query_async(conn).await?;
+    if !exists {
+        let restored = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(crate::store::dump::hash_payload(fields))
+            .query_async::<()>(conn)
+            .await;
+        match restored {
+            Ok(()) => return Ok(()),
+            Err(e) if e.code() == Some("BUSYKEY") => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let held: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(key).query_async(conn).await?;
+    let missing: Vec<(&str, &str)> = fields
+        .iter()
+        .filter(|(f, v)| held.get(f) != Some(v))
+        .map(|(f, v)| (f.as_str(), v.as_str()))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for batch in missing.chunks(1000) {
+        pipe.hset_multiple(key, batch).ignore();
+    }
+    pipe.query_async(conn).await
 }
 
 /// A slice's value as the agent writes it: counts as integers.

@@ -199,3 +199,101 @@ async fn the_agent_answers_for_imported_names_as_graphite_web_over_the_files() {
         .output();
     agent.stop().await;
 }
+
+/// With the files' own schema as `retentions`, every archive is imported whole (the hour of 10 s
+/// points, the three hours of minutes), and the Graphite API reads the archive graphite-web
+/// 1.1.10 reads from the files: the same points, timestamps and steps, raw, from ranges that
+/// each archive answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_files_schema_every_archive_is_kept_and_read_as_graphite_web_reads_it() {
+    assert!(
+        Path::new("/usr/bin/graphite-manage").exists(),
+        "this test runs graphite-web: apt-get install -y --no-install-recommends graphite-web"
+    );
+    let schema = "10s:1h,1m:7d";
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // On a minute: the files' last minute is whole (the importer leaves a partial slice out).
+    let now = unix_now() / 60 * 60;
+    write_whisper(dir.path(), now);
+    // The slices of the 10 s archive (its points `now - 3600 .. now - 10`) an import at `at`
+    // keeps: within the hour before `at`, and ended by `at`.
+    let whole_hour = |at: u64| {
+        (now - 3600..now)
+            .step_by(10)
+            .filter(|&t| t > at - 3600 && t + 10 <= at)
+            .count()
+    };
+    let before = unix_now();
+    run_ok(
+        bin().args([
+            "import",
+            "whisper",
+            dir.path().to_str().unwrap(),
+            "--redis",
+            &redis.url(),
+            "--retentions",
+            schema,
+        ]),
+        "statsd-redis import whisper",
+    );
+    // The whole 10 s archive (the hour's points the clock has not yet moved past) and every
+    // whole minute of the three hours; the book's 120 slices keep two hours of minutes and no
+    // 10 s slice.
+    let after = unix_now();
+    let tens = redis.get_counter("count:10:app.hits").len();
+    assert!(
+        [whole_hour(before), whole_hour(after)].contains(&tens),
+        "{tens} slices of 10 s"
+    );
+    assert!(tens >= 350, "{tens}");
+    assert!(redis.get_counter("count:60:app.hits").len() >= 179);
+    let state = tempfile::tempdir().unwrap();
+    let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/graphite");
+    run_ok(
+        Command::new(harness.join("graphite-web.sh"))
+            .arg("start")
+            .env("ORACLE_WHISPER_DIR", dir.path())
+            .env("ORACLE_STATE", state.path()),
+        "graphite-web",
+    );
+    let oracle = std::fs::read_to_string(state.path().join("url")).unwrap();
+    let agent = TestAgent::start(statsd_redis::config::Config {
+        retentions: schema.into(),
+        ..test_config(&redis)
+    });
+    let agent_url = format!("http://{}/graphite", agent.http);
+    let render = |base: &str, target: &str, from: u64| -> serde_json::Value {
+        curl_json(&format!(
+            "{base}/render?target={}&from={from}&until={now}&format=json",
+            query_encode(target)
+        ))
+    };
+    // 50 minutes: the 10 s archive; two and three hours: the minutes.
+    for (etsy, ours, back, step) in [
+        ("stats_counts.app.hits", "app.hits", 3000, 10),
+        ("stats_counts.app.hits", "app.hits", 2 * 3600, 60),
+        ("stats.gauges.app.queue", "app.queue", 3000, 10),
+        ("stats.gauges.app.queue", "app.queue", 3 * 3600, 60),
+    ] {
+        let theirs = render(oracle.trim(), etsy, now - back);
+        let mine = render(&agent_url, ours, now - back);
+        let points = |v: &serde_json::Value| v[0]["datapoints"].as_array().cloned().unwrap();
+        let (theirs, mine) = (points(&theirs), points(&mine));
+        assert_eq!(
+            theirs[1][1].as_u64().unwrap() - theirs[0][1].as_u64().unwrap(),
+            step,
+            "{etsy} from -{back}s: graphite-web's archive"
+        );
+        assert!(
+            theirs.iter().filter(|p| p[0].is_number()).count() > 10,
+            "{etsy}: graphite-web has data"
+        );
+        assert_eq!(mine, theirs, "{ours} against {etsy} from -{back}s");
+    }
+    let _ = Command::new(harness.join("graphite-web.sh"))
+        .arg("stop")
+        .env("ORACLE_STATE", state.path())
+        .output();
+    agent.stop().await;
+}

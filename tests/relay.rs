@@ -378,8 +378,16 @@ async fn two_agents_relaying_to_each_other_count_a_line_at_every_round() {
         ([127, 0, 0, 1], a_http).into(),
         ([127, 0, 0, 1], b_http).into(),
     );
-    for http in [a_http, b_http] {
-        assert!(metric_at(http, "lines_received_total") >= 3.0);
-        assert!(metric_at(http, "relay_sent_total") >= 3.0);
-    }
+    // The metrics are published a batch at a time, a little after the lines are counted.
+    eventually(
+        Duration::from_secs(10),
+        "both agents received and relayed the line three times",
+        || {
+            [a_http, b_http].iter().all(|&http| {
+                metric_at(http, "lines_received_total") >= 3.0
+                    && metric_at(http, "relay_sent_total") >= 3.0
+            })
+        },
+    )
+    .await;
 }

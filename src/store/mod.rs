@@ -6,6 +6,7 @@
 pub mod bulk;
 pub mod cleaner;
 pub mod clock;
+pub mod dump;
 pub mod keys;
 pub mod query;
 pub mod reader;

@@ -46,6 +46,44 @@ with open(os.path.join(root, "stats_counts/app/broken.wsp"), "wb") as f:
     );
 }
 
+/// graphite-web 1.1.10 over the whisper files under a folder (tests/graphite/graphite-web.sh),
+/// stopped when dropped.
+struct GraphiteWeb {
+    state: tempfile::TempDir,
+    url: String,
+}
+
+impl GraphiteWeb {
+    fn over(whisper: &Path) -> GraphiteWeb {
+        let state = tempfile::tempdir().unwrap();
+        run_ok(
+            Command::new(Self::script())
+                .arg("start")
+                .env("ORACLE_WHISPER_DIR", whisper)
+                .env("ORACLE_STATE", state.path()),
+            "graphite-web",
+        );
+        let url = std::fs::read_to_string(state.path().join("url")).unwrap();
+        GraphiteWeb {
+            url: url.trim().to_string(),
+            state,
+        }
+    }
+
+    fn script() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/graphite/graphite-web.sh")
+    }
+}
+
+impl Drop for GraphiteWeb {
+    fn drop(&mut self) {
+        let _ = Command::new(Self::script())
+            .arg("stop")
+            .env("ORACLE_STATE", self.state.path())
+            .output();
+    }
+}
+
 fn import(redis: &RedisServer, root: &Path, until: Option<u64>) -> (String, String) {
     let mut command = bin();
     command.args([
@@ -131,16 +169,7 @@ async fn the_agent_answers_for_imported_names_as_graphite_web_over_the_files() {
     let now = unix_now() / 600 * 600;
     write_whisper(dir.path(), now);
     import(&redis, dir.path(), None);
-    let state = tempfile::tempdir().unwrap();
-    let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/graphite");
-    run_ok(
-        Command::new(harness.join("graphite-web.sh"))
-            .arg("start")
-            .env("ORACLE_WHISPER_DIR", dir.path())
-            .env("ORACLE_STATE", state.path()),
-        "graphite-web",
-    );
-    let url = std::fs::read_to_string(state.path().join("url")).unwrap();
+    let oracle = GraphiteWeb::over(dir.path());
     let agent = TestAgent::start(test_config(&redis));
     let ask = |base: &str, target: &str, from: u64| -> serde_json::Value {
         let target = query_encode(target);
@@ -149,7 +178,6 @@ async fn the_agent_answers_for_imported_names_as_graphite_web_over_the_files() {
         ))
     };
     let agent_url = format!("http://{}/graphite", agent.http);
-    let oracle = url.trim().to_string();
     // Each reads its finest store that holds the range: 10 s points and 60 s slices for the
     // last 50 minutes, 60 s points and 5 min slices for three hours. The first bucket is left
     // out: the agent's first slice is the one after `from`'s, whisper's first point the one
@@ -178,7 +206,7 @@ async fn the_agent_answers_for_imported_names_as_graphite_web_over_the_files() {
             all.into_iter().skip(1).collect()
         };
         let theirs = points(ask(
-            &oracle,
+            &oracle.url,
             &format!("summarize({etsy},'{bucket}','{how}')"),
             from,
         ));
@@ -193,10 +221,6 @@ async fn the_agent_answers_for_imported_names_as_graphite_web_over_the_files() {
         );
         assert_eq!(mine, theirs, "{ours} against {etsy}, {bucket} {how}");
     }
-    let _ = Command::new(harness.join("graphite-web.sh"))
-        .arg("stop")
-        .env("ORACLE_STATE", state.path())
-        .output();
     agent.stop().await;
 }
 
@@ -248,16 +272,7 @@ async fn with_the_files_schema_every_archive_is_kept_and_read_as_graphite_web_re
     );
     assert!(tens >= 350, "{tens}");
     assert!(redis.get_counter("count:60:app.hits").len() >= 179);
-    let state = tempfile::tempdir().unwrap();
-    let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/graphite");
-    run_ok(
-        Command::new(harness.join("graphite-web.sh"))
-            .arg("start")
-            .env("ORACLE_WHISPER_DIR", dir.path())
-            .env("ORACLE_STATE", state.path()),
-        "graphite-web",
-    );
-    let oracle = std::fs::read_to_string(state.path().join("url")).unwrap();
+    let oracle = GraphiteWeb::over(dir.path());
     let agent = TestAgent::start(statsd_redis::config::Config {
         retentions: schema.into(),
         ..test_config(&redis)
@@ -276,7 +291,7 @@ async fn with_the_files_schema_every_archive_is_kept_and_read_as_graphite_web_re
         ("stats.gauges.app.queue", "app.queue", 3000, 10),
         ("stats.gauges.app.queue", "app.queue", 3 * 3600, 60),
     ] {
-        let theirs = render(oracle.trim(), etsy, now - back);
+        let theirs = render(&oracle.url, etsy, now - back);
         let mine = render(&agent_url, ours, now - back);
         let points = |v: &serde_json::Value| v[0]["datapoints"].as_array().cloned().unwrap();
         let (theirs, mine) = (points(&theirs), points(&mine));
@@ -291,9 +306,5 @@ async fn with_the_files_schema_every_archive_is_kept_and_read_as_graphite_web_re
         );
         assert_eq!(mine, theirs, "{ours} against {etsy} from -{back}s");
     }
-    let _ = Command::new(harness.join("graphite-web.sh"))
-        .arg("stop")
-        .env("ORACLE_STATE", state.path())
-        .output();
     agent.stop().await;
 }

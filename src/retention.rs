@@ -43,6 +43,10 @@ const UNITS: [(&str, u64); 6] = [
     ("years", 365 * 86_400),
 ];
 
+/// The longest any precision may be kept: far past any dashboard, and short enough that a
+/// slice plus its retention (an expiry time, a cut-off) is nowhere near overflowing.
+const LONGEST_SECS: u64 = 100 * 365 * 86_400;
+
 /// `<digits><unit>` or `<digits>`: the number and the unit's seconds (`None` when bare).
 fn quantity(text: &str) -> Result<(u64, Option<u64>), String> {
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
@@ -100,6 +104,9 @@ impl Retention {
                 return Err(format!(
                     "`{def}`: keeps {count} slices, at least 2 are needed"
                 ));
+            }
+            if precision.saturating_mul(count) > LONGEST_SECS {
+                return Err(format!("`{def}`: keeps longer than 100 years"));
             }
             archives.push(Archive { precision, count });
         }
@@ -173,23 +180,6 @@ impl Retention {
             .map(Archive::seconds)
             .max()
             .unwrap_or(0)
-    }
-
-    /// The most slices any listed precision keeps.
-    pub fn most_samples(&self) -> u64 {
-        self.archives.iter().map(|a| a.count).max().unwrap_or(0)
-    }
-
-    /// The finest listed precision whose retention reaches `age` seconds back, else the one
-    /// kept longest: the archive whisper reads a range from (`__archive_fetch`'s choice).
-    pub fn finest_covering(&self, age: u64) -> Option<u64> {
-        let mut sorted = self.archives.clone();
-        sorted.sort_by_key(|a| a.precision);
-        sorted
-            .iter()
-            .find(|a| a.seconds() >= age)
-            .or_else(|| sorted.iter().max_by_key(|a| a.seconds()))
-            .map(|a| a.precision)
     }
 
     /// The form the flush and cleaner scripts take (`flush.lua`'s sample count, `trim.lua`):
@@ -309,6 +299,8 @@ mod tests {
             "1m:7d,1h:1d",
             "1m:7d,1h:7d",
             "-1:5",
+            "1s:101y",
+            "1:99999999999999999999",
         ] {
             assert!(Retention::parse(bad).is_err(), "{bad:?} was taken");
         }
@@ -323,19 +315,9 @@ mod tests {
         assert_eq!(r.seconds(300), 7 * 86_400);
         assert_eq!(r.seconds(1), 6 * 3600);
         assert_eq!(r.longest_secs(), 5 * 365 * 86_400);
-        assert_eq!(r.most_samples(), 10_080);
         let book = Retention::book(&[1, 5, 60], 120);
         assert_eq!((book.samples(60), book.samples(3600)), (120, 120));
         assert_eq!(book.longest_secs(), 7200);
-    }
-
-    #[test]
-    fn the_finest_archive_that_reaches_back() {
-        let r = Retention::parse("10s:6h,1m:7d,1h:90d").unwrap();
-        assert_eq!(r.finest_covering(3600), Some(10));
-        assert_eq!(r.finest_covering(6 * 3600), Some(10));
-        assert_eq!(r.finest_covering(6 * 3600 + 1), Some(60));
-        assert_eq!(r.finest_covering(400 * 86_400), Some(3600));
     }
 
     #[test]

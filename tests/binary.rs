@@ -29,6 +29,11 @@ fn assert_config_error(cmd: &mut Command, key: &str) {
 #[test]
 fn bad_values_exit_2_with_one_line_naming_the_key() {
     assert_config_error(bin().args(["--sample-count", "0"]), "sample_count");
+    assert_config_error(bin().args(["--retentions", "7s:1d,1m:7d"]), "retentions");
+    assert_config_error(
+        bin().args(["--retentions", "1m:7d", "--sample-count", "1440"]),
+        "retentions",
+    );
     assert_config_error(bin().args(["--sample-count", "ten"]), "--sample-count");
     assert_config_error(
         bin().env("STATSD_REDIS_PRECISIONS", "1,x"),

@@ -136,7 +136,7 @@ impl Cleaner {
     /// Whether this pass checks `precision`: every `max(1, precision / interval)` passes.
     fn due(&self, precision: u64) -> bool {
         self.passes
-            .is_multiple_of(passes_between(precision, self.interval))
+            .is_multiple_of(passes_between(precision, self.interval.as_secs()))
     }
 
     /// The most fields a hash of `retention` holds with this cleaner's cadence: its precision's
@@ -148,7 +148,7 @@ impl Cleaner {
             .archives()
             .iter()
             .map(|a| {
-                let between = passes_between(a.precision, Duration::from_secs(interval)) * interval;
+                let between = passes_between(a.precision, interval) * interval;
                 a.count + between.div_ceil(a.precision) + 1
             })
             .max()
@@ -363,8 +363,8 @@ impl Cleaner {
 /// Slices removed, and the members whose hash is gone.
 /// Every how many passes the hashes of `precision` are trimmed: a coarse precision gains a slice
 /// in many passes' time, so it is looked at once per its precision.
-fn passes_between(precision: u64, interval: Duration) -> u64 {
-    (precision / interval.as_secs().max(1)).max(1)
+fn passes_between(precision: u64, interval_secs: u64) -> u64 {
+    (precision / interval_secs.max(1)).max(1)
 }
 
 type SlotCleaned = (u64, Vec<Vec<u8>>);

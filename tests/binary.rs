@@ -105,8 +105,12 @@ fn a_failure_after_binding_exits_1_instead_of_hanging() {
     let redis = RedisServer::start();
     let spool = tempfile::tempdir().unwrap();
     let spool_dir = spool.path().to_str().unwrap();
-    let (first, _, _) = spawn_agent(&redis.url(), &["--spool-dir", spool_dir]);
+    let (first, _, first_http) = spawn_agent(&redis.url(), &["--spool-dir", spool_dir]);
     let first = Killed(first);
+    // The HTTP port is bound before the spool is locked, and answers only after: an answer
+    // means the first agent holds the spool (on a slow machine the second could win the lock).
+    let (status, _) = http_get(([127, 0, 0, 1], first_http).into(), "/healthz");
+    assert_eq!(status, 200);
     let (udp, http, tcp) = (free_port(), free_port(), free_port());
     let mut second = bin()
         .args(["--udp", &format!("127.0.0.1:{udp}")])

@@ -315,3 +315,67 @@ fn one_agent_cleans_at_a_time_and_another_takes_over_when_it_dies() {
     second.kill().unwrap();
     second.wait().unwrap();
 }
+
+/// Two agents with `retentions`: whichever holds the lease trims each precision at its own count
+/// (not the book's 120 for all), and the one that takes over from a dead holder does the same.
+#[test]
+fn two_agents_trim_each_precision_at_its_count_whoever_holds_the_lease() {
+    let redis = RedisServer::start();
+    // Seconds kept for 30 s, tens of seconds for 10 minutes; the book's 120 would keep 2 and
+    // 20 minutes. Each seeded slice sits at least 25 s from its cutoff, so the test's own pace
+    // cannot move it across.
+    let args = [
+        "--cleaner-interval-secs",
+        "1",
+        "--retentions",
+        "1s:30s,10s:10m",
+    ];
+    let seed_both = || {
+        let now = unix_now();
+        let tens = now / 10 * 10;
+        cmd::<()>(&redis, redis::cmd("DEL").arg("count:1:x").arg("count:10:x"));
+        seed(&redis, "count:1:x", [now - 60, now - 5]);
+        index(&redis, "known:", "1:x");
+        seed(&redis, "count:10:x", [tens - 900, tens - 300]);
+        index(&redis, "known:", "10:x");
+        [vec![now - 5], vec![tens - 300]]
+    };
+    let fields = |key: &str| {
+        let mut slices: Vec<u64> = cmd(&redis, redis::cmd("HKEYS").arg(key));
+        slices.sort();
+        slices
+    };
+    let trimmed_by = |http: u16, young: &[Vec<u64>; 2]| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while [fields("count:1:x"), fields("count:10:x")] != *young {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not trimmed at the retention's counts: {:?} {:?}, want {young:?}",
+                fields("count:1:x"),
+                fields("count:10:x")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(metric_at(([127, 0, 0, 1], http).into(), "cleaner_passes_total") >= 1.0);
+    };
+
+    let young = seed_both();
+    let (first, _, first_http) = spawn_agent(
+        &redis.url(),
+        &[&args[..], &["--agent-id", "first"]].concat(),
+    );
+    let mut first = Killed(first);
+    trimmed_by(first_http, &young);
+    let (second, _, second_http) = spawn_agent(
+        &redis.url(),
+        &[&args[..], &["--agent-id", "second"]].concat(),
+    );
+    let _second = Killed(second);
+    first.kill();
+    let young = seed_both();
+    trimmed_by(second_http, &young);
+    assert_eq!(
+        cmd::<String>(&redis, redis::cmd("GET").arg("cleaner:lock")),
+        "second"
+    );
+}

@@ -129,8 +129,10 @@ pub struct Config {
     pub max_series_per_chunk: usize,
     /// 0: every precision every window. Otherwise K: counters at precision `p` are summed in the
     /// agent and written once per `min(p, K)` seconds; the hourly statistics go with the shortest
-    /// such period.
-    pub coarse_write_secs: u64,
+    /// such period. Unset: 60 with `retentions` (a write into a long listpack scans it), else 0;
+    /// read it with [`Config::coarse_write_secs`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coarse_write_secs: Option<u64>,
     /// The Graphite API also serves Etsy statsd's Graphite names (`stats_counts.<name>`,
     /// `stats.<name>`, `stats.timers.<name>.<statistic>`, `stats.gauges.<name>`,
     /// `stats.sets.<name>.count`) over the same series.
@@ -327,7 +329,7 @@ impl Default for Config {
             max_series_per_chunk: 100,
             // Off: every window is written whole, once a second (docs/layout.md, "Many series"). At 5, six of the
             // seven default precisions are written every 5 s: a third of the Redis work.
-            coarse_write_secs: 0,
+            coarse_write_secs: None,
             // Off: the Etsy names are a second tree over the same series, which only users
             // moving from Etsy statsd's dashboards want in their browser (docs/reading.md).
             graphite_etsy_names: false,
@@ -391,7 +393,8 @@ pub fn redacted(url: &str) -> String {
 }
 
 impl Config {
-    /// The configuration with every password replaced by `***` (`--print-config`).
+    /// The configuration with every password replaced by `***` and `coarse_write_secs` in force
+    /// (`--print-config`).
     pub fn redacted(&self) -> Config {
         Config {
             redis: redacted(&self.redis),
@@ -401,6 +404,7 @@ impl Config {
                 .iter()
                 .map(|u| redacted(u))
                 .collect(),
+            coarse_write_secs: Some(self.coarse_write_secs()),
             ..self.clone()
         }
     }
@@ -589,11 +593,8 @@ impl Config {
         if self.max_series_per_chunk == 0 {
             return Err(err("max_series_per_chunk", "must be at least 1"));
         }
-        if !self
-            .coarse_write_secs
-            .is_multiple_of(self.flush_interval_secs)
-            || self.coarse_write_secs > 3600
-        {
+        let coarse = self.coarse_write_secs();
+        if !coarse.is_multiple_of(self.flush_interval_secs) || coarse > 3600 {
             return Err(err(
                 "coarse_write_secs",
                 "must be 0 or a multiple of flush_interval_secs, at most 3600",
@@ -895,7 +896,8 @@ pub struct Args {
     #[arg(long, env = "STATSD_REDIS_MAX_SERIES_PER_CHUNK", value_name = "N")]
     pub max_series_per_chunk: Option<usize>,
     /// Write counters at precision p once per min(p, SECS) seconds, and timer stats with the
-    /// shortest such period, summed in the agent; 0 writes everything every window [default: 0].
+    /// shortest such period, summed in the agent; 0 writes everything every window [default: 60
+    /// with --retentions, else 0].
     #[arg(long, env = "STATSD_REDIS_COARSE_WRITE_SECS", value_name = "SECS")]
     pub coarse_write_secs: Option<u64>,
     /// Serve Etsy statsd's Graphite names too [default: false].
@@ -994,6 +996,19 @@ impl Config {
         self.retention().precisions()
     }
 
+    /// `coarse_write_secs` in force: as configured, or by default a minute with `retentions`
+    /// (each write into a week of minutes scans its listpack: once a minute instead of every
+    /// second keeps Redis's CPU under the book's defaults') and 0 without. The minute is rounded
+    /// up to a multiple of `flush_interval_secs`, as the key must be.
+    pub fn coarse_write_secs(&self) -> u64 {
+        let window = self.flush_interval_secs.max(1);
+        match (self.coarse_write_secs, self.retentions.is_empty()) {
+            (Some(k), _) => k,
+            (None, false) if window <= 3600 => 60u64.div_ceil(window) * window,
+            (None, _) => 0,
+        }
+    }
+
     /// How far back a timestamped value is taken: `max_timestamp_age_secs`, or by default the
     /// longest retention.
     pub fn timestamp_age_limit(&self) -> u64 {
@@ -1026,7 +1041,7 @@ impl Args {
         macro_rules! overlay {
             ($($field:ident),*) => {
                 let Args { config: _, $($field),* } = self;
-                $( if let Some(v) = $field { config.$field = v; } )*
+                $( if let Some(v) = $field { config.$field = v.into(); } )*
             };
         }
         overlay!(
@@ -1155,16 +1170,21 @@ mod tests {
     fn every_key_is_in_the_example_file() {
         let text = include_str!("../config.example.toml");
         let table: toml::Table = text.parse().unwrap();
-        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        let defaults = toml::Table::try_from(Config::default().redacted()).unwrap();
+        // A key whose default depends on another is there as a comment (a value would override
+        // the dependent default).
         for key in defaults.keys() {
-            assert!(table.contains_key(key), "config.example.toml lacks `{key}`");
+            assert!(
+                table.contains_key(key) || text.contains(&format!("\n# {key} = ")),
+                "config.example.toml lacks `{key}`"
+            );
         }
     }
 
     #[test]
     fn every_key_has_a_flag_and_a_variable() {
         let command = <Args as clap::Args>::augment_args(clap::Command::new("statsd-redis"));
-        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        let defaults = toml::Table::try_from(Config::default().redacted()).unwrap();
         for key in defaults.keys() {
             let arg = command
                 .get_arguments()
@@ -1189,12 +1209,13 @@ mod tests {
     #[test]
     fn every_flags_help_shows_the_real_default() {
         let command = <Args as clap::Args>::augment_args(clap::Command::new("statsd-redis"));
-        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        let defaults = toml::Table::try_from(Config::default().redacted()).unwrap();
         // Defaults that depend on something else, said in words.
         let said = [
             ("redis_cluster_nodes", "the --redis URL"),
             ("redis_tls_ca_file", "the built-in roots"),
             ("agent_id", "random per start"),
+            ("coarse_write_secs", "60 with --retentions, else 0"),
         ];
         let mut wrong = Vec::new();
         for (key, value) in &defaults {
@@ -1243,6 +1264,36 @@ mod tests {
         assert_eq!(book.counter_precisions(), DEFAULT_PRECISIONS);
         assert_eq!(book.retention().samples(86_400), 120);
         assert_eq!(book.timestamp_age_limit(), 120 * 86_400);
+    }
+
+    /// Under `retentions` the coarse precisions are written once a minute unless the key says
+    /// otherwise (an explicit 0 included); the book's spelling keeps every window. The value in
+    /// force is what `--print-config` shows.
+    #[test]
+    fn coarse_write_secs_defaults_to_a_minute_under_retentions() {
+        let printed =
+            |c: &Config| toml::Table::try_from(c.redacted()).unwrap()["coarse_write_secs"].clone();
+        let schema = Config::from_toml("retentions = \"10s:6h,1m:7d\"").unwrap();
+        assert_eq!(schema.coarse_write_secs(), 60);
+        assert_eq!(printed(&schema).as_integer(), Some(60));
+        let every =
+            Config::from_toml("retentions = \"10s:6h,1m:7d\"\ncoarse_write_secs = 0").unwrap();
+        assert_eq!(every.coarse_write_secs(), 0);
+        assert_eq!(printed(&every).as_integer(), Some(0));
+        assert_eq!(Config::default().coarse_write_secs(), 0);
+        assert_eq!(printed(&Config::default()).as_integer(), Some(0));
+        let flag = Args {
+            retentions: Some("10s:6h,1m:7d".into()),
+            coarse_write_secs: Some(10),
+            ..Args::default()
+        };
+        assert_eq!(flag.into_config().unwrap().coarse_write_secs(), 10);
+        let slow = Config::from_toml(
+            "retentions = \"70s:1h\"\nflush_interval_secs = 7\nquantile_write_secs = 0",
+        )
+        .unwrap();
+        slow.validate().unwrap();
+        assert_eq!(slow.coarse_write_secs(), 63);
     }
 
     #[test]

@@ -468,7 +468,7 @@ async fn a_writer_racing_the_cleaner_never_leaves_a_hash_unindexed() {
 async fn coarse_writes_are_exact_in_a_cluster_too() {
     let cluster = Cluster::start();
     let agent = TestAgent::start(Config {
-        coarse_write_secs: 5,
+        coarse_write_secs: Some(5),
         ..cluster_config(&cluster)
     });
     let sent = send_load(agent.udp[0], Duration::from_secs(4), 50, 50).await;

@@ -542,7 +542,7 @@ async fn coarse_writes_keep_every_precision_and_the_stats_exact() {
     // 1 s every window; 2 s once per 2 s with the stats; 3 s and 60 s once per 3 s.
     let precisions = [1, 2, 3, 60];
     let agent = TestAgent::start(Config {
-        coarse_write_secs: 3,
+        coarse_write_secs: Some(3),
         precisions: precisions.to_vec(),
         ..test_config(&redis)
     });
@@ -605,7 +605,7 @@ async fn index_members_lost_with_redis_data_come_back_within_the_longest_period(
     // 1 s every window; 2 s once per 2 s (with the 1 s index); 6 s once per 6 s.
     let precisions = [1, 2, 6];
     let agent = TestAgent::start(Config {
-        coarse_write_secs: 6,
+        coarse_write_secs: Some(6),
         precisions: precisions.to_vec(),
         ..test_config(&redis)
     });

@@ -67,7 +67,7 @@ impl Coarse {
     /// The levels `config` asks for; `None` when nothing is deferred.
     pub(super) fn new(config: &Config) -> Option<Coarse> {
         let interval = config.flush_interval_secs;
-        let k = config.coarse_write_secs;
+        let k = config.coarse_write_secs();
         let period = |p: u64| p.min(k);
         let fine = |p: u64| period(p) <= interval;
         let retention = config.retention();

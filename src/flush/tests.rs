@@ -9,7 +9,7 @@ use std::time::Duration;
 /// A closer over one reader's window, coarse writes every `coarse_write_secs` windows.
 fn closer(coarse_write_secs: u64) -> (Closer, Arc<Mutex<Window>>) {
     closer_with(Config {
-        coarse_write_secs,
+        coarse_write_secs: Some(coarse_write_secs),
         max_series_per_chunk: 100,
         ..Config::default()
     })
@@ -250,7 +250,7 @@ fn a_late_close_does_not_mix_slices_in_a_group() {
 fn without_a_coarse_precision_nothing_is_deferred() {
     let config = Config {
         precisions: vec![1],
-        coarse_write_secs: 5,
+        coarse_write_secs: Some(5),
         ..Config::default()
     };
     assert!(Coarse::new(&config).is_none());
@@ -275,7 +275,7 @@ fn a_group_is_written_once_and_spread_over_the_next_windows() {
 fn each_precision_is_written_once_per_its_slice_or_per_coarse_write_secs() {
     use CounterWrite::*;
     let config = Config {
-        coarse_write_secs: 60,
+        coarse_write_secs: Some(60),
         ..Config::default()
     };
     let coarse = Coarse::new(&config).unwrap();

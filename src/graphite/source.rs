@@ -938,8 +938,8 @@ impl<'a> Source<'a> {
         let c = self.config;
         let deferred = match leaf.kind {
             Kind::Stat(..) | Kind::Etsy(..) => c.quantile_write_secs,
-            Kind::Counter if c.coarse_write_secs > 0 && step as u64 > c.flush_interval_secs => {
-                c.coarse_write_secs.min(step as u64)
+            Kind::Counter if c.coarse_write_secs() > 0 && step as u64 > c.flush_interval_secs => {
+                c.coarse_write_secs().min(step as u64)
             }
             _ => 0,
         };

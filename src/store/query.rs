@@ -183,7 +183,7 @@ pub fn arriving_from(config: &Config, schedule: Schedule, precision: u64, now: u
     // dealt over the next period's windows (coarse: min(p, K); buckets: Q), unless that period
     // is a window or less (written with every window).
     let period = match schedule {
-        Schedule::Counters => precision.min(config.coarse_write_secs),
+        Schedule::Counters => precision.min(config.coarse_write_secs()),
         Schedule::Buckets => config.quantile_write_secs,
         Schedule::Values => 0,
     };
@@ -368,7 +368,7 @@ mod tests {
         let now = 1_795_320_489; // 14:08:09 UTC
         let k60 = Config {
             quantile_write_secs: 0,
-            coarse_write_secs: 60,
+            coarse_write_secs: Some(60),
             ..Config::default()
         };
         let (def, minute, hour) = (Config::default(), now / 60 * 60, now / 3600 * 3600);

@@ -96,7 +96,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let mut s = one.clone();
             fit(&mut s, 100, 60 * POINTS as i64);
-            s.points()
+            s.points().into_owned()
         })
     });
     let hundred: Vec<Series> = (0..100)

@@ -2,6 +2,8 @@
 //! (`end` exclusive), a name, the path expression it came from, its tags, and how it is
 //! consolidated (`valuesPerPoint` values averaged, or summed…, into one point).
 
+use std::borrow::Cow;
+
 /// One point: `None` is a slice without data (graphite's `None`, `null` in JSON).
 pub type Point = Option<f64>;
 
@@ -106,10 +108,11 @@ impl Series {
         self.name = name;
     }
 
-    /// The values as graphite-web iterates them: consolidated `values_per_point` at a time.
-    pub fn points(&self) -> Vec<Point> {
+    /// The values as graphite-web iterates them: consolidated `values_per_point` at a time
+    /// (borrowed when there is nothing to consolidate: a week of minutes is 10 080 points).
+    pub fn points(&self) -> Cow<'_, [Point]> {
         if self.values_per_point <= 1 {
-            return self.values.clone();
+            return Cow::Borrowed(&self.values);
         }
         self.values
             .chunks(self.values_per_point)
@@ -126,11 +129,17 @@ impl Series {
 
     /// The points graphite-web's `datapoints` gives times to (`start` by `step ×
     /// values_per_point`, up to `end`), and that step.
-    pub fn timed_points(&self) -> (Vec<Point>, i64) {
+    pub fn timed_points(&self) -> (Cow<'_, [Point]>, i64) {
         let step = self.step * self.values_per_point.max(1) as i64;
         let mut points = self.points();
         if step > 0 {
-            points.truncate(((self.end - self.start).div_euclid(step) + 1).max(0) as usize);
+            let timed = ((self.end - self.start).div_euclid(step) + 1).max(0) as usize;
+            if timed < points.len() {
+                match &mut points {
+                    Cow::Borrowed(all) => *all = &all[..timed],
+                    Cow::Owned(all) => all.truncate(timed),
+                }
+            }
         }
         (points, step)
     }
@@ -185,8 +194,8 @@ pub fn lcm(a: i64, b: i64) -> i64 {
 /// Rows of the consolidated points of `series`, the shorter ones padded with nulls
 /// (`izip_longest`).
 pub fn rows(series: &[Series]) -> Vec<Vec<Point>> {
-    let points: Vec<Vec<Point>> = series.iter().map(Series::points).collect();
-    let n = points.iter().map(Vec::len).max().unwrap_or(0);
+    let points: Vec<_> = series.iter().map(Series::points).collect();
+    let n = points.iter().map(|p| p.len()).max().unwrap_or(0);
     (0..n)
         .map(|i| points.iter().map(|p| p.get(i).copied().flatten()).collect())
         .collect()
@@ -225,9 +234,9 @@ mod tests {
     fn consolidation_skips_nulls_and_keeps_the_short_last_chunk() {
         let mut s = series(0, 5, &[Some(1.0), None, Some(3.0), Some(4.0), None]);
         s.values_per_point = 2;
-        assert_eq!(s.points(), [Some(1.0), Some(3.5), None]);
+        assert_eq!(*s.points(), [Some(1.0), Some(3.5), None]);
         s.consolidation = "sum".into();
-        assert_eq!(s.points(), [Some(1.0), Some(7.0), None]);
+        assert_eq!(*s.points(), [Some(1.0), Some(7.0), None]);
         let (points, step) = s.timed_points();
         assert_eq!((points.len(), step), (3, 10), "times 0, 10, 20");
     }

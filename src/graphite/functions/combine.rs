@@ -831,7 +831,7 @@ fn as_percent(
             normalize(&mut both);
             let total = both.pop().expect("the total");
             list = both;
-            (total.points(), total.name.clone())
+            (total.points().into_owned(), total.name.clone())
         }
         Some(other) => {
             let v = other.number()?;

@@ -228,8 +228,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
         Body::Apply(|a, _| {
             let n = outside(a.float(1));
             let list = a.series(0);
-            let points: Vec<Vec<Point>> = list.iter().map(Series::points).collect();
-            let columns = points.iter().map(Vec::len).min().unwrap_or(0);
+            let points: Vec<_> = list.iter().map(|s| s.points().into_owned()).collect();
+            let columns = points.iter().map(|p| p.len()).min().unwrap_or(0);
             let column = |i: usize| points.iter().map(|p| p[i]).collect::<Vec<_>>();
             let low: Vec<Point> = (0..columns)
                 .map(|i| percentile(&column(i), 100.0 - n, false))

@@ -1064,7 +1064,7 @@ pub fn derive(
     f: impl FnOnce(&Series, Vec<Point>) -> Vec<Point>,
 ) -> Series {
     s.tags.set(tag.0, tag.1);
-    let values = f(&s, s.points());
+    let values = f(&s, s.points().into_owned());
     s.derived(name, values)
 }
 

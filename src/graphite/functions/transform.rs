@@ -978,7 +978,7 @@ fn hitcount(a: &mut Args, _: &mut Ctx, mut fetched: Vec<Vec<Series>>) -> Result<
         bounded("hitcount", buckets)?;
         let mut sums: Vec<Vec<f64>> = vec![Vec::new(); buckets.max(0) as usize];
         let start = s.end - buckets * interval;
-        for (i, v) in s.points().into_iter().enumerate() {
+        for (i, &v) in s.points().iter().enumerate() {
             let Some(v) = v else { continue };
             let t = s.start + i as i64 * step;
             let (first, first_mod) = (

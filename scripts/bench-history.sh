@@ -14,16 +14,17 @@
 #     then none), loadgen sending every series every second, Redis's CPU (INFO cpu) and HINCRBY
 #     calls over `secs` seconds of steady load (for --coarse-write-secs 60 from a minute
 #     boundary on, as its writes of a minute are spread over the next: keep `secs` a multiple
-#     of 60): the schema at --coarse-write-secs 0 and 60, the book's defaults at 0;
+#     of 60): the schema at each --coarse-write-secs of SCHEMA_COARSE (0 and 60), the book's
+#     defaults at 0;
 #   render: the schema agent timing /graphite/render of 100 series (load.1??.c: 200 series or
-#     more) from -7d and from -1d (render_timing, below).
-# Medians over the runs. The import at the schema is the slow part: each slice it appends to a
-# listpack is looked for in all of it first (~0.85 s of Redis CPU a series, on 2 busy cores): a
-# run of 200 series takes ~9 min (import ~3, loads ~4, render ~2); 10 000 series would take
-# hours to import, hence the default.
+#     more) from -7d and from -1d, beside Redis's own time for them (render_timing, below).
+# Medians over the runs. The import makes each hash whole with RESTORE (about 10 ms a series
+# here); a run of 200 series takes ~6 min (mostly the minutes of load). At 10 000 series the
+# schema written every second (coarse 0) needs ~5 Redis cores (31 ms of Redis CPU a
+# series-minute): measure it with SCHEMA_COARSE=60 there.
 #
 #   [AGENT=binary] [LOADGEN=binary] [RENDER_REQUESTS=3] [RENDER_TIMEOUT=60] \
-#     scripts/bench-history.sh [series=200] [runs=3] [secs=60]
+#     [SCHEMA_COARSE="0 60"] scripts/bench-history.sh [series=200] [runs=3] [secs=60]
 #
 # AGENT, LOADGEN: builds to use instead of this checkout's release build (which is then not
 # built). RENDER_*: requests timed per range, and the seconds after which one ends the range's
@@ -146,27 +147,36 @@ print('$label cpu', ($cpu3 - $cpu2) / (s * m) * 1e6)
 print('$label hincrby', ($calls3 - $calls2) / (s * m))" >>"$results"
 }
 
-# render_timing HTTP-PORT [requests=5] [timeout=60]: a running agent's Graphite render of 100
-# series (load.1??.c) as JSON, from -1d and from -7d, each timed `requests` times one after the
-# other: the median in ms, with the series and points answered. A request that takes longer
+# render_timing HTTP-PORT REDIS-PORT [requests=5] [timeout=60]: a running agent's Graphite
+# render of 100 series (load.1??.c) as JSON, from -1d and from -7d, each timed `requests` times
+# one after the other: the median in ms, with the series and points answered, and Redis's own
+# time a render (the usec of INFO commandstats over the requests). A request that takes longer
 # than `timeout` seconds ends that range's timing ("timed out", its Redis work goes on).
 render_timing() {
-  local port=$1 n=${2:-5} limit=${3:-60} from i code
+  local port=$1 redis_port=$2 n=${3:-5} limit=${4:-60} from i code
   for from in -1d -7d; do
+    redis-cli -p "$redis_port" config resetstat >/dev/null
     for i in $(seq "$n"); do
       code=$(curl -sg --max-time "$limit" -o "$dir/render.json" -w '%{http_code} %{time_total}' \
         "http://127.0.0.1:$port/graphite/render?target=load.1%3F%3F.c&from=$from&format=json" || true)
       echo "$code"
       [ "${code%% *}" = 200 ] || break
-    done | python3 -c "
+    done >"$dir/render.codes"
+    redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+      awk -F'[=,]' '/^cmdstat_/ {u += $4} END {print "redis_usec", u}' >>"$dir/render.codes"
+    python3 -c "
 import json, statistics, sys
-rows = [l.split() for l in sys.stdin]
+lines = open('$dir/render.codes').read().split('\\n')
+redis_usec = float([l for l in lines if l.startswith('redis_usec')][0].split()[1])
+rows = [l.split() for l in lines if l and not l.startswith('redis_usec')]
 ok = [float(r[1]) for r in rows if r[0] == '200']
 answer = json.load(open('$dir/render.json')) if rows[-1][0] == '200' else []
 points = sum(len(s['datapoints']) for s in answer)
 if len(ok) == len(rows):
     ms = statistics.median(ok) * 1e3
-    print(f'render from=$from: median {ms:.1f} ms of {len(rows)} ({len(answer)} series, {points} points)')
+    redis = redis_usec / len(rows) / 1e3
+    print(f'render from=$from: median {ms:.1f} ms of {len(rows)} ({len(answer)} series, {points} points)'
+          f' redis {redis:.1f} ms')
 else:
     print(f'render from=$from: timed out or failed (HTTP {rows[-1][0]} after {float(rows[-1][1]):.1f} s,'
           f' request {len(rows)}; {len(ok)} answered before)')"
@@ -201,10 +211,13 @@ layout() {
   echo "$name enc $enc" >>"$results"
   rm -rf "$dir/whisper"
   if [ "$name" = schema ]; then
-    write_cost "$port" schema-0 0 "${flags[@]}"
-    kill "$agent_pid"; wait "$agent_pid" || true
-    write_cost "$port" schema-60 60 "${flags[@]}"
-    render_timing "$http" "${RENDER_REQUESTS:-3}" "${RENDER_TIMEOUT:-60}" | sed 's/^/schema /' >>"$results"
+    local coarse running=false
+    for coarse in ${SCHEMA_COARSE:-0 60}; do
+      if $running; then kill "$agent_pid"; wait "$agent_pid" || true; fi
+      running=true
+      write_cost "$port" "schema-$coarse" "$coarse" "${flags[@]}"
+    done
+    render_timing "$http" "$port" "${RENDER_REQUESTS:-3}" "${RENDER_TIMEOUT:-60}" | sed 's/^/schema /' >>"$results"
   else
     write_cost "$port" book-0 0
   fi
@@ -228,9 +241,9 @@ path, series, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 num, text, render = collections.defaultdict(list), collections.defaultdict(list), collections.defaultdict(list)
 failed = []
 for line in open(path):
-    m = re.match(r'schema render from=(\S+): median ([\d.]+) ms of \d+ \((\d+) series, (\d+) points\)', line)
+    m = re.match(r'schema render from=(\S+): median ([\d.]+) ms of \d+ \((\d+) series, (\d+) points\) redis ([\d.]+) ms', line)
     if m:
-        render[m[1]].append((float(m[2]), int(m[3]), int(m[4])))
+        render[m[1]].append((float(m[2]), int(m[3]), int(m[4]), float(m[5])))
         continue
     if ' render ' in line:
         failed.append('schema agent ' + line.split(' ', 1)[1].strip())
@@ -255,15 +268,16 @@ print()
 book = med('book-0', 'cpu')
 print(f"{'write cost (Redis CPU)':<28} {'coarse s':>8} {'us/series-min':>13} {'x book':>7} "
       f"{'HINCRBY/series-min':>18} {'cleaner 1st pass us/series':>26}")
-for label, title, coarse in (('schema-0', 'schema', 0), ('schema-60', 'schema', 60), ('book-0', 'book 7 x 120', 0)):
+for label, title, coarse in [(f'schema-{c}', 'schema', c) for c in sorted({int(l[7:]) for l, _ in num if l.startswith('schema-')})] + [('book-0', 'book 7 x 120', 0)]:
     cpu = med(label, 'cpu')
     print(f"{title:<28} {coarse:>8} {cpu:>13.0f} {cpu / book:>7.2f} {med(label, 'hincrby'):>18.1f} "
           f"{med(label, 'cleaner'):>26.0f}")
 print()
 for frm, rows in render.items():
     ms = statistics.median(r[0] for r in rows)
+    redis = statistics.median(r[3] for r in rows)
     print(f"render (schema agent) from={frm}: {ms:.1f} ms (median over the runs of each run's median)"
-          f" ({rows[0][1]} series, {rows[0][2]} points)")
+          f" ({rows[0][1]} series, {rows[0][2]} points); Redis's own time {redis:.1f} ms, x{ms / redis:.2f}")
 for line in failed:
     print(line)
 EOF

@@ -307,8 +307,9 @@ async fn set_hash(
         return Ok(());
     }
     let mut pipe = redis::pipe();
+    // HSET of many pairs, not the redis crate's HMSET: one command fewer in the agent's ACL.
     for batch in missing.chunks(1000) {
-        pipe.hset_multiple(key, batch).ignore();
+        pipe.cmd("HSET").arg(key).arg(batch).ignore();
     }
     pipe.query_async(conn).await
 }

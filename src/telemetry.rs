@@ -51,15 +51,18 @@ pub enum WriteFailure {
     NotInteger,
     /// Statistics merged with stored values would be NaN.
     NotANumber,
+    /// The Redis user's ACL refuses the command or the key.
+    NoPermission,
     Other,
 }
 
 impl WriteFailure {
-    pub const ALL: [WriteFailure; 5] = [
+    pub const ALL: [WriteFailure; 6] = [
         WriteFailure::WrongType,
         WriteFailure::Overflow,
         WriteFailure::NotInteger,
         WriteFailure::NotANumber,
+        WriteFailure::NoPermission,
         WriteFailure::Other,
     ];
 
@@ -69,6 +72,7 @@ impl WriteFailure {
             WriteFailure::Overflow => "overflow",
             WriteFailure::NotInteger => "not_integer",
             WriteFailure::NotANumber => "not_a_number",
+            WriteFailure::NoPermission => "no_permission",
             WriteFailure::Other => "other",
         }
     }

@@ -64,7 +64,7 @@ impl Cached {
 /// A failed Redis call.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("redis: {0}")]
+    #[error("redis: {0}{hint}", hint = acl_hint(&.0.to_string()))]
     Redis(#[from] redis::RedisError),
     #[error("redis: no answer within {0:?}")]
     Timeout(Duration),
@@ -80,6 +80,16 @@ impl StoreError {
     /// Nothing listens where the agent looks for Redis (a fresh machine without one).
     pub fn no_redis_there(&self) -> bool {
         matches!(self, StoreError::Redis(e) if e.is_connection_refusal())
+    }
+}
+
+/// What an error of Redis's ACL (`NOPERM`: a command or key the user may not touch) adds, else
+/// nothing: where the agent's ACL is given.
+pub fn acl_hint(error: &str) -> &'static str {
+    if error.contains("no permissions to") {
+        " (the Redis user's ACL does not allow it: docs/operations.md, \"A Redis user of least privilege\", gives the ACL the agent needs)"
+    } else {
+        ""
     }
 }
 

@@ -623,6 +623,11 @@ pub fn spawn_agent_in(mut agent: Command, redis_url: &str, extra: &[&str]) -> (C
 /// An agent process killed (SIGKILL) when dropped, so a failing test leaves none behind.
 /// SIGTERM, then the exit code and everything the agent logged.
 pub fn terminate(mut child: std::process::Child) -> (Option<i32>, String, Duration) {
+    terminate_in_place(&mut child)
+}
+
+/// [`terminate`] of a child still owned by its caller.
+pub fn terminate_in_place(child: &mut std::process::Child) -> (Option<i32>, String, Duration) {
     let signalled = Instant::now();
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -703,6 +708,11 @@ impl Drop for SmallDisk {
 pub struct Killed(pub Child);
 
 impl Killed {
+    /// SIGTERM, as a shutdown would: [`terminate`].
+    pub fn terminate(&mut self) -> (Option<i32>, String, Duration) {
+        terminate_in_place(&mut self.0)
+    }
+
     /// SIGKILL now, as a crash would.
     pub fn kill(&mut self) {
         let _ = self.0.kill();

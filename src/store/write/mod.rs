@@ -230,6 +230,8 @@ fn write_failure(error: &str) -> WriteFailure {
         WriteFailure::NotInteger
     } else if error.contains("not a number") || error.contains("NaN") {
         WriteFailure::NotANumber
+    } else if !super::acl_hint(error).is_empty() {
+        WriteFailure::NoPermission
     } else {
         WriteFailure::Other
     }
@@ -466,7 +468,7 @@ impl Writer {
         if let Some(times) = self.failure_log.occurred() {
             tracing::warn!(
                 key,
-                error,
+                error = format!("{error}{}", super::acl_hint(error)),
                 reason = reason.as_str(),
                 times,
                 "Redis refused a write and it was skipped (more are counted in write_failures_total)"

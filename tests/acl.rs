@@ -1,0 +1,321 @@
+//! Least privilege in Redis: the agent's whole cycle run as a Redis user holding exactly the
+//! ACL docs/operations.md gives (read from the page, so the page and the test cannot part):
+//! every metric type, events and service checks, coarse and quantile writes, the cleaner, the
+//! Graphite API with Etsy's names, the CLI, and `import whisper` into a new hash and into one the
+//! agent wrote. Redis's `ACL LOG` must stay empty and every count come back exact; a user short
+//! of one command gets an error that names the command.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The `ACL SETUSER <user>` line docs/operations.md gives (the agent's, `statsd-redis`, or the
+/// reader's, `statsd-reader`).
+fn documented_acl(user: &str) -> String {
+    let page = include_str!("../docs/operations.md");
+    let lines: Vec<&str> = page
+        .lines()
+        .filter(|l| l.starts_with(&format!("ACL SETUSER {user} ")))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "docs/operations.md gives one line for {user}"
+    );
+    lines[0].to_string()
+}
+
+/// Runs an `ACL SETUSER` line as the server's default user, with `key_prefix` "" (`~*`, `%R~*`)
+/// and a password for its placeholder.
+fn set_user(redis: &RedisServer, line: &str) {
+    let line = line
+        .replace(">PASSWORD", ">secret")
+        .replace("~PREFIX*", "~*");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    redis::cmd(words[0])
+        .arg(&words[1..])
+        .query::<()>(&mut redis.conn())
+        .unwrap_or_else(|e| panic!("{line}: {e}"));
+}
+
+fn acl_log(redis: &RedisServer) -> Vec<redis::Value> {
+    redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut redis.conn())
+        .unwrap()
+}
+
+/// Every key and its value in `DUMP`'s form.
+fn snapshot(redis: &RedisServer) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut conn = redis.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    keys.into_iter()
+        .map(|k| {
+            let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(&mut conn).unwrap();
+            (k, dump)
+        })
+        .collect()
+}
+
+fn as_user(redis: &RedisServer, user: &str) -> String {
+    format!("{}?user={user}&pass=secret", redis.url())
+}
+
+/// `statsd-redis get …` as the ACL user, its JSON.
+fn get(url: &str, args: &[&str]) -> serde_json::Value {
+    let out = run_ok(
+        bin().arg("get").args(args).args(["--json", "--redis", url]),
+        "statsd-redis get",
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// A whisper file of one counter (10 s points for an hour, then minutes) under `root`, at
+/// `rel`, with a point of 3 every 10 s for the half hour before `end`.
+fn write_whisper(root: &std::path::Path, rel: &str, end: u64) {
+    let script = r#"
+import os, sys, whisper
+path, end = sys.argv[1], int(sys.argv[2])
+os.makedirs(os.path.dirname(path), exist_ok=True)
+whisper.create(path, [(10, 360), (60, 1440)], xFilesFactor=0, aggregationMethod='sum')
+whisper.update_many(path, [(t, 3) for t in range(end - 1800, end, 10)], now=end)
+"#;
+    let path = root.join(rel);
+    run_ok(
+        Command::new("/usr/bin/python3").args([
+            "-c",
+            script,
+            path.to_str().unwrap(),
+            &end.to_string(),
+        ]),
+        "python3-whisper (apt-get install -y python3-whisper)",
+    );
+}
+
+#[test]
+fn the_whole_cycle_runs_as_the_documented_acl_user() {
+    let redis = RedisServer::start();
+    set_user(&redis, &documented_acl("statsd-redis"));
+    let url = as_user(&redis, "statsd-redis");
+    let (agent, udp, http) = spawn_agent(
+        &url,
+        &[
+            "--coarse-write-secs",
+            "5",
+            "--quantile-write-secs",
+            "5",
+            "--cleaner-interval-secs",
+            "1",
+            "--graphite-etsy-names",
+            "true",
+        ],
+    );
+    let mut agent = Killed(agent);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let send = |text: &str| {
+        socket.send_to(text.as_bytes(), ("127.0.0.1", udp)).unwrap();
+    };
+    for _ in 0..10 {
+        send("acl.c:1|c\nacl.c:9|c|@0.5");
+    }
+    send("acl.g:5|g\nacl.g:+3|g\nacl.s:a|s\nacl.s:b|s\nacl.s:a|s");
+    send("acl.t:10|ms\nacl.t:30|ms\nacl.h:4|h\nacl.d:2|d\nacl.tagged:1|c|#env:prod");
+    send("_e{9,5}:acl.event|hello\n_sc|acl.check|1|m:late");
+
+    // The counter's total at the finest precision, written every window.
+    let wanted = 10 * (1 + 18);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.counter_total(1, "acl.c") != wanted {
+        assert!(Instant::now() < deadline, "{:?}", acl_log(&redis));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The Graphite API, as Grafana asks it, under Etsy's name and the agent's own.
+    let base = format!("http://127.0.0.1:{http}/graphite");
+    let render = |target: &str| {
+        let answer = curl_json(&format!(
+            "{base}/render?target={target}&from=-5min&format=json"
+        ));
+        answer[0]["datapoints"].as_array().map_or(0.0, |points| {
+            points.iter().filter_map(|p| p[0].as_f64()).sum()
+        })
+    };
+    // With coarse writes a new series is indexed with its group's write, a few seconds on.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for target in ["stats_counts.acl.c", "acl.c"] {
+        while render(target) != wanted as f64 {
+            assert!(Instant::now() < deadline, "{target}: {}", render(target));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let found = curl_json(&format!("{base}/metrics/find?query=acl.*"));
+    assert!(found.to_string().contains("\"acl.c\""), "{found}");
+
+    // SIGTERM writes every sum still held (coarse and quantile), then the cleaner's and the
+    // readers' work is done as the same user.
+    let (code, log, _) = agent.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    for precision in [5, 60, 300, 3600, 18_000, 86_400] {
+        assert_eq!(
+            redis.counter_total(precision, "acl.c"),
+            wanted,
+            "{precision}"
+        );
+    }
+    let counter = get(&url, &["counter", "acl.c", "--precision", "86400"]);
+    let total: i64 = counter
+        .as_array()
+        .unwrap_or_else(|| panic!("{counter}"))
+        .iter()
+        .map(|s| s[1].as_i64().unwrap())
+        .sum();
+    assert_eq!(total, wanted);
+    let gauge = get(&url, &["gauge", "acl.g"]);
+    assert_eq!(gauge.as_f64(), Some(8.0), "{gauge}");
+    let stats = get(&url, &["stats", "acl.t"]);
+    assert_eq!(stats["count"].as_f64(), Some(2.0), "{stats}");
+    assert_eq!(stats["sum"].as_f64(), Some(40.0), "{stats}");
+    let percentiles = get(&url, &["percentiles", "acl.h", "--type", "Histogram"]);
+    assert_eq!(percentiles["count"].as_f64(), Some(1.0), "{percentiles}");
+    let distribution = get(&url, &["percentiles", "acl.d", "--type", "Distribution"]);
+    assert_eq!(distribution["count"].as_f64(), Some(1.0), "{distribution}");
+    let set = get(&url, &["set", "acl.s"]);
+    assert_eq!(set[0][1].as_i64(), Some(2), "{set}");
+    let events = get(&url, &["log", "events"]);
+    assert!(events.to_string().contains("hello"), "{events}");
+    let check = get(&url, &["log", "acl.check", "--severity", "warning"]);
+    assert!(check.to_string().contains("late"), "{check}");
+    let known = get(&url, &["known"]);
+    assert!(known.to_string().contains("acl.tagged;env=prod"), "{known}");
+    assert_eq!(get(&url, &["slowest"])[0][0].as_str(), Some("acl.t"));
+
+    // import whisper: a new name (a hash made whole) and the agent's own (slices added).
+    let files = tempfile::tempdir().unwrap();
+    // Whole minutes an hour back: within the minutes' two hours, before anything the agent wrote.
+    let end = unix_now() / 60 * 60 - 3600;
+    write_whisper(files.path(), "stats_counts/acl/imported.wsp", end);
+    write_whisper(files.path(), "stats_counts/acl/c.wsp", end);
+    let out = run_ok(
+        bin()
+            .args(["import", "whisper"])
+            .arg(files.path())
+            .args(["--redis", &url]),
+        "statsd-redis import whisper",
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("imported 2 files"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(redis.counter_total(60, "acl.imported"), 180 * 3);
+    assert_eq!(redis.counter_total(60, "acl.c"), wanted + 180 * 3);
+    assert_eq!(acl_log(&redis), Vec::<redis::Value>::new());
+
+    // The reader's ACL: the CLI, and an agent that serves the APIs over what others wrote
+    // (no traffic, no cleaner), read everything back and write nothing.
+    set_user(&redis, &documented_acl("statsd-reader"));
+    let reader = as_user(&redis, "statsd-reader");
+    let before = snapshot(&redis);
+    let counter = get(&reader, &["counter", "acl.c", "--precision", "60"]);
+    let total: i64 = counter
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s[1].as_i64().unwrap())
+        .sum();
+    assert_eq!(total, wanted + 180 * 3);
+    for args in [
+        &["stats", "acl.t"][..],
+        &["percentiles", "acl.h", "--type", "Histogram"],
+        &["gauge", "acl.g"],
+        &["set", "acl.s"],
+        &["log", "events"],
+        &["known"],
+        &["slowest"],
+    ] {
+        get(&reader, args);
+    }
+    let (agent, _, http) = spawn_agent(
+        &reader,
+        &[
+            "--cleaner-enabled",
+            "false",
+            "--graphite-etsy-names",
+            "true",
+        ],
+    );
+    let mut agent = Killed(agent);
+    let base = format!("http://127.0.0.1:{http}");
+    let answer = curl_json(&format!(
+        "{base}/graphite/render?target=stats_counts.acl.c&from=-2h&format=json"
+    ));
+    let points = answer[0]["datapoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"));
+    let sum: f64 = points.iter().filter_map(|p| p[0].as_f64()).sum();
+    assert_eq!(sum, (wanted + 180 * 3) as f64);
+    let found = curl_json(&format!("{base}/graphite/metrics/find?query=acl.*"));
+    assert!(found.to_string().contains("acl.imported"), "{found}");
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, log, _) = agent.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(snapshot(&redis) == before, "the reader wrote nothing");
+    assert_eq!(acl_log(&redis), Vec::<redis::Value>::new());
+}
+
+/// A user without one command the scripts call: the agent's log names the command and the ACL.
+#[test]
+fn a_refused_command_is_named() {
+    let redis = RedisServer::start();
+    set_user(
+        &redis,
+        &documented_acl("statsd-redis").replace(" +hincrby", ""),
+    );
+    let url = as_user(&redis, "statsd-redis");
+    let (agent, udp, _) = spawn_agent(&url, &[]);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.send_to(b"acl.c:1|c", ("127.0.0.1", udp)).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, log, _) = terminate(agent);
+    let line = log
+        .lines()
+        .find(|l| l.contains("'hincrby'"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains("reason=\"no_permission\""), "{line}");
+    assert!(line.contains("A Redis user of least privilege"), "{line}");
+}
+
+/// Without `+info` and `+config|get` (a site that keeps `CONFIG GET requirepass` from the
+/// agent), the agent still writes every count; the checks they serve are unknowns.
+#[test]
+fn without_info_and_config_get_the_agent_still_writes() {
+    let redis = RedisServer::start();
+    let line = documented_acl("statsd-redis")
+        .replace(" +info", "")
+        .replace(" +config|get", "");
+    set_user(&redis, &line);
+    let (agent, udp, _) = spawn_agent(
+        &as_user(&redis, "statsd-redis"),
+        &["--retentions", "1s:10m,1m:1d"],
+    );
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..5 {
+        socket.send_to(b"acl.c:2|c", ("127.0.0.1", udp)).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.counter_total(1, "acl.c") != 10 {
+        assert!(Instant::now() < deadline, "{:?}", acl_log(&redis));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, log, _) = terminate(agent);
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(redis.counter_total(60, "acl.c"), 10);
+    assert!(
+        log.contains("Redis refused CONFIG GET hash-max-listpack-entries"),
+        "{log}"
+    );
+}

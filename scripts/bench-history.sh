@@ -150,7 +150,8 @@ print('$label hincrby', ($calls3 - $calls2) / (s * m))" >>"$results"
 # render_timing HTTP-PORT REDIS-PORT [requests=5] [timeout=60]: a running agent's Graphite
 # render of 100 series (load.1??.c) as JSON, from -1d and from -7d, each timed `requests` times
 # one after the other: the median in ms, with the series and points answered, and Redis's own
-# time a render (the usec of INFO commandstats over the requests). A request that takes longer
+# time a render (the usec of INFO commandstats over the requests, of the commands a render
+# sends: the agent's own writes, still going on, left out). A request that takes longer
 # than `timeout` seconds ends that range's timing ("timed out", its Redis work goes on).
 render_timing() {
   local port=$1 redis_port=$2 n=${3:-5} limit=${4:-60} from i code
@@ -163,7 +164,8 @@ render_timing() {
       [ "${code%% *}" = 200 ] || break
     done >"$dir/render.codes"
     redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
-      awk -F'[=,]' '/^cmdstat_/ {u += $4} END {print "redis_usec", u}' >>"$dir/render.codes"
+      awk -F'[=,]' '/^cmdstat_(hgetall|hmget|zrangebylex|scan):/ {u += $4} END {print "redis_usec", u}' \
+      >>"$dir/render.codes"
     python3 -c "
 import json, statistics, sys
 lines = open('$dir/render.codes').read().split('\\n')

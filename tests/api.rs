@@ -94,6 +94,7 @@ async fn api_answers_every_query() {
     let (_, body) = get_json(&agent, "/api/v1/vitals");
     assert_eq!(body["lines_received"], 5.0 + 8.0 + 120.0);
     assert!(body["last_flush_unix"].as_f64().unwrap() > 0.0);
+    assert_eq!(body["precisions"], json!(PRECISIONS));
     agent.stop().await;
 }
 

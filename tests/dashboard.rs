@@ -507,3 +507,36 @@ async fn dashboard_says_when_redis_is_unreachable() {
     );
     agent.stop().await;
 }
+
+/// A set's chart offers the configured precisions (with `retentions`, 10 s and minutes), the
+/// minute first, and shows the minute's distinct members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sets_precisions_are_the_configured_ones() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.retentions = "10s:1h,1m:1d".into();
+    let agent = TestAgent::start(config);
+    agent.send(b"users:alice|s\nusers:bob|s\nusers:alice|s");
+    eventually(Duration::from_secs(15), "the set written", || {
+        redis_keys(&redis, "set:60:users:*") > 0
+    })
+    .await;
+    let url = format!("http://{}/?type=set&series=users", agent.http);
+    let dom = tokio::task::spawn_blocking(move || chromium(&url, &["--dump-dom"]))
+        .await
+        .unwrap();
+    let options: Vec<String> = attribute_values(&dom, "value")
+        .into_iter()
+        .filter(|v| ["1", "5", "10", "60", "300", "3600"].contains(&v.as_str()))
+        .collect();
+    assert_eq!(options, ["60", "10"], "{dom}");
+    assert_eq!(attribute_values(&dom, "data-count"), ["2"], "{dom}");
+}
+
+fn redis_keys(redis: &RedisServer, pattern: &str) -> usize {
+    redis::cmd("KEYS")
+        .arg(pattern)
+        .query::<Vec<String>>(&mut redis.conn())
+        .unwrap()
+        .len()
+}

@@ -319,6 +319,8 @@ async fn vitals(State(s): State<AppState>) -> ApiResult {
         out.insert(name.into(), json!(metric_sum(&text, metric).unwrap_or(0.0)));
     }
     out.insert("now_unix".into(), json!(s.clock.unix_now()));
+    // The dashboard's choice of precision for sets, whose slices are at the configured ones.
+    out.insert("precisions".into(), json!(s.config.counter_precisions()));
     Ok(Json(Value::Object(out)))
 }
 

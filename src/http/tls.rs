@@ -166,12 +166,13 @@ pub fn server_config(
         version(&settings.min_version)?,
         version(&settings.max_version)?,
     );
-    let Some(versions) = VERSIONS.get(min..=max) else {
+    if max < min {
         return Err(format!(
             "max_version {} is below min_version {}",
             settings.max_version, settings.min_version
         ));
-    };
+    }
+    let versions = &VERSIONS[min..=max];
     let provider = Arc::new(provider(settings)?);
     let verifier = client_verifier(settings, &provider)?;
     let certificate = CertFiles::load(&settings.cert_file, &settings.key_file, provider.clone())?;

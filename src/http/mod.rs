@@ -355,25 +355,32 @@ async fn accept(
     connections.wait().await;
 }
 
-/// Serves one connection's requests (HTTP/2 when TLS's ALPN chose it) until it ends or, at the
-/// stop, until its request in progress is answered.
+/// Serves one connection's requests (HTTP/2 when TLS's ALPN chose it) until it ends, it moves
+/// no byte for [`IDLE_TIMEOUT`], or, at the stop, until its request in progress is answered.
 async fn serve_connection<I>(io: I, h2: bool, app: Router, shutdown: CancellationToken)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     let service = hyper_util::service::TowerToHyperService::new(app);
-    let io = TokioIo::new(io);
+    let activity = Activity::default();
+    let io = TokioIo::new(Watched {
+        io,
+        activity: activity.clone(),
+    });
     macro_rules! run {
         ($connection:expr) => {{
             let mut connection = std::pin::pin!($connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                _ = shutdown.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(HEADER_TIMEOUT, connection).await;
+            let mut check = tokio::time::interval(IDLE_TIMEOUT / 4);
+            loop {
+                tokio::select! {
+                    _ = connection.as_mut() => return,
+                    _ = shutdown.cancelled() => break,
+                    _ = check.tick() => if activity.idle() > IDLE_TIMEOUT { break },
                 }
             }
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(HEADER_TIMEOUT, connection).await;
         }};
     }
     if h2 {
@@ -396,3 +403,89 @@ where
 /// Requests an HTTP/2 connection may have in flight: a connection is one of the
 /// [`MAX_CONNECTIONS`], and its streams must not make it many.
 const MAX_STREAMS: u32 = 16;
+
+/// A connection that moves no byte either way for this long is closed. HTTP/1's head timeout
+/// already closes an idle one; this is for HTTP/2, which has none, so that idle connections
+/// cannot hold the [`MAX_CONNECTIONS`] for ever. Long enough for any request at work (its Redis
+/// calls time out far sooner).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// When a connection last moved a byte, in milliseconds from its start.
+#[derive(Clone)]
+struct Activity {
+    started: std::time::Instant,
+    last_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            started: std::time::Instant::now(),
+            last_ms: Default::default(),
+        }
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn idle(&self) -> Duration {
+        let last = self.last_ms.load(std::sync::atomic::Ordering::Relaxed);
+        self.started
+            .elapsed()
+            .saturating_sub(Duration::from_millis(last))
+    }
+}
+
+/// A connection's stream, noting in [`Activity`] each read and write that moved bytes.
+struct Watched<I> {
+    io: I,
+    activity: Activity,
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

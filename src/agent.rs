@@ -419,7 +419,7 @@ async fn take_web_config(
             changed = reloads.changed() => if changed.is_err() { return },
         }
         let config = reloads.borrow_and_update().clone();
-        // bcrypt's cost is paid in checking hashes, not here; the certificates are read.
+        // Off the runtime: the certificates and the CA are read from disk.
         match tokio::task::spawn_blocking(move || web_config::load_configured(&config)).await {
             Ok(Ok(new)) => {
                 if new.is_none() && web.current().is_some() {

@@ -294,6 +294,24 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Any header value decodes to credentials or to none, never a panic.
+        #[test]
+        fn any_authorization_header_is_taken_or_refused(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..100)) {
+            if let Ok(value) = HeaderValue::from_bytes(&bytes) {
+                let _ = basic_credentials(&value);
+            }
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            let _ = basic_credentials(&HeaderValue::from_str(&format!("Basic {encoded}")).unwrap());
+        }
+
+        /// Any text as a stored hash is a bcrypt one or refused, never a panic.
+        #[test]
+        fn any_hash_is_taken_or_refused(hash in "\\$2[abxy]\\$[0-9]{2}\\$[./A-Za-z0-9é]{0,60}|.{0,70}") {
+            let _ = bcrypt_cost(&hash);
+        }
+    }
+
     #[test]
     fn only_bcrypt_hashes() {
         let good = bcrypt::hash("x", 4).unwrap();

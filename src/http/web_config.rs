@@ -123,10 +123,15 @@ pub fn load_configured(config: &Config) -> Result<Option<WebConfig>, ConfigError
 
 fn read(path: &Path) -> Result<WebConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    parse(&text, path.parent().unwrap_or(Path::new(".")))
+}
+
+/// A file's text; relative paths in it are `dir`'s.
+fn parse(text: &str, dir: &Path) -> Result<WebConfig, String> {
     let file: File = if text.trim().is_empty() {
         File::default()
     } else {
-        yaml_serde::from_str(&text).map_err(|e| {
+        yaml_serde::from_str(text).map_err(|e| {
             // One line: the YAML reader's messages may span several.
             e.to_string()
                 .split_whitespace()
@@ -134,7 +139,6 @@ fn read(path: &Path) -> Result<WebConfig, String> {
                 .join(" ")
         })?
     };
-    let dir = path.parent().unwrap_or(Path::new("."));
     let http = file.http_server_config.unwrap_or_default();
     let headers = headers(&http.headers)?;
     let users = match file.basic_auth_users {
@@ -239,5 +243,24 @@ impl Shared {
 
     pub fn replace(&self, config: Option<WebConfig>) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = config.map(Arc::new);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever the file holds, reading it answers, never panics.
+        #[test]
+        fn any_text_reads_or_is_refused(text in "(tls_server_config|http_server_config|basic_auth_users|headers|cert_file|http2|[:\\-\\[\\]{}$ \n\t'\"a-z0-9]){0,40}") {
+            let _ = parse(&text, Path::new("/nonexistent"));
+        }
+
+        #[test]
+        fn any_bytes_read_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = parse(&String::from_utf8_lossy(&bytes), Path::new("/nonexistent"));
+        }
     }
 }

@@ -251,5 +251,5 @@ fn http_security(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, api, http_security);
+criterion_group!(benches, http_security, api);
 criterion_main!(benches);

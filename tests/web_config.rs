@@ -816,3 +816,69 @@ async fn a_flood_of_wrong_passwords_holds_up_no_window() {
     assert_eq!(counted as usize, answers.len());
     agent.stop().await;
 }
+
+/// Each `client_auth_type` as Go means it, with curl presenting no certificate, the CA's
+/// client certificate, or one nobody signed; `min_version`/`max_version` as curl's TLS 1.2 and
+/// 1.3 meet them; `http2: false` serving HTTP/1.1.
+#[test]
+fn client_auth_types_and_versions_as_go_means_them() {
+    let dir = pki();
+    let d = dir.path();
+    let redis = RedisServer::start();
+    let tls = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n";
+    let ca = path(d, "ca.pem");
+    let none: Vec<String> = vec![];
+    let signed = vec![
+        "--cert".to_string(),
+        path(d, "client.pem"),
+        "--key".into(),
+        path(d, "client.key"),
+    ];
+    let stranger = vec![
+        "--cert".to_string(),
+        path(d, "stranger.pem"),
+        "--key".into(),
+        path(d, "stranger.key"),
+    ];
+    // Which of (none, signed, stranger) get an answer.
+    for (client_auth, answered) in [
+        ("NoClientCert", [true, true, true]),
+        ("RequestClientCert", [true, true, true]),
+        ("RequireAnyClientCert", [false, true, true]),
+        ("VerifyClientCertIfGiven", [true, true, false]),
+        ("RequireAndVerifyClientCert", [false, true, false]),
+    ] {
+        let ca_line = match client_auth {
+            "NoClientCert" => String::new(),
+            _ => "  client_ca_file: ca.pem\n".into(),
+        };
+        let web = format!("{tls}  client_auth_type: {client_auth}\n{ca_line}");
+        let (_agent, _, http, _) = agent_with(d, &web, &redis, &[]);
+        for (certificate, want) in [&none, &signed, &stranger].into_iter().zip(answered) {
+            let mut args = vec!["--cacert", &ca];
+            args.extend(certificate.iter().map(String::as_str));
+            let (code, head, _) = curl(&format!("https://127.0.0.1:{http}/healthz"), &args);
+            assert_eq!(
+                (code == 0 && status(&head) == 200),
+                want,
+                "{client_auth} with {certificate:?}: curl {code}, {head}"
+            );
+        }
+    }
+    for (versions, tls12, tls13) in [
+        ("  min_version: TLS13\n", false, true),
+        ("  max_version: TLS12\n", true, false),
+        ("", true, true),
+    ] {
+        let web = format!("{tls}{versions}http_server_config:\n  http2: false\n");
+        let (_agent, _, http, _) = agent_with(d, &web, &redis, &[]);
+        let url = format!("https://127.0.0.1:{http}/healthz");
+        let (code, head, _) = curl(&url, &["--cacert", &ca, "--tls-max", "1.2"]);
+        assert_eq!(code == 0, tls12, "{versions:?} over TLS 1.2: {head}");
+        let (code, head, _) = curl(&url, &["--cacert", &ca, "--tlsv1.3"]);
+        assert_eq!(code == 0, tls13, "{versions:?} over TLS 1.3: {head}");
+        if code == 0 {
+            assert!(head.starts_with("HTTP/1.1 200"), "http2: false: {head}");
+        }
+    }
+}

@@ -302,6 +302,19 @@ fn promtool_and_the_agent_judge_the_same_files() {
         }
         refuses(name, &file, said, &mut wrong);
     }
+    // At start as for --print-config: the agent stops before it binds anything.
+    let start = bin()
+        .args([
+            "--http",
+            "127.0.0.1:0",
+            "--udp",
+            "127.0.0.1:0",
+            "--web-config-file",
+        ])
+        .arg(d.join("plain_password.yml"))
+        .output()
+        .unwrap();
+    assert_eq!(start.status.code(), Some(2), "{start:?}");
     let missing = d.join("absent.yml");
     assert!(!promtool_check(&missing).status.success());
     refuses("absent", &missing, "absent.yml", &mut wrong);

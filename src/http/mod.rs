@@ -316,7 +316,12 @@ async fn accept(
             accepted = listener.accept() => accepted,
         };
         let stream = match stream {
-            Ok((stream, _)) => stream,
+            Ok((stream, _)) => {
+                // As Go's servers do: a TLS flight or an answer's head and body written in
+                // several sends must not wait for the client's delayed ACK (40 ms).
+                let _ = stream.set_nodelay(true);
+                stream
+            }
             Err(e) => {
                 // Out of descriptors, most likely: wait instead of spinning, log now and then.
                 if let Some(times) = failed_log.occurred() {

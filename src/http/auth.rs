@@ -2,7 +2,7 @@
 //! takes a request's `Authorization` header and says whether it names a user with the right
 //! password; [`unauthorized`] is the toolkit's 401.
 //!
-//! bcrypt is slow on purpose (about 50 ms at cost 10), so:
+//! bcrypt is slow on purpose (about 60 ms at cost 10, docs/benchmarks.md), so:
 //! * it runs on the HTTP runtime's blocking threads, one hash at a time ([`BCRYPT_AT_ONCE`]):
 //!   never on the threads that serve requests, nor on the agent's, which read and flush;
 //! * each answer is kept, under a SHA-256 of the user, the stored hash and the password, each

@@ -782,11 +782,33 @@ async fn a_flood_of_wrong_passwords_holds_up_no_window() {
     });
     let started = Instant::now();
     // 50 a second for 4 s, each second's into its own slice.
-    for _ in 0..200 {
+    let mut sent_at = Vec::new();
+    let mut written_in_flood = Vec::new();
+    for i in 0..200 {
         agent.send(b"steady:1|c");
+        sent_at.push(started.elapsed());
         tokio::time::sleep(Duration::from_millis(20)).await;
+        if i % 50 == 49 {
+            written_in_flood.push((started.elapsed(), redis.counter_total(1, "steady")));
+        }
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // On time: a count's window closes within a second and is written within about another,
+    // so whatever was sent 2.5 s before a look is in Redis by then.
+    let late: Vec<_> = written_in_flood
+        .iter()
+        .filter(|(at, written)| {
+            let due = sent_at
+                .iter()
+                .filter(|s| **s + Duration::from_millis(2500) < *at)
+                .count();
+            (*written as usize) < due
+        })
+        .collect();
+    assert!(
+        late.is_empty(),
+        "windows written late under the flood: {written_in_flood:?}"
+    );
     let flooded = started.elapsed();
     let answers: Vec<u16> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
     assert!(

@@ -114,6 +114,13 @@ fn version(name: &str) -> Result<usize, String> {
 fn provider(settings: &TlsSettings) -> Result<CryptoProvider, String> {
     let mut provider = rustls::crypto::ring::default_provider();
     if !settings.cipher_suites.is_empty() {
+        let named = |s: &rustls::SupportedCipherSuite| {
+            let name = s.suite().as_str();
+            settings
+                .cipher_suites
+                .iter()
+                .any(|n| name == Some(n.as_str()))
+        };
         for name in &settings.cipher_suites {
             let ours = provider
                 .cipher_suites
@@ -129,13 +136,10 @@ fn provider(settings: &TlsSettings) -> Result<CryptoProvider, String> {
                 });
             }
         }
-        provider.cipher_suites.retain(|s| {
-            s.tls13().is_some()
-                || settings
-                    .cipher_suites
-                    .iter()
-                    .any(|n| s.suite().as_str() == Some(n.as_str()))
-        });
+        // Go's rule: the list shapes TLS 1.2; TLS 1.3's suites are always on.
+        provider
+            .cipher_suites
+            .retain(|s| s.tls13().is_some() || named(s));
     }
     if !settings.curve_preferences.is_empty() {
         use rustls::crypto::ring::kx_group;

@@ -506,16 +506,7 @@ fn grafana_reads_the_graphite_api_over_mutual_tls_with_a_password() {
     assert_eq!(code, 60, "an untrusted certificate is curl's exit 60");
     let (_, head, body) = curl(&format!("{base}/metrics"), &grafana);
     assert_eq!(status(&head), 200);
-    let failures = |reason: &str| {
-        body.lines()
-            .find(|l| {
-                l.starts_with(&format!(
-                    "statsd_redis_http_auth_failures_total{{reason=\"{reason}\"}}"
-                ))
-            })
-            .and_then(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let failures = |reason: &str| auth_failures(&body, reason);
     assert_eq!(
         (
             failures("missing"),
@@ -526,6 +517,15 @@ fn grafana_reads_the_graphite_api_over_mutual_tls_with_a_password() {
         "{body}"
     );
     assert!(body.contains("statsd_redis_http_tls_handshake_failures_total"));
+}
+
+/// `statsd_redis_http_auth_failures_total{reason}` in a `/metrics` text.
+fn auth_failures(metrics: &str, reason: &str) -> f64 {
+    let series = format!("statsd_redis_http_auth_failures_total{{reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// A Prometheus child on a free port with `config`, its data in `dir`.
@@ -831,16 +831,7 @@ async fn a_flood_of_wrong_passwords_holds_up_no_window() {
         "a second's slice holds more than a second of counts: {slices:?}"
     );
     let text = agent.telemetry.render();
-    let failures = |reason: &str| {
-        text.lines()
-            .find(|l| {
-                l.starts_with(&format!(
-                    "statsd_redis_http_auth_failures_total{{reason=\"{reason}\"}}"
-                ))
-            })
-            .and_then(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let failures = |reason: &str| auth_failures(&text, reason);
     for reason in ["missing", "wrong_password", "unknown_user"] {
         assert!(failures(reason) > 0.0, "{reason}: {text}");
     }

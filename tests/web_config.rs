@@ -908,3 +908,129 @@ fn client_auth_types_and_versions_as_go_means_them() {
         }
     }
 }
+
+/// The same file served by Prometheus 2.42 itself (its `--web.config.file` is exporter-toolkit
+/// v0.8.2's code) and by the agent: every kind of credentials, good and malformed, the
+/// CVE-2022-46146 pair among them, meets the same status, `WWW-Authenticate` and headers.
+#[test]
+fn the_agent_answers_as_exporter_toolkit_does() {
+    use base64::Engine;
+    let dir = pki();
+    let d = dir.path();
+    let redis = RedisServer::start();
+    let hash = htpasswd("alice123");
+    let web = format!(
+        "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\nhttp_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n    Content-Security-Policy: default-src 'self'\nbasic_auth_users:\n  alice: {hash}\n"
+    );
+    let (_agent, _, agent_http, file) = agent_with(d, &web, &redis, &[]);
+    let config = "scrape_configs: []\n";
+    std::fs::write(d.join("prometheus.yml"), config).unwrap();
+    let toolkit_port = free_port();
+    let _toolkit = Killed(
+        program("prometheus", "prometheus")
+            .arg(format!(
+                "--config.file={}",
+                d.join("prometheus.yml").display()
+            ))
+            .arg(format!("--storage.tsdb.path={}", d.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{toolkit_port}"))
+            .arg(format!("--web.config.file={}", file.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let encode = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let (prefix, rest) = hash.split_at(20);
+    let cases = [
+        ("none", None),
+        ("right", Some(format!("Basic {}", encode("alice:alice123")))),
+        (
+            "lowercase scheme",
+            Some(format!("basic {}", encode("alice:alice123"))),
+        ),
+        (
+            "wrong password",
+            Some(format!("Basic {}", encode("alice:alice124"))),
+        ),
+        (
+            "unknown user",
+            Some(format!("Basic {}", encode("bob:alice123"))),
+        ),
+        ("not base64", Some("Basic !!!".to_string())),
+        ("no colon", Some(format!("Basic {}", encode("alice")))),
+        ("bearer", Some("Bearer alice123".to_string())),
+        // CVE-2022-46146: a name carrying part of the hash, then a password carrying the rest.
+        (
+            "cve first",
+            Some(format!(
+                "Basic {}",
+                encode(&format!("alice{prefix}:{rest}alice123"))
+            )),
+        ),
+        (
+            "cve second",
+            Some(format!(
+                "Basic {}",
+                encode(&format!("alice:{prefix}{rest}alice123"))
+            )),
+        ),
+        (
+            "right again",
+            Some(format!("Basic {}", encode("alice:alice123"))),
+        ),
+    ];
+    let ca = path(d, "ca.pem");
+    let answer = |port: u16, authorization: &Option<String>| {
+        let mut args = vec!["--cacert".to_string(), ca.clone()];
+        if let Some(a) = authorization {
+            args.extend(["-H".to_string(), format!("Authorization: {a}")]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, head, _) = curl(&format!("https://127.0.0.1:{port}/metrics"), &args);
+        assert_eq!(code, 0, "{head}");
+        let header = |name: &str| {
+            head.lines()
+                .find_map(|l| {
+                    let (n, v) = l.split_once(':')?;
+                    n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                })
+                .unwrap_or_default()
+        };
+        (
+            status(&head),
+            header("WWW-Authenticate"),
+            header("X-Frame-Options"),
+            header("Content-Security-Policy"),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Command::new("curl")
+        .args([
+            "-sf",
+            "--cacert",
+            &ca,
+            &format!("https://127.0.0.1:{toolkit_port}/-/healthy"),
+            "-u",
+            "alice:alice123",
+        ])
+        .output()
+        .is_ok_and(|o| !o.status.success())
+    {
+        assert!(Instant::now() < deadline, "Prometheus did not start");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut differ = Vec::new();
+    for (name, authorization) in &cases {
+        let (toolkit, agent) = (
+            answer(toolkit_port, authorization),
+            answer(agent_http, authorization),
+        );
+        if toolkit != agent {
+            differ.push(format!("{name}: toolkit {toolkit:?}, agent {agent:?}"));
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}");
+    assert_eq!(answer(agent_http, &cases[1].1).0, 200);
+    assert_eq!(answer(agent_http, &cases[9].1).0, 401);
+}

@@ -17,6 +17,7 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)      # the unit
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(faketime)  # clocks
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)              # the TLS test's CA
 command -v curl >/dev/null 2>&1 || missing+=(curl)                    # graphite-web's harness
+command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)       # web_config_file's bcrypt users
 # The Graphite API's oracle: Debian's graphite-web reading the same Redis, without the web
 # server and the like it recommends.
 oracle=()
@@ -26,6 +27,9 @@ oracle=()
 /usr/bin/python3 -c 'import whisper' >/dev/null 2>&1 || oracle+=(python3-whisper)
 # The real Etsy stack's carbon (tests/etsy.rs; Etsy's statsd itself comes from npm).
 [ -x /usr/bin/carbon-cache ] || oracle+=(graphite-carbon)
+# Prometheus 2.42 scraping the HTTP port with basic_auth and tls_config, and its promtool
+# judging the web configuration files (without the node exporter it recommends).
+command -v promtool >/dev/null 2>&1 || oracle+=(prometheus)
 
 root=false
 [ "$(id -u)" -eq 0 ] && root=true

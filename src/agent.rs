@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 use crate::aggregate::{Mapping, Window};
 use crate::config::{Config, RedisMode, redacted};
 use crate::flush::Flusher;
-use crate::http::{AppState, router};
+use crate::http::{AppState, router, web_config};
 use crate::ingest::datagram::{self, DatagramReader};
 use crate::ingest::relay::{Relay, Target};
 use crate::ingest::rules::{Rules, SharedRules};
@@ -207,17 +207,26 @@ pub async fn run_reloading(
     // Every step that can fail comes before the first spawn (the stream listeners' registration
     // below included): a failure returns, and the binary exits 1, instead of leaving readers
     // running.
+    let web = Arc::new(web_config::Shared::new(web_config::load_configured(
+        &config,
+    )?));
     let app = router(AppState::new(
         telemetry.clone(),
         store.clone(),
         config.clone(),
         clock.clone(),
+        web.clone(),
     ));
-    let server = crate::http::serve(listeners.http, app, shutdown.clone()).map_err(|source| {
-        AgentError::Http {
-            addr: config.http,
-            source,
-        }
+    let server = crate::http::serve(
+        listeners.http,
+        app,
+        web.clone(),
+        telemetry.clone(),
+        shutdown.clone(),
+    )
+    .map_err(|source| AgentError::Http {
+        addr: config.http,
+        source,
     })?;
     let tracker = TaskTracker::new();
     let rules = Rules::from_config(&config)?;
@@ -334,6 +343,7 @@ pub async fn run_reloading(
         tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))
     });
     tokio::spawn(take_rules(reloads.clone(), rules, shutdown.clone()));
+    tokio::spawn(take_web_config(reloads.clone(), web, shutdown.clone()));
     let wait = (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout_ms));
     let writer =
         Writer::new(store.clone(), wait, telemetry.clone()).with_hash_fields(Cleaner::most_fields(
@@ -391,6 +401,38 @@ async fn take_rules(
             Err(e) => {
                 tracing::error!(error = %e, "SIGHUP: the filters do not compile; the running ones are kept")
             }
+        }
+    }
+}
+
+/// Reads the web configuration file again at each reloaded configuration (its name changed or
+/// not: a SIGHUP is how new users, headers or a new CA take effect) until `stop`. A file that
+/// does not read keeps the running one.
+async fn take_web_config(
+    mut reloads: tokio::sync::watch::Receiver<Config>,
+    web: Arc<web_config::Shared>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = reloads.changed() => if changed.is_err() { return },
+        }
+        let config = reloads.borrow_and_update().clone();
+        // Off the runtime: the certificates and the CA are read from disk.
+        match tokio::task::spawn_blocking(move || web_config::load_configured(&config)).await {
+            Ok(Ok(new)) => {
+                if new.is_none() && web.current().is_some() {
+                    tracing::warn!(
+                        "SIGHUP: web_config_file is now empty: the HTTP port serves plain HTTP without passwords"
+                    );
+                }
+                web.replace(new);
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "SIGHUP: the web configuration file does not read; the running one is kept")
+            }
+            Err(_) => {}
         }
     }
 }

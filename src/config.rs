@@ -58,6 +58,13 @@ pub struct Config {
     pub wait_timeout_ms: u64,
     /// Address of the HTTP server (`/metrics`, `/healthz`, `/readyz`).
     pub http: SocketAddr,
+    /// exporter-toolkit's web configuration file (YAML, node_exporter's `--web.config.file`):
+    /// TLS, client certificates, bcrypt users and headers for the HTTP port; empty: plain HTTP,
+    /// open. Read again at each SIGHUP.
+    pub web_config_file: PathBuf,
+    /// With `basic_auth_users` in `web_config_file`, `/healthz` and `/readyz` still answer
+    /// without a user (probes; they tell nothing of the data); false: they ask for one too.
+    pub web_open_probes: bool,
     /// Prepended to every Redis key the agent writes.
     pub key_prefix: String,
     /// Counter precisions in seconds.
@@ -271,6 +278,10 @@ impl Default for Config {
             // is behind or gone, and the window waits in the backlog instead.
             wait_timeout_ms: 500,
             http: SocketAddr::from(([127, 0, 0, 1], 9102)),
+            web_config_file: PathBuf::new(),
+            // Kubernetes' and systemd's probes carry no password, and a probe answered 401
+            // would take a healthy agent out of service.
+            web_open_probes: true,
             key_prefix: String::new(),
             precisions: DEFAULT_PRECISIONS.to_vec(),
             // The number of samples the chapter's text keeps.
@@ -434,6 +445,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         crate::ingest::rules::Rules::from_config(self)?;
         crate::ingest::relay::Target::parse_checked(self)?;
+        crate::http::web_config::load_configured(self)?;
         for (key, value) in [
             (
                 "graphite_etsy_global_prefix",
@@ -744,6 +756,13 @@ pub struct Args {
     /// HTTP address for /metrics, /healthz, /readyz [default: 127.0.0.1:9102].
     #[arg(long, env = "STATSD_REDIS_HTTP", value_name = "ADDR")]
     pub http: Option<SocketAddr>,
+    /// exporter-toolkit's web configuration file (TLS, users, headers for the HTTP port);
+    /// read again at each SIGHUP [default: none].
+    #[arg(long, env = "STATSD_REDIS_WEB_CONFIG_FILE", value_name = "PATH")]
+    pub web_config_file: Option<PathBuf>,
+    /// /healthz and /readyz answer without a user of web_config_file [default: true].
+    #[arg(long, env = "STATSD_REDIS_WEB_OPEN_PROBES", value_name = "BOOL")]
+    pub web_open_probes: Option<bool>,
     /// Prefix for every Redis key [default: none].
     #[arg(
         long,
@@ -1063,6 +1082,8 @@ impl Args {
             wait_replicas,
             wait_timeout_ms,
             http,
+            web_config_file,
+            web_open_probes,
             udp_readers,
             key_prefix,
             precisions,

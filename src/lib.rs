@@ -17,7 +17,7 @@
 //!   names (one place), the flush and cleaner scripts, the writer (per slot in a cluster), the
 //!   cleaner, the reader and the queries the CLI and the API share.
 //! * [`http`]: `/metrics`, `/healthz`, `/readyz`, the JSON API, the Graphite API and the
-//!   dashboard.
+//!   dashboard; behind exporter-toolkit's web configuration file, TLS and bcrypt users.
 //! * [`graphite`]: the layout read back as Graphite: targets, functions, names, as
 //!   graphite-web answers them.
 //! * [`telemetry`]: every self-metric, named and described in one place.

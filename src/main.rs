@@ -295,7 +295,7 @@ struct Reload {
 
 /// Keys a SIGHUP applies to the running agent (`log_level` in the binary, the others through
 /// [`agent::run_reloading`]); a change to any other waits for a restart.
-const RELOADABLE: [&str; 10] = [
+const RELOADABLE: [&str; 11] = [
     "log_level",
     "max_series_per_chunk",
     "max_backlog_windows",
@@ -306,7 +306,11 @@ const RELOADABLE: [&str; 10] = [
     "drop_types",
     "drop_tags",
     "mapping_file",
+    "web_config_file",
 ];
+
+/// Files read again at every SIGHUP, their names changed or not: what changed is in them.
+const REREAD: [&str; 2] = ["mapping_file", "web_config_file"];
 
 impl Reload {
     /// Reads the configuration again. A bad one is logged and the running one kept;
@@ -332,13 +336,12 @@ impl Reload {
             }
         }
         let (old, fresh) = (toml_table(&self.running), toml_table(&new));
-        // The mapping file is read again at every SIGHUP, its name changed or not.
-        let remap = !new.mapping_file.as_os_str().is_empty();
+        let reread = |key: &str, value: &toml::Value| {
+            REREAD.contains(&key) && value.as_str().is_some_and(|path| !path.is_empty())
+        };
         let changed: Vec<&String> = fresh
             .iter()
-            .filter(|(key, value)| {
-                old.get(*key) != Some(*value) || (remap && key.as_str() == "mapping_file")
-            })
+            .filter(|(key, value)| old.get(*key) != Some(*value) || reread(key, value))
             .map(|(key, _)| key)
             .collect();
         if changed.is_empty() {
@@ -362,6 +365,7 @@ impl Reload {
             drop_types: new.drop_types,
             drop_tags: new.drop_tags,
             mapping_file: new.mapping_file,
+            web_config_file: new.web_config_file,
             ..self.running.clone()
         };
         if !applied.is_empty()

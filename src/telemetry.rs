@@ -78,6 +78,35 @@ impl WriteFailure {
     }
 }
 
+/// Why the HTTP port turned a request away (`basic_auth_users` of the web configuration file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// No `Authorization: Basic` header, or one that does not decode.
+    Missing,
+    UnknownUser,
+    WrongPassword,
+    /// Answered 503: the request waited too long for its turn at bcrypt.
+    Busy,
+}
+
+impl AuthFailure {
+    pub const ALL: [AuthFailure; 4] = [
+        AuthFailure::Missing,
+        AuthFailure::UnknownUser,
+        AuthFailure::WrongPassword,
+        AuthFailure::Busy,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "missing",
+            AuthFailure::UnknownUser => "unknown_user",
+            AuthFailure::WrongPassword => "wrong_password",
+            AuthFailure::Busy => "busy",
+        }
+    }
+}
+
 const PREFIX: &str = "statsd_redis_";
 
 /// A log line for a condition that recurs (a failed accept, a dropped window, a refused write,
@@ -292,6 +321,9 @@ pub struct Telemetry {
     pub replica_waits_short: Counter,
     pub chunks_guard_lost: Counter,
     pub redis_clock_skew: Gauge,
+    /// Requests the HTTP port turned away, by [`AuthFailure`].
+    pub http_auth_failures: [Counter; AuthFailure::ALL.len()],
+    pub http_tls_handshake_failures: Counter,
     /// Redis's `maxmemory-policy` and whether it may evict keys, rendered with the process
     /// metrics (its label changes with the server's setting).
     redis_eviction: std::sync::Mutex<Option<(String, bool)>>,
@@ -590,6 +622,18 @@ impl Telemetry {
             redis_clock_skew: gauge(
                 "redis_clock_skew_seconds",
                 "Redis's clock minus the agent's, measured on every new connection and once a minute.",
+                &[],
+            ),
+            http_auth_failures: AuthFailure::ALL.map(|f| {
+                counter(
+                    "http_auth_failures_total",
+                    "HTTP requests turned away by basic_auth_users (web_config_file), by reason: missing (no Basic credentials), unknown_user, wrong_password (401), busy (503: no turn at bcrypt within 5 s).",
+                    &[("reason", f.as_str())],
+                )
+            }),
+            http_tls_handshake_failures: counter(
+                "http_tls_handshake_failures_total",
+                "TLS handshakes on the HTTP port that failed or timed out (a client without the certificate client_auth_type asks for, an untrusted server certificate, plain HTTP to the TLS port).",
                 &[],
             ),
             redis_eviction: Default::default(),

@@ -73,9 +73,9 @@ fn expanded(target: &str, dashboard: &Value) -> String {
 
 #[test]
 fn the_provisioning_files_make_the_data_sources_the_dashboards_name() {
-    let read = |path: &str| -> serde_yaml::Value {
+    let read = |path: &str| -> yaml_serde::Value {
         let text = std::fs::read_to_string(format!("{PROVISIONING}/{path}")).unwrap();
-        serde_yaml::from_str(&text).unwrap()
+        yaml_serde::from_str(&text).unwrap()
     };
     let sources = read("datasources/statsd-redis.yaml");
     let made: BTreeSet<(String, String)> = sources["datasources"]

@@ -4,99 +4,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by the CA,
-/// written into `dir` as `<name>.pem` and `<name>.key`.
-fn make_certificates(dir: &Path) {
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("openssl ({e}): the TLS tests need it (apt-get install -y openssl)")
-            });
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    openssl(
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &[
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=statsd-redis test CA",
-            ],
-        ]
-        .concat(),
-    );
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    for name in ["server", "client"] {
-        let (key, csr, pem, ext) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-            format!("{name}.ext"),
-        );
-        openssl(
-            &[
-                &["req"][..],
-                &ec,
-                &[
-                    "-keyout",
-                    &key,
-                    "-out",
-                    &csr,
-                    "-subj",
-                    &format!("/CN={name}"),
-                ],
-            ]
-            .concat(),
-        );
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-        ]);
-    }
-}
 
 /// A private Redis listening with TLS on `port` (its own certificate, clients' checked against
 /// the CA) and on its unix socket without, for the test's reads.
@@ -125,7 +35,7 @@ fn tls_redis(certs: &Path, port: u16) -> RedisServer {
 #[test]
 fn a_private_ca_and_a_client_certificate() {
     let certs = tempfile::tempdir().unwrap();
-    make_certificates(certs.path());
+    common::pki::make_certificates(certs.path());
     let port = free_port();
     let redis = tls_redis(certs.path(), port);
     let url = format!("rediss://127.0.0.1:{port}/0");

@@ -6,9 +6,15 @@
 //! writer waiting; each connection must send its request head within [`HEADER_TIMEOUT`], at most
 //! [`MAX_CONNECTIONS`] are served at once, and at most [`MAX_API_REQUESTS`] API requests run at
 //! once (`/healthz`, `/readyz` and `/metrics` never wait for them).
+//!
+//! With `web_config_file` ([`web_config`]), connections are TLS ([`tls`]) and requests need a
+//! user of the file ([`auth`]), as exporter-toolkit serves them; [`guard`] applies both.
 
 pub(crate) mod api;
+pub mod auth;
 mod graphite;
+pub mod tls;
+pub mod web_config;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,12 +68,21 @@ pub struct AppState {
     pub clock: Clock,
     /// Connections that read many counters' and gauges' points at once, for the Graphite API.
     pub bulk: Arc<crate::store::bulk::BulkPool>,
+    /// The web configuration file in force: TLS, users, headers.
+    pub web: Arc<web_config::Shared>,
 }
 
 impl AppState {
-    pub fn new(telemetry: Arc<Telemetry>, store: Store, config: Config, clock: Clock) -> AppState {
+    pub fn new(
+        telemetry: Arc<Telemetry>,
+        store: Store,
+        config: Config,
+        clock: Clock,
+        web: Arc<web_config::Shared>,
+    ) -> AppState {
         AppState {
             clock,
+            web,
             telemetry,
             config: Arc::new(config),
             connection: Default::default(),
@@ -178,7 +193,37 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// The web configuration file's rules, before anything else runs: a request without one of its
+/// users is answered 401 (every path; `/healthz` and `/readyz` too unless `web_open_probes`),
+/// and every response, the 401 included, carries its headers.
+async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(web) = state.web.current() else {
+        return next.run(request).await;
+    };
+    let probe = matches!(request.uri().path(), "/healthz" | "/readyz");
+    let mut response = match &web.users {
+        Some(users) if !(probe && state.config.web_open_probes) => {
+            match users
+                .check(request.headers().get(header::AUTHORIZATION))
+                .await
+            {
+                Ok(()) => next.run(request).await,
+                Err(failure) => {
+                    state.telemetry.http_auth_failures[failure as usize].increment(1);
+                    auth::unauthorized(failure)
+                }
+            }
+        }
+        _ => next.run(request).await,
+    };
+    for (name, value) in &web.headers {
+        response.headers_mut().insert(name.clone(), value.clone());
+    }
+    response
 }
 
 /// Any other path: a 404 in the API's error form.
@@ -229,6 +274,8 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 pub fn serve(
     listener: std::net::TcpListener,
     app: Router,
+    web: Arc<web_config::Shared>,
+    telemetry: Arc<Telemetry>,
     shutdown: CancellationToken,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -241,15 +288,20 @@ pub fn serve(
         .spawn(move || {
             runtime.block_on(async move {
                 match tokio::net::TcpListener::from_std(listener) {
-                    Ok(listener) => accept(listener, app, shutdown).await,
+                    Ok(listener) => accept(listener, app, web, telemetry, shutdown).await,
                     Err(e) => tracing::error!(error = %e, "HTTP listener unusable"),
                 }
             })
         })
 }
 
-async fn accept(listener: tokio::net::TcpListener, app: Router, shutdown: CancellationToken) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
+async fn accept(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    web: Arc<web_config::Shared>,
+    telemetry: Arc<Telemetry>,
+    shutdown: CancellationToken,
+) {
     let connections = TaskTracker::new();
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut failed_log = LogLimit::default();
@@ -264,7 +316,12 @@ async fn accept(listener: tokio::net::TcpListener, app: Router, shutdown: Cancel
             accepted = listener.accept() => accepted,
         };
         let stream = match stream {
-            Ok((stream, _)) => stream,
+            Ok((stream, _)) => {
+                // As Go's servers do: a TLS flight or an answer's head and body written in
+                // several sends must not wait for the client's delayed ACK (40 ms).
+                let _ = stream.set_nodelay(true);
+                stream
+            }
             Err(e) => {
                 // Out of descriptors, most likely: wait instead of spinning, log now and then.
                 if let Some(times) = failed_log.occurred() {
@@ -274,19 +331,26 @@ async fn accept(listener: tokio::net::TcpListener, app: Router, shutdown: Cancel
                 continue;
             }
         };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let app = app.clone();
         let shutdown = shutdown.clone();
+        // TLS or not is the configuration's at the connection's start: a SIGHUP applies to
+        // the connections that follow it.
+        let tls = web.current().and_then(|w| w.tls.clone());
+        let telemetry = telemetry.clone();
         connections.spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                _ = shutdown.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(HEADER_TIMEOUT, connection).await;
+            match tls {
+                None => serve_connection(stream, false, app, shutdown).await,
+                Some(tls) => {
+                    // In the connection's task, under the head's timeout: a client that
+                    // stalls its handshake holds up no other.
+                    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+                    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                            serve_connection(stream, h2, app, shutdown).await
+                        }
+                        _ => telemetry.http_tls_handshake_failures.increment(1),
+                    }
                 }
             }
             drop(permit);
@@ -294,4 +358,139 @@ async fn accept(listener: tokio::net::TcpListener, app: Router, shutdown: Cancel
     }
     connections.close();
     connections.wait().await;
+}
+
+/// Serves one connection's requests (HTTP/2 when TLS's ALPN chose it) until it ends, it moves
+/// no byte for [`IDLE_TIMEOUT`], or, at the stop, until its request in progress is answered.
+async fn serve_connection<I>(io: I, h2: bool, app: Router, shutdown: CancellationToken)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let activity = Activity::default();
+    let io = TokioIo::new(Watched {
+        io,
+        activity: activity.clone(),
+    });
+    macro_rules! run {
+        ($connection:expr) => {{
+            let mut connection = std::pin::pin!($connection);
+            let mut check = tokio::time::interval(IDLE_TIMEOUT / 4);
+            loop {
+                tokio::select! {
+                    _ = connection.as_mut() => return,
+                    _ = shutdown.cancelled() => break,
+                    _ = check.tick() => if activity.idle() > IDLE_TIMEOUT { break },
+                }
+            }
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(HEADER_TIMEOUT, connection).await;
+        }};
+    }
+    if h2 {
+        run!(
+            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(MAX_STREAMS)
+                .serve_connection(io, service)
+        )
+    } else {
+        run!(
+            hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(io, service)
+        )
+    }
+}
+
+/// Requests an HTTP/2 connection may have in flight: a connection is one of the
+/// [`MAX_CONNECTIONS`], and its streams must not make it many.
+const MAX_STREAMS: u32 = 16;
+
+/// A connection that moves no byte either way for this long is closed. HTTP/1's head timeout
+/// already closes an idle one; this is for HTTP/2, which has none, so that idle connections
+/// cannot hold the [`MAX_CONNECTIONS`] for ever. Long enough for any request at work (its Redis
+/// calls time out far sooner).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// When a connection last moved a byte, in milliseconds from its start.
+#[derive(Clone)]
+struct Activity {
+    started: std::time::Instant,
+    last_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            started: std::time::Instant::now(),
+            last_ms: Default::default(),
+        }
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn idle(&self) -> Duration {
+        let last = self.last_ms.load(std::sync::atomic::Ordering::Relaxed);
+        self.started
+            .elapsed()
+            .saturating_sub(Duration::from_millis(last))
+    }
+}
+
+/// A connection's stream, noting in [`Activity`] each read and write that moved bytes.
+struct Watched<I> {
+    io: I,
+    activity: Activity,
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }

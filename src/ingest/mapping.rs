@@ -52,11 +52,11 @@ struct Defaults {
     #[serde(default)]
     observer_type: Option<ObserverType>,
     #[serde(default)]
-    ttl: Option<serde_yaml::Value>,
+    ttl: Option<yaml_serde::Value>,
     #[serde(default)]
-    summary_options: Option<serde_yaml::Value>,
+    summary_options: Option<yaml_serde::Value>,
     #[serde(default)]
-    histogram_options: Option<serde_yaml::Value>,
+    histogram_options: Option<yaml_serde::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -81,19 +81,19 @@ struct Rule {
     #[serde(default)]
     timer_type: Option<ObserverType>,
     #[serde(default)]
-    help: Option<serde_yaml::Value>,
+    help: Option<yaml_serde::Value>,
     #[serde(default)]
-    ttl: Option<serde_yaml::Value>,
+    ttl: Option<yaml_serde::Value>,
     #[serde(default)]
-    scale: Option<serde_yaml::Value>,
+    scale: Option<yaml_serde::Value>,
     #[serde(default)]
-    buckets: Option<serde_yaml::Value>,
+    buckets: Option<yaml_serde::Value>,
     #[serde(default)]
-    quantiles: Option<serde_yaml::Value>,
+    quantiles: Option<yaml_serde::Value>,
     #[serde(default)]
-    summary_options: Option<serde_yaml::Value>,
+    summary_options: Option<yaml_serde::Value>,
     #[serde(default)]
-    histogram_options: Option<serde_yaml::Value>,
+    histogram_options: Option<yaml_serde::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -240,7 +240,7 @@ impl Mapper {
         let file: File = if text.trim().is_empty() {
             File::default()
         } else {
-            serde_yaml::from_str(text).map_err(|e| {
+            yaml_serde::from_str(text).map_err(|e| {
                 let message = e.to_string();
                 message.split_whitespace().collect::<Vec<_>>().join(" ")
             })?

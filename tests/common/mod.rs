@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod answers;
+pub mod pki;
 pub mod proxy;
 pub mod topology;
 

@@ -79,6 +79,16 @@ impl Listeners {
     }
 }
 
+/// What [`Config::validate`] leaves to the modules that read it: the filters and the mapping
+/// file, the relay's targets (none of them the agent itself), the web configuration file. One
+/// error naming the key, as for the rest of the configuration.
+pub fn check(config: &Config) -> Result<(), crate::config::ConfigError> {
+    Rules::from_config(config)?;
+    Target::parse_checked(config)?;
+    web_config::load_configured(config)?;
+    Ok(())
+}
+
 /// Binds every UDP address and the HTTP address of `config`.
 pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
     let mut sockets = Vec::new();

@@ -442,10 +442,9 @@ impl Config {
     }
 
     /// Checks the values that types alone don't.
+    /// (What the keys' files and lists hold, the filters, the mapping file, the relay's targets
+    /// and the web configuration file, is checked by their own modules: `agent::check`.)
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::ingest::rules::Rules::from_config(self)?;
-        crate::ingest::relay::Target::parse_checked(self)?;
-        crate::http::web_config::load_configured(self)?;
         for (key, value) in [
             (
                 "graphite_etsy_global_prefix",

@@ -90,10 +90,12 @@ fn ignore_hangups_until_handled() {
     }
 }
 
-/// The configuration from the flags, the environment and the file, validated, and its `redis*`
-/// keys checked by opening a store (nothing is connected): a bad URL is a configuration error.
+/// The configuration from the flags, the environment and the file, validated (what its files
+/// and lists hold included), and its `redis*` keys checked by opening a store (nothing is
+/// connected): a bad URL is a configuration error.
 fn settle(args: Args) -> Result<Config, statsd_redis::config::ConfigError> {
     let config = args.into_config()?;
+    agent::check(&config)?;
     Store::check(&config)?;
     Ok(config)
 }

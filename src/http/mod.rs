@@ -88,7 +88,10 @@ impl AppState {
             connection: Default::default(),
             api_permits: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
             remembered: Default::default(),
-            bulk: Arc::new(crate::store::bulk::BulkPool::new(store.bulk_target())),
+            bulk: Arc::new(crate::store::bulk::BulkPool::new(
+                store.bulk_target(),
+                MAX_API_REQUESTS,
+            )),
             store,
         }
     }

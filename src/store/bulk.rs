@@ -90,14 +90,18 @@ impl Members {
 pub struct BulkPool {
     target: Option<BulkTarget>,
     idle: std::sync::Mutex<Vec<Bulk>>,
+    max_idle: usize,
 }
 
 impl BulkPool {
-    /// A pool for `target`; without one (Sentinel, Cluster, TLS) it reads nothing.
-    pub fn new(target: Option<BulkTarget>) -> BulkPool {
+    /// A pool for `target` that keeps up to `max_idle` connections between requests (one per
+    /// request that may run at once); without a target (Sentinel, Cluster, TLS) it reads
+    /// nothing.
+    pub fn new(target: Option<BulkTarget>, max_idle: usize) -> BulkPool {
         BulkPool {
             target,
             idle: Default::default(),
+            max_idle,
         }
     }
 
@@ -144,7 +148,7 @@ impl BulkPool {
         };
         let out = out?;
         if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < MAX_IDLE
+            && idle.len() < self.max_idle
         {
             idle.push(bulk);
         }
@@ -158,9 +162,6 @@ impl BulkPool {
         Bulk::connect(target).await
     }
 }
-
-/// Idle bulk connections kept: one per API request that may run at once.
-const MAX_IDLE: usize = crate::http::MAX_API_REQUESTS;
 
 /// What the socket gives at most per read: a day of minutes for a few series.
 const READ_SIZE: usize = 256 * 1024;

@@ -727,6 +727,21 @@ impl Drop for Killed {
     }
 }
 
+/// The 200 lines `steady:1|c` a flood test sent (one every 20 ms) all written, and each in its
+/// own second: no second's slice holds more than a second of them (a window held up by the
+/// flood would be written late, with the next windows' lines in it).
+pub async fn steady_written_second_by_second(redis: &RedisServer) {
+    eventually(Duration::from_secs(5), "all written", || {
+        redis.counter_total(1, "steady") == 200
+    })
+    .await;
+    let slices = redis.get_counter("count:1:steady");
+    assert!(
+        slices.values().all(|n| *n <= 60),
+        "a second's slice holds more than a second of counts: {slices:?}"
+    );
+}
+
 /// One metric's value from the `/metrics` of the agent at `http` (0 when absent).
 pub fn metric_at(http: SocketAddr, name_and_labels: &str) -> f64 {
     let text = http_get(http, "/metrics").1;

@@ -418,17 +418,18 @@ const MAX_STREAMS: u32 = 16;
 /// calls time out far sooner).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// When a connection last moved a byte, in milliseconds from its start.
+/// When a connection last moved a byte, in milliseconds from its start (tokio's clock, which
+/// the tests can pause and move).
 #[derive(Clone)]
 struct Activity {
-    started: std::time::Instant,
+    started: tokio::time::Instant,
     last_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Activity {
     fn default() -> Activity {
         Activity {
-            started: std::time::Instant::now(),
+            started: tokio::time::Instant::now(),
             last_ms: Default::default(),
         }
     }
@@ -495,5 +496,48 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{IDLE_TIMEOUT, serve_connection};
+
+    /// An HTTP/2 connection (which has no head timeout) that opens and then moves no byte is
+    /// closed after [`IDLE_TIMEOUT`], not before: it cannot hold one of the connections for ever.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let app = Router::new().route("/", get(|| async { "ok" }));
+        let served = tokio::spawn(serve_connection(
+            server,
+            true,
+            app,
+            CancellationToken::new(),
+        ));
+        // The client's preface and an empty SETTINGS frame; then nothing.
+        client
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            .await
+            .unwrap();
+        let (mut read, _write) = tokio::io::split(client);
+        let drained = tokio::spawn(async move {
+            let mut sink = Vec::new();
+            let _ = read.read_to_end(&mut sink).await;
+        });
+        tokio::time::sleep(IDLE_TIMEOUT - Duration::from_secs(10)).await;
+        assert!(!served.is_finished(), "closed before the idle timeout");
+        tokio::time::timeout(Duration::from_secs(60), served)
+            .await
+            .expect("still open 50 s past the idle timeout")
+            .unwrap();
+        drained.abort();
     }
 }

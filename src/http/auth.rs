@@ -294,6 +294,30 @@ mod tests {
         );
     }
 
+    /// A password not yet verified waits at most [`BCRYPT_WAIT`] for its turn at bcrypt, then
+    /// is told the server is busy (503); one already verified never waits for a turn.
+    #[tokio::test(start_paused = true)]
+    async fn no_turn_at_bcrypt_within_the_wait_is_busy() {
+        let users = users();
+        assert_eq!(users.check(Some(&basic("alice", "alice123"))).await, Ok(()));
+        let _every_turn = users
+            .turns
+            .clone()
+            .acquire_many_owned(BCRYPT_AT_ONCE as u32)
+            .await;
+        let asked = tokio::time::Instant::now();
+        assert_eq!(
+            users.check(Some(&basic("bob", "bob123"))).await,
+            Err(AuthFailure::Busy)
+        );
+        assert!(asked.elapsed() >= BCRYPT_WAIT);
+        assert_eq!(users.check(Some(&basic("alice", "alice123"))).await, Ok(()));
+        assert_eq!(
+            unauthorized(AuthFailure::Busy).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
     proptest::proptest! {
         /// Any header value decodes to credentials or to none, never a panic.
         #[test]

@@ -319,3 +319,69 @@ fn without_info_and_config_get_the_agent_still_writes() {
         "{log}"
     );
 }
+
+/// In a cluster, each node holding the agent's user with the documented line and what the
+/// page says a cluster adds (`+cluster|slots +asking`): counters written exactly, the cleaner
+/// run in every slot, and no node's `ACL LOG` holds a refusal.
+#[test]
+fn in_a_cluster_the_documented_additions_suffice() {
+    let cluster = common::topology::Cluster::start();
+    let line = format!("{} +cluster|slots +asking", documented_acl("statsd-redis"))
+        .replace(">PASSWORD", ">secret")
+        .replace("~PREFIX*", "~*");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let ports = cluster.live();
+    for &port in &ports {
+        redis::cmd(words[0])
+            .arg(&words[1..])
+            .query::<()>(&mut cluster.conn(port))
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+    }
+    let seeds: Vec<String> = ports
+        .iter()
+        .map(|p| format!("redis://statsd-redis:secret@127.0.0.1:{p}"))
+        .collect();
+    let (agent, udp, _) = spawn_agent(
+        &seeds[0],
+        &[
+            "--redis-mode",
+            "cluster",
+            "--redis-cluster-nodes",
+            &seeds.join(","),
+            "--cleaner-interval-secs",
+            "1",
+        ],
+    );
+    let agent = Killed(agent);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..20 {
+        socket
+            .send_to(
+                format!("acl.{i}:3|c\nacl.t:{i}|ms").as_bytes(),
+                ("127.0.0.1", udp),
+            )
+            .unwrap();
+    }
+    let total = |series: &str| -> i64 {
+        cluster
+            .hgetall(&format!("count:60:{series}"))
+            .iter()
+            .map(|(_, n)| n.parse::<i64>().unwrap())
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while (0..20).any(|i| total(&format!("acl.{i}")) != 3) {
+        assert!(Instant::now() < deadline, "not written");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Two of the cleaner's passes (every slot) at least.
+    std::thread::sleep(Duration::from_secs(3));
+    drop(agent);
+    for &port in &ports {
+        let log: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query(&mut cluster.conn(port))
+            .unwrap();
+        assert_eq!(log, Vec::<redis::Value>::new(), "node {port}");
+    }
+}

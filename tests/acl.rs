@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// The `ACL SETUSER <user>` line docs/operations.md gives (the agent's, `statsd-redis`, or the
-/// reader's, `statsd-reader`).
+/// The `ACL SETUSER <user>` line docs/operations.md gives (the agent's, `statsd-redis`, the
+/// reader's, `statsd-reader`, or the sentinels' user, `statsd-sentinel`).
 fn documented_acl(user: &str) -> String {
     let page = include_str!("../docs/operations.md");
     let lines: Vec<&str> = page
         .lines()
+        .map(str::trim_start)
         .filter(|l| l.starts_with(&format!("ACL SETUSER {user} ")))
         .collect();
     assert_eq!(
@@ -383,5 +384,81 @@ fn in_a_cluster_the_documented_additions_suffice() {
             .query(&mut cluster.conn(port))
             .unwrap();
         assert_eq!(log, Vec::<redis::Value>::new(), "node {port}");
+    }
+}
+
+/// Under Sentinel, the data nodes holding the agent's line plus `+role`, and the sentinels a
+/// user with `+sentinel|masters +sentinel|slaves +ping` (as the page says): every count
+/// written, and neither a node's nor a sentinel's `ACL LOG` holds a refusal.
+#[test]
+fn under_sentinel_the_documented_additions_suffice() {
+    let sentinels = common::topology::Sentinels::start();
+    let run = |port: u16, line: &str| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        redis::cmd(words[0])
+            .arg(&words[1..])
+            .query::<()>(&mut sentinels.conn(port))
+            .unwrap_or_else(|e| panic!("{port}: {line}: {e}"));
+    };
+    let agent_line = format!("{} +role", documented_acl("statsd-redis"))
+        .replace(">PASSWORD", ">secret")
+        .replace("~PREFIX*", "~*");
+    for port in sentinels.server_ports() {
+        run(port, &agent_line);
+    }
+    let sentinel_line = documented_acl("statsd-sentinel").replace(">PASSWORD", ">secret");
+    for port in sentinels.sentinel_ports() {
+        run(port, &sentinel_line);
+    }
+    let addrs: Vec<String> = sentinels
+        .sentinel_ports()
+        .iter()
+        .map(|p| format!("redis://statsd-sentinel:secret@127.0.0.1:{p}"))
+        .collect();
+    let (agent, udp, _) = spawn_agent(
+        "redis://statsd-redis:secret@127.0.0.1:1/0",
+        &[
+            "--redis-mode",
+            "sentinel",
+            "--redis-sentinels",
+            &addrs.join(","),
+            "--redis-master-name",
+            sentinels.master_name(),
+        ],
+    );
+    let agent = Killed(agent);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .send_to(b"acl.c:3|c\nacl.t:5|ms", ("127.0.0.1", udp))
+        .unwrap();
+    let total = || -> i64 {
+        let raw: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg("count:60:acl.c")
+            .query(&mut sentinels.conn(sentinels.master_port()))
+            .unwrap();
+        raw.iter().map(|(_, n)| n.parse::<i64>().unwrap()).sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let logs = || -> Vec<(u16, Vec<redis::Value>)> {
+        sentinels
+            .server_ports()
+            .into_iter()
+            .chain(sentinels.sentinel_ports())
+            .map(|port| {
+                let log = redis::cmd("ACL")
+                    .arg("LOG")
+                    .query(&mut sentinels.conn(port))
+                    .unwrap();
+                (port, log)
+            })
+            .collect()
+    };
+    while total() != 3 {
+        assert!(Instant::now() < deadline, "not written: {:?}", logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(agent);
+    for (port, log) in logs() {
+        assert_eq!(log, Vec::<redis::Value>::new(), "{port}");
     }
 }

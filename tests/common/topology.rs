@@ -852,8 +852,13 @@ impl Sentinels {
             .collect()
     }
 
-    fn sentinel_ports(&self) -> Vec<u16> {
+    pub fn sentinel_ports(&self) -> Vec<u16> {
         self.sentinels.iter().map(|s| s.port).collect()
+    }
+
+    /// The ports of the master and its replicas (roles change with failovers).
+    pub fn server_ports(&self) -> Vec<u16> {
+        self.servers.iter().map(|s| s.port).collect()
     }
 
     pub fn master_name(&self) -> &str {

@@ -225,9 +225,13 @@ pub async fn run_reloading(
     warn_ignored(&rules);
     let rules = Arc::new(SharedRules::new(rules));
     let mapping = Mapping::new(config.quantile_relative_accuracy);
-    let app_series = config
-        .prometheus_app_metrics
-        .then(|| Arc::new(AppSeries::new(rules.clone(), mapping)));
+    let app_series = config.prometheus_app_metrics.then(|| {
+        Arc::new(AppSeries::new(
+            rules.clone(),
+            mapping,
+            config.max_series_per_window,
+        ))
+    });
     let app = router(
         AppState::new(
             telemetry.clone(),

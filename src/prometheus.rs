@@ -34,13 +34,16 @@ pub enum Refused {
     NameCollision,
     /// Nothing is left of the name after escaping.
     EmptyName,
+    /// A new series while the page already holds `max_series_per_window` series.
+    SeriesCap,
 }
 
 impl Refused {
-    pub const ALL: [Refused; 3] = [
+    pub const ALL: [Refused; 4] = [
         Refused::TypeConflict,
         Refused::NameCollision,
         Refused::EmptyName,
+        Refused::SeriesCap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +51,7 @@ impl Refused {
             Refused::TypeConflict => "type_conflict",
             Refused::NameCollision => "name_collision",
             Refused::EmptyName => "empty_name",
+            Refused::SeriesCap => "series_cap",
         }
     }
 }
@@ -175,6 +179,9 @@ struct Registry {
     /// Series of the window being absorbed left off the page, by [`Refused`].
     refused: [u64; Refused::ALL.len()],
     now: u64,
+    /// Series the page holds at most (`max_series_per_window`): nothing ever leaves it (no
+    /// `ttl` yet), so this bounds its memory and the scrape's length.
+    max_series: usize,
 }
 
 /// The applications' cumulative series, shared by the closer and the HTTP side.
@@ -188,11 +195,14 @@ pub struct AppSeries {
 }
 
 impl AppSeries {
-    pub fn new(rules: Arc<SharedRules>, mapping: Mapping) -> AppSeries {
+    pub fn new(rules: Arc<SharedRules>, mapping: Mapping, max_series: usize) -> AppSeries {
         let mut version = u64::MAX;
         let current = rules.changed_since(&mut version).unwrap_or_default();
         AppSeries {
-            registry: Mutex::default(),
+            registry: Mutex::new(Registry {
+                max_series,
+                ..Registry::default()
+            }),
             mapping,
             rules,
             observers: Mutex::new((version, current)),
@@ -434,6 +444,9 @@ impl Registry {
         if let Some(&id) = family.series.get(&text) {
             return Ok(id);
         }
+        if self.values.len() >= self.max_series {
+            return Err(Refused::SeriesCap);
+        }
         let value = match (class, &family.observer.histogram) {
             (Class::Counter, _) => Value::Counter(0.0),
             (Class::Gauge | Class::Set, _) => Value::Gauge(0.0),
@@ -496,5 +509,90 @@ mod tests {
         ] {
             assert_eq!(escape_name(name), want, "{name:?}");
         }
+    }
+
+    fn page_of(app: &AppSeries) -> String {
+        let mut page = String::new();
+        app.render(&mut page, &|_| false);
+        page
+    }
+
+    /// Feeds `datagram` as one window starting at `start`; what was refused.
+    fn feed(app: &AppSeries, start: u64, datagram: &[u8]) -> [u64; Refused::ALL.len()] {
+        let mut window = Window {
+            observe: true,
+            ..Window::default()
+        };
+        let mut handler = crate::ingest::LineHandler::new(true, usize::MAX);
+        handler.handle_datagram(datagram, false, &mut window);
+        app.absorb(start, &mut window)
+    }
+
+    fn app(max_series: usize) -> AppSeries {
+        AppSeries::new(Arc::default(), Mapping::default(), max_series)
+    }
+
+    #[test]
+    fn names_that_would_break_the_page_are_refused_either_way_round() {
+        let a = app(100);
+        assert_eq!(feed(&a, 0, b"x:1|ms\ny_count:1|c"), [0; 4]);
+        assert_eq!(
+            feed(&a, 1, b"x_count:1|c\nx_bucket:1|g\nx_sum:1|h"),
+            [0, 3, 0, 0]
+        );
+        assert_eq!(
+            feed(&a, 2, b"y:1|ms"),
+            [0, 1, 0, 0],
+            "a summary beside y_count"
+        );
+        assert_eq!(feed(&a, 3, b"x:1|c\nx:1|g\nx:1|s"), [3, 0, 0, 0]);
+        assert_eq!(feed(&a, 4, b"-:1|c"), [0, 0, 0, 0], "a lone dash is `_`");
+        let page = page_of(&a);
+        assert!(!page.contains("TYPE x_count"), "{page}");
+        assert!(page.contains("TYPE _ counter"), "{page}");
+    }
+
+    #[test]
+    fn the_cap_bounds_the_page_and_known_series_go_on() {
+        let a = app(2);
+        assert_eq!(feed(&a, 0, b"a:1|c\nb:1|c\nc:1|c"), [0, 0, 0, 1]);
+        feed(&a, 1, b"a:1|c\nb:1|c");
+        let page = page_of(&a);
+        assert_eq!(
+            page.lines().filter(|l| !l.starts_with('#')).count(),
+            2,
+            "{page}"
+        );
+        assert!(
+            page.contains("\na 2\n") && page.contains("\nb 2\n"),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn a_set_counts_the_members_of_the_last_window() {
+        let a = app(10);
+        feed(&a, 0, b"u:a|s\nu:b|s\nu:a|s");
+        assert!(page_of(&a).contains("\nu 2\n"));
+        feed(&a, 1, b"");
+        assert!(page_of(&a).contains("\nu 0\n"));
+    }
+
+    #[test]
+    fn summaries_forget_values_older_than_ten_minutes() {
+        let a = app(10);
+        feed(&a, 0, b"t:1000|ms");
+        feed(&a, 540, b"t:3000|ms");
+        assert!(
+            page_of(&a).contains("t{quantile=\"0.5\"} 1\n"),
+            "{}",
+            page_of(&a)
+        );
+        feed(&a, 600, b"");
+        let page = page_of(&a);
+        assert!(page.contains("t{quantile=\"0.5\"} 3\n"), "{page}");
+        assert!(page.contains("t_count 2\n"), "{page}");
+        feed(&a, 1200, b"");
+        assert!(page_of(&a).contains("t{quantile=\"0.5\"} NaN\n"));
     }
 }

@@ -293,7 +293,7 @@ pub struct Telemetry {
     pub logs_dropped: Counter,
     /// Series of a window left off the Prometheus page (`prometheus_app_metrics`), by
     /// [`crate::prometheus::Refused`].
-    pub app_series_refused: [Counter; 3],
+    pub app_series_refused: [Counter; crate::prometheus::Refused::ALL.len()],
     /// Timestamped samples by outcome: [`TIMESTAMP_OUTCOMES`].
     pub timestamped: [Counter; 5],
     pub kernel_drops: Counter,
@@ -490,7 +490,7 @@ impl Telemetry {
             app_series_refused: crate::prometheus::Refused::ALL.map(|r| {
                 counter(
                     "app_series_refused_total",
-                    "With prometheus_app_metrics: series left off /metrics, once per window they came in, by reason: type_conflict (the name already shows another type; the first seen wins), name_collision (beside another name it would make the page invalid, as a summary x beside a counter x_count), empty_name.",
+                    "With prometheus_app_metrics: series left off /metrics, once per window they came in, by reason: type_conflict (the name already shows another type; the first seen wins), name_collision (beside another name it would make the page invalid, as a summary x beside a counter x_count), empty_name, series_cap (a new series while the page holds max_series_per_window).",
                     &[("reason", r.as_str())],
                 )
             }),

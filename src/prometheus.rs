@@ -231,7 +231,10 @@ impl AppSeries {
             r.values[id] = Value::Gauge(0.0);
             r.sets.push(id);
         }
-        for (series, v) in &window.counters {
+        // A Prometheus counter never goes down: a window whose increments sum below zero
+        // (Etsy's statsd takes negative counts) leaves the page's counter as it was, as
+        // statsd_exporter drops each negative one.
+        for (series, v) in window.counters.iter().filter(|(_, v)| **v >= 0.0) {
             if let Some(Value::Counter(c)) = r.slot(Class::Counter, series, observers) {
                 *c += v;
             }
@@ -244,7 +247,7 @@ impl AppSeries {
                     Class::Counter
                 };
                 match r.slot(class, series, observers) {
-                    Some(Value::Counter(c)) => *c += s.value,
+                    Some(Value::Counter(c)) if s.value >= 0.0 => *c += s.value,
                     Some(Value::Gauge(g)) => *g = s.value,
                     _ => {}
                 }

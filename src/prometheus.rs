@@ -12,8 +12,8 @@ use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
 use crate::aggregate::{Buckets, GaugeUpdate, Mapping, SeriesName, StatKind, Window};
-use crate::ingest::mapping::Observer;
-use crate::ingest::rules::SharedRules;
+use crate::ingest::mapping::{Observer, Observers};
+use crate::ingest::rules::{Rules, SharedRules};
 
 /// statsd_exporter's (client_golang's) summary: these quantiles over ten minutes, in five age
 /// buckets of two minutes each.
@@ -189,9 +189,10 @@ struct Registry {
 pub struct AppSeries {
     registry: Mutex<Registry>,
     mapping: Mapping,
-    /// The mapping file in force (for rules' observers), taken again when a SIGHUP changes it.
+    /// The mapping file in force (for rules' observers), and the version of it taken: taken
+    /// again at the first close after a SIGHUP changed it.
     rules: Arc<SharedRules>,
-    observers: Mutex<(u64, Arc<crate::ingest::rules::Rules>)>,
+    taken: Mutex<(u64, Arc<Rules>)>,
 }
 
 impl AppSeries {
@@ -205,7 +206,7 @@ impl AppSeries {
             }),
             mapping,
             rules,
-            observers: Mutex::new((version, current)),
+            taken: Mutex::new((version, current)),
         }
     }
 
@@ -218,7 +219,7 @@ impl AppSeries {
     /// the window left off the page, by [`Refused`].
     pub fn absorb(&self, start: u64, window: &mut Window) -> [u64; Refused::ALL.len()] {
         let rules = {
-            let mut o = self.observers.lock().unwrap_or_else(|p| p.into_inner());
+            let mut o = self.taken.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(new) = self.rules.changed_since(&mut o.0) {
                 o.1 = new;
             }
@@ -227,9 +228,9 @@ impl AppSeries {
         let observers = &rules.mapper.observers;
         let mut r = self.lock();
         r.now = start;
-        for id in std::mem::take(&mut r.sets) {
-            r.values[id] = Value::Gauge(0.0);
-            r.sets.push(id);
+        let Registry { sets, values, .. } = &mut *r;
+        for &id in sets.iter() {
+            values[id] = Value::Gauge(0.0);
         }
         // A Prometheus counter never goes down: a window whose increments sum below zero
         // (Etsy's statsd takes negative counts) leaves the page's counter as it was, as
@@ -364,13 +365,18 @@ impl Registry {
         &mut self,
         class: Class,
         series: &SeriesName,
-        observers: &crate::ingest::mapping::Observers,
+        observers: &Observers,
     ) -> Option<&mut Value> {
         let found = match self.index[class as usize].get(series.as_str()) {
             Some(found) => *found,
             None => {
                 let made = self.make(class, series, observers);
-                self.index[class as usize].insert(series.clone(), made);
+                // What is refused is remembered too (a conflict costs a lookup), within the
+                // cap like the rest; past the cap, or for the cap itself, it is made again.
+                let index = &mut self.index[class as usize];
+                if made != Err(Refused::SeriesCap) && index.len() < self.max_series {
+                    index.insert(series.clone(), made);
+                }
                 made
             }
         };
@@ -387,7 +393,7 @@ impl Registry {
         &mut self,
         class: Class,
         series: &str,
-        observers: &crate::ingest::mapping::Observers,
+        observers: &Observers,
     ) -> Result<usize, Refused> {
         let mut parts = series.split(';');
         let raw = parts.next().unwrap_or_default();
@@ -439,17 +445,17 @@ impl Registry {
                 .replace('\n', r"\n");
             let _ = write!(text, "{k}=\"{v}\"");
         }
-        let family = self.families.entry(name).or_insert_with(|| Family {
-            class,
-            observer: observer.clone(),
-            series: BTreeMap::new(),
-        });
-        if let Some(&id) = family.series.get(&text) {
+        if let Some(&id) = self.families.get(&name).and_then(|f| f.series.get(&text)) {
             return Ok(id);
         }
         if self.values.len() >= self.max_series {
             return Err(Refused::SeriesCap);
         }
+        let family = self.families.entry(name).or_insert_with(|| Family {
+            class,
+            observer,
+            series: BTreeMap::new(),
+        });
         let value = match (class, &family.observer.histogram) {
             (Class::Counter, _) => Value::Counter(0.0),
             (Class::Gauge | Class::Set, _) => Value::Gauge(0.0),

@@ -257,6 +257,7 @@ fn observer(
     buckets: Option<&yaml_serde::Value>,
     fallback: &Observer,
 ) -> Result<Observer, String> {
+    // An empty list is statsd_exporter's default buckets, as a missing one is.
     let buckets = match buckets {
         None => None,
         Some(v) => Some(
@@ -266,9 +267,16 @@ fn observer(
                         .map(yaml_serde::Value::as_f64)
                         .collect::<Option<Vec<f64>>>()
                 })
-                .filter(|b| !b.is_empty())
                 .ok_or("histogram_options.buckets is not a list of numbers")?,
-        ),
+        )
+        .map(|mut b| {
+            // Bounds in order, once each, `+Inf` left to the page (as client_golang takes them).
+            b.retain(|x| x.is_finite());
+            b.sort_by(f64::total_cmp);
+            b.dedup();
+            b
+        })
+        .filter(|b| !b.is_empty()),
     };
     Ok(match kind {
         Some(ObserverType::Summary) => Observer::default(),
@@ -655,6 +663,7 @@ mod tests {
             "defaults:\n  observer_type: summary\nmappings:\n\
              - match: api.*.latency\n  name: api_${1}_seconds\n  observer_type: histogram\n  histogram_options:\n    buckets: [0.1, 1]\n\
              - match: db.*\n  name: db_seconds\n  observer_type: histogram\n\
+             - match: q.*\n  name: q_seconds\n  observer_type: histogram\n  buckets: [1, .inf, 0.5, 1]\n\
              - match: other.*\n  name: other\n",
         )
         .unwrap();
@@ -668,6 +677,11 @@ mod tests {
         assert_eq!(m.observers.of("db_seconds"), &histogram(&DEFAULT_BUCKETS));
         assert_eq!(m.observers.of("other"), &Observer::default());
         assert_eq!(
+            m.observers.of("q_seconds"),
+            &histogram(&[0.5, 1.0]),
+            "sorted"
+        );
+        assert_eq!(
             m.observers.of("api_seconds_x"),
             &Observer::default(),
             "anchored"
@@ -677,6 +691,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(all.observers.of("anything"), &histogram(&[5.0]));
+        let empty =
+            "defaults:\n  observer_type: histogram\n  histogram_options:\n    buckets: []\n";
+        let empty = Mapper::from_yaml(empty).unwrap();
+        assert_eq!(empty.observers.of("x"), &histogram(&DEFAULT_BUCKETS));
         let bad = "mappings:\n- match: a.*\n  name: x\n  histogram_options:\n    buckets: [a]\n";
         assert!(Mapper::from_yaml(bad).unwrap_err().contains("buckets"));
     }

@@ -18,6 +18,7 @@ use crate::ingest::relay::{Relay, Target};
 use crate::ingest::rules::{Rules, SharedRules};
 use crate::ingest::stream;
 use crate::ingest::{BadLineLog, LineHandler, SocketFile, Transport};
+use crate::prometheus::AppSeries;
 use crate::spool::{Spool, SpoolError};
 use crate::store::clock::Clock;
 use crate::store::{Cleaner, Store, Writer};
@@ -220,13 +221,27 @@ pub async fn run_reloading(
     let web = Arc::new(web_config::Shared::new(web_config::load_configured(
         &config,
     )?));
-    let app = router(AppState::new(
-        telemetry.clone(),
-        store.clone(),
-        config.clone(),
-        clock.clone(),
-        web.clone(),
-    ));
+    let rules = Rules::from_config(&config)?;
+    warn_ignored(&rules);
+    let rules = Arc::new(SharedRules::new(rules));
+    let mapping = Mapping::new(config.quantile_relative_accuracy);
+    let app_series = config.prometheus_app_metrics.then(|| {
+        Arc::new(AppSeries::new(
+            rules.clone(),
+            mapping,
+            config.max_series_per_window,
+        ))
+    });
+    let app = router(
+        AppState::new(
+            telemetry.clone(),
+            store.clone(),
+            config.clone(),
+            clock.clone(),
+            web.clone(),
+        )
+        .with_app_series(app_series.clone()),
+    );
     let server = crate::http::serve(
         listeners.http,
         app,
@@ -239,9 +254,6 @@ pub async fn run_reloading(
         source,
     })?;
     let tracker = TaskTracker::new();
-    let rules = Rules::from_config(&config)?;
-    warn_ignored(&rules);
-    let rules = Arc::new(SharedRules::new(rules));
     let relay = match config.relay.as_slice() {
         [] => None,
         targets => {
@@ -257,9 +269,10 @@ pub async fn run_reloading(
 
     let mut windows = Vec::new();
     let mut new_window = || {
-        let window = Arc::new(Mutex::new(Window::new(Mapping::new(
-            config.quantile_relative_accuracy,
-        ))));
+        let window = Arc::new(Mutex::new(Window {
+            observe: app_series.is_some(),
+            ..Window::new(mapping)
+        }));
         windows.push(window.clone());
         window
     };
@@ -375,6 +388,7 @@ pub async fn run_reloading(
             telemetry.clone(),
         )
         .with_reloads(reloads)
+        .with_app_series(app_series)
         .run(flusher_stop.clone()),
     );
 

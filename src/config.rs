@@ -126,6 +126,8 @@ pub struct Config {
     pub relay: Vec<String>,
     /// statsd_exporter's mapping rules (YAML), applied after the filters; empty: none.
     pub mapping_file: PathBuf,
+    /// Show the applications' series on `/metrics` too, as statsd_exporter does.
+    pub prometheus_app_metrics: bool,
     /// Log keys (`recent:`, `common:`) nobody wrote for this long expire; 0: never.
     pub log_idle_secs: u64,
     /// How long shutdown may spend writing the last window and the backlog.
@@ -331,6 +333,7 @@ impl Default for Config {
             drop_tags: Vec::new(),
             relay: Vec::new(),
             mapping_file: PathBuf::new(),
+            prometheus_app_metrics: false,
             // A week.
             log_idle_secs: 604_800,
             shutdown_timeout_secs: 10,
@@ -896,6 +899,9 @@ pub struct Args {
     /// statsd_exporter's mapping file (YAML); read again at each SIGHUP [default: none].
     #[arg(long, env = "STATSD_REDIS_MAPPING_FILE", value_name = "PATH")]
     pub mapping_file: Option<PathBuf>,
+    /// Also show the applications' series on /metrics, as statsd_exporter does [default: false].
+    #[arg(long, env = "STATSD_REDIS_PROMETHEUS_APP_METRICS", value_name = "BOOL")]
+    pub prometheus_app_metrics: Option<bool>,
     /// Expire log keys idle this long; 0 never [default: 604800].
     #[arg(long, env = "STATSD_REDIS_LOG_IDLE_SECS", value_name = "SECS")]
     pub log_idle_secs: Option<u64>,
@@ -1108,6 +1114,7 @@ impl Args {
             drop_tags,
             relay,
             mapping_file,
+            prometheus_app_metrics,
             log_idle_secs,
             shutdown_timeout_secs,
             redis_timeout_ms,

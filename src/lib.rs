@@ -20,6 +20,8 @@
 //!   dashboard; behind exporter-toolkit's web configuration file, TLS and bcrypt users.
 //! * [`graphite`]: the layout read back as Graphite: targets, functions, names, as
 //!   graphite-web answers them.
+//! * [`prometheus`]: the applications' series on `/metrics` (`prometheus_app_metrics`), fed
+//!   from each closed window, as statsd_exporter shows them.
 //! * [`telemetry`]: every self-metric, named and described in one place.
 //! * [`config`]: defaults, TOML file, environment and flags; [`retention`]: how long each
 //!   precision is kept.
@@ -38,6 +40,7 @@ pub mod graphite;
 pub mod http;
 pub mod import;
 pub mod ingest;
+pub mod prometheus;
 pub mod protocol;
 pub mod retention;
 pub mod spool;

@@ -291,6 +291,9 @@ pub struct Telemetry {
     /// Samples dropped by the filters, by type.
     pub samples_filtered: [Counter; MetricType::ALL.len()],
     pub logs_dropped: Counter,
+    /// Series of a window left off the Prometheus page (`prometheus_app_metrics`), by
+    /// [`crate::prometheus::Refused`].
+    pub app_series_refused: [Counter; crate::prometheus::Refused::ALL.len()],
     /// Timestamped samples by outcome: [`TIMESTAMP_OUTCOMES`].
     pub timestamped: [Counter; 5],
     pub kernel_drops: Counter,
@@ -482,6 +485,13 @@ impl Telemetry {
                     "timestamped_samples_total",
                     "Samples sent with a timestamp (|T), by outcome: earlier (written at the slices of their own second), current (of the window they came in, or a little ahead: counted in it), too_old (past max_timestamp_age_secs: dropped), too_far_ahead (dropped), ignored (on another type than counters and gauges' values: taken as of now).",
                     &[("outcome", outcome)],
+                )
+            }),
+            app_series_refused: crate::prometheus::Refused::ALL.map(|r| {
+                counter(
+                    "app_series_refused_total",
+                    "With prometheus_app_metrics: series left off /metrics, once per window they came in, by reason: type_conflict (the name already shows another type; the first seen wins), name_collision (beside another name it would make the page invalid, as a summary x beside a counter x_count), empty_name, series_cap (a new series while the page holds max_series_per_window).",
+                    &[("reason", r.as_str())],
                 )
             }),
             logs_dropped: counter(

@@ -524,6 +524,7 @@ async fn a_chunk_sent_again_is_applied_once_and_its_follow_ups_made_again() {
         min: 10.0,
         max: 20.0,
         buckets: Default::default(),
+        values: Vec::new(),
     };
     let window = ClosedWindow {
         start: unix_now(),

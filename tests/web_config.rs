@@ -7,23 +7,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// A program the tests run, or a failure that names the Debian package it comes in.
-fn program(name: &str, package: &str) -> Command {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {name}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "{name} is missing: apt-get install -y {package} (scripts/test.sh installs it)"
-    );
-    Command::new(name)
-}
 
 /// `htpasswd -nbBC 10`'s hash of `password`: `$2y$`, as people make them.
 fn htpasswd(password: &str) -> String {
@@ -526,25 +513,6 @@ fn auth_failures(metrics: &str, reason: &str) -> f64 {
         .lines()
         .find_map(|l| l.strip_prefix(&series)?.parse().ok())
         .unwrap_or(0.0)
-}
-
-/// A Prometheus child on a free port with `config`, its data in `dir`.
-fn prometheus(dir: &Path, config: &str) -> (Killed, u16) {
-    let file = dir.join("prometheus.yml");
-    std::fs::write(&file, config).unwrap();
-    let port = free_port();
-    let child: Child = program("prometheus", "prometheus")
-        .arg(format!("--config.file={}", file.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    (Killed(child), port)
 }
 
 /// Debian's Prometheus 2.42 scrapes `/metrics` with `basic_auth` and `tls_config` (CA, client

@@ -52,6 +52,9 @@ pub struct Stats {
     pub min: f64,
     pub max: f64,
     pub buckets: Buckets,
+    /// Each value and its weight, kept only for the Prometheus page (`prometheus_app_metrics`,
+    /// [`Window::observe`]): its histograms need the values themselves, not their buckets.
+    pub values: Vec<(f64, f64)>,
 }
 
 impl Default for Stats {
@@ -69,10 +72,14 @@ impl Stats {
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
             buckets: Buckets::default(),
+            values: Vec::new(),
         }
     }
 
-    fn add(&mut self, value: f64, weight: f64, mapping: &Mapping) {
+    fn add(&mut self, value: f64, weight: f64, mapping: &Mapping, observe: bool) {
+        if observe {
+            self.values.push((value, weight));
+        }
         self.count += weight;
         self.sum += value * weight;
         self.sumsq += value * value * weight;
@@ -88,6 +95,7 @@ impl Stats {
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
         self.buckets.merge(&other.buckets);
+        self.values.extend_from_slice(&other.values);
     }
 }
 
@@ -205,6 +213,8 @@ pub struct Window {
     pub dropped: [u64; MetricType::ALL.len() + 1],
     /// How timer, histogram and distribution values are bucketed.
     pub mapping: Mapping,
+    /// Whether statistics keep their values ([`Stats::values`]) for the Prometheus page.
+    pub observe: bool,
 }
 
 /// A timestamped value: a counter's increment (weighted by its rate) or a gauge's value.
@@ -230,7 +240,11 @@ impl Window {
 
     /// Everything received so far, leaving an empty window of the same mapping.
     pub fn take(&mut self) -> Window {
-        std::mem::replace(self, Window::new(self.mapping))
+        let empty = Window {
+            observe: self.observe,
+            ..Window::new(self.mapping)
+        };
+        std::mem::replace(self, empty)
     }
 
     /// [`Window::take`], the window left counting timestamped values of `next` (a window's
@@ -345,9 +359,9 @@ impl Window {
                     MetricType::Histogram => StatKind::Histogram,
                     _ => StatKind::Distribution,
                 };
-                let mapping = &self.mapping;
+                let (mapping, observe) = (&self.mapping, self.observe);
                 slot(&mut self.stats[kind as usize], series, max, Stats::new)
-                    .map(|s| s.add(v, weight, mapping))
+                    .map(|s| s.add(v, weight, mapping, observe))
             }
             // The parser pairs members only with sets and deltas only with gauges.
             _ => Some(()),

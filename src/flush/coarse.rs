@@ -484,6 +484,7 @@ pub(super) fn read_state(r: &mut ByteReader) -> Option<HeldState> {
             min,
             max,
             buckets,
+            values: Vec::new(),
         };
         stats.push((series, kind, s));
     }
@@ -541,6 +542,7 @@ mod tests {
             min: v,
             max: v,
             buckets: bucket_of(&[v]),
+            values: Vec::new(),
         };
         sums.add_counters(&[("a".into(), 2), ("b".into(), -1)]);
         sums.add_stats(vec![("t".into(), StatKind::Timer, stat(10.0))]);
@@ -580,6 +582,7 @@ mod tests {
             min: 4.0,
             max: 10.0,
             buckets: bucket_of(&[4.0, 10.0]),
+            values: Vec::new(),
         };
         assert_eq!(
             taken.stats,

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aggregate::{Ledger, Window};
 use crate::config::Config;
+use crate::prometheus::AppSeries;
 use crate::spool::Spool;
 use crate::store::clock::Clock;
 use crate::store::{Chunker, FlushChunk, Numbering, Writer};
@@ -77,6 +78,8 @@ struct Closer {
     /// Configurations a SIGHUP read: the keys that apply to a running flusher are taken at
     /// the next close ([`Closer::take_reload`]).
     reloads: Option<tokio::sync::watch::Receiver<Config>>,
+    /// With `prometheus_app_metrics`: the page's series, fed from each merged window.
+    app_series: Option<Arc<AppSeries>>,
 }
 
 /// Start of the window holding `now`.
@@ -104,6 +107,12 @@ fn next_boundary(closed: u64, now: Duration, interval: u64, room: u64) -> u64 {
 }
 
 impl Flusher {
+    /// Feeds `app_series` (`prometheus_app_metrics`) from each merged window.
+    pub fn with_app_series(mut self, app_series: Option<Arc<AppSeries>>) -> Flusher {
+        self.closer.app_series = app_series;
+        self
+    }
+
     /// Takes the reloadable keys of each configuration `reloads` brings (SIGHUP).
     pub fn with_reloads(mut self, reloads: tokio::sync::watch::Receiver<Config>) -> Flusher {
         self.closer.reloads = Some(reloads);
@@ -145,6 +154,7 @@ impl Flusher {
                 state_spool_log: LogLimit::default(),
                 spool: spool.map(Arc::new),
                 reloads: None,
+                app_series: None,
                 config,
                 clock,
                 opened,
@@ -244,6 +254,12 @@ impl Closer {
             merged.merge(taken);
         }
         self.report_drops(&merged);
+        if let Some(app) = &self.app_series {
+            let refused = app.absorb(start, &mut merged);
+            for (counter, n) in self.telemetry.app_series_refused.iter().zip(refused) {
+                counter.increment(n);
+            }
+        }
         let ignored = merged.stamps_ignored;
         let mut closed = self.ledger.close(start, merged);
         self.report_stamps(closed.stamps, ignored);

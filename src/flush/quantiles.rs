@@ -105,6 +105,7 @@ impl QuantileGroups {
                     min: 0.0,
                     max: 0.0,
                     buckets,
+                    values: Vec::new(),
                 };
                 window.stats.push((series, kind, stats));
             }

@@ -33,6 +33,7 @@ fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
         state_spool_log: Default::default(),
         spool: None,
         reloads: None,
+        app_series: None,
         config,
         clock: Clock::system(),
         opened: Duration::ZERO,

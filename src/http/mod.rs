@@ -70,6 +70,8 @@ pub struct AppState {
     pub bulk: Arc<crate::store::bulk::BulkPool>,
     /// The web configuration file in force: TLS, users, headers.
     pub web: Arc<web_config::Shared>,
+    /// With `prometheus_app_metrics`: the applications' series, shown after the agent's own.
+    pub app_series: Option<Arc<crate::prometheus::AppSeries>>,
 }
 
 impl AppState {
@@ -93,7 +95,17 @@ impl AppState {
                 MAX_API_REQUESTS,
             )),
             store,
+            app_series: None,
         }
+    }
+
+    /// Shows `app_series` on `/metrics`.
+    pub fn with_app_series(
+        mut self,
+        app_series: Option<Arc<crate::prometheus::AppSeries>>,
+    ) -> AppState {
+        self.app_series = app_series;
+        self
     }
 
     /// The shared connection, made when there is none (see [`forget_failed_connection`]).
@@ -246,12 +258,24 @@ async fn dashboard() -> impl IntoResponse {
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let mut text = state.telemetry.render();
+    if let Some(app) = &state.app_series {
+        // A family of the agent's own name is left to the agent: two of one name would make
+        // the page invalid.
+        let own: std::collections::HashSet<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .map(str::to_string)
+            .collect();
+        app.render(&mut text, &|name| own.contains(name));
+    }
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.telemetry.render(),
+        text,
     )
 }
 

@@ -215,6 +215,103 @@ pub struct Mapper {
     regex_set: Option<regex::RegexSet>,
     /// Keys read and accepted that only shape statsd_exporter's Prometheus output.
     pub ignored_keys: Vec<&'static str>,
+    /// What observes timers, histograms and distributions on the Prometheus page
+    /// (`prometheus_app_metrics`).
+    pub observers: Observers,
+}
+
+/// statsd_exporter's default histogram buckets (client_golang's `DefBuckets`), in seconds.
+pub const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// How a mapped name's observations show on the Prometheus page: a summary (`None`, the
+/// default, as statsd_exporter's) or a histogram of these upper bounds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observer {
+    pub histogram: Option<Vec<f64>>,
+}
+
+/// The rules' observers by the names they make. The page is fed from closed windows, which
+/// know a series by its mapped name only, so a rule is found again by its `name` template (a
+/// capture matching anything); the first rule whose template matches wins, else the defaults.
+#[derive(Debug, Default)]
+pub struct Observers {
+    rules: Vec<(Regex, Observer)>,
+    default: Observer,
+}
+
+impl Observers {
+    /// The observer of series named `name` (a mapped name, before escaping).
+    pub fn of(&self, name: &str) -> &Observer {
+        self.rules
+            .iter()
+            .find(|(r, _)| r.is_match(name))
+            .map_or(&self.default, |(_, o)| o)
+    }
+}
+
+/// An observer from a rule's (or the defaults') `observer_type` and buckets.
+fn observer(
+    kind: Option<ObserverType>,
+    buckets: Option<&yaml_serde::Value>,
+    fallback: &Observer,
+) -> Result<Observer, String> {
+    // An empty list is statsd_exporter's default buckets, as a missing one is.
+    let buckets = match buckets {
+        None => None,
+        Some(v) => Some(
+            v.as_sequence()
+                .and_then(|s| {
+                    s.iter()
+                        .map(yaml_serde::Value::as_f64)
+                        .collect::<Option<Vec<f64>>>()
+                })
+                .ok_or("histogram_options.buckets is not a list of numbers")?,
+        )
+        .map(|mut b| {
+            // Bounds in order, once each, `+Inf` left to the page (as client_golang takes them).
+            b.retain(|x| x.is_finite());
+            b.sort_by(f64::total_cmp);
+            b.dedup();
+            b
+        })
+        .filter(|b| !b.is_empty()),
+    };
+    Ok(match kind {
+        Some(ObserverType::Summary) => Observer::default(),
+        Some(ObserverType::Histogram) => Observer {
+            histogram: Some(buckets.unwrap_or_else(|| {
+                fallback
+                    .histogram
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_BUCKETS.to_vec())
+            })),
+        },
+        None => match (&fallback.histogram, buckets) {
+            (Some(_), Some(b)) => Observer { histogram: Some(b) },
+            _ => fallback.clone(),
+        },
+    })
+}
+
+/// `histogram_options.buckets` of an options mapping.
+fn buckets_of(options: &Option<yaml_serde::Value>) -> Option<&yaml_serde::Value> {
+    options.as_ref().and_then(|o| o.get("buckets"))
+}
+
+/// A rule's `name` template as a pattern over the names it makes: its captures match anything.
+fn name_pattern(template: &str) -> Result<Regex, String> {
+    let mut pattern = String::from("^");
+    let mut last = 0;
+    for m in REFERENCE.find_iter(template) {
+        pattern.push_str(&regex::escape(&template[last..m.start()]));
+        pattern.push_str(".*");
+        last = m.end();
+    }
+    pattern.push_str(&regex::escape(&template[last..]));
+    pattern.push('$');
+    Regex::new(&pattern).map_err(|e| e.to_string())
 }
 
 /// What the rules make of a metric.
@@ -253,8 +350,12 @@ impl Mapper {
         let d = &file.defaults;
         mapper.note_ignored(d.ttl.is_some(), "ttl");
         mapper.note_ignored(d.summary_options.is_some(), "summary_options");
-        mapper.note_ignored(d.histogram_options.is_some(), "histogram_options");
-        mapper.note_ignored(d.observer_type.is_some(), "observer_type");
+        mapper.observers.default = observer(
+            d.observer_type,
+            buckets_of(&d.histogram_options),
+            &Observer::default(),
+        )
+        .map_err(|e| format!("defaults: {e}"))?;
         let default_match = d.match_type.unwrap_or(MatchType::Glob);
         for (i, rule) in file.mappings.iter().enumerate() {
             // One line: the regex crate's errors point at the pattern on lines of their own.
@@ -279,15 +380,11 @@ impl Mapper {
 
     fn take_rule(&mut self, rule: &Rule, default_match: MatchType) -> Result<(), String> {
         for (present, key) in [
-            (rule.observer_type.is_some(), "observer_type"),
-            (rule.timer_type.is_some(), "timer_type"),
             (rule.help.is_some(), "help"),
             (rule.ttl.is_some(), "ttl"),
             (rule.scale.is_some(), "scale"),
-            (rule.buckets.is_some(), "buckets"),
             (rule.quantiles.is_some(), "quantiles"),
             (rule.summary_options.is_some(), "summary_options"),
-            (rule.histogram_options.is_some(), "histogram_options"),
         ] {
             self.note_ignored(present, key);
         }
@@ -303,6 +400,14 @@ impl Mapper {
         let labels = rule.labels.clone().unwrap_or_default();
         if let Some(bad) = labels.keys().find(|k| !LABEL.is_match(k)) {
             return Err(format!("the label key {bad:?} is not a label name"));
+        }
+        let kind = rule.observer_type.or(rule.timer_type);
+        let buckets = buckets_of(&rule.histogram_options).or(rule.buckets.as_ref());
+        if kind.is_some() || buckets.is_some() {
+            let observer = observer(kind, buckets, &self.observers.default)?;
+            self.observers
+                .rules
+                .push((name_pattern(&rule.name)?, observer));
         }
         let index = self.outputs.len();
         let glob = rule.match_type.unwrap_or(default_match) == MatchType::Glob;
@@ -549,6 +654,48 @@ mod tests {
             "defaults:\n  ttl: 1m\nmappings:\n- match: a.*\n  name: x\n  buckets: [1, 2]\n  scale: 0.001\n",
         )
         .unwrap();
-        assert_eq!(m.ignored_keys, ["ttl", "scale", "buckets"]);
+        assert_eq!(m.ignored_keys, ["ttl", "scale"]);
+    }
+
+    #[test]
+    fn observers_found_by_the_names_rules_make() {
+        let m = Mapper::from_yaml(
+            "defaults:\n  observer_type: summary\nmappings:\n\
+             - match: api.*.latency\n  name: api_${1}_seconds\n  observer_type: histogram\n  histogram_options:\n    buckets: [0.1, 1]\n\
+             - match: db.*\n  name: db_seconds\n  observer_type: histogram\n\
+             - match: q.*\n  name: q_seconds\n  observer_type: histogram\n  buckets: [1, .inf, 0.5, 1]\n\
+             - match: other.*\n  name: other\n",
+        )
+        .unwrap();
+        let histogram = |b: &[f64]| Observer {
+            histogram: Some(b.to_vec()),
+        };
+        assert_eq!(
+            m.observers.of("api_checkout_seconds"),
+            &histogram(&[0.1, 1.0])
+        );
+        assert_eq!(m.observers.of("db_seconds"), &histogram(&DEFAULT_BUCKETS));
+        assert_eq!(m.observers.of("other"), &Observer::default());
+        assert_eq!(
+            m.observers.of("q_seconds"),
+            &histogram(&[0.5, 1.0]),
+            "sorted"
+        );
+        assert_eq!(
+            m.observers.of("api_seconds_x"),
+            &Observer::default(),
+            "anchored"
+        );
+        let all = Mapper::from_yaml(
+            "defaults:\n  observer_type: histogram\n  histogram_options:\n    buckets: [5]\n",
+        )
+        .unwrap();
+        assert_eq!(all.observers.of("anything"), &histogram(&[5.0]));
+        let empty =
+            "defaults:\n  observer_type: histogram\n  histogram_options:\n    buckets: []\n";
+        let empty = Mapper::from_yaml(empty).unwrap();
+        assert_eq!(empty.observers.of("x"), &histogram(&DEFAULT_BUCKETS));
+        let bad = "mappings:\n- match: a.*\n  name: x\n  histogram_options:\n    buckets: [a]\n";
+        assert!(Mapper::from_yaml(bad).unwrap_err().contains("buckets"));
     }
 }

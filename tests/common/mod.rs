@@ -790,3 +790,35 @@ pub async fn send_load(to: SocketAddr, d: Duration, lines: usize, series: usize)
     }
     sent
 }
+
+/// A program the tests run, or a failure that names the Debian package it comes in.
+pub fn program(name: &str, package: &str) -> Command {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "{name} is missing: apt-get install -y {package} (scripts/test.sh installs it)"
+    );
+    Command::new(name)
+}
+
+/// A Prometheus child on a free port with `config`, its data in `dir`.
+pub fn prometheus(dir: &std::path::Path, config: &str) -> (Killed, u16) {
+    let file = dir.join("prometheus.yml");
+    std::fs::write(&file, config).unwrap();
+    let port = free_port();
+    let child: Child = program("prometheus", "prometheus")
+        .arg(format!("--config.file={}", file.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (Killed(child), port)
+}

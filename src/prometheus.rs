@@ -564,8 +564,10 @@ mod tests {
     #[test]
     fn the_cap_bounds_the_page_and_known_series_go_on() {
         let a = app(2);
-        assert_eq!(feed(&a, 0, b"a:1|c\nb:1|c\nc:1|c"), [0, 0, 0, 1]);
-        feed(&a, 1, b"a:1|c\nb:1|c");
+        // Which of one window's new series the cap takes depends on the window's map order:
+        // the cap is filled by one window, and a new series comes in the next.
+        assert_eq!(feed(&a, 0, b"a:1|c\nb:1|c"), [0, 0, 0, 0]);
+        assert_eq!(feed(&a, 1, b"a:1|c\nb:1|c\nc:1|c"), [0, 0, 0, 1]);
         let page = page_of(&a);
         assert_eq!(
             page.lines().filter(|l| !l.starts_with('#')).count(),

@@ -502,22 +502,17 @@ mod tests {
     /// statsd_exporter's `pkg/mapper/escape_test.go`, case by case, and the two.
     #[test]
     fn escaping_as_statsd_exporter() {
-        for (name, want) in [
-            ("clean", "clean"),
-            ("0starts_with_digit", "_0starts_with_digit"),
-            ("with_underscore", "with_underscore"),
-            ("with--doubledash", "with_doubledash"),
-            ("with---multiple-dashes", "with_multiple_dashes"),
-            ("with.dot", "with_dot"),
-            ("with😱emoji", "with_emoji"),
-            ("with.*.multiple", "with___multiple"),
-            ("test.web-server.foo.bar", "test_web_server_foo_bar"),
-            ("", ""),
-            ("web-server--hits", "web_server_hits"),
-            ("0lead.x", "_0lead_x"),
-        ] {
+        for (name, want) in escape_cases() {
             assert_eq!(escape_name(name), want, "{name:?}");
         }
+    }
+
+    /// `tests/prometheus/escape_cases.txt`: a name sent and its escaped form, a line each.
+    fn escape_cases() -> impl Iterator<Item = (&'static str, &'static str)> {
+        include_str!("../tests/prometheus/escape_cases.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once('\t'))
     }
 
     fn page_of(app: &AppSeries) -> String {

@@ -8,7 +8,6 @@
 mod common;
 
 use std::net::UdpSocket;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -87,15 +86,7 @@ whisper.create(path, [(10, 360), (60, 1440)], xFilesFactor=0, aggregationMethod=
 whisper.update_many(path, [(t, 3) for t in range(end - 1800, end, 10)], now=end)
 "#;
     let path = root.join(rel);
-    run_ok(
-        Command::new("/usr/bin/python3").args([
-            "-c",
-            script,
-            path.to_str().unwrap(),
-            &end.to_string(),
-        ]),
-        "python3-whisper (apt-get install -y python3-whisper)",
-    );
+    with_python_whisper(script, &[path.to_str().unwrap(), &end.to_string()]);
 }
 
 #[test]

@@ -35,15 +35,7 @@ write("stats/app/hits.wsp", "average", lambda t: 0.5)
 with open(os.path.join(root, "stats_counts/app/broken.wsp"), "wb") as f:
     f.write(b"\x00\x00\x00\x02" + b"\x00" * 20)
 "#;
-    run_ok(
-        Command::new("/usr/bin/python3").args([
-            "-c",
-            script,
-            root.to_str().unwrap(),
-            &now.to_string(),
-        ]),
-        "python3-whisper (apt-get install -y python3-whisper)",
-    );
+    with_python_whisper(script, &[root.to_str().unwrap(), &now.to_string()]);
 }
 
 /// graphite-web 1.1.10 over the whisper files under a folder (tests/graphite/graphite-web.sh),

@@ -742,6 +742,17 @@ pub async fn steady_written_second_by_second(redis: &RedisServer) {
     );
 }
 
+/// Runs a Python `script` with Debian's python3 and its `python3-whisper` (carbon's library),
+/// with `args` as `sys.argv[1:]`: whisper files written as carbon writes them.
+pub fn with_python_whisper(script: &str, args: &[&str]) {
+    run_ok(
+        Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .args(args),
+        "python3-whisper (apt-get install -y python3-whisper)",
+    );
+}
+
 /// One metric's value from the `/metrics` of the agent at `http` (0 when absent).
 pub fn metric_at(http: SocketAddr, name_and_labels: &str) -> f64 {
     let text = http_get(http, "/metrics").1;

@@ -268,10 +268,19 @@ fn a_refused_command_is_named() {
         &documented_acl("statsd-redis").replace(" +hincrby", ""),
     );
     let url = as_user(&redis, "statsd-redis");
-    let (agent, udp, _) = spawn_agent(&url, &[]);
+    let (agent, udp, http) = spawn_agent(&url, &[]);
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket.send_to(b"acl.c:1|c", ("127.0.0.1", udp)).unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    // Sent until a refusal is counted: a fixed wait was too short on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric_at(
+        ([127, 0, 0, 1], http).into(),
+        r#"write_failures_total{reason="no_permission"}"#,
+    ) == 0.0
+    {
+        assert!(Instant::now() < deadline, "no refusal counted in 20 s");
+        socket.send_to(b"acl.c:1|c", ("127.0.0.1", udp)).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let (_, log, _) = terminate(agent);
     let line = log
         .lines()

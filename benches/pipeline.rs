@@ -12,7 +12,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use statsd_redis::aggregate::{Buckets, ClosedWindow, Ledger, Mapping, Window};
 use statsd_redis::ingest::LineHandler;
 use statsd_redis::ingest::mapping::Mapper;
-use statsd_redis::prometheus::AppSeries;
+use statsd_redis::prometheus::{AppSeries, Cursor};
 use statsd_redis::protocol::{MetricType, parse_line, parse_plain};
 use statsd_redis::spool::Spool;
 use statsd_redis::store::{ChunkSettings, CounterWrite, Keys, build_chunks};
@@ -254,9 +254,9 @@ fn app_metrics(c: &mut Criterion) {
     g.bench_function("absorb_1000_counters_1000_timers", |b| {
         b.iter_batched(
             window,
-            |mut w| {
+            |w| {
                 start += 1;
-                app.absorb(start, &mut w)
+                app.absorb(start, &w)
             },
             criterion::BatchSize::LargeInput,
         )
@@ -267,6 +267,44 @@ fn app_metrics(c: &mut Criterion) {
             let mut page = String::new();
             app.render(&mut page, &|_| false);
             page
+        })
+    });
+    // A page of 100 000 series (50 000 counters, 50 000 summaries): what one piece of a
+    // scrape holds the closer up for, and the whole page written in pieces.
+    let big = AppSeries::new(Arc::default(), Mapping::default(), usize::MAX);
+    for batch in 0..50 {
+        let mut w = Window {
+            observe: true,
+            ..Window::default()
+        };
+        let mut handler = LineHandler::new(true, usize::MAX);
+        for i in batch * 1000..(batch + 1) * 1000 {
+            let d = format!("big.{i}.hits:1|c\nbig.{i}.latency:{}|ms", i % 300);
+            handler.handle_datagram(d.as_bytes(), false, &mut w);
+        }
+        big.absorb(1, &w);
+    }
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("render_piece_64k_of_100000_series", |b| {
+        b.iter(|| {
+            let mut piece = String::new();
+            let mut cursor = Cursor::default();
+            big.render_some(&mut cursor, &mut piece, 64 * 1024, &|_| false);
+            piece
+        })
+    });
+    g.sample_size(10);
+    g.bench_function("render_100000_series_in_64k_pieces", |b| {
+        b.iter(|| {
+            let (mut cursor, mut bytes) = (Cursor::default(), 0);
+            loop {
+                let mut piece = String::new();
+                let more = big.render_some(&mut cursor, &mut piece, 64 * 1024, &|_| false);
+                bytes += piece.len();
+                if !more {
+                    return bytes;
+                }
+            }
         })
     });
     g.finish();

@@ -3,7 +3,7 @@
 //! scenario's mapping file given to an agent as `mapping_file`, each case's metric sent as a
 //! line of its type, and the series written checked against the name and labels statsd_exporter
 //! gives it. A file statsd_exporter refuses stops the agent's start (exit code 2, one line
-//! naming `mapping_file`). Where the agent differs on purpose, [`DIFFERENT`] says why.
+//! naming `mapping_file`).
 
 mod common;
 
@@ -30,13 +30,6 @@ struct Case {
     labels: std::collections::BTreeMap<String, String>,
     not_present: bool,
 }
-
-/// Scenarios where the agent answers otherwise, and why.
-const DIFFERENT: &[(&str, &str)] = &[(
-    "TestMetricMapperYAML: Duplicate quantiles are bad",
-    "summary_options only shape statsd_exporter's Prometheus summaries: the agent accepts and \
-     ignores them (named in a start-up warning), so it does not check their quantiles",
-)];
 
 fn scenarios() -> Vec<Scenario> {
     let text = include_str!("mapping/vectors.json");
@@ -109,8 +102,7 @@ async fn statsd_exporters_mapper_tests_through_the_binary() {
         let file = dir.path().join(format!("mapping-{i}.yml"));
         std::fs::write(&file, &s.config).unwrap();
         let file = file.to_str().unwrap().to_string();
-        let different = DIFFERENT.iter().find(|(t, _)| *t == s.test);
-        if s.bad != different.is_some() {
+        if s.bad {
             // Refused: before anything is bound.
             let out = bin()
                 .args(["--mapping-file", &file, "--udp", "127.0.0.1:0"])
@@ -155,7 +147,7 @@ async fn statsd_exporters_mapper_tests_through_the_binary() {
         assert_eq!(metric_at(http, filtered), dropped, "{}", s.test);
     }
     // Every case, and every file statsd_exporter refuses but those the agent takes on purpose.
-    assert_eq!(checked, 66 + 11 - DIFFERENT.len());
+    assert_eq!(checked, 66 + 11);
 }
 
 /// A mapping file changed and SIGHUP: the new rules apply; a file that no longer reads keeps

@@ -26,6 +26,10 @@ mappings:
   name: jobs_done_total
   labels:
     queue: $1
+- match: brief.*
+  name: brief_$1
+  help: Seen lately.
+  ttl: 2s
 ";
 
 struct Agent {
@@ -304,6 +308,57 @@ fn conflicts_are_refused_and_counted() {
             .any(|l| l.starts_with("# TYPE t_count") || l.starts_with("# TYPE t_sum")),
         "{page}"
     );
+    promtool_accepts(&page);
+}
+
+/// A rule's `ttl` takes its series off the page once unseen that long; the others stay.
+#[test]
+fn a_series_unseen_for_its_ttl_leaves_the_page() {
+    let agent = Agent::start(&[]);
+    let sent = Instant::now();
+    agent.send(&["brief.a:1|c", "stays:1|c"]);
+    let page = agent.page_with(&["brief_a 1", "stays 1"]);
+    assert_eq!(family(&page, "brief_a")[0], "# HELP brief_a Seen lately.");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent.page().contains("brief_a") {
+        assert!(Instant::now() < deadline, "{}", agent.page());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        sent.elapsed() >= Duration::from_secs(2),
+        "gone before its ttl"
+    );
+    let page = agent.page();
+    assert!(page.lines().any(|l| l == "stays 1"), "{page}");
+    // Sent again, it starts from nothing.
+    agent.send(&["brief.a:5|c"]);
+    agent.page_with(&["brief_a 5"]);
+}
+
+/// A page of 30 000 series is sent in pieces (HTTP/1.1 chunks) as it is written, whole and
+/// valid.
+#[test]
+fn a_large_page_is_sent_in_pieces() {
+    let agent = Agent::start(&[]);
+    let lines: Vec<String> = (0..30_000).map(|i| format!("many.c{i}:{i}|c")).collect();
+    for batch in lines.chunks(100) {
+        agent.send(&batch.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    agent.page_with(&["many_c0 0", "many_c29999 29999"]);
+    let mut s = std::net::TcpStream::connect(agent.http).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut s, &mut response).unwrap();
+    let head = response
+        .split("\r\n\r\n")
+        .next()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    let page = agent.page();
+    let samples = page.lines().filter(|l| l.starts_with("many_c")).count();
+    assert_eq!(samples, 30_000);
     promtool_accepts(&page);
 }
 

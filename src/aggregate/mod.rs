@@ -21,6 +21,40 @@ use hashbrown::{Equivalent, HashMap, HashSet};
 
 use crate::protocol::{MAX_INCREMENT, MetricType, Sample, Value};
 
+/// How a series shows on the Prometheus page (`prometheus_app_metrics`): from the mapping rule
+/// that named it at ingest ([`Window::page_options`]), else the mapping file's `defaults`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PageOptions {
+    /// An observer's histogram of these upper bounds, or a summary (`None`).
+    pub histogram: Option<Vec<f64>>,
+    /// A summary's quantiles, ascending, over the last `max_age_secs` in `age_buckets` steps.
+    pub quantiles: Vec<f64>,
+    pub max_age_secs: u64,
+    pub age_buckets: u64,
+    /// Seconds a series may go unseen before it leaves the page; 0: never.
+    pub ttl_secs: u64,
+    /// What every value is multiplied by on the page (after a timer's ms → s).
+    pub scale: Option<f64>,
+    /// The family's HELP text, when not the default one.
+    pub help: Option<String>,
+}
+
+impl Default for PageOptions {
+    /// statsd_exporter's (client_golang's): a summary of 0.5, 0.9 and 0.99 over ten minutes
+    /// in five age buckets; never expired.
+    fn default() -> PageOptions {
+        PageOptions {
+            histogram: None,
+            quantiles: vec![0.5, 0.9, 0.99],
+            max_age_secs: 600,
+            age_buckets: 5,
+            ttl_secs: 0,
+            scale: None,
+            help: None,
+        }
+    }
+}
+
 /// Timers, histograms and distributions keep the same statistics under different ZSET names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StatKind {
@@ -215,6 +249,9 @@ pub struct Window {
     pub mapping: Mapping,
     /// Whether statistics keep their values ([`Stats::values`]) for the Prometheus page.
     pub observe: bool,
+    /// With `observe`: the page options of the series named by a mapping rule whose options
+    /// are not the defaults', as the rule that matched at ingest gave them.
+    pub page_options: HashMap<SeriesName, std::sync::Arc<PageOptions>>,
 }
 
 /// A timestamped value: a counter's increment (weighted by its rate) or a gauge's value.
@@ -377,6 +414,21 @@ impl Window {
         }
     }
 
+    /// Notes the page options of `series`, a series of this window named by a mapping rule;
+    /// up to `max` series, as the window's own maps.
+    pub fn note_page_options(
+        &mut self,
+        series: &str,
+        options: &std::sync::Arc<PageOptions>,
+        max: usize,
+    ) {
+        if self.page_options.len() < max || self.page_options.contains_key(series) {
+            self.page_options
+                .entry_ref(series)
+                .or_insert_with(|| options.clone());
+        }
+    }
+
     /// Folds a window of the same period, received after `self`, into `self`. Each reader
     /// caps its own window, so a merged window holds up to `udp_readers` times the cap.
     pub fn merge(&mut self, other: Window) {
@@ -407,6 +459,9 @@ impl Window {
         self.logs.extend(other.logs);
         for (series, stamped) in other.stamped {
             self.stamped.entry(series).or_default().extend(stamped);
+        }
+        for (series, options) in other.page_options {
+            self.page_options.entry(series).or_insert(options);
         }
         self.stamps_ignored += other.stamps_ignored;
         self.stamps_current += other.stamps_current;

@@ -255,7 +255,7 @@ impl Closer {
         }
         self.report_drops(&merged);
         if let Some(app) = &self.app_series {
-            let refused = app.absorb(start, &mut merged);
+            let refused = app.absorb(start, &merged);
             for (counter, n) in self.telemetry.app_series_refused.iter().zip(refused) {
                 counter.increment(n);
             }

@@ -257,26 +257,40 @@ async fn dashboard() -> impl IntoResponse {
     )
 }
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let mut text = state.telemetry.render();
-    if let Some(app) = &state.app_series {
-        // A family of the agent's own name is left to the agent: two of one name would make
-        // the page invalid.
-        let own: std::collections::HashSet<String> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE "))
-            .filter_map(|l| l.split(' ').next())
-            .map(str::to_string)
-            .collect();
-        app.render(&mut text, &|name| own.contains(name));
-    }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
+/// The applications' part of `/metrics` is sent in pieces of about this many bytes, each
+/// written under the page's lock ([`crate::prometheus::AppSeries::render_some`]).
+const PAGE_PIECE: usize = 64 * 1024;
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.telemetry.render();
+    let headers = [(
+        header::CONTENT_TYPE,
+        "text/plain; version=0.0.4; charset=utf-8",
+    )];
+    let Some(app) = state.app_series.clone() else {
+        return (headers, text).into_response();
+    };
+    // A family of the agent's own name is left to the agent: two of one name would make the
+    // page invalid.
+    let own: std::collections::HashSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_string)
+        .collect();
+    // A page of any size is never whole in memory, and holds up the closer for one piece at a
+    // time: a page may show two consecutive closes, as a scrape of statsd_exporter's may.
+    let start = Some((app, own, crate::prometheus::Cursor::default()));
+    let pieces = futures_util::stream::unfold(start, |state| async move {
+        let (app, own, mut cursor) = state?;
+        let mut piece = String::with_capacity(PAGE_PIECE + 1024);
+        let more = app.render_some(&mut cursor, &mut piece, PAGE_PIECE, &|n| own.contains(n));
+        let next = more.then_some((app, own, cursor));
+        (!piece.is_empty()).then_some((Ok::<_, std::convert::Infallible>(piece), next))
+    });
+    let first = futures_util::stream::once(std::future::ready(Ok(text)));
+    let body = axum::body::Body::from_stream(futures_util::StreamExt::chain(first, pieces));
+    (headers, body).into_response()
 }
 
 /// Ready while windows are being written: the writer's last attempt reached Redis and was

@@ -10,11 +10,12 @@
 //! thousand rules cost a lookup about what one costs (`cargo bench --bench pipeline -- mapping`).
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use regex::Regex;
 use serde::Deserialize;
 
+use crate::aggregate::PageOptions;
 use crate::protocol::MetricType;
 
 /// statsd_exporter's grammar of a glob `match`, a mapped `name` and a label key.
@@ -52,11 +53,55 @@ struct Defaults {
     #[serde(default)]
     observer_type: Option<ObserverType>,
     #[serde(default)]
+    timer_type: Option<ObserverType>,
+    #[serde(default)]
     ttl: Option<yaml_serde::Value>,
     #[serde(default)]
-    summary_options: Option<yaml_serde::Value>,
+    summary_options: Option<SummaryYaml>,
     #[serde(default)]
-    histogram_options: Option<yaml_serde::Value>,
+    histogram_options: Option<HistogramYaml>,
+    #[serde(default)]
+    buckets: Option<Vec<f64>>,
+    #[serde(default)]
+    quantiles: Option<Vec<Objective>>,
+}
+
+/// `summary_options`: the quantiles (each with the error statsd_exporter's stream allows),
+/// the time they cover (a Go duration) and in how many age buckets; `buf_cap` sizes
+/// client_golang's buffer, which the agent's sketch has not.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SummaryYaml {
+    #[serde(default)]
+    quantiles: Option<Vec<Objective>>,
+    #[serde(default)]
+    max_age: Option<yaml_serde::Value>,
+    #[serde(default)]
+    age_buckets: Option<u32>,
+    #[serde(default)]
+    buf_cap: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Objective {
+    quantile: f64,
+    #[serde(default)]
+    #[allow(dead_code)]
+    error: f64,
+}
+
+/// `histogram_options`: the buckets; the native histogram's keys shape only statsd_exporter's
+/// protobuf page.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistogramYaml {
+    #[serde(default)]
+    buckets: Option<Vec<f64>>,
+    #[serde(default)]
+    native_histogram_bucket_factor: Option<f64>,
+    #[serde(default)]
+    native_histogram_max_buckets: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -81,19 +126,19 @@ struct Rule {
     #[serde(default)]
     timer_type: Option<ObserverType>,
     #[serde(default)]
-    help: Option<yaml_serde::Value>,
+    help: Option<String>,
     #[serde(default)]
     ttl: Option<yaml_serde::Value>,
     #[serde(default)]
-    scale: Option<yaml_serde::Value>,
+    scale: Option<f64>,
     #[serde(default)]
-    buckets: Option<yaml_serde::Value>,
+    buckets: Option<Vec<f64>>,
     #[serde(default)]
-    quantiles: Option<yaml_serde::Value>,
+    quantiles: Option<Vec<Objective>>,
     #[serde(default)]
-    summary_options: Option<yaml_serde::Value>,
+    summary_options: Option<SummaryYaml>,
     #[serde(default)]
-    histogram_options: Option<yaml_serde::Value>,
+    histogram_options: Option<HistogramYaml>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -213,11 +258,12 @@ pub struct Mapper {
     /// which of them match.
     regexes: Vec<(Regex, usize)>,
     regex_set: Option<regex::RegexSet>,
-    /// Keys read and accepted that only shape statsd_exporter's Prometheus output.
+    /// Keys read and accepted that shape only statsd_exporter's own output, not the agent's.
     pub ignored_keys: Vec<&'static str>,
-    /// What observes timers, histograms and distributions on the Prometheus page
-    /// (`prometheus_app_metrics`).
-    pub observers: Observers,
+    /// How series show on the Prometheus page (`prometheus_app_metrics`): by default, and for
+    /// each rule whose options differ from the default's.
+    pub page_default: Arc<PageOptions>,
+    page: Vec<Option<Arc<PageOptions>>>,
 }
 
 /// statsd_exporter's default histogram buckets (client_golang's `DefBuckets`), in seconds.
@@ -225,93 +271,164 @@ pub const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// How a mapped name's observations show on the Prometheus page: a summary (`None`, the
-/// default, as statsd_exporter's) or a histogram of these upper bounds.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observer {
-    pub histogram: Option<Vec<f64>>,
-}
-
-/// The rules' observers by the names they make. The page is fed from closed windows, which
-/// know a series by its mapped name only, so a rule is found again by its `name` template (a
-/// capture matching anything); the first rule whose template matches wins, else the defaults.
-#[derive(Debug, Default)]
-pub struct Observers {
-    rules: Vec<(Regex, Observer)>,
-    default: Observer,
-}
-
-impl Observers {
-    /// The observer of series named `name` (a mapped name, before escaping).
-    pub fn of(&self, name: &str) -> &Observer {
-        self.rules
-            .iter()
-            .find(|(r, _)| r.is_match(name))
-            .map_or(&self.default, |(_, o)| o)
-    }
-}
-
-/// An observer from a rule's (or the defaults') `observer_type` and buckets.
-fn observer(
-    kind: Option<ObserverType>,
-    buckets: Option<&yaml_serde::Value>,
-    fallback: &Observer,
-) -> Result<Observer, String> {
-    // An empty list is statsd_exporter's default buckets, as a missing one is.
-    let buckets = match buckets {
-        None => None,
-        Some(v) => Some(
-            v.as_sequence()
-                .and_then(|s| {
-                    s.iter()
-                        .map(yaml_serde::Value::as_f64)
-                        .collect::<Option<Vec<f64>>>()
-                })
-                .ok_or("histogram_options.buckets is not a list of numbers")?,
-        )
-        .map(|mut b| {
-            // Bounds in order, once each, `+Inf` left to the page (as client_golang takes them).
-            b.retain(|x| x.is_finite());
-            b.sort_by(f64::total_cmp);
-            b.dedup();
-            b
-        })
-        .filter(|b| !b.is_empty()),
+/// The page options of the file's `defaults`, as statsd_exporter fills them in: a summary of
+/// its three quantiles over ten minutes unless said otherwise, never expired.
+fn default_options(d: &Defaults) -> Result<PageOptions, String> {
+    let mut options = PageOptions {
+        ttl_secs: duration_secs(d.ttl.as_ref(), "ttl")?,
+        ..PageOptions::default()
     };
-    Ok(match kind {
-        Some(ObserverType::Summary) => Observer::default(),
-        Some(ObserverType::Histogram) => Observer {
-            histogram: Some(buckets.unwrap_or_else(|| {
-                fallback
-                    .histogram
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_BUCKETS.to_vec())
-            })),
-        },
-        None => match (&fallback.histogram, buckets) {
-            (Some(_), Some(b)) => Observer { histogram: Some(b) },
-            _ => fallback.clone(),
-        },
-    })
-}
-
-/// `histogram_options.buckets` of an options mapping.
-fn buckets_of(options: &Option<yaml_serde::Value>) -> Option<&yaml_serde::Value> {
-    options.as_ref().and_then(|o| o.get("buckets"))
-}
-
-/// A rule's `name` template as a pattern over the names it makes: its captures match anything.
-fn name_pattern(template: &str) -> Result<Regex, String> {
-    let mut pattern = String::from("^");
-    let mut last = 0;
-    for m in REFERENCE.find_iter(template) {
-        pattern.push_str(&regex::escape(&template[last..m.start()]));
-        pattern.push_str(".*");
-        last = m.end();
+    let summary = d.summary_options.as_ref();
+    if let Some(q) = summary
+        .and_then(|s| s.quantiles.as_ref())
+        .or(d.quantiles.as_ref())
+    {
+        options.quantiles = quantiles(q)?;
     }
-    pattern.push_str(&regex::escape(&template[last..]));
-    pattern.push('$');
-    Regex::new(&pattern).map_err(|e| e.to_string())
+    let max_age = summary.and_then(|s| s.max_age.as_ref());
+    options.max_age_secs = match duration_secs(max_age, "summary_options.max_age")? {
+        0 => options.max_age_secs,
+        secs => secs,
+    };
+    if let Some(n) = summary.and_then(|s| s.age_buckets).filter(|n| *n > 0) {
+        options.age_buckets = n.into();
+    }
+    if d.observer_type.or(d.timer_type) == Some(ObserverType::Histogram) {
+        let buckets = d
+            .histogram_options
+            .as_ref()
+            .and_then(|h| h.buckets.as_ref());
+        let buckets = bounds(buckets.or(d.buckets.as_ref()));
+        options.histogram = Some(buckets.unwrap_or_else(|| DEFAULT_BUCKETS.to_vec()));
+    }
+    Ok(options)
+}
+
+/// A rule's page options, its own keys over the defaults' as statsd_exporter merges them.
+fn rule_options(rule: &Rule, defaults: &Defaults, d: &PageOptions) -> Result<PageOptions, String> {
+    let mut options = PageOptions {
+        help: rule.help.clone().filter(|h| !h.is_empty()),
+        scale: rule.scale,
+        ..d.clone()
+    };
+    let ttl = duration_secs(rule.ttl.as_ref(), "ttl")?;
+    if ttl > 0 {
+        options.ttl_secs = ttl;
+    }
+    let summary = rule.summary_options.as_ref();
+    let own_quantiles = summary.and_then(|s| s.quantiles.as_ref());
+    let own_buckets = rule
+        .histogram_options
+        .as_ref()
+        .and_then(|h| h.buckets.as_ref());
+    if own_quantiles.is_some() && rule.quantiles.is_some() {
+        return Err("quantiles both at the top level and in summary_options".into());
+    }
+    if own_buckets.is_some() && rule.buckets.is_some() {
+        return Err("buckets both at the top level and in histogram_options".into());
+    }
+    let kind = rule.observer_type.or(rule.timer_type);
+    let histogram = match kind.or(defaults.observer_type.or(defaults.timer_type)) {
+        Some(ObserverType::Histogram) if summary.is_some() => {
+            return Err("a histogram observer with summary_options".into());
+        }
+        Some(ObserverType::Summary) if rule.histogram_options.is_some() => {
+            return Err("a summary observer with histogram_options".into());
+        }
+        Some(ObserverType::Histogram) => true,
+        // Buckets alone make a histogram where the defaults' observer is one.
+        _ => false,
+    };
+    options.histogram = if histogram {
+        let fallback = d
+            .histogram
+            .clone()
+            .unwrap_or_else(|| DEFAULT_BUCKETS.to_vec());
+        Some(bounds(own_buckets.or(rule.buckets.as_ref())).unwrap_or(fallback))
+    } else {
+        None
+    };
+    if let Some(q) = own_quantiles.or(rule.quantiles.as_ref()) {
+        options.quantiles = quantiles(q)?;
+    }
+    let max_age = duration_secs(summary.and_then(|s| s.max_age.as_ref()), "max_age")?;
+    if max_age > 0 {
+        options.max_age_secs = max_age;
+    }
+    if let Some(n) = summary.and_then(|s| s.age_buckets).filter(|n| *n > 0) {
+        options.age_buckets = n.into();
+    }
+    Ok(options)
+}
+
+/// Histogram bounds in order, once each, `+Inf` left to the page (as client_golang takes them);
+/// `None` for no list or an empty one (statsd_exporter's default buckets).
+fn bounds(buckets: Option<&Vec<f64>>) -> Option<Vec<f64>> {
+    let mut b: Vec<f64> = buckets?.iter().copied().filter(|x| x.is_finite()).collect();
+    b.sort_by(f64::total_cmp);
+    b.dedup();
+    (!b.is_empty()).then_some(b)
+}
+
+/// Quantiles ascending, once each; each within 0 and 1.
+fn quantiles(objectives: &[Objective]) -> Result<Vec<f64>, String> {
+    let mut q: Vec<f64> = objectives.iter().map(|o| o.quantile).collect();
+    if let Some(bad) = q.iter().find(|q| !(0.0..=1.0).contains(*q)) {
+        return Err(format!("the quantile {bad} is not between 0 and 1"));
+    }
+    q.sort_by(f64::total_cmp);
+    q.dedup();
+    Ok(q)
+}
+
+/// A Go duration (`90s`, `1m30s`, `1.5h`, `500ms`; a bare integer is nanoseconds, as Go's
+/// YAML reads it) in whole seconds, rounded up; 0 for none.
+fn duration_secs(value: Option<&yaml_serde::Value>, key: &str) -> Result<u64, String> {
+    let bad = || format!("{key}: not a duration such as 90s, 10m or 1h30m");
+    let nanos = match value {
+        None => 0.0,
+        Some(v) if v.is_null() => 0.0,
+        Some(v) => match (v.as_u64(), v.as_str()) {
+            (Some(n), _) => n as f64,
+            (None, Some(text)) => go_duration_nanos(text).ok_or_else(bad)?,
+            _ => return Err(bad()),
+        },
+    };
+    Ok((nanos / 1e9).ceil() as u64)
+}
+
+/// Go's `time.ParseDuration`, in nanoseconds; `None` for text it refuses or a negative one.
+fn go_duration_nanos(text: &str) -> Option<f64> {
+    if text == "0" {
+        return Some(0.0);
+    }
+    let mut rest = text.strip_prefix('+').unwrap_or(text);
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0.0;
+    while !rest.is_empty() {
+        let number = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let value: f64 = rest[..number].parse().ok()?;
+        rest = &rest[number..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        rest = &rest[unit..];
+        total += value * scale;
+    }
+    Some(total)
 }
 
 /// What the rules make of a metric.
@@ -327,6 +444,8 @@ pub enum Mapped {
         name: String,
         labels: Vec<(String, String)>,
         honor_labels: bool,
+        /// The rule's place in the file, for [`Mapper::page_options`].
+        rule: usize,
     },
 }
 
@@ -348,14 +467,8 @@ impl Mapper {
             ..Mapper::default()
         };
         let d = &file.defaults;
-        mapper.note_ignored(d.ttl.is_some(), "ttl");
-        mapper.note_ignored(d.summary_options.is_some(), "summary_options");
-        mapper.observers.default = observer(
-            d.observer_type,
-            buckets_of(&d.histogram_options),
-            &Observer::default(),
-        )
-        .map_err(|e| format!("defaults: {e}"))?;
+        mapper.page_default = Arc::new(default_options(d).map_err(|e| format!("defaults: {e}"))?);
+        mapper.note_options_ignored(d.summary_options.as_ref(), d.histogram_options.as_ref());
         let default_match = d.match_type.unwrap_or(MatchType::Glob);
         for (i, rule) in file.mappings.iter().enumerate() {
             // One line: the regex crate's errors point at the pattern on lines of their own.
@@ -363,7 +476,7 @@ impl Mapper {
                 let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
                 format!("rule {} (match {:?}): {message}", i + 1, rule.pattern)
             };
-            mapper.take_rule(rule, default_match).map_err(at)?;
+            mapper.take_rule(rule, d, default_match).map_err(at)?;
         }
         if !mapper.regexes.is_empty() {
             let patterns = mapper.regexes.iter().map(|(r, _)| r.as_str());
@@ -372,22 +485,41 @@ impl Mapper {
         Ok(mapper)
     }
 
-    fn note_ignored(&mut self, present: bool, key: &'static str) {
-        if present && !self.ignored_keys.contains(&key) {
-            self.ignored_keys.push(key);
+    /// Notes the keys of statsd_exporter's options that shape only its own output.
+    fn note_options_ignored(
+        &mut self,
+        summary: Option<&SummaryYaml>,
+        histogram: Option<&HistogramYaml>,
+    ) {
+        for (present, key) in [
+            (
+                summary.is_some_and(|s| s.buf_cap.is_some()),
+                "summary_options.buf_cap",
+            ),
+            (
+                histogram.is_some_and(|h| {
+                    h.native_histogram_bucket_factor.is_some()
+                        || h.native_histogram_max_buckets.is_some()
+                }),
+                "histogram_options.native_histogram_*",
+            ),
+        ] {
+            if present && !self.ignored_keys.contains(&key) {
+                self.ignored_keys.push(key);
+            }
         }
     }
 
-    fn take_rule(&mut self, rule: &Rule, default_match: MatchType) -> Result<(), String> {
-        for (present, key) in [
-            (rule.help.is_some(), "help"),
-            (rule.ttl.is_some(), "ttl"),
-            (rule.scale.is_some(), "scale"),
-            (rule.quantiles.is_some(), "quantiles"),
-            (rule.summary_options.is_some(), "summary_options"),
-        ] {
-            self.note_ignored(present, key);
-        }
+    fn take_rule(
+        &mut self,
+        rule: &Rule,
+        defaults: &Defaults,
+        default_match: MatchType,
+    ) -> Result<(), String> {
+        self.note_options_ignored(
+            rule.summary_options.as_ref(),
+            rule.histogram_options.as_ref(),
+        );
         if rule.name.is_empty() {
             return Err("no name".into());
         }
@@ -401,14 +533,9 @@ impl Mapper {
         if let Some(bad) = labels.keys().find(|k| !LABEL.is_match(k)) {
             return Err(format!("the label key {bad:?} is not a label name"));
         }
-        let kind = rule.observer_type.or(rule.timer_type);
-        let buckets = buckets_of(&rule.histogram_options).or(rule.buckets.as_ref());
-        if kind.is_some() || buckets.is_some() {
-            let observer = observer(kind, buckets, &self.observers.default)?;
-            self.observers
-                .rules
-                .push((name_pattern(&rule.name)?, observer));
-        }
+        let options = rule_options(rule, defaults, &self.page_default)?;
+        self.page
+            .push((options != *self.page_default).then(|| Arc::new(options)));
         let index = self.outputs.len();
         let glob = rule.match_type.unwrap_or(default_match) == MatchType::Glob;
         let (name, labels) = if glob {
@@ -474,6 +601,11 @@ impl Mapper {
         self.outputs.is_empty()
     }
 
+    /// The page options of the series rule `rule` names, when they are not the defaults'.
+    pub fn page_options(&self, rule: usize) -> Option<&Arc<PageOptions>> {
+        self.page.get(rule)?.as_ref()
+    }
+
     /// What the rules make of metric `name` of type `kind`.
     pub fn map(&self, name: &str, kind: MetricType) -> Mapped {
         if self.is_empty() {
@@ -485,12 +617,11 @@ impl Mapper {
             self.walk(0, &components, kind, &mut Vec::new(), &mut best);
         }
         if let Some((index, captures)) = best {
-            let output = &self.outputs[index];
             let expand = |t: &Template| match t {
                 Template::Glob(pieces) => Template::glob_expand(pieces, &captures),
                 Template::Regex(_) => String::new(),
             };
-            return self.mapped(output, expand);
+            return self.mapped(index, expand);
         }
         let matching = match &self.regex_set {
             Some(set) => set.matches(name),
@@ -510,13 +641,14 @@ impl Mapper {
                     }
                     Template::Glob(_) => String::new(),
                 };
-                return self.mapped(output, expand);
+                return self.mapped(*index, expand);
             }
         }
         Mapped::Unmatched
     }
 
-    fn mapped(&self, output: &Output, expand: impl Fn(&Template) -> String) -> Mapped {
+    fn mapped(&self, rule: usize, expand: impl Fn(&Template) -> String) -> Mapped {
+        let output = &self.outputs[rule];
         if output.drop {
             return Mapped::Drop;
         }
@@ -530,6 +662,7 @@ impl Mapper {
             name: expand(&output.name),
             labels,
             honor_labels: output.honor_labels,
+            rule,
         }
     }
 
@@ -573,7 +706,7 @@ impl Mapper {
 mod tests {
     use super::*;
 
-    fn to(name: &str, labels: &[(&str, &str)]) -> Mapped {
+    fn to(rule: usize, name: &str, labels: &[(&str, &str)]) -> Mapped {
         Mapped::To {
             name: name.into(),
             labels: labels
@@ -581,6 +714,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             honor_labels: false,
+            rule,
         }
     }
 
@@ -599,6 +733,7 @@ mod tests {
         assert_eq!(
             m.map("test.dispatcher.Foo.send.ok", c),
             to(
+                0,
                 "dispatch_events",
                 &[
                     ("action", "send"),
@@ -608,9 +743,9 @@ mod tests {
                 ]
             )
         );
-        assert_eq!(m.map("web.signup.x", c), to("signup_web", &[]));
+        assert_eq!(m.map("web.signup.x", c), to(2, "signup_web", &[]));
         assert_eq!(m.map("web.signup.x", MetricType::Gauge), Mapped::Unmatched);
-        assert_eq!(m.map("a.b--c", c), to("request_total", &[("job", "a")]));
+        assert_eq!(m.map("a.b--c", c), to(3, "request_total", &[("job", "a")]));
         assert_eq!(m.map("drop.me", c), Mapped::Drop);
         assert_eq!(
             m.map("drop.me.too", c),
@@ -649,53 +784,108 @@ mod tests {
     }
 
     #[test]
-    fn keys_for_prometheus_alone_are_accepted_and_named() {
+    fn rules_options_are_their_own_over_the_defaults() {
         let m = Mapper::from_yaml(
-            "defaults:\n  ttl: 1m\nmappings:\n- match: a.*\n  name: x\n  buckets: [1, 2]\n  scale: 0.001\n",
+            "defaults:\n  ttl: 1m\n  summary_options:\n    quantiles:\n    - quantile: 0.99\n      error: 0.001\n    - quantile: 0.5\n      error: 0.05\n    max_age: 5m\n    age_buckets: 3\n    buf_cap: 10\nmappings:\n\
+             - match: api.*.latency\n  name: api_seconds\n  help: Latency.\n  observer_type: histogram\n  histogram_options:\n    buckets: [1, 0.1]\n\
+             - match: db.*\n  name: db_seconds\n  observer_type: histogram\n\
+             - match: q.*\n  name: q_seconds\n  timer_type: histogram\n  buckets: [1, .inf, 0.5, 1]\n\
+             - match: s.*\n  name: s_bytes\n  quantiles:\n  - quantile: 0.9\n  ttl: 1500ms\n  scale: 1024\n\
+             - match: plain.*\n  name: plain\n",
         )
         .unwrap();
-        assert_eq!(m.ignored_keys, ["ttl", "scale"]);
+        let d = PageOptions {
+            quantiles: vec![0.5, 0.99],
+            max_age_secs: 300,
+            age_buckets: 3,
+            ttl_secs: 60,
+            ..PageOptions::default()
+        };
+        assert_eq!(*m.page_default, d);
+        let histogram = |b: &[f64]| Some(b.to_vec());
+        let api = m.page_options(0).unwrap();
+        assert_eq!(api.histogram, histogram(&[0.1, 1.0]));
+        assert_eq!((api.help.as_deref(), api.ttl_secs), (Some("Latency."), 60));
+        assert_eq!(
+            m.page_options(1).unwrap().histogram,
+            histogram(&DEFAULT_BUCKETS)
+        );
+        assert_eq!(m.page_options(2).unwrap().histogram, histogram(&[0.5, 1.0]));
+        let s = m.page_options(3).unwrap();
+        assert_eq!((s.histogram.as_ref(), &s.quantiles[..]), (None, &[0.9][..]));
+        assert_eq!(
+            (s.ttl_secs, s.scale, s.max_age_secs),
+            (2, Some(1024.0), 300)
+        );
+        assert_eq!(m.page_options(4), None, "the defaults' own");
+        assert_eq!(m.ignored_keys, ["summary_options.buf_cap"]);
+        for (yaml, histogram) in [
+            (
+                "defaults:\n  observer_type: histogram\n",
+                DEFAULT_BUCKETS.to_vec(),
+            ),
+            (
+                "defaults:\n  observer_type: histogram\n  histogram_options:\n    buckets: []\n",
+                DEFAULT_BUCKETS.to_vec(),
+            ),
+            (
+                "defaults:\n  timer_type: histogram\n  buckets: [5]\n",
+                vec![5.0],
+            ),
+        ] {
+            let m = Mapper::from_yaml(yaml).unwrap();
+            assert_eq!(m.page_default.histogram, Some(histogram), "{yaml}");
+        }
     }
 
     #[test]
-    fn observers_found_by_the_names_rules_make() {
-        let m = Mapper::from_yaml(
-            "defaults:\n  observer_type: summary\nmappings:\n\
-             - match: api.*.latency\n  name: api_${1}_seconds\n  observer_type: histogram\n  histogram_options:\n    buckets: [0.1, 1]\n\
-             - match: db.*\n  name: db_seconds\n  observer_type: histogram\n\
-             - match: q.*\n  name: q_seconds\n  observer_type: histogram\n  buckets: [1, .inf, 0.5, 1]\n\
-             - match: other.*\n  name: other\n",
-        )
-        .unwrap();
-        let histogram = |b: &[f64]| Observer {
-            histogram: Some(b.to_vec()),
-        };
-        assert_eq!(
-            m.observers.of("api_checkout_seconds"),
-            &histogram(&[0.1, 1.0])
-        );
-        assert_eq!(m.observers.of("db_seconds"), &histogram(&DEFAULT_BUCKETS));
-        assert_eq!(m.observers.of("other"), &Observer::default());
-        assert_eq!(
-            m.observers.of("q_seconds"),
-            &histogram(&[0.5, 1.0]),
-            "sorted"
-        );
-        assert_eq!(
-            m.observers.of("api_seconds_x"),
-            &Observer::default(),
-            "anchored"
-        );
-        let all = Mapper::from_yaml(
-            "defaults:\n  observer_type: histogram\n  histogram_options:\n    buckets: [5]\n",
-        )
-        .unwrap();
-        assert_eq!(all.observers.of("anything"), &histogram(&[5.0]));
-        let empty =
-            "defaults:\n  observer_type: histogram\n  histogram_options:\n    buckets: []\n";
-        let empty = Mapper::from_yaml(empty).unwrap();
-        assert_eq!(empty.observers.of("x"), &histogram(&DEFAULT_BUCKETS));
-        let bad = "mappings:\n- match: a.*\n  name: x\n  histogram_options:\n    buckets: [a]\n";
-        assert!(Mapper::from_yaml(bad).unwrap_err().contains("buckets"));
+    fn options_statsd_exporter_refuses_are_refused() {
+        for (yaml, said) in [
+            (
+                "mappings:\n- match: a.*\n  name: x\n  observer_type: histogram\n  summary_options:\n    max_age: 1m\n",
+                "a histogram observer with summary_options",
+            ),
+            (
+                "mappings:\n- match: a.*\n  name: x\n  observer_type: summary\n  histogram_options:\n    buckets: [1]\n",
+                "a summary observer with histogram_options",
+            ),
+            (
+                "mappings:\n- match: a.*\n  name: x\n  quantiles:\n  - quantile: 0.5\n  summary_options:\n    quantiles:\n    - quantile: 0.9\n",
+                "quantiles both",
+            ),
+            (
+                "mappings:\n- match: a.*\n  name: x\n  ttl: 10 minutes\n",
+                "rule 1 (match \"a.*\"): ttl: not a duration",
+            ),
+            (
+                "defaults:\n  summary_options:\n    quantiles:\n    - quantile: 1.5\n",
+                "defaults: the quantile 1.5",
+            ),
+            (
+                "mappings:\n- match: a.*\n  name: x\n  histogram_options:\n    buckets: [a]\n",
+                "buckets",
+            ),
+        ] {
+            let e = Mapper::from_yaml(yaml).unwrap_err();
+            assert!(e.contains(said), "{yaml}: {e}");
+        }
+    }
+
+    #[test]
+    fn go_durations_as_go_reads_them() {
+        for (text, nanos) in [
+            ("0", Some(0.0)),
+            ("90s", Some(90e9)),
+            ("1m30s", Some(90e9)),
+            ("1.5h", Some(5400e9)),
+            ("500ms", Some(5e8)),
+            ("2us", Some(2e3)),
+            ("10", None),
+            ("-1s", None),
+            ("", None),
+            ("1d", None),
+        ] {
+            assert_eq!(go_duration_nanos(text), nanos, "{text:?}");
+        }
     }
 }

@@ -234,9 +234,21 @@ impl LineHandler {
                 name,
                 labels,
                 honor_labels,
-            } => self
-                .namer
-                .series_labelled(name, influx, dog, labels, *honor_labels)?,
+                rule,
+            } => {
+                let named = self
+                    .namer
+                    .series_labelled(name, influx, dog, labels, *honor_labels)?;
+                // The rule's own page options go with its series to the Prometheus page.
+                let options = self
+                    .rules
+                    .as_ref()
+                    .and_then(|r| r.mapper.page_options(*rule));
+                if let (true, Some(options)) = (window.observe, options) {
+                    window.note_page_options(named.0, options, self.max_series);
+                }
+                named
+            }
         };
         window.record(series, sample, self.max_series);
         self.tally.samples[sample.kind as usize] += 1;

@@ -467,7 +467,7 @@ fn warn_ignored(rules: &Rules) {
     if !keys.is_empty() {
         tracing::warn!(
             keys = ?keys,
-            "mapping_file: these keys only shape statsd_exporter's Prometheus output; they are accepted and ignored"
+            "mapping_file: these keys shape only statsd_exporter's own output (its summaries' buffer, its protobuf native histograms); they are accepted and ignored"
         );
     }
 }

@@ -206,7 +206,7 @@ impl Summary {
         quantiles.iter().map(move |&q| {
             merged
                 .quantile(mapping, q)
-                .map_or(f64::NAN, |v| (v * self.unit).clamp(lo, hi))
+                .map_or(f64::NAN, |v| (v * self.unit).max(lo).min(hi))
         })
     }
 }
@@ -910,6 +910,40 @@ mod tests {
                 pieces > whole.len() / bytes.max(500),
                 "{pieces} pieces of {bytes}"
             );
+        }
+    }
+
+    proptest::proptest! {
+        /// No run of lines, through a mapping file with every option, panics or makes a sample
+        /// line without a number, whatever the windows' spacing (series expiring between them).
+        #[test]
+        fn no_lines_break_the_page(
+            windows in proptest::collection::vec(
+                (0u64..90, proptest::collection::vec(
+                    "[a-z][a-z._-]{0,6}(,[a-z]{1,2}=[a-z]{1,2})?:[-+]?[0-9]{1,3}(\\.[0-9])?\\|(c|g|ms|h|d|s)(\\|@0\\.[1-9])?(\\|#[a-z_]{1,3}:[a-z]{0,2})?",
+                    0..20,
+                )),
+                1..6,
+            )
+        ) {
+            let a = mapped(
+                "defaults:\n  ttl: 30s\n  summary_options:\n    max_age: 1m\n    age_buckets: 3\n\
+                 mappings:\n\
+                 - match: a.*\n  name: a_$1\n  observer_type: histogram\n  histogram_options:\n    buckets: [0.5, 10]\n  scale: -2\n\
+                 - match: b.*\n  name: b\n  help: B.\n  ttl: 5s\n  labels:\n    which: $1\n\
+                 - match: c.*\n  name: c_count\n  scale: 0\n",
+            );
+            let mut start = 0;
+            for (gap, lines) in windows {
+                start += gap;
+                feed(&a, start, lines.join("\n").as_bytes());
+                let page = page_of(&a);
+                for line in samples(&page) {
+                    let value = line.rsplit_once(' ').map(|(_, v)| v).unwrap_or_default();
+                    let number = value.parse::<f64>().is_ok() || ["NaN", "+Inf", "-Inf"].contains(&value);
+                    proptest::prop_assert!(number, "{line:?} in\n{page}");
+                }
+            }
         }
     }
 }

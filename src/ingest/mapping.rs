@@ -306,6 +306,9 @@ fn default_options(d: &Defaults) -> Result<PageOptions, String> {
 
 /// A rule's page options, its own keys over the defaults' as statsd_exporter merges them.
 fn rule_options(rule: &Rule, defaults: &Defaults, d: &PageOptions) -> Result<PageOptions, String> {
+    if rule.scale.is_some_and(|s| !s.is_finite()) {
+        return Err("scale is not a finite number".into());
+    }
     let mut options = PageOptions {
         help: rule.help.clone().filter(|h| !h.is_empty()),
         scale: rule.scale,
@@ -864,6 +867,10 @@ mod tests {
             (
                 "mappings:\n- match: a.*\n  name: x\n  histogram_options:\n    buckets: [a]\n",
                 "buckets",
+            ),
+            (
+                "mappings:\n- match: a.*\n  name: x\n  scale: .nan\n",
+                "scale is not a finite number",
             ),
         ] {
             let e = Mapper::from_yaml(yaml).unwrap_err();

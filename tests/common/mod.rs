@@ -833,3 +833,45 @@ pub fn prometheus(dir: &std::path::Path, config: &str) -> (Killed, u16) {
         .unwrap();
     (Killed(child), port)
 }
+
+/// `promtool check metrics` parses the page: it may only find what statsd_exporter's page has
+/// too (counters named as sent, without `_total`), never a line it cannot parse.
+pub fn promtool_accepts(page: &str) {
+    for problem in promtool_lints(page) {
+        assert!(
+            problem.contains("counter metrics should have \"_total\" suffix"),
+            "promtool: {problem}\n{page}"
+        );
+    }
+}
+
+/// What `promtool check metrics` says of a page it parses (its lint: names, suffixes, help);
+/// a page it cannot parse fails the test.
+pub fn promtool_lints(page: &str) -> Vec<String> {
+    let mut child = program("promtool", "prometheus")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // promtool: 0 clean, 3 lint problems only, 1 a page it cannot parse.
+    assert!(
+        matches!(out.status.code(), Some(0 | 3)),
+        "promtool refuses the page ({:?}): {said}\n{page}",
+        out.status
+    );
+    said.lines().map(str::to_string).collect()
+}

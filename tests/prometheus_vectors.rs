@@ -356,7 +356,7 @@ impl Drop for Running {
 
 /// The binary with the vector's mapping file and flags, once its HTTP port answers; or why it
 /// did not start (a mapping file it refuses: what it logged).
-fn start(redis: &RedisServer, v: &Vector) -> Result<Running, String> {
+fn start(redis: &RedisServer, mapping: Option<&str>, args: &[String]) -> Result<Running, String> {
     let dir = tempfile::tempdir().unwrap();
     let (udp, http) = (port(), port());
     let mut command = bin();
@@ -365,10 +365,10 @@ fn start(redis: &RedisServer, v: &Vector) -> Result<Running, String> {
         .args(["--udp", &format!("127.0.0.1:{udp}")])
         .args(["--http", &format!("127.0.0.1:{http}")])
         .args(["--redis", &redis.url()])
-        .args(&v.args)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    if let Some(mapping) = &v.mapping {
+    if let Some(mapping) = mapping {
         let file = dir.path().join("mapping.yml");
         std::fs::write(&file, mapping).unwrap();
         command.arg("--mapping-file").arg(file);
@@ -483,7 +483,7 @@ fn run(redis: &RedisServer, v: &Vector) -> Result<(), String> {
             return Err(format!("docs/prometheus.md no longer has the row {row}"));
         }
     }
-    let agent = start(redis, v)?;
+    let agent = start(redis, v.mapping.as_deref(), &v.args)?;
     for (n, datagram) in v.send.iter().enumerate() {
         agent.send(&datagram.bytes());
         agent.settle(n + 1)?;
@@ -563,4 +563,119 @@ fn statsd_exporters_tests_through_the_binary() {
     }
     eprintln!("{report}");
     assert!(failed.is_empty(), "{report}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The StatsD clients the tests drive (tests/transports.rs, tests/end_to_end.rs), to the page.
+
+/// Python's `statsd` and `datadog`, Node's `hot-shots` and Rust's `cadence` each send a
+/// counter, a gauge and a timer (tags and `h`/`d` observations where the client has them) to
+/// an agent with `prometheus_app_metrics = true`: the page shows each as statsd_exporter shows
+/// such lines (names escaped, a run of dashes one `_`; tags as labels, their keys escaped;
+/// timers in seconds as summaries, `h` and `d` as sent), and nothing else.
+#[test]
+fn every_client_the_tests_drive_shows_on_the_page() {
+    let redis = RedisServer::start();
+    let agent = start(&redis, None, &[]).unwrap();
+    let port = agent.udp;
+    python(&format!(
+        r#"
+import statsd
+c = statsd.StatsClient("127.0.0.1", {port})
+c.incr("py.statsd.cache--hits", 3)
+c.gauge("py.statsd.depth", 7)
+c.timing("py.statsd.latency", 250)
+"#
+    ));
+    python(&format!(
+        r#"
+from datadog.dogstatsd import DogStatsd
+d = DogStatsd(host="127.0.0.1", port={port}, disable_telemetry=True)
+tags = ["env:test", "service.name:shop"]
+d.increment("dd.cache-hits", 3, tags=tags)
+d.gauge("dd.depth", 7, tags=tags)
+d.timing("dd.latency", 250, tags=tags)
+d.histogram("dd.size", 512, tags=tags)
+d.distribution("dd.spread", 0.5, tags=tags)
+d.flush()
+"#
+    ));
+    node(&format!(
+        r#"
+const StatsD = require('hot-shots');
+const c = new StatsD({{ host: '127.0.0.1', port: {port}, errorHandler: e => {{ console.error(e); process.exit(1); }} }});
+const tags = ['env:test', 'service.name:shop'];
+c.increment('hs.cache-hits', 3, tags);
+c.gauge('hs.depth', 7, tags);
+c.timing('hs.latency', 250, tags);
+c.histogram('hs.size', 512, tags);
+c.distribution('hs.spread', 0.5, tags);
+c.close(() => process.exit(0));
+"#
+    ));
+    {
+        use cadence::prelude::*;
+        use cadence::{StatsdClient, UdpMetricSink};
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sink = UdpMetricSink::from(("127.0.0.1", port), socket).unwrap();
+        let client = StatsdClient::from_sink("cadence", sink);
+        client
+            .count_with_tags("cache-hits", 3)
+            .with_tag("env", "test")
+            .with_tag("service.name", "shop")
+            .send();
+        client
+            .gauge_with_tags("depth", 7)
+            .with_tag("env", "test")
+            .send();
+        client
+            .time_with_tags("latency", 250)
+            .with_tag("env", "test")
+            .send();
+        client
+            .histogram_with_tags("size", 512)
+            .with_tag("env", "test")
+            .send();
+        client
+            .distribution_with_tags("spread", 0.5)
+            .with_tag("env", "test")
+            .send();
+    }
+    agent.settle(1).unwrap();
+    let tagged = serde_json::json!({"env": "test", "service_name": "shop"});
+    let env = serde_json::json!({"env": "test"});
+    let counter = |labels: &serde_json::Value| serde_json::json!({"type": "counter", "series": [{"labels": labels, "value": 3.0}]});
+    let gauge = |labels: &serde_json::Value| serde_json::json!({"type": "gauge", "series": [{"labels": labels, "value": 7.0}]});
+    // One observation: every quantile is the value.
+    let summary = |labels: &serde_json::Value, v: f64| {
+        serde_json::json!({"type": "summary", "series": [{
+            "labels": labels, "count": 1.0, "sum": v,
+            "quantiles": {"0.5": v, "0.9": v, "0.99": v},
+        }]})
+    };
+    let none = serde_json::json!({});
+    let want: Page = serde_json::from_value(serde_json::json!({
+        "py_statsd_cache_hits": counter(&none),
+        "py_statsd_depth": gauge(&none),
+        "py_statsd_latency": summary(&none, 0.25),
+        "dd_cache_hits": counter(&tagged),
+        "dd_depth": gauge(&tagged),
+        "dd_latency": summary(&tagged, 0.25),
+        "dd_size": summary(&tagged, 512.0),
+        "dd_spread": summary(&tagged, 0.5),
+        "hs_cache_hits": counter(&tagged),
+        "hs_depth": gauge(&tagged),
+        "hs_latency": summary(&tagged, 0.25),
+        "hs_size": summary(&tagged, 512.0),
+        "hs_spread": summary(&tagged, 0.5),
+        "cadence_cache_hits": counter(&tagged),
+        "cadence_depth": gauge(&env),
+        "cadence_latency": summary(&env, 0.25),
+        "cadence_size": summary(&env, 512.0),
+        "cadence_spread": summary(&env, 0.5),
+    }))
+    .unwrap();
+    if let Err(why) = agent.expect(&want, Duration::from_secs(3)) {
+        panic!("{why}");
+    }
 }

@@ -563,31 +563,40 @@ def vector(id_, mapping, batches_, expected=None, extra=None):
 
 
 def bridge(source):
-    out = []
-    for s in table(function(source, "TestHandlePacket")):
-        name = s.get("name")
-        packet = s.get("in", "")
-        out_ = s.get("out")
-        events = [event(e) for e in out_.items] if isinstance(out_, Composite) else []
-        if packet == "":
-            continue  # "empty": nothing sent, nothing to see
-        theirs = exporter([events], None)
-        mine = agent([events], None)
-        v = {
-            "test": f"bridge_test.go TestHandlePacket: {name}",
-            "mapping": None,
-            "send": [datagram(packet)],
-            "statsd_exporter": theirs.as_json(),
-        }
-        differs = rows_that_differ([events], None, theirs, mine)
-        if theirs.conflicts:
-            differs.append(row(CONFLICTS))
-            v["statsd_exporter_conflicts"] = theirs.conflicts
-        if differs:
-            v["differs"] = differs
-            v["agent"] = {"page": mine.as_json(), "refused": mine.refused}
-        out.append(v)
-    return out
+    return [packet_vector(f"bridge_test.go TestHandlePacket: {s.get('name')}", s) for s in table(function(source, "TestHandlePacket")) if s.get("in", "")]
+
+
+def line_cases(source, seen):
+    """pkg/line/line_test.go TestLineToEvents: a line and its events, as bridge_test.go's, for
+    the lines bridge_test.go does not send already. Its check compares only the events a case
+    lists: a case without `out` asserts nothing and is left out; one with an empty `out` says
+    the line makes none."""
+    body = function(source, "TestLineToEvents")
+    at = body.index("testCases := map[string]testCase{") + len("testCases := ")
+    cases, _ = parse(list(tokens(body[at:])), 0, {})
+    return [
+        packet_vector(f"line_test.go TestLineToEvents: {name}", case)
+        for name, case in dict.items(cases)
+        if case.get("in", "") and case.get("in") not in seen and "out" in case
+    ]
+
+
+def packet_vector(id_, s):
+    """A packet and the events statsd_exporter's parser makes of it, as the page."""
+    packet = s.get("in", "")
+    out_ = s.get("out")
+    events = [event(e) for e in out_.items] if isinstance(out_, Composite) else []
+    theirs = exporter([events], None)
+    mine = agent([events], None)
+    v = {"test": id_, "mapping": None, "send": [datagram(packet)], "statsd_exporter": theirs.as_json()}
+    differs = rows_that_differ([events], None, theirs, mine)
+    if theirs.conflicts:
+        differs.append(row(CONFLICTS))
+        v["statsd_exporter_conflicts"] = theirs.conflicts
+    if differs:
+        v["differs"] = differs
+        v["agent"] = {"page": mine.as_json(), "refused": mine.refused}
+    return v
 
 
 def datagram(text):
@@ -809,9 +818,12 @@ def main():
         exporter_src = read("pkg/exporter/exporter_test.go")
         bridge_src = read("bridge_test.go")
         mapper_src = read("pkg/mapper/mapper_test.go")
+        line_src = read("pkg/line/line_test.go")
     else:
-        exporter_src, bridge_src, mapper_src = (open(p, encoding="utf-8").read() for p in sys.argv[1:4])
-    vectors = bridge(bridge_src) + exporter_tests(exporter_src) + mapper_options(mapper_src)
+        exporter_src, bridge_src, mapper_src, line_src = (open(p, encoding="utf-8").read() for p in sys.argv[1:5])
+    bridged = bridge(bridge_src)
+    seen = {s.get("in") for s in table(function(bridge_src, "TestHandlePacket"))}
+    vectors = bridged + line_cases(line_src, seen) + exporter_tests(exporter_src) + mapper_options(mapper_src)
     json.dump(vectors, sys.stdout, indent=1, ensure_ascii=False)
     print()
 

@@ -4,7 +4,7 @@ through the agent with `prometheus_app_metrics = true`: each scenario's mapping 
 datagrams sent, and the page statsd_exporter's test expects (families, types, series, values).
 
     git --git-dir=DIR show v0.30.0:pkg/exporter/exporter_test.go > exporter_test.go   (etc.)
-    scripts/exporter-vectors.py exporter_test.go bridge_test.go mapper_test.go \\
+    scripts/exporter-vectors.py exporter_test.go bridge_test.go mapper_test.go line_test.go \\
         > tests/prometheus/exporter_vectors.json
 
 or, from a clone or `fetch` of github.com/prometheus/statsd_exporter (needs PyYAML):
@@ -15,6 +15,10 @@ Read from the three test files (data, never their code):
 
 * `bridge_test.go` `TestHandlePacket`: each scenario's packet, and the events the parser must
   make of it, as the page those events make (statsd_exporter's exporter, no mapping file).
+* `pkg/line/line_test.go` `TestLineToEvents`: the same for the lines bridge_test.go does not
+  send (extended aggregation, container ids), when the case lists its events. The
+  `TestDisableParsing*` tests turn statsd_exporter's tag-style flags off, which the agent does
+  not have: they are not taken.
 * `pkg/exporter/exporter_test.go`: `TestConflictingMetrics`' table (each scenario's events and the
   values its test reads back), and the single-case tests (their mapping file and events; what
   each test asserts is in `ASSERTS` below, each with the text of the Go assertion it stands
@@ -512,9 +516,7 @@ def row(label):
 FIRST_TYPE = "First type in one window"
 CONFLICTS = "Conflicts counted"
 COLLISION = "`x` beside `x_count`"
-SAMPLED = "Sampled observations"
 NEGATIVE = "Negative counter"
-TIMESTAMPS = "`\\|T` timestamps"
 OBSERVER = "A mapped name's observer"
 
 

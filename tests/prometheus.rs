@@ -5,9 +5,8 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -111,42 +110,6 @@ fn family(page: &str, name: &str) -> Vec<String> {
         })
         .map(str::to_string)
         .collect()
-}
-
-/// `promtool check metrics` parses the page: it may only find what statsd_exporter's page has
-/// too (counters named as sent, without `_total`), never a line it cannot parse.
-fn promtool_accepts(page: &str) {
-    let mut child = program("promtool", "prometheus")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(page.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // promtool: 0 clean, 3 lint problems only, 1 a page it cannot parse.
-    assert!(
-        matches!(out.status.code(), Some(0 | 3)),
-        "promtool refuses the page ({:?}): {said}\n{page}",
-        out.status
-    );
-    for problem in said.lines() {
-        assert!(
-            problem.contains("counter metrics should have \"_total\" suffix"),
-            "promtool: {problem}\n{page}"
-        );
-    }
 }
 
 /// Each type as statsd_exporter shows it: counters summed with their rate, gauges set and

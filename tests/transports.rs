@@ -8,8 +8,6 @@ use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::*;
@@ -291,67 +289,6 @@ async fn another_process_s_socket_files_are_left_alone() {
     );
     assert!(!dir.path().join("dgram.sock").exists(), "ours is");
     drop(live);
-}
-
-/// The client libraries, installed once from PyPI and the npm registry into this test
-/// target's own directory.
-fn clients() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("clients");
-        let run = |what: &str, cmd: &mut Command| {
-            let out = cmd.output().unwrap_or_else(|e| {
-                panic!("{what} could not run ({e}): install python3-pip and npm (apt-get install -y python3-pip npm)")
-            });
-            assert!(
-                out.status.success(),
-                "{what} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        if !dir.join("py/statsd").exists() || !dir.join("py/datadog").exists() {
-            run(
-                "pip install statsd datadog",
-                Command::new("python3").args(["-m", "pip", "install", "--quiet", "--target"]).arg(dir.join("py")).args(["statsd==4.0.1", "datadog==0.56.0"]),
-            );
-        }
-        if !dir.join("node_modules/unix-dgram").exists() {
-            std::fs::create_dir_all(&dir).unwrap();
-            run(
-                "npm install hot-shots unix-dgram",
-                Command::new("npm")
-                    .current_dir(&dir)
-                    .args(["install", "--silent", "--no-audit", "--no-fund", "--no-save", "hot-shots@11", "unix-dgram@2"]),
-            );
-        }
-        dir
-    })
-}
-
-fn python(script: &str) {
-    let out = Command::new("python3")
-        .env("PYTHONPATH", clients().join("py"))
-        .args(["-c", script])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn node(script: &str) {
-    let out = Command::new("node")
-        .env("NODE_PATH", clients().join("node_modules"))
-        .args(["-e", script])
-        .output()
-        .expect("node");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -820,3 +820,106 @@ pub fn prometheus(dir: &std::path::Path, config: &str) -> (Killed, u16) {
         .unwrap();
     (Killed(child), port)
 }
+
+/// `promtool check metrics` parses the page: it may only find what statsd_exporter's page has
+/// too (counters named as sent, without `_total`), never a line it cannot parse.
+pub fn promtool_accepts(page: &str) {
+    for problem in promtool_lints(page) {
+        assert!(
+            problem.contains("counter metrics should have \"_total\" suffix"),
+            "promtool: {problem}\n{page}"
+        );
+    }
+}
+
+/// What `promtool check metrics` says of a page it parses (its lint: names, suffixes, help);
+/// a page it cannot parse fails the test.
+pub fn promtool_lints(page: &str) -> Vec<String> {
+    let mut child = program("promtool", "prometheus")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // promtool: 0 clean, 3 lint problems only, 1 a page it cannot parse.
+    assert!(
+        matches!(out.status.code(), Some(0 | 3)),
+        "promtool refuses the page ({:?}): {said}\n{page}",
+        out.status
+    );
+    said.lines().map(str::to_string).collect()
+}
+
+/// The client libraries, installed once from PyPI and the npm registry into this test
+/// target's own directory.
+pub fn clients() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("clients");
+        let run = |what: &str, cmd: &mut Command| {
+            let out = cmd.output().unwrap_or_else(|e| {
+                panic!("{what} could not run ({e}): install python3-pip and npm (apt-get install -y python3-pip npm)")
+            });
+            assert!(
+                out.status.success(),
+                "{what} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        if !dir.join("py/statsd").exists() || !dir.join("py/datadog").exists() {
+            run(
+                "pip install statsd datadog",
+                Command::new("python3").args(["-m", "pip", "install", "--quiet", "--target"]).arg(dir.join("py")).args(["statsd==4.0.1", "datadog==0.56.0"]),
+            );
+        }
+        if !dir.join("node_modules/unix-dgram").exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            run(
+                "npm install hot-shots unix-dgram",
+                Command::new("npm")
+                    .current_dir(&dir)
+                    .args(["install", "--silent", "--no-audit", "--no-fund", "--no-save", "hot-shots@11", "unix-dgram@2"]),
+            );
+        }
+        dir
+    })
+}
+
+pub fn python(script: &str) {
+    let out = Command::new("python3")
+        .env("PYTHONPATH", clients().join("py"))
+        .args(["-c", script])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn node(script: &str) {
+    let out = Command::new("node")
+        .env("NODE_PATH", clients().join("node_modules"))
+        .args(["-e", script])
+        .output()
+        .expect("node");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -343,10 +343,11 @@ fn rule_options(rule: &Rule, defaults: &Defaults, d: &PageOptions) -> Result<Pag
         _ => false,
     };
     options.histogram = if histogram {
-        let fallback = d
-            .histogram
-            .clone()
-            .unwrap_or_else(|| DEFAULT_BUCKETS.to_vec());
+        // The defaults' buckets, given with or without a default histogram observer.
+        let fallback = defaults.histogram_options.as_ref();
+        let fallback = fallback.and_then(|h| h.buckets.as_ref());
+        let fallback = bounds(fallback.or(defaults.buckets.as_ref()));
+        let fallback = fallback.unwrap_or_else(|| DEFAULT_BUCKETS.to_vec());
         Some(bounds(own_buckets.or(rule.buckets.as_ref())).unwrap_or(fallback))
     } else {
         None
@@ -821,6 +822,15 @@ mod tests {
             (2, Some(1024.0), 300)
         );
         assert_eq!(m.page_options(4), None, "the defaults' own");
+        let m = Mapper::from_yaml(
+            "defaults:\n  histogram_options:\n    buckets: [1, 10]\nmappings:\n- match: a.*\n  name: a\n  observer_type: histogram\n",
+        )
+        .unwrap();
+        assert_eq!(m.page_default.histogram, None, "a summary by default");
+        assert_eq!(
+            m.page_options(0).unwrap().histogram,
+            histogram(&[1.0, 10.0])
+        );
         assert_eq!(m.ignored_keys, ["summary_options.buf_cap"]);
         for (yaml, histogram) in [
             (

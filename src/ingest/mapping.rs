@@ -822,16 +822,16 @@ mod tests {
             (2, Some(1024.0), 300)
         );
         assert_eq!(m.page_options(4), None, "the defaults' own");
-        let m = Mapper::from_yaml(
+        assert_eq!(m.ignored_keys, ["summary_options.buf_cap"]);
+        let buckets = Mapper::from_yaml(
             "defaults:\n  histogram_options:\n    buckets: [1, 10]\nmappings:\n- match: a.*\n  name: a\n  observer_type: histogram\n",
         )
         .unwrap();
-        assert_eq!(m.page_default.histogram, None, "a summary by default");
+        assert_eq!(buckets.page_default.histogram, None, "a summary by default");
         assert_eq!(
-            m.page_options(0).unwrap().histogram,
+            buckets.page_options(0).unwrap().histogram,
             histogram(&[1.0, 10.0])
         );
-        assert_eq!(m.ignored_keys, ["summary_options.buf_cap"]);
         for (yaml, histogram) in [
             (
                 "defaults:\n  observer_type: histogram\n",

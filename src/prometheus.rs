@@ -297,6 +297,7 @@ impl AppSeries {
         let default = &rules.mapper.page_default;
         let chosen = &window.page_options;
         let options = |series: &SeriesName| chosen.get(series).unwrap_or(default);
+        let names = &window.page_names;
         let mut r = self.lock();
         r.now = start;
         let Registry { sets, slots, .. } = &mut *r;
@@ -310,7 +311,7 @@ impl AppSeries {
         // statsd_exporter drops each negative one.
         for (series, v) in window.counters.iter().filter(|(_, v)| **v >= 0.0) {
             let o = options(series);
-            if let Some(Value::Counter(c)) = r.slot(Class::Counter, series, o) {
+            if let Some(Value::Counter(c)) = r.slot(Class::Counter, series, names, o) {
                 *c += v * o.scale.unwrap_or(1.0);
             }
         }
@@ -323,7 +324,7 @@ impl AppSeries {
                     Class::Counter
                 };
                 let v = s.value * o.scale.unwrap_or(1.0);
-                match r.slot(class, series, o) {
+                match r.slot(class, series, names, o) {
                     Some(Value::Counter(c)) if v >= 0.0 => *c += v,
                     Some(Value::Gauge(g)) => *g = v,
                     _ => {}
@@ -332,12 +333,12 @@ impl AppSeries {
         }
         for (series, update) in &window.gauges {
             let o = options(series);
-            if let Some(Value::Gauge(g)) = r.slot(Class::Gauge, series, o) {
+            if let Some(Value::Gauge(g)) = r.slot(Class::Gauge, series, names, o) {
                 *g = apply(*update, o.scale.unwrap_or(1.0), *g);
             }
         }
         for (series, members) in &window.sets {
-            if let Some(Value::Gauge(g)) = r.slot(Class::Set, series, options(series)) {
+            if let Some(Value::Gauge(g)) = r.slot(Class::Set, series, names, options(series)) {
                 *g = members.len() as f64;
             }
         }
@@ -347,7 +348,7 @@ impl AppSeries {
             for (series, stats) in &window.stats[kind as usize] {
                 let o = options(series);
                 let unit = seconds * o.scale.unwrap_or(1.0);
-                match r.slot(Class::Observer, series, o) {
+                match r.slot(Class::Observer, series, names, o) {
                     Some(Value::Summary(s)) => s.observe(start, stats, unit, &self.mapping),
                     Some(Value::Histogram(h)) => {
                         for &(v, w) in &stats.values {
@@ -448,12 +449,13 @@ impl Registry {
         &mut self,
         class: Class,
         series: &SeriesName,
+        names: &hashbrown::HashMap<SeriesName, Box<str>>,
         options: &Arc<PageOptions>,
     ) -> Option<&mut Value> {
         let found = match self.index[class as usize].get(series.as_str()) {
             Some(found) => *found,
             None => {
-                let made = self.make(class, series, options);
+                let made = self.make(class, series, names.get(series).map(|n| &**n), options);
                 // What is refused is remembered too (a conflict costs a lookup), within the
                 // cap like the rest; past the cap, or for the cap itself, it is made again.
                 let index = &mut self.index[class as usize];
@@ -478,14 +480,18 @@ impl Registry {
         }
     }
 
+    /// A new series on the page: its family and labels from the window's `series` (or the
+    /// name as `sent`, when sanitizing changed it), unless refused.
     fn make(
         &mut self,
         class: Class,
         series: &str,
+        sent: Option<&str>,
         options: &Arc<PageOptions>,
     ) -> Result<usize, Refused> {
         let mut parts = series.split(';');
-        let name = escape_name(parts.next().unwrap_or_default());
+        let name = parts.next().unwrap_or_default();
+        let name = escape_name(sent.unwrap_or(name));
         if name.is_empty() {
             return Err(Refused::EmptyName);
         }
@@ -799,6 +805,22 @@ mod tests {
         assert!(
             (value - want).abs() <= want.abs() * 0.01,
             "{series} {value}, not {want}"
+        );
+    }
+
+    /// A name sanitizing changed shows on the page as statsd_exporter escapes the name sent;
+    /// Redis keeps the sanitized one.
+    #[test]
+    fn names_are_escaped_as_sent() {
+        let a = app(10);
+        feed(
+            &a,
+            0,
+            "with😱emoji:1|c\nwith.*.multiple:2|c\nsp ace,k=v:3|c".as_bytes(),
+        );
+        assert_eq!(
+            samples(&page_of(&a)),
+            ["sp_ace{k=\"v\"} 3", "with___multiple 2", "with_emoji 1"]
         );
     }
 

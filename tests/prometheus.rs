@@ -219,12 +219,17 @@ fn each_type_as_statsd_exporter_shows_it() {
     agent.page_with(&["users 0", "foo_bar 7", "g 7"]);
 }
 
-/// statsd_exporter's `pkg/mapper/escape_test.go`, case by case, through the binary; its empty
-/// name is a bad line here (`:1|c`), refused before any name is made. With `sanitize_names`
-/// off the name reaches the page as sent; with it on (the default), Etsy's sanitizing drops
-/// what it does not keep first (docs/prometheus.md).
+/// statsd_exporter's `pkg/mapper/escape_test.go`, case by case, through the binary, with
+/// `sanitize_names` on (the default: Redis has the names sanitized, the page escapes them as
+/// sent) and off; its empty name is a bad line here (`:1|c`), refused before any name is made.
 #[test]
 fn names_escaped_as_statsd_exporter_escapes_them() {
+    for sanitize in ["true", "false"] {
+        names_escaped_with(sanitize);
+    }
+}
+
+fn names_escaped_with(sanitize: &str) {
     // The empty name is a bad line here: the page gets the others.
     let cases: Vec<(&str, &str)> = include_str!("prometheus/escape_cases.txt")
         .lines()
@@ -232,7 +237,7 @@ fn names_escaped_as_statsd_exporter_escapes_them() {
         .filter_map(|l| l.split_once('\t'))
         .filter(|(name, _)| !name.is_empty())
         .collect();
-    let agent = Agent::start(&["--sanitize-names", "false"]);
+    let agent = Agent::start(&["--sanitize-names", sanitize]);
     let lines: Vec<String> = cases.iter().map(|(n, _)| format!("{n}:1|c")).collect();
     agent.send(&lines.iter().map(String::as_str).collect::<Vec<_>>());
     let want: Vec<String> = cases.iter().map(|(_, e)| format!("{e} 1")).collect();

@@ -252,6 +252,9 @@ pub struct Window {
     /// With `observe`: the page options of the series named by a mapping rule whose options
     /// are not the defaults', as the rule that matched at ingest gave them.
     pub page_options: HashMap<SeriesName, std::sync::Arc<PageOptions>>,
+    /// With `observe`: the names as sent of the series whose name sanitizing changed, for the
+    /// page, which escapes the name as sent.
+    pub page_names: HashMap<SeriesName, Box<str>>,
 }
 
 /// A timestamped value: a counter's increment (weighted by its rate) or a gauge's value.
@@ -429,6 +432,15 @@ impl Window {
         }
     }
 
+    /// Notes the name as sent of `series`, whose name sanitizing changed; up to `max` series.
+    pub fn note_page_name(&mut self, series: &str, sent: &str, max: usize) {
+        if self.page_names.len() < max || self.page_names.contains_key(series) {
+            self.page_names
+                .entry_ref(series)
+                .or_insert_with(|| sent.into());
+        }
+    }
+
     /// Folds a window of the same period, received after `self`, into `self`. Each reader
     /// caps its own window, so a merged window holds up to `udp_readers` times the cap.
     pub fn merge(&mut self, other: Window) {
@@ -462,6 +474,9 @@ impl Window {
         }
         for (series, options) in other.page_options {
             self.page_options.entry(series).or_insert(options);
+        }
+        for (series, sent) in other.page_names {
+            self.page_names.entry(series).or_insert(sent);
         }
         self.stamps_ignored += other.stamps_ignored;
         self.stamps_current += other.stamps_current;

@@ -250,6 +250,17 @@ impl LineHandler {
                 named
             }
         };
+        if renamed && window.observe {
+            // The Prometheus page escapes the name as sent, as statsd_exporter does, where
+            // Redis has it sanitized (`with😱emoji`: `with_emoji` there, `withemoji` here).
+            let sent = match &mapped {
+                Mapped::To { name, .. } => name.as_str(),
+                _ => name,
+            };
+            if series.split(';').next() != Some(sent) {
+                window.note_page_name(series, sent, self.max_series);
+            }
+        }
         window.record(series, sample, self.max_series);
         self.tally.samples[sample.kind as usize] += 1;
         Ok(renamed)

@@ -163,11 +163,13 @@ impl Summary {
                 max: f64::NEG_INFINITY,
             };
         }
-        self.count += stats.count;
         // Added a value at a time in the page's unit, as statsd_exporter adds each observation
-        // (three timers of 100 ms sum to 0.30000000000000004 there, not 0.3).
+        // (three timers of 100 ms sum to 0.30000000000000004 there, not 0.3), each sampled one
+        // as many times as it repeats it.
         for &(v, w) in &stats.values {
-            self.sum += v * unit * w;
+            let n = repeats(w);
+            self.count += n;
+            self.sum += v * unit * n;
         }
         if unit == self.unit {
             slot.buckets.merge(&stats.buckets);
@@ -352,11 +354,11 @@ impl AppSeries {
                     Some(Value::Summary(s)) => s.observe(start, stats, unit, &self.mapping),
                     Some(Value::Histogram(h)) => {
                         for &(v, w) in &stats.values {
-                            let v = v * unit;
+                            let (v, n) = (v * unit, repeats(w));
                             let at = h.bounds.partition_point(|b| *b < v);
-                            h.counts[at] += w;
-                            h.sum += v * w;
-                            h.count += w;
+                            h.counts[at] += n;
+                            h.sum += v * n;
+                            h.count += n;
                         }
                     }
                     _ => {}
@@ -421,6 +423,12 @@ impl AppSeries {
     pub fn render(&self, out: &mut String, taken: &dyn Fn(&str) -> bool) {
         self.render_some(&mut Cursor::default(), out, usize::MAX, taken);
     }
+}
+
+/// How many observations statsd_exporter makes of a value sampled at a rate of `1 / weight`:
+/// `int(1/rate)` (`@0.3`: 3), where Redis's statistics weigh it 3.33.
+fn repeats(weight: f64) -> f64 {
+    weight.trunc()
 }
 
 /// A gauge after `update`, its values multiplied by `scale`.
@@ -806,6 +814,24 @@ mod tests {
             (value - want).abs() <= want.abs() * 0.01,
             "{series} {value}, not {want}"
         );
+    }
+
+    /// A sampled observation counts as statsd_exporter repeats it: `int(1/rate)` times.
+    #[test]
+    fn sampled_observations_repeat_as_statsd_exporter_repeats_them() {
+        let a = mapped("mappings:\n- match: h.*\n  name: h\n  observer_type: histogram\n");
+        feed(&a, 0, b"t:100|ms|@0.3\nh.x:2|h|@0.5\nh.x:20|h");
+        let page = page_of(&a);
+        for line in [
+            "t_sum 0.30000000000000004",
+            "t_count 3",
+            "h_bucket{le=\"2.5\"} 2",
+            "h_bucket{le=\"+Inf\"} 3",
+            "h_sum 24",
+            "h_count 3",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line:?} in\n{page}");
+        }
     }
 
     /// A name sanitizing changed shows on the page as statsd_exporter escapes the name sent;

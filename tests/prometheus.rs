@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Child;
 use std::time::{Duration, Instant};

@@ -675,8 +675,9 @@ def ttl(source):
     mapping = config_of(body)
     events = batches(body, env)
     v = vector("exporter_test.go TestTtlExpiration", mapping, events, extra={"needs": "ttl"})
-    # After the first ttl the gauge is gone and the summary still there; after the second
-    # neither.
+    # A second after the events (the test's clock) the gauge is gone and the summary still
+    # there; two seconds after them neither. The agent takes each off the page later, at a
+    # window's close (docs/prometheus.md): each state is seen no sooner than its time.
     first = {k: f for k, f in v["statsd_exporter"].items() if f["type"] != "gauge"}
     v["then"] = [
         {"after": "1s", "statsd_exporter": first},

@@ -1,12 +1,13 @@
-//! statsd_exporter's own exposition tests (its `bridge_test.go`, `pkg/exporter/exporter_test.go`
-//! and the observer options of `pkg/mapper/mapper_test.go`, turned into
-//! `tests/prometheus/exporter_vectors.json` by `scripts/exporter-vectors.py`) run through the
-//! binary with `prometheus_app_metrics = true`: each vector's mapping file given to an agent of
-//! its own, its datagrams sent over UDP, and the application part of `/metrics` compared, family
-//! by family and series by series, with what statsd_exporter's test expects. Where the agent
-//! differs on purpose, the vector quotes the row of docs/prometheus.md's table that says so and
-//! carries what the agent shows instead, which is checked just as strictly. `promtool check
-//! metrics` parses every page compared.
+//! statsd_exporter's own exposition tests (its `bridge_test.go`, `pkg/line/line_test.go`,
+//! `pkg/exporter/exporter_test.go` and the observer options of `pkg/mapper/mapper_test.go`,
+//! turned into `tests/prometheus/exporter_vectors.json` by `scripts/exporter-vectors.py`) run
+//! through the binary with `prometheus_app_metrics = true`: each vector's mapping file given to
+//! an agent of its own, its datagrams sent over UDP, and the application part of `/metrics`
+//! compared, family by family and series by series, with what statsd_exporter's test expects.
+//! Where the agent differs on purpose, the vector quotes the row of docs/prometheus.md's table
+//! that says so and carries what the agent shows instead (the page, the series it refused and
+//! the lines it counted bad), which is checked just as strictly. `promtool check metrics` parses
+//! every page compared.
 //!
 //! Vectors marked `needs` wait for a mapping key the agent does not build yet (`ttl`, `scale`,
 //! `summary_options`, `quantiles`): they run all the same, and the failure names them.
@@ -67,6 +68,9 @@ struct AgentPage {
     /// `statsd_redis_app_series_refused_total` by reason.
     #[serde(default)]
     refused: BTreeMap<String, f64>,
+    /// `statsd_redis_bad_lines_total` by reason: the lines the agent refuses, and no others.
+    #[serde(default)]
+    bad_lines: BTreeMap<String, f64>,
 }
 
 #[derive(Deserialize)]
@@ -475,9 +479,9 @@ fn app_part(page: &str) -> String {
 }
 
 fn run(redis: &RedisServer, v: &Vector) -> Result<(), String> {
-    let (want, refused) = match (&v.agent, v.differs.is_empty()) {
+    let (want, agent_page) = match (&v.agent, v.differs.is_empty()) {
         (None, true) => (&v.statsd_exporter, None),
-        (Some(agent), false) => (&agent.page, Some(&agent.refused)),
+        (Some(agent), false) => (&agent.page, Some(agent)),
         _ => return Err("a vector that differs says what the agent shows (`agent`)".into()),
     };
     for row in &v.differs {
@@ -493,14 +497,25 @@ fn run(redis: &RedisServer, v: &Vector) -> Result<(), String> {
         agent.settle(n + 1)?;
     }
     agent.expect(want, Duration::from_secs(2))?;
-    for (reason, count) in refused.into_iter().flatten() {
-        let got = metric_at(
-            agent.http,
-            &format!("app_series_refused_total{{reason=\"{reason}\"}}"),
-        );
-        if got != *count {
+    if let Some(a) = agent_page {
+        let counts = [
+            ("app_series_refused_total", &a.refused),
+            ("bad_lines_total", &a.bad_lines),
+        ];
+        for (metric, by_reason) in counts {
+            for (reason, count) in by_reason {
+                let series = format!("{metric}{{reason=\"{reason}\"}}");
+                let got = metric_at(agent.http, &series);
+                if got != *count {
+                    return Err(format!("{series} {got}, wanted {count}"));
+                }
+            }
+        }
+        let bad = metric_at(agent.http, "bad_lines_total");
+        if bad != a.bad_lines.values().sum::<f64>() {
             return Err(format!(
-                "app_series_refused_total{{reason=\"{reason}\"}} {got}, wanted {count}"
+                "bad_lines_total {bad} in all, wanted {:?}",
+                a.bad_lines
             ));
         }
     }

@@ -43,8 +43,7 @@ components, container ids, an unmatched SignalFx bracket, several values of a co
 weighted samples), then a window's types taken counters, gauges, observers, conflicts counted
 per series per window, names refused either way round. With every parser difference undone the
 reading is statsd_exporter's: the script checks it makes the events each bridge_test.go and
-line_test.go case lists. Vectors that need a mapping key the agent does not build yet say which
-in `needs`."""
+line_test.go case lists."""
 import json
 import math
 import re
@@ -883,7 +882,7 @@ ASSERTS = {
     },
     "TestCounterIncrement": {"go": "if *value != 2 {"},
     "TestGaugeIncrementDecrement": {"go": "if *value != 327 {"},
-    "TestScaledMapping": {"go": "if *value != 300*1024 {", "needs": "scale"},
+    "TestScaledMapping": {"go": "if *value != 300*1024 {"},
 }
 
 
@@ -894,7 +893,7 @@ def exporter_tests(source):
         assert what["go"] in body, f"{test}: {what['go']!r} is no longer in the test"
         env = locals_of(body)
         mapping = what.get("mapping", config_of(body))
-        extra = {k: what[k] for k in ("needs", "note") if k in what}
+        extra = {"note": what["note"]} if "note" in what else None
         v = events_vector(f"exporter_test.go {test}", mapping, batches(body, env), extra=extra)
         for d in what.get("differs", []):
             v.setdefault("differs", []).append(row(d))
@@ -914,7 +913,7 @@ def ttl(source):
     env = locals_of(body)
     mapping = config_of(body)
     events = batches(body, env)
-    v = events_vector("exporter_test.go TestTtlExpiration", mapping, events, extra={"needs": "ttl"})
+    v = events_vector("exporter_test.go TestTtlExpiration", mapping, events)
     # A second after the events (the test's clock) the gauge is gone and the summary still
     # there; two seconds after them neither. The agent takes each off the page later, at a
     # window's close (docs/prometheus.md): each state is seen no sooner than its time.
@@ -992,7 +991,6 @@ def mapper_vector(test, config, m, keys):
         v["send"] = [{"datagram": f"{metric}:1|c"}]
         v["statsd_exporter"] = {name: {"type": "counter", "series": [{"labels": labels, "value": 1.0}]}}
         if secs <= 10:
-            v["needs"] = "ttl"
             v["then"] = [{"after": ttl, "statsd_exporter": {}}]
         else:
             v["note"] = f"ttl {ttl} is longer than the test waits: the series is only seen to stay"
@@ -1009,7 +1007,6 @@ def mapper_vector(test, config, m, keys):
                 "series": [{"labels": labels, "count": 1.0, "sum": value, "quantiles": {number(q): value for q in DEF_QUANTILES}}],
             }
         }
-        v["needs"] = "scale"
         return v
     observer = rule.get("observer_type") or rule.get("timer_type") or defaults.get("observer_type") or "summary"
     # One timer of 100 ms (ours): 0.1 s observed.
@@ -1038,14 +1035,6 @@ def mapper_vector(test, config, m, keys):
             "series": [{"labels": labels, "count": 1.0, "sum": 0.1, "quantiles": {number(q): 0.1 for q in qs}}],
         }
     }
-    if qs != DEF_QUANTILES:
-        # Quantiles other than the default need summary_options (the rule's or the defaults'),
-        # and the deprecated `quantiles` (a rule's or the defaults') where the file has it.
-        lines = [l for l in config.splitlines() if l.strip()]
-        deprecated = any(
-            l.strip() == "quantiles:" and lines[i - 1].strip() != "summary_options:" for i, l in enumerate(lines)
-        )
-        v["needs"] = "quantiles" if deprecated else "summary_options"
     return v
 
 

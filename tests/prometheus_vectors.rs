@@ -537,8 +537,14 @@ fn statsd_exporters_tests_through_the_binary() {
     let all = vectors();
     assert!(all.len() >= 100, "the vectors load");
     let redis = RedisServer::start();
+    // A page that passes through a state of one window (TestTtlExpiration: the gauge gone, the
+    // summary not yet, between two closes 2 to 4 s after the line) is checked with no other
+    // agent running: among 30 on two cores, the sentinel's window and promtool's check of the
+    // first page took up to 4 s, and that state was gone before it was looked for.
+    let (alone, together): (Vec<usize>, Vec<usize>) =
+        (0..all.len()).partition(|&i| all[i].then.len() > 1);
     // The vectors that wait out a ttl first, so that the others run meanwhile.
-    let mut order: Vec<usize> = (0..all.len()).collect();
+    let mut order = together;
     order.sort_by_key(|&i| all[i].then.is_empty());
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<(usize, Result<(), String>)>> = Mutex::new(Vec::new());
@@ -554,6 +560,9 @@ fn statsd_exporters_tests_through_the_binary() {
         }
     });
     let mut results = results.into_inner().unwrap();
+    for i in alone {
+        results.push((i, run(&redis, &all[i])));
+    }
     results.sort_by_key(|(i, _)| *i);
     let failed: Vec<String> = results
         .iter()

@@ -1,15 +1,13 @@
-//! statsd_exporter's own exposition tests (its `bridge_test.go`, `pkg/exporter/exporter_test.go`
-//! and the observer options of `pkg/mapper/mapper_test.go`, turned into
-//! `tests/prometheus/exporter_vectors.json` by `scripts/exporter-vectors.py`) run through the
-//! binary with `prometheus_app_metrics = true`: each vector's mapping file given to an agent of
-//! its own, its datagrams sent over UDP, and the application part of `/metrics` compared, family
-//! by family and series by series, with what statsd_exporter's test expects. Where the agent
-//! differs on purpose, the vector quotes the row of docs/prometheus.md's table that says so and
-//! carries what the agent shows instead, which is checked just as strictly. `promtool check
-//! metrics` parses every page compared.
-//!
-//! Vectors marked `needs` wait for a mapping key the agent does not build yet (`ttl`, `scale`,
-//! `summary_options`, `quantiles`): they run all the same, and the failure names them.
+//! statsd_exporter's own exposition tests (its `bridge_test.go`, `pkg/line/line_test.go`,
+//! `pkg/exporter/exporter_test.go` and the observer options of `pkg/mapper/mapper_test.go`,
+//! turned into `tests/prometheus/exporter_vectors.json` by `scripts/exporter-vectors.py`) run
+//! through the binary with `prometheus_app_metrics = true`: each vector's mapping file given to
+//! an agent of its own, its datagrams sent over UDP, and the application part of `/metrics`
+//! compared, family by family and series by series, with what statsd_exporter's test expects.
+//! Where the agent differs on purpose, the vector quotes the row of docs/prometheus.md's table
+//! that says so and carries what the agent shows instead (the page, the series it refused and
+//! the lines it counted bad), which is checked just as strictly. `promtool check metrics` parses
+//! every page compared.
 
 mod common;
 
@@ -37,8 +35,8 @@ struct Vector {
     #[serde(default)]
     differs: Vec<String>,
     agent: Option<AgentPage>,
-    needs: Option<String>,
-    /// Later states of the page, each once the time given has passed without a line (ttl).
+    /// Later states of the page, each once the time given has passed since the last datagram
+    /// (ttl), as statsd_exporter's test moves its clock on from its events.
     #[serde(default)]
     then: Vec<Then>,
 }
@@ -66,6 +64,9 @@ struct AgentPage {
     /// `statsd_redis_app_series_refused_total` by reason.
     #[serde(default)]
     refused: BTreeMap<String, f64>,
+    /// `statsd_redis_bad_lines_total` by reason: the lines the agent refuses, and no others.
+    #[serde(default)]
+    bad_lines: BTreeMap<String, f64>,
 }
 
 #[derive(Deserialize)]
@@ -474,9 +475,9 @@ fn app_part(page: &str) -> String {
 }
 
 fn run(redis: &RedisServer, v: &Vector) -> Result<(), String> {
-    let (want, refused) = match (&v.agent, v.differs.is_empty()) {
+    let (want, agent_page) = match (&v.agent, v.differs.is_empty()) {
         (None, true) => (&v.statsd_exporter, None),
-        (Some(agent), false) => (&agent.page, Some(&agent.refused)),
+        (Some(agent), false) => (&agent.page, Some(agent)),
         _ => return Err("a vector that differs says what the agent shows (`agent`)".into()),
     };
     for row in &v.differs {
@@ -485,36 +486,48 @@ fn run(redis: &RedisServer, v: &Vector) -> Result<(), String> {
         }
     }
     let agent = start(redis, v.mapping.as_deref(), &v.args)?;
+    let mut sent = Instant::now();
     for (n, datagram) in v.send.iter().enumerate() {
+        sent = Instant::now();
         agent.send(&datagram.bytes());
         agent.settle(n + 1)?;
     }
     agent.expect(want, Duration::from_secs(2))?;
-    for (reason, count) in refused.into_iter().flatten() {
-        let got = metric_at(
-            agent.http,
-            &format!("app_series_refused_total{{reason=\"{reason}\"}}"),
-        );
-        if got != *count {
+    if let Some(a) = agent_page {
+        let counts = [
+            ("app_series_refused_total", &a.refused),
+            ("bad_lines_total", &a.bad_lines),
+        ];
+        for (metric, by_reason) in counts {
+            for (reason, count) in by_reason {
+                let series = format!("{metric}{{reason=\"{reason}\"}}");
+                let got = metric_at(agent.http, &series);
+                if got != *count {
+                    return Err(format!("{series} {got}, wanted {count}"));
+                }
+            }
+        }
+        let bad = metric_at(agent.http, "bad_lines_total");
+        if bad != a.bad_lines.values().sum::<f64>() {
             return Err(format!(
-                "app_series_refused_total{{reason=\"{reason}\"}} {got}, wanted {count}"
+                "bad_lines_total {bad} in all, wanted {:?}",
+                a.bad_lines
             ));
         }
     }
-    let mut since = Instant::now();
     for then in &v.then {
+        // A series leaves the page at a window's close after its ttl (docs/prometheus.md): the
+        // page is the later state within five seconds of its time, and never before it.
         let after = go_duration(&then.after);
-        // Not before its time (less a window), and within five seconds of it.
         let page = agent.expect(&then.statsd_exporter, after + Duration::from_secs(5))?;
-        let took = since.elapsed();
-        if took + Duration::from_secs(1) < after {
+        let took = sent.elapsed();
+        if took < after {
             return Err(format!(
-                "the page became {:?} after {took:?}, before {after:?}:\n{}",
+                "the page became {:?} {took:?} after the last datagram, before {after:?}:\n{}",
                 then.statsd_exporter.keys(),
                 app_part(&page)
             ));
         }
-        since = Instant::now();
     }
     Ok(())
 }
@@ -524,8 +537,14 @@ fn statsd_exporters_tests_through_the_binary() {
     let all = vectors();
     assert!(all.len() >= 100, "the vectors load");
     let redis = RedisServer::start();
+    // A page that passes through a state of one window (TestTtlExpiration: the gauge gone, the
+    // summary not yet, between two closes 2 to 4 s after the line) is checked with no other
+    // agent running: among 30 on two cores, the sentinel's window and promtool's check of the
+    // first page took up to 4 s, and that state was gone before it was looked for.
+    let (alone, together): (Vec<usize>, Vec<usize>) =
+        (0..all.len()).partition(|&i| all[i].then.len() > 1);
     // The vectors that wait out a ttl first, so that the others run meanwhile.
-    let mut order: Vec<usize> = (0..all.len()).collect();
+    let mut order = together;
     order.sort_by_key(|&i| all[i].then.is_empty());
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<(usize, Result<(), String>)>> = Mutex::new(Vec::new());
@@ -541,26 +560,25 @@ fn statsd_exporters_tests_through_the_binary() {
         }
     });
     let mut results = results.into_inner().unwrap();
-    results.sort_by_key(|(i, _)| *i);
-    let mut failed: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (i, result) in &results {
-        let v = &all[*i];
-        if let Err(why) = result {
-            let needs = v.needs.clone().unwrap_or_else(|| "nothing".into());
-            failed
-                .entry(needs)
-                .or_default()
-                .push(format!("{}: {why}", v.test));
-        }
+    for i in alone {
+        results.push((i, run(&redis, &all[i])));
     }
-    let passed = results.iter().filter(|(_, r)| r.is_ok()).count();
-    let mut report = format!("{passed} of {} vectors as expected", results.len());
-    for (needs, list) in &failed {
-        report.push_str(&format!(
-            "\n\n== {} failing, needing {needs}:\n{}",
-            list.len(),
-            list.join("\n\n")
-        ));
+    results.sort_by_key(|(i, _)| *i);
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|(i, r)| {
+            r.as_ref()
+                .err()
+                .map(|why| format!("{}: {why}", all[*i].test))
+        })
+        .collect();
+    let mut report = format!(
+        "{} of {} vectors as expected",
+        results.len() - failed.len(),
+        results.len()
+    );
+    if !failed.is_empty() {
+        report.push_str(&format!("\n\n{}", failed.join("\n\n")));
     }
     eprintln!("{report}");
     assert!(failed.is_empty(), "{report}");

@@ -39,8 +39,8 @@ carries what the agent shows instead in `agent` (its page, the series it refused
 counted bad): `statsd_exporter` is always what its test expects. The agent's side is worked out
 from the documented rules, not from running it: the agent's reading of each datagram (`read`,
 with the parser's documented differences: bad and zero sample rates, empty and extra
-components, container ids, an unmatched SignalFx bracket, several values of a counter or gauge,
-weighted samples), then a window's types taken counters, gauges, observers, conflicts counted
+components, container ids, an unmatched SignalFx bracket, several values of a counter or
+gauge), then a window's types taken counters, gauges, observers, conflicts counted
 per series per window, names refused either way round. With every parser difference undone the
 reading is statsd_exporter's: the script checks it makes the events each bridge_test.go and
 line_test.go case lists."""
@@ -265,7 +265,6 @@ def line(e):
 # are statsd_exporter's (checked against every event bridge_test.go and line_test.go list).
 
 PARSE_FEATURES = (
-    "weighted",  # a sampled observation is one weighted by 1/rate, not int(1/rate) repeats
     "bad_rate",  # `@bar` makes a bad line, not rate 1
     "zero_rate",  # `@0` makes a bad line, not rate 1
     "empty_component",  # an empty `|` field is skipped, not the line dropped
@@ -442,10 +441,7 @@ def sample_events(name, kind, text, v, rate, labels, features):
         # A gauge's rate is ignored; a sign makes it a delta.
         return [{"kind": "gauge", "name": name, "value": v, "relative": text[0] in "+-", "labels": dict(labels)}]
     e = {"kind": "observer", "name": name, "value": v / 1000 if kind == "ms" else v, "relative": False, "labels": dict(labels)}
-    if rate == 1:
-        return [e]
-    if "weighted" in features:
-        return [dict(e, weight=1 / rate)]
+    # The agent's page repeats a sampled observation as statsd_exporter does: int(1/rate).
     return [dict(e) for _ in range(int(1 / rate))]
 
 
@@ -600,11 +596,9 @@ def handle(page, rules, e, agent, window=None, features=()):
         f["series"][key] = (f["series"].get(key, 0.0) + value) if e["relative"] else value
     else:
         s = f["series"].setdefault(key, {"count": 0.0, "sum": 0.0, "values": []})
-        # The agent weighs a sampled observation by 1/rate.
-        weight = e.get("weight", 1.0)
-        s["count"] += weight
-        s["sum"] += value * weight
-        s["values"].append((value, weight))
+        s["count"] += 1
+        s["sum"] += value
+        s["values"].append((value, 1.0))
 
 
 def collides_exporter(page, name, kind):
@@ -708,7 +702,6 @@ NEGATIVE = "Negative counter"
 FEATURE_ROWS = {
     "order": FIRST_TYPE,
     "collide": COLLISION,
-    "weighted": "Sampled observations",
     "bad_rate": "A bad sample rate (`foo:1\\|c\\|@bar`)",
     "zero_rate": "A sample rate of 0 (`@0`)",
     "empty_component": "An empty component (`foo:1\\|c\\|`)",

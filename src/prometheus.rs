@@ -578,7 +578,9 @@ impl Registry {
         })
     }
 
-    /// Removes the series unseen for longer than their `ttl` at the window starting `now`, and
+    /// Removes the series unseen for their `ttl` at the close of the window starting `now`
+    /// (seen last in the window starting `seen`, so unseen since its end at `seen + 1` at the
+    /// latest: by the close at `now + 1`, for `now - seen` seconds at least), and
     /// the families left without a series (a name may then come back as another type, where
     /// statsd_exporter keeps the first type for ever: the page's memory stays bounded).
     fn expire(&mut self, now: u64) {
@@ -586,7 +588,7 @@ impl Registry {
         for (id, place) in self.slots.iter_mut().enumerate() {
             if place
                 .as_ref()
-                .is_some_and(|s| s.ttl > 0 && now.saturating_sub(s.seen) > s.ttl)
+                .is_some_and(|s| s.ttl > 0 && now.saturating_sub(s.seen) >= s.ttl)
             {
                 *place = None;
                 gone.insert(id);
@@ -886,9 +888,12 @@ mod tests {
             samples(&page_of(&a)),
             ["kept 2", "quick 1", "slow_a 1", "slow_b 1"]
         );
-        feed(&a, 106, b"");
+        // At the close of window 105, `quick` (seen in window 100) has gone unseen for 5 s.
+        feed(&a, 105, b"");
         assert_eq!(samples(&page_of(&a)), ["kept 2", "slow_a 1", "slow_b 1"]);
-        feed(&a, 161, b"");
+        feed(&a, 159, b"");
+        assert_eq!(samples(&page_of(&a)), ["slow_a 1", "slow_b 1"]);
+        feed(&a, 160, b"");
         assert_eq!(samples(&page_of(&a)), Vec::<&str>::new());
         // Sent again, a series starts from nothing, and may come back as another type.
         feed(&a, 162, b"quick:7|g\nslow.a:2|c");

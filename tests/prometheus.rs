@@ -7,7 +7,6 @@ mod common;
 
 use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -33,7 +32,7 @@ mappings:
 ";
 
 struct Agent {
-    _child: Child,
+    _child: Killed,
     udp: u16,
     http: SocketAddr,
     _dir: tempfile::TempDir,
@@ -55,7 +54,7 @@ impl Agent {
         args.extend_from_slice(extra);
         let (child, udp, http) = spawn_agent(&redis.url(), &args);
         Agent {
-            _child: child,
+            _child: Killed(child),
             udp,
             http: ([127, 0, 0, 1], http).into(),
             _dir: dir,

@@ -425,20 +425,12 @@ impl Window {
         options: &std::sync::Arc<PageOptions>,
         max: usize,
     ) {
-        if self.page_options.len() < max || self.page_options.contains_key(series) {
-            self.page_options
-                .entry_ref(series)
-                .or_insert_with(|| options.clone());
-        }
+        note_once(&mut self.page_options, series, max, || options.clone());
     }
 
     /// Notes the name as sent of `series`, whose name sanitizing changed; up to `max` series.
     pub fn note_page_name(&mut self, series: &str, sent: &str, max: usize) {
-        if self.page_names.len() < max || self.page_names.contains_key(series) {
-            self.page_names
-                .entry_ref(series)
-                .or_insert_with(|| sent.into());
-        }
+        note_once(&mut self.page_names, series, max, || sent.into());
     }
 
     /// Folds a window of the same period, received after `self`, into `self`. Each reader
@@ -515,6 +507,18 @@ impl Window {
             && self.sets.is_empty()
             && self.logs.is_empty()
             && self.stamped.is_empty()
+    }
+}
+
+/// The first value noted for `series` in `map`, which holds up to `max` series.
+fn note_once<V>(
+    map: &mut HashMap<SeriesName, V>,
+    series: &str,
+    max: usize,
+    value: impl FnOnce() -> V,
+) {
+    if map.len() < max || map.contains_key(series) {
+        map.entry_ref(series).or_insert_with(value);
     }
 }
 

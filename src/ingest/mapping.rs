@@ -86,9 +86,9 @@ struct SummaryYaml {
 #[serde(deny_unknown_fields)]
 struct Objective {
     quantile: f64,
-    #[serde(default)]
-    #[allow(dead_code)]
-    error: f64,
+    /// Read, not used: the agent's sketch has its own relative accuracy.
+    #[serde(default, rename = "error")]
+    _error: f64,
 }
 
 /// `histogram_options`: the buckets; the native histogram's keys shape only statsd_exporter's

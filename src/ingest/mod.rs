@@ -240,11 +240,12 @@ impl LineHandler {
                     .namer
                     .series_labelled(name, influx, dog, labels, *honor_labels)?;
                 // The rule's own page options go with its series to the Prometheus page.
-                let options = self
-                    .rules
-                    .as_ref()
-                    .and_then(|r| r.mapper.page_options(*rule));
-                if let (true, Some(options)) = (window.observe, options) {
+                if window.observe
+                    && let Some(options) = self
+                        .rules
+                        .as_ref()
+                        .and_then(|r| r.mapper.page_options(*rule))
+                {
                     window.note_page_options(named.0, options, self.max_series);
                 }
                 named

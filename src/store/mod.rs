@@ -86,11 +86,16 @@ impl StoreError {
 /// What an error of Redis's ACL (`NOPERM`: a command or key the user may not touch) adds, else
 /// nothing: where the agent's ACL is given.
 pub fn acl_hint(error: &str) -> &'static str {
-    if error.contains("no permissions to") {
+    if refused_by_acl(error) {
         " (the Redis user's ACL does not allow it: docs/operations.md, \"A Redis user of least privilege\", gives the ACL the agent needs)"
     } else {
         ""
     }
+}
+
+/// Whether Redis's error text is its ACL's refusal (`NOPERM`).
+pub fn refused_by_acl(error: &str) -> bool {
+    error.contains("no permissions to")
 }
 
 /// What the first warning of a connection refused adds: how to get a Redis.

@@ -230,7 +230,7 @@ fn write_failure(error: &str) -> WriteFailure {
         WriteFailure::NotInteger
     } else if error.contains("not a number") || error.contains("NaN") {
         WriteFailure::NotANumber
-    } else if !super::acl_hint(error).is_empty() {
+    } else if super::refused_by_acl(error) {
         WriteFailure::NoPermission
     } else {
         WriteFailure::Other

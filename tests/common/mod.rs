@@ -899,27 +899,13 @@ pub fn clients() -> &'static std::path::Path {
 }
 
 pub fn python(script: &str) {
-    let out = Command::new("python3")
-        .env("PYTHONPATH", clients().join("py"))
-        .args(["-c", script])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut python = Command::new("python3");
+    python.env("PYTHONPATH", clients().join("py"));
+    run_ok(python.args(["-c", script]), "python3");
 }
 
 pub fn node(script: &str) {
-    let out = Command::new("node")
-        .env("NODE_PATH", clients().join("node_modules"))
-        .args(["-e", script])
-        .output()
-        .expect("node");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut node = Command::new("node");
+    node.env("NODE_PATH", clients().join("node_modules"));
+    run_ok(node.args(["-e", script]), "node");
 }

@@ -106,16 +106,8 @@ pub fn make_stranger(dir: &Path) {
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("openssl ({e}): the TLS tests need it (apt-get install -y openssl)")
-        });
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    super::run_ok(
+        Command::new("openssl").args(args).current_dir(dir),
+        &format!("openssl {args:?} (the TLS tests need it: apt-get install -y openssl)"),
     );
 }

@@ -278,21 +278,11 @@ fn default_options(d: &Defaults) -> Result<PageOptions, String> {
         ttl_secs: duration_secs(d.ttl.as_ref(), "ttl")?,
         ..PageOptions::default()
     };
-    let summary = d.summary_options.as_ref();
-    if let Some(q) = summary
-        .and_then(|s| s.quantiles.as_ref())
-        .or(d.quantiles.as_ref())
-    {
-        options.quantiles = quantiles(q)?;
-    }
-    let max_age = summary.and_then(|s| s.max_age.as_ref());
-    options.max_age_secs = match duration_secs(max_age, "summary_options.max_age")? {
-        0 => options.max_age_secs,
-        secs => secs,
-    };
-    if let Some(n) = summary.and_then(|s| s.age_buckets).filter(|n| *n > 0) {
-        options.age_buckets = n.into();
-    }
+    summary_over(
+        &mut options,
+        d.summary_options.as_ref(),
+        d.quantiles.as_ref(),
+    )?;
     if d.observer_type.or(d.timer_type) == Some(ObserverType::Histogram) {
         let buckets = d
             .histogram_options
@@ -352,17 +342,30 @@ fn rule_options(rule: &Rule, defaults: &Defaults, d: &PageOptions) -> Result<Pag
     } else {
         None
     };
-    if let Some(q) = own_quantiles.or(rule.quantiles.as_ref()) {
+    summary_over(&mut options, summary, rule.quantiles.as_ref())?;
+    Ok(options)
+}
+
+/// `summary_options` (and the deprecated top-level `quantiles`) over `options`: each key given
+/// and not 0 replaces the one there.
+fn summary_over(
+    options: &mut PageOptions,
+    summary: Option<&SummaryYaml>,
+    legacy_quantiles: Option<&Vec<Objective>>,
+) -> Result<(), String> {
+    let own = summary.and_then(|s| s.quantiles.as_ref());
+    if let Some(q) = own.or(legacy_quantiles) {
         options.quantiles = quantiles(q)?;
     }
-    let max_age = duration_secs(summary.and_then(|s| s.max_age.as_ref()), "max_age")?;
+    let max_age = summary.and_then(|s| s.max_age.as_ref());
+    let max_age = duration_secs(max_age, "summary_options.max_age")?;
     if max_age > 0 {
         options.max_age_secs = max_age;
     }
     if let Some(n) = summary.and_then(|s| s.age_buckets).filter(|n| *n > 0) {
         options.age_buckets = n.into();
     }
-    Ok(options)
+    Ok(())
 }
 
 /// Histogram bounds in order, once each, `+Inf` left to the page (as client_golang takes them);

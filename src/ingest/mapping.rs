@@ -363,10 +363,20 @@ fn summary_over(
         options.max_age_secs = max_age;
     }
     if let Some(n) = summary.and_then(|s| s.age_buckets).filter(|n| *n > 0) {
+        // Each summary series keeps a sketch per age bucket: a count meant for a buffer of
+        // client_golang's would make every series that many sketches.
+        if n > MAX_AGE_BUCKETS {
+            return Err(format!(
+                "summary_options.age_buckets: {n} is more than {MAX_AGE_BUCKETS} (each summary keeps a quantile sketch per age bucket)"
+            ));
+        }
         options.age_buckets = n.into();
     }
     Ok(())
 }
+
+/// The most age buckets a summary may have; client_golang's default is 5.
+const MAX_AGE_BUCKETS: u32 = 1000;
 
 /// Histogram bounds in order, once each, `+Inf` left to the page (as client_golang takes them);
 /// `None` for no list or an empty one (statsd_exporter's default buckets).
@@ -884,6 +894,10 @@ mod tests {
             (
                 "mappings:\n- match: a.*\n  name: x\n  scale: .nan\n",
                 "scale is not a finite number",
+            ),
+            (
+                "defaults:\n  summary_options:\n    age_buckets: 4294967295\n",
+                "defaults: summary_options.age_buckets: 4294967295 is more than 1000",
             ),
         ] {
             let e = Mapper::from_yaml(yaml).unwrap_err();

@@ -362,7 +362,8 @@ pub async fn run_reloading(
             Duration::from_secs(config.cleaner_interval_secs),
             &config.retention(),
             telemetry.clone(),
-        );
+        )
+        .forgetting(config.forget_idle_secs);
         tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))
     });
     tokio::spawn(take_rules(reloads.clone(), rules, shutdown.clone()));

@@ -318,6 +318,8 @@ pub struct Telemetry {
     pub cleaner_members_visited: Counter,
     pub cleaner_slices_removed: Counter,
     pub cleaner_counters_removed: Counter,
+    pub cleaner_gauges_removed: Counter,
+    pub cleaner_slowest_removed: Counter,
     pub cleaner_pass_duration: Histogram,
     pub cleaner_lease_held: Gauge,
     pub redis_reconnects: Counter,
@@ -598,6 +600,16 @@ impl Telemetry {
             cleaner_counters_removed: counter(
                 "cleaner_counters_removed_total",
                 "Counter and gauge hashes the cleaner found empty or gone and removed from their index.",
+                &[],
+            ),
+            cleaner_gauges_removed: counter(
+                "cleaner_gauges_removed_total",
+                "gauges: fields of gauges no agent wrote for forget_idle_secs, removed by the cleaner.",
+                &[],
+            ),
+            cleaner_slowest_removed: counter(
+                "cleaner_slowest_removed_total",
+                "slowest:AccessTime members whose hourly statistics expired, removed by the cleaner.",
                 &[],
             ),
             cleaner_pass_duration: {

@@ -379,3 +379,188 @@ fn two_agents_trim_each_precision_at_its_count_whoever_holds_the_lease() {
         "second"
     );
 }
+
+fn hset(redis: &RedisServer, key: &str, field: &str, value: &str) {
+    cmd::<()>(redis, redis::cmd("HSET").arg(key).arg(field).arg(value));
+}
+
+fn gauge_fields(redis: &RedisServer) -> Vec<String> {
+    let mut fields: Vec<String> = cmd(redis, redis::cmd("HKEYS").arg("gauges:"));
+    fields.sort();
+    fields
+}
+
+/// A gauge's `gauges:` field goes once no agent wrote the gauge for `forget_idle_secs`, as the
+/// finest precision still holding its history shows; a field with no history at all goes at the
+/// second pass that finds it so.
+#[tokio::test]
+async fn gauges_idle_for_the_forget_time_lose_their_field() {
+    let redis = RedisServer::start();
+    let now = unix_now() / 3600 * 3600;
+    let retention = Retention::parse("10s:1h,1m:1d").unwrap();
+    // (name, its history: precision and newest slice, if any)
+    let gauges: [(&str, Option<(u64, u64)>); 7] = [
+        ("live", Some((10, now))),
+        ("recent", Some((10, now - 300))),
+        ("just_in_time", Some((10, now - 600))),
+        ("idle", Some((10, now - 610))),
+        ("coarse", Some((60, now - 120))),
+        ("coarse_idle", Some((60, now - 3600))),
+        ("orphan", None),
+    ];
+    for (name, history) in gauges {
+        hset(&redis, "gauges:", name, "1.5");
+        if let Some((p, newest)) = history {
+            seed(
+                &redis,
+                &format!("gauge:{p}:{name}"),
+                [newest - 2 * p, newest],
+            );
+        }
+    }
+    // Another program's key under a gauge's history name judges nothing: as no history.
+    hset(&redis, "gauges:", "foreign", "2");
+    cmd::<()>(&redis, redis::cmd("SET").arg("gauge:10:foreign").arg("x"));
+
+    let mut c = retention_cleaner(&redis, "a", 60, &retention).forgetting(600);
+    assert!(c.hold_lease().await.unwrap());
+    let report = c.pass(now).await.unwrap();
+    assert_eq!(report.gauges_removed, 2);
+    assert_eq!(
+        gauge_fields(&redis),
+        [
+            "coarse",
+            "foreign",
+            "just_in_time",
+            "live",
+            "orphan",
+            "recent"
+        ]
+    );
+    let report = c.pass(now).await.unwrap();
+    assert_eq!(report.gauges_removed, 2, "no history, twice");
+    assert_eq!(
+        gauge_fields(&redis),
+        ["coarse", "just_in_time", "live", "recent"]
+    );
+    // The history is the cleaner's as before: a gauge's slices are trimmed by its index only.
+    assert!(cmd::<bool>(
+        &redis,
+        redis::cmd("EXISTS").arg("gauge:10:idle")
+    ));
+    // Ten seconds on, the gauge last written 600 s before its slice's end has been idle long
+    // enough.
+    c.pass(now + 10).await.unwrap();
+    assert_eq!(gauge_fields(&redis), ["coarse", "live", "recent"]);
+}
+
+/// The race the removal is built for: gauges idle for long, written again (with the value
+/// they had) while a cleaner passes again and again, judging and removing them. Every field is
+/// there afterwards, though the cleaner did remove idle ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gauge_written_again_during_the_pass_keeps_its_field() {
+    let redis = RedisServer::start();
+    let telemetry = Arc::new(Telemetry::new());
+    let mut writer = Writer::new(redis.store(), None, telemetry);
+    let now = unix_now();
+    let settings = ChunkSettings {
+        keys: Keys::new(""),
+        retention: Retention::book(&[1], 10),
+        log_ttl_secs: 0,
+        max_series: 1000,
+        quantiles: Default::default(),
+    };
+    let mut seq = 0;
+    let mut chunks = |start: u64, round: u64| -> Vec<Arc<_>> {
+        let window = ClosedWindow {
+            start,
+            gauges: (0..300)
+                .map(|j| (format!("r{round}.g{j}").into(), 7.0))
+                .collect(),
+            ..ClosedWindow::default()
+        };
+        build_chunks(&window, &CounterWrite::everywhere(&[1]), &settings)
+            .into_iter()
+            .map(|mut chunk| {
+                seq += 1;
+                chunk.seq = seq;
+                Arc::new(chunk)
+            })
+            .collect()
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let cleaning = tokio::spawn({
+        let mut c = cleaner(&redis, "a", 1, 10).forgetting(60);
+        let stop = stop.clone();
+        async move {
+            assert!(c.hold_lease().await.unwrap());
+            let mut removed = 0;
+            while !stop.is_cancelled() {
+                removed += c.pass(now).await.unwrap().gauges_removed;
+            }
+            removed
+        }
+    });
+    for round in 0..40 {
+        // Idle: written 1000 s ago (its index emptied, so that passes stay short).
+        let old = chunks(now - 1000, round);
+        let written = writer.write_chunks("flush:w", &old, &[]).await;
+        assert!(written.error.is_none(), "{:?}", written.error);
+        cmd::<()>(&redis, redis::cmd("DEL").arg("known:gauge:"));
+        tokio::time::sleep(Duration::from_micros(round % 8 * 250)).await;
+        let again = chunks(now, round);
+        let written = writer.write_chunks("flush:w", &again, &[]).await;
+        assert!(written.error.is_none(), "{:?}", written.error);
+    }
+    // A pass that began before the last write ends before this one starts.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.cancel();
+    let removed = cleaning.await.unwrap();
+    assert!(
+        removed > 0,
+        "the cleaner removed no idle gauge: no race was run"
+    );
+    for round in 0..40 {
+        let kept: Vec<Option<String>> = cmd(
+            &redis,
+            redis::cmd("HMGET").arg("gauges:").arg(
+                (0..300)
+                    .map(|j| format!("r{round}.g{j}"))
+                    .collect::<Vec<_>>(),
+            ),
+        );
+        assert!(
+            kept.iter().all(|v| v.is_some()),
+            "round {round}: {} fields lost",
+            kept.iter().filter(|v| v.is_none()).count()
+        );
+    }
+}
+
+/// A `slowest:AccessTime` member goes with its hour's statistics; one whose statistics are
+/// there stays.
+#[tokio::test]
+async fn slowest_members_go_with_their_statistics() {
+    let redis = RedisServer::start();
+    cmd::<()>(
+        &redis,
+        redis::cmd("ZADD")
+            .arg("slowest:AccessTime")
+            .arg(9)
+            .arg("gone")
+            .arg(3)
+            .arg("kept"),
+    );
+    cmd::<()>(
+        &redis,
+        redis::cmd("ZADD")
+            .arg("stats:kept:AccessTime")
+            .arg(1)
+            .arg("count"),
+    );
+    let mut c = cleaner(&redis, "a", 60, 120);
+    assert!(c.hold_lease().await.unwrap());
+    let report = c.pass(unix_now()).await.unwrap();
+    assert_eq!(report.slowest_removed, 1);
+    assert_eq!(redis.known("slowest:AccessTime"), ["kept"]);
+}

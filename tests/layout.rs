@@ -302,6 +302,11 @@ async fn recent_logs_keep_the_newest_hundred() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_hour_rolls_over_to_last_and_pstart() {
     let redis = RedisServer::start();
+    // Ten minutes into an hour; the statistics were of the hour before (written by a release
+    // that set no expiry), the logs of one long gone.
+    let clock = clock_at(600, 3600);
+    let at = clock.unix_now();
+    let previous_hour = hour_of(at - 3600);
     let old_hour = "2000-01-01T00:00:00";
     let mut c = redis.conn();
     redis::pipe()
@@ -319,7 +324,7 @@ async fn an_older_hour_rolls_over_to_last_and_pstart() {
         .arg("sumsq")
         .cmd("SET")
         .arg("stats:ctx:AccessTime:start")
-        .arg(old_hour)
+        .arg(&previous_hour)
         .cmd("ZADD")
         .arg("common:db:critical")
         .arg(4)
@@ -329,13 +334,14 @@ async fn an_older_hour_rolls_over_to_last_and_pstart() {
         .arg(old_hour)
         .query::<()>(&mut c)
         .unwrap();
-    let agent = TestAgent::start(test_config(&redis));
-    agent.send(b"ctx:42|ms\n_sc|db|2|m:new message");
+    let agent = TestAgent::start_at(test_config(&redis), clock);
+    agent.send_taken(b"ctx:42|ms\n_sc|db|2|m:new message").await;
+    agent.tick();
     eventually(Duration::from_secs(3), "rollover", || {
         get::<Option<String>>(&redis, redis::cmd("GET").arg("common:db:critical:pstart")).is_some()
     })
     .await;
-    let now_hour = hour_of(unix_now());
+    let now_hour = hour_of(at);
 
     let last = get_stats(&redis, "stats:ctx:AccessTime:last");
     assert_eq!(
@@ -343,7 +349,7 @@ async fn an_older_hour_rolls_over_to_last_and_pstart() {
         (3.0, 15.0, 1.0, 9.0)
     );
     let pstart: String = get(&redis, redis::cmd("GET").arg("stats:ctx:AccessTime:pstart"));
-    assert_eq!(pstart, old_hour);
+    assert_eq!(pstart, previous_hour);
     let current = get_stats(&redis, "stats:ctx:AccessTime");
     assert_eq!(
         (
@@ -356,6 +362,23 @@ async fn an_older_hour_rolls_over_to_last_and_pstart() {
     );
     let start: String = get(&redis, redis::cmd("GET").arg("stats:ctx:AccessTime:start"));
     assert_eq!(start, now_hour);
+    // Each hour readable through the next one, then gone: the previous hour's keys to the end
+    // of this hour (50 minutes on), this hour's to the end of the next.
+    for (suffix, left) in [
+        (":last", 3000),
+        (":pstart", 3000),
+        ("", 6600),
+        (":start", 6600),
+    ] {
+        let ttl: i64 = get(
+            &redis,
+            redis::cmd("TTL").arg(format!("stats:ctx:AccessTime{suffix}")),
+        );
+        assert!(
+            (left - 3..=left).contains(&ttl),
+            "stats:ctx:AccessTime{suffix} expires in {ttl} s, not {left} s"
+        );
+    }
 
     let last: Vec<(String, f64)> = get(
         &redis,
@@ -377,6 +400,57 @@ async fn an_older_hour_rolls_over_to_last_and_pstart() {
     assert_eq!(current, [("new message".to_string(), 1.0)]);
     let pstart: String = get(&redis, redis::cmd("GET").arg("common:db:critical:pstart"));
     assert_eq!(pstart, old_hour);
+    agent.stop().await;
+}
+
+/// A timer's hourly statistics expire at the end of the hour after the one they hold, so a
+/// series that stops leaves none behind; one that stopped long ago under a release that set no
+/// expiry loses them at its next rollover, and a window replayed late into an hour already
+/// over writes nothing that stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hourly_statistics_expire_after_the_next_hour() {
+    let redis = RedisServer::start();
+    let clock = clock_at(1800, 3600);
+    let at = clock.unix_now();
+    let mut c = redis.conn();
+    redis::pipe()
+        .cmd("ZADD")
+        .arg("stats:gone:Histogram")
+        .arg(5)
+        .arg("count")
+        .cmd("SET")
+        .arg("stats:gone:Histogram:start")
+        .arg("2000-01-01T00:00:00")
+        .query::<()>(&mut c)
+        .unwrap();
+    let agent = TestAgent::start_at(test_config(&redis), clock);
+    agent
+        .send_taken(b"new:3|ms\nnew:5|ms\ngone:1|h\nd:2|d")
+        .await;
+    agent.tick();
+    eventually(Duration::from_secs(3), "the statistics", || {
+        get::<bool>(&redis, redis::cmd("EXISTS").arg("stats:d:Distribution"))
+    })
+    .await;
+    // Half an hour into the hour: 90 minutes left of it and the next.
+    for key in [
+        "stats:new:AccessTime",
+        "stats:new:AccessTime:start",
+        "stats:gone:Histogram",
+        "stats:gone:Histogram:start",
+        "stats:d:Distribution",
+        "stats:d:Distribution:start",
+    ] {
+        let ttl: i64 = get(&redis, redis::cmd("TTL").arg(key));
+        assert!((5397..=5400).contains(&ttl), "{key} expires in {ttl} s");
+    }
+    assert_eq!(get_stats(&redis, "stats:new:AccessTime")["count"], 2.0);
+    for key in ["stats:gone:Histogram:last", "stats:gone:Histogram:pstart"] {
+        assert!(
+            !get::<bool>(&redis, redis::cmd("EXISTS").arg(key)),
+            "{key} kept"
+        );
+    }
     agent.stop().await;
 }
 

@@ -1,10 +1,13 @@
 //! The cleaner (docs/layout.md, "The cleaner"): the book's `clean_counters`, run inside the agent. [`Cleaner::run`]
 //! holds the `cleaner:lock` lease and makes a pass about every interval; [`Cleaner::pass`] walks
-//! `known:` and `known:gauge:` in batches and trims each batch with one `clean.lua` call.
+//! `known:` and `known:gauge:` in batches and trims each batch with one `clean.lua` call, then
+//! removes what series that stopped leave outside those hashes: the `gauges:` fields of gauges
+//! no agent wrote for `forget_idle_secs` ([`Cleaner::forgetting`]) and the `slowest:AccessTime`
+//! members whose hour's statistics expired.
 //!
 //! Time comes in as a parameter of [`Cleaner::pass`], so tests clean "200 days later" at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::clock::Clock;
 use super::keys::{self, Index};
 use super::{Cached, Connection, Keys, Store, StoreError};
+use crate::aggregate::StatKind;
 use crate::retention::Retention;
 use crate::telemetry::Telemetry;
 
@@ -32,6 +36,10 @@ pub struct PassReport {
     pub members_visited: u64,
     pub slices_removed: u64,
     pub hashes_removed: u64,
+    /// `gauges:` fields of idle gauges removed.
+    pub gauges_removed: u64,
+    /// `slowest:AccessTime` members whose statistics are gone, removed.
+    pub slowest_removed: u64,
     /// False when the lease was lost part way and the pass stopped.
     pub completed: bool,
 }
@@ -44,6 +52,16 @@ pub struct Cleaner {
     interval: Duration,
     /// How long each precision is kept, as the scripts take it (`Retention::encode`).
     retention: String,
+    /// The precisions, finest first: where a gauge's last write is looked for.
+    precisions: Vec<u64>,
+    /// A gauge no agent wrote for this long loses its `gauges:` field (`forget_idle_secs`).
+    forget_secs: u64,
+    /// `gauges:` fields found with no history at any precision in the last pass: removed if
+    /// the next pass finds them so again (in a cluster a gauge's field can land before its
+    /// history, which other slots hold).
+    unjudged: HashSet<String>,
+    idle: Script,
+    forget: Script,
     passes: u64,
     clean: Script,
     clean_slot: Script,
@@ -68,6 +86,15 @@ impl Cleaner {
             owner,
             interval,
             retention: retention.encode(),
+            precisions: {
+                let mut p = retention.precisions();
+                p.sort_unstable();
+                p
+            },
+            forget_secs: 86_400,
+            unjudged: HashSet::new(),
+            idle: Script::new(include_str!("idle.lua")),
+            forget: Script::new(include_str!("forget.lua")),
             passes: 0,
             clean: Script::new(concat!(
                 include_str!("retention.lua"),
@@ -83,6 +110,13 @@ impl Cleaner {
             lease: Script::new(include_str!("lease.lua")),
             telemetry,
         }
+    }
+
+    /// Gauges no agent wrote for `secs` lose their `gauges:` field (`forget_idle_secs`; a day
+    /// unless set).
+    pub fn forgetting(mut self, secs: u64) -> Cleaner {
+        self.forget_secs = secs;
+        self
     }
 
     async fn connection(&mut self) -> Result<Connection, StoreError> {
@@ -170,13 +204,17 @@ impl Cleaner {
             .await?
             && self
                 .clean_index(&self.keys.gauge_index(), now, &mut report)
-                .await?;
+                .await?
+            && self.clean_gauges(now, &mut report).await?
+            && self.clean_slowest(&mut report).await?;
         self.passes += 1;
         let t = &self.telemetry;
         t.cleaner_passes.increment(1);
         t.cleaner_members_visited.increment(report.members_visited);
         t.cleaner_slices_removed.increment(report.slices_removed);
         t.cleaner_counters_removed.increment(report.hashes_removed);
+        t.cleaner_gauges_removed.increment(report.gauges_removed);
+        t.cleaner_slowest_removed.increment(report.slowest_removed);
         t.cleaner_pass_duration
             .record(started.elapsed().as_secs_f64());
         Ok(report)
@@ -318,6 +356,238 @@ impl Cleaner {
         Ok(removed)
     }
 
+    /// Walks `gauges:` (`HSCAN`, a batch per round trip) and removes the field of every gauge
+    /// no agent wrote for `forget_secs`, judged from its history. Returns false if the lease
+    /// was lost.
+    async fn clean_gauges(
+        &mut self,
+        now: u64,
+        report: &mut PassReport,
+    ) -> Result<bool, StoreError> {
+        let key = self.keys.gauges();
+        let mut unjudged = HashSet::new();
+        let mut cursor = 0u64;
+        loop {
+            if !self.hold_lease().await? {
+                return Ok(false);
+            }
+            let mut conn = self.connection().await?;
+            let r = redis::cmd("HSCAN")
+                .arg(&key)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(BATCH_MEMBERS)
+                .query_async::<(u64, Vec<Vec<u8>>)>(&mut conn)
+                .await
+                .map_err(StoreError::from);
+            let (next, flat) = self.failed(r)?;
+            // A field that is not UTF-8 is no series of ours: left alone.
+            let fields: Vec<(String, Vec<u8>)> = flat
+                .chunks_exact(2)
+                .filter_map(|kv| Some((String::from_utf8(kv[0].clone()).ok()?, kv[1].clone())))
+                .collect();
+            let r = self
+                .forget_idle(&mut conn, &key, now, fields, &mut unjudged)
+                .await;
+            report.gauges_removed += self.failed(r)?;
+            if next == 0 {
+                self.unjudged = unjudged;
+                return Ok(true);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Removes the `gauges:` fields of the idle gauges among `fields` (series and the value
+    /// read); returns how many stay removed. The removal takes a field only while it holds the
+    /// value read, and a gauge found written again just after is put back: a field is never
+    /// lost to a gauge that an agent still writes.
+    async fn forget_idle(
+        &self,
+        conn: &mut Connection,
+        key: &str,
+        now: u64,
+        fields: Vec<(String, Vec<u8>)>,
+        unjudged: &mut HashSet<String>,
+    ) -> Result<u64, StoreError> {
+        let series: Vec<&str> = fields.iter().map(|(s, _)| s.as_str()).collect();
+        let verdicts = self.judge(conn, now, &series).await?;
+        let mut idle = Vec::new();
+        for ((series, value), verdict) in fields.iter().zip(verdicts) {
+            match verdict {
+                Written::Lately => {}
+                Written::Before => idle.push((series, value)),
+                Written::Unknown if self.unjudged.contains(series) => idle.push((series, value)),
+                Written::Unknown => {
+                    unjudged.insert(series.clone());
+                }
+            }
+        }
+        if idle.is_empty() {
+            return Ok(0);
+        }
+        let mut call = self.forget.prepare_invoke();
+        call.key(key);
+        for (series, value) in &idle {
+            call.arg(series).arg(value);
+        }
+        let removed: Vec<String> = call.invoke_async(conn).await?;
+        let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
+        let again = self.judge(conn, now, &removed).await?;
+        let mut gone = 0;
+        for (series, verdict) in removed.iter().zip(again) {
+            if verdict != Written::Lately {
+                gone += 1;
+            } else if let Some((_, value)) = idle.iter().find(|(s, _)| s == series) {
+                redis::cmd("HSETNX")
+                    .arg(key)
+                    .arg(series)
+                    .arg(value)
+                    .query_async::<()>(conn)
+                    .await?;
+            }
+        }
+        Ok(gone)
+    }
+
+    /// When each gauge of `series` was last written, as its history shows: the finest
+    /// precision that still has its hash decides.
+    async fn judge(
+        &self,
+        conn: &Connection,
+        now: u64,
+        series: &[&str],
+    ) -> Result<Vec<Written>, StoreError> {
+        let mut verdicts = vec![Written::Unknown; series.len()];
+        let mut open: Vec<usize> = (0..series.len()).collect();
+        for &p in &self.precisions {
+            if open.is_empty() {
+                break;
+            }
+            let hashes: Vec<(String, u64)> = open
+                .iter()
+                .map(|&i| (self.keys.gauge(p, series[i]), p))
+                .collect();
+            let found = self.idle_verdicts(conn, now, &hashes).await?;
+            open = open
+                .into_iter()
+                .zip(found)
+                .filter_map(|(i, v)| {
+                    verdicts[i] = match v {
+                        0 => Written::Lately,
+                        1 => Written::Before,
+                        _ => return Some(i),
+                    };
+                    None
+                })
+                .collect();
+        }
+        Ok(verdicts)
+    }
+
+    /// `idle.lua` over `hashes` (each with its precision): one call on one server, a call per
+    /// slot in a cluster; a verdict per hash, in their order.
+    async fn idle_verdicts(
+        &self,
+        conn: &Connection,
+        now: u64,
+        hashes: &[(String, u64)],
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (i, (hash, _)) in hashes.iter().enumerate() {
+            let slot = if self.store.is_cluster() {
+                keys::slot_of(hash.as_bytes())
+            } else {
+                0
+            };
+            by_slot.entry(slot).or_default().push(i);
+        }
+        let calls = by_slot.into_values().map(|positions| {
+            let mut conn = conn.clone();
+            let mut call = self.idle.prepare_invoke();
+            call.arg(now).arg(self.forget_secs);
+            for &i in &positions {
+                call.key(&hashes[i].0).arg(hashes[i].1);
+            }
+            async move {
+                let verdicts: Vec<i64> = call.invoke_async(&mut conn).await?;
+                Ok::<_, StoreError>((positions, verdicts))
+            }
+        });
+        let results: Vec<Result<_, StoreError>> = futures_util::stream::iter(calls)
+            .buffer_unordered(CONCURRENT_SLOTS)
+            .collect()
+            .await;
+        let mut verdicts = vec![2; hashes.len()];
+        for r in results {
+            let (positions, found) = r?;
+            for (i, v) in positions.into_iter().zip(found) {
+                verdicts[i] = v;
+            }
+        }
+        Ok(verdicts)
+    }
+
+    /// Removes the `slowest:AccessTime` members whose hour's statistics are gone (expired a
+    /// full hour after their last write); one written again meanwhile is put back with its
+    /// hour's average. Returns false if the lease was lost.
+    async fn clean_slowest(&mut self, report: &mut PassReport) -> Result<bool, StoreError> {
+        if !self.hold_lease().await? {
+            return Ok(false);
+        }
+        let mut conn = self.connection().await?;
+        let r = self.remove_slowest(&mut conn).await;
+        report.slowest_removed += self.failed(r)?;
+        Ok(true)
+    }
+
+    async fn remove_slowest(&self, conn: &mut Connection) -> Result<u64, StoreError> {
+        let key = self.keys.slowest();
+        let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query_async(conn)
+            .await?;
+        let series: Vec<String> = members
+            .into_iter()
+            .filter_map(|m| String::from_utf8(m).ok())
+            .collect();
+        let stats = |s: &String| self.keys.stats(s, StatKind::Timer);
+        let present = exist(conn, series.iter().map(stats).collect()).await?;
+        let gone: Vec<&String> = series
+            .iter()
+            .zip(present)
+            .filter(|(_, present)| !present)
+            .map(|(s, _)| s)
+            .collect();
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        redis::cmd("ZREM")
+            .arg(&key)
+            .arg(&gone)
+            .query_async::<()>(conn)
+            .await?;
+        let present = exist(conn, gone.iter().map(|s| stats(s)).collect()).await?;
+        let back: Vec<String> = gone
+            .iter()
+            .zip(&present)
+            .filter(|(_, present)| **present)
+            .map(|(s, _)| stats(s))
+            .collect();
+        let averages = super::write::read_averages(conn, &self.keys, &back).await?;
+        if !averages.is_empty() {
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(&key);
+            for (series, average) in &averages {
+                zadd.arg(*average).arg(series);
+            }
+            zadd.query_async::<()>(conn).await?;
+        }
+        Ok((gone.len() - averages.len()) as u64)
+    }
+
     /// Cleans until `stop`: a pass at start-up and then about every interval while this agent
     /// holds the lease; otherwise it tries for the lease every quarter interval. Each pass is
     /// as of `clock`'s time.
@@ -358,6 +628,41 @@ impl Cleaner {
             tracing::warn!(error = %e, "cleaner could not release its lease; it expires by itself");
         }
     }
+}
+
+/// When a gauge was last written, as its history tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// Within the last `forget_idle_secs`, or maybe so.
+    Lately,
+    /// Longer ago.
+    Before,
+    /// Its history holds nothing at any precision.
+    Unknown,
+}
+
+/// Whether each of `keys` exists (`EXISTS` each, concurrently: in a cluster they live on any
+/// node).
+async fn exist(conn: &Connection, keys: Vec<String>) -> Result<Vec<bool>, StoreError> {
+    let replies: Vec<(usize, Result<bool, redis::RedisError>)> =
+        futures_util::stream::iter(keys.into_iter().enumerate())
+            .map(|(i, key)| {
+                let mut conn = conn.clone();
+                async move {
+                    (
+                        i,
+                        redis::cmd("EXISTS").arg(key).query_async(&mut conn).await,
+                    )
+                }
+            })
+            .buffer_unordered(CONCURRENT_SLOTS)
+            .collect()
+            .await;
+    let mut present = vec![false; replies.len()];
+    for (i, r) in replies {
+        present[i] = r?;
+    }
+    Ok(present)
 }
 
 /// Slices removed, and the members whose hash is gone.

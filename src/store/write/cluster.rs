@@ -572,9 +572,10 @@ fn server_error_text(e: &redis::RedisError) -> String {
 }
 
 /// The hour's average of each timer whose `stats:` key is in `stats_keys`, as the script
-/// computes it (for chunks answered *applied before*, whose replies hold none), read
-/// concurrently: a spool replayed can bring a window's worth.
-async fn read_averages(
+/// computes it (for chunks answered *applied before*, whose replies hold none; for the
+/// cleaner's `slowest:` members put back), read concurrently: a spool replayed can bring a
+/// window's worth.
+pub(crate) async fn read_averages(
     conn: &Connection,
     keys: &Keys,
     stats_keys: &[String],

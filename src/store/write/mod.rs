@@ -13,6 +13,7 @@ mod cluster;
 mod standalone;
 
 pub use chunk::{ChunkSettings, CounterWrite, FlushChunk, QuantileSettings, build_chunks};
+pub(crate) use cluster::read_averages;
 pub use cluster::{FollowUps, build_slot_chunks};
 
 use super::clock::Clock;

@@ -411,7 +411,6 @@ async fn an_older_hour_rolls_over_to_last_and_pstart() {
 async fn hourly_statistics_expire_after_the_next_hour() {
     let redis = RedisServer::start();
     let clock = clock_at(1800, 3600);
-    let at = clock.unix_now();
     let mut c = redis.conn();
     redis::pipe()
         .cmd("ZADD")

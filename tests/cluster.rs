@@ -106,6 +106,14 @@ async fn every_type_is_written_and_read_back_in_a_cluster() {
             .get_string("stats:{checkout}:AccessTime:start")
             .is_some()
     );
+    // Readable through the hour and the next, then gone.
+    for key in [
+        "stats:{checkout}:AccessTime",
+        "stats:{checkout}:AccessTime:start",
+    ] {
+        let ttl: i64 = query(&cluster, key, redis::cmd("TTL").arg(key));
+        assert!((3600..=7200).contains(&ttl), "{key} expires in {ttl} s");
+    }
     let slowest = cluster.zrange_withscores("slowest:AccessTime");
     assert_eq!(slowest, vec![("checkout".to_string(), 100.0)]);
     // Quantile buckets: a hash per slice, each in its own slot, read back through the cluster
@@ -387,6 +395,67 @@ async fn the_cleaner_trims_each_precision_at_its_count_in_every_slot() {
         assert_eq!(cluster.hgetall(&format!("count:10:s.{i}")).len(), 30);
         assert_eq!(cluster.hgetall(&format!("count:60:s.{i}")).len(), 60);
     }
+}
+
+/// Across slots, the cleaner removes the `gauges:` fields of idle gauges (their history lives
+/// in other slots than `gauges:`) and the `slowest:AccessTime` members whose statistics are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleaner_forgets_idle_gauges_and_slowest_members_across_slots() {
+    let cluster = Cluster::start();
+    let store = Store::open(&cluster_config(&cluster)).unwrap();
+    let now = unix_now();
+    for i in 0..40 {
+        let key = format!("gauge:1:g.{i}");
+        // The even ones written now, the odd ones two days ago.
+        let slice = if i % 2 == 0 { now } else { now - 2 * 86_400 };
+        let mut conn = cluster.conn(cluster.node_of_key(&key));
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg(slice)
+            .arg(i)
+            .query(&mut conn)
+            .unwrap();
+        let _: () = query(
+            &cluster,
+            "gauges:",
+            redis::cmd("HSET")
+                .arg("gauges:")
+                .arg(format!("g.{i}"))
+                .arg(i),
+        );
+    }
+    for (series, stats) in [("kept", true), ("gone", false)] {
+        let _: () = query(
+            &cluster,
+            "slowest:AccessTime",
+            redis::cmd("ZADD")
+                .arg("slowest:AccessTime")
+                .arg(1)
+                .arg(series),
+        );
+        if stats {
+            let key = format!("stats:{{{series}}}:AccessTime");
+            let _: () = query(
+                &cluster,
+                &key,
+                redis::cmd("ZADD").arg(&key).arg(1).arg("count"),
+            );
+        }
+    }
+    let mut cleaner = leased_cleaner(store).await;
+    let report = cleaner.pass(now).await.unwrap();
+    assert_eq!((report.gauges_removed, report.slowest_removed), (20, 1));
+    let mut fields: Vec<String> = query(&cluster, "gauges:", redis::cmd("HKEYS").arg("gauges:"));
+    fields.sort_by_key(|f| f[2..].parse::<u32>().unwrap());
+    assert_eq!(
+        fields,
+        (0..40)
+            .step_by(2)
+            .map(|i| format!("g.{i}"))
+            .collect::<Vec<_>>()
+    );
+    let slowest = cluster.zrange_withscores("slowest:AccessTime");
+    assert_eq!(slowest, vec![("kept".to_string(), 1.0)]);
 }
 
 /// The cleaner's re-check against a writer racing it. In a cluster the cleaner trims a hash in

@@ -107,7 +107,8 @@ pub struct Config {
     /// New series a window takes per type (counters, each statistics type, gauges, sets); the
     /// samples of further new series are dropped and counted.
     pub max_series_per_window: usize,
-    /// Gauges, and counters' carried fractions, not updated for this long are forgotten.
+    /// Gauges, and counters' carried fractions, not updated for this long are forgotten; the
+    /// cleaner removes the `gauges:` field of a gauge no agent wrote for this long.
     pub forget_idle_secs: u64,
     /// A counter or gauge timestamped (`|T`) further back than this is dropped and counted; 0:
     /// the longest retention, `sample_count` × the coarsest precision.

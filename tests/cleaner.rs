@@ -564,3 +564,61 @@ async fn slowest_members_go_with_their_statistics() {
     assert_eq!(report.slowest_removed, 1);
     assert_eq!(redis.known("slowest:AccessTime"), ["kept"]);
 }
+
+/// `date -u`'s hour of `secs`, as the book writes it.
+fn hour_of(secs: u64) -> String {
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:00:00"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Hourly statistics an earlier release wrote without an expiry get theirs once a run: the end
+/// of the hour after the one they hold, so those of names that stopped long ago go at once.
+#[tokio::test]
+async fn stats_keys_without_an_expiry_get_theirs_once_a_run() {
+    let redis = RedisServer::start();
+    let now = unix_now();
+    let (this_hour, last_hour) = (hour_of(now), hour_of(now - 3600));
+    let zset = |key: &str| cmd::<()>(&redis, redis::cmd("ZADD").arg(key).arg(1).arg("count"));
+    let string = |key: &str, value: &str| cmd::<()>(&redis, redis::cmd("SET").arg(key).arg(value));
+    zset("stats:live:AccessTime");
+    string("stats:live:AccessTime:start", &this_hour);
+    zset("stats:live:AccessTime:last");
+    string("stats:live:AccessTime:pstart", &last_hour);
+    zset("stats:gone:Histogram");
+    string("stats:gone:Histogram:start", "2000-01-01T00:00:00");
+    zset("stats:hourless:Distribution");
+    zset("stats:other:Thing");
+    zset("stats:kept:AccessTime");
+    cmd::<()>(
+        &redis,
+        redis::cmd("EXPIRE").arg("stats:kept:AccessTime").arg(100),
+    );
+
+    let mut c = cleaner(&redis, "a", 60, 120);
+    assert!(c.hold_lease().await.unwrap());
+    let report = c.pass(now).await.unwrap();
+    assert_eq!(report.stats_expired, 7);
+    let ttl = |key: &str| cmd::<i64>(&redis, redis::cmd("TTL").arg(key));
+    let hour_end = now / 3600 * 3600 + 3600;
+    for (key, left) in [
+        ("stats:live:AccessTime", hour_end + 3600 - now),
+        ("stats:live:AccessTime:start", hour_end + 3600 - now),
+        ("stats:live:AccessTime:last", hour_end - now),
+        ("stats:live:AccessTime:pstart", hour_end - now),
+        ("stats:hourless:Distribution", 7200),
+        ("stats:kept:AccessTime", 100),
+    ] {
+        let t = ttl(key) as u64;
+        assert!(t <= left && t + 3 >= left, "{key}: {t} s, not {left} s");
+    }
+    for key in ["stats:gone:Histogram", "stats:gone:Histogram:start"] {
+        assert_eq!(ttl(key), -2, "{key} kept");
+    }
+    assert_eq!(ttl("stats:other:Thing"), -1, "not one of ours");
+    // Once a run.
+    cmd::<()>(&redis, redis::cmd("PERSIST").arg("stats:live:AccessTime"));
+    assert_eq!(c.pass(now).await.unwrap().stats_expired, 0);
+}

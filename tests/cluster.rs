@@ -442,9 +442,27 @@ async fn the_cleaner_forgets_idle_gauges_and_slowest_members_across_slots() {
             );
         }
     }
+    // The statistics of a name that stopped long ago, written without an expiry.
+    for (key, value) in [
+        ("stats:{old}:Histogram:start", "2000-01-01T00:00:00"),
+        ("stats:{old}:Histogram:pstart", "1999-12-31T23:00:00"),
+    ] {
+        let _: () = query(&cluster, key, redis::cmd("SET").arg(key).arg(value));
+    }
     let mut cleaner = leased_cleaner(store).await;
     let report = cleaner.pass(now).await.unwrap();
     assert_eq!((report.gauges_removed, report.slowest_removed), (20, 1));
+    // Those two gone, `kept`'s statistics (no hour to go by) given two hours.
+    assert_eq!(report.stats_expired, 3);
+    for key in [
+        "stats:{old}:Histogram:start",
+        "stats:{old}:Histogram:pstart",
+    ] {
+        assert!(
+            !query::<bool>(&cluster, key, redis::cmd("EXISTS").arg(key)),
+            "{key}"
+        );
+    }
     let mut fields: Vec<String> = query(&cluster, "gauges:", redis::cmd("HKEYS").arg("gauges:"));
     fields.sort_by_key(|f| f[2..].parse::<u32>().unwrap());
     assert_eq!(

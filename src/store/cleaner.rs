@@ -3,7 +3,8 @@
 //! `known:` and `known:gauge:` in batches and trims each batch with one `clean.lua` call, then
 //! removes what series that stopped leave outside those hashes: the `gauges:` fields of gauges
 //! no agent wrote for `forget_idle_secs` ([`Cleaner::forgetting`]) and the `slowest:AccessTime`
-//! members whose hour's statistics expired.
+//! members whose hour's statistics expired; once a run, it gives the `stats:` keys an earlier
+//! release wrote without an expiry theirs.
 //!
 //! Time comes in as a parameter of [`Cleaner::pass`], so tests clean "200 days later" at once.
 
@@ -40,6 +41,8 @@ pub struct PassReport {
     pub gauges_removed: u64,
     /// `slowest:AccessTime` members whose statistics are gone, removed.
     pub slowest_removed: u64,
+    /// `stats:` keys without an expiry (an earlier release's) given one.
+    pub stats_expired: u64,
     /// False when the lease was lost part way and the pass stopped.
     pub completed: bool,
 }
@@ -62,6 +65,9 @@ pub struct Cleaner {
     unjudged: HashSet<String>,
     idle: Script,
     forget: Script,
+    stale_stats: Script,
+    /// Whether this run walked the `stats:` keys for ones without an expiry (once a run).
+    stats_walked: bool,
     passes: u64,
     clean: Script,
     clean_slot: Script,
@@ -95,6 +101,11 @@ impl Cleaner {
             unjudged: HashSet::new(),
             idle: Script::new(include_str!("idle.lua")),
             forget: Script::new(include_str!("forget.lua")),
+            stale_stats: Script::new(concat!(
+                include_str!("hourly.lua"),
+                include_str!("stale_stats.lua")
+            )),
+            stats_walked: false,
             passes: 0,
             clean: Script::new(concat!(
                 include_str!("retention.lua"),
@@ -206,7 +217,8 @@ impl Cleaner {
                 .clean_index(&self.keys.gauge_index(), now, &mut report)
                 .await?
             && self.clean_gauges(now, &mut report).await?
-            && self.clean_slowest(&mut report).await?;
+            && self.clean_slowest(&mut report).await?
+            && (self.stats_walked || self.expire_stale_stats(&mut report).await?);
         self.passes += 1;
         let t = &self.telemetry;
         t.cleaner_passes.increment(1);
@@ -215,6 +227,7 @@ impl Cleaner {
         t.cleaner_counters_removed.increment(report.hashes_removed);
         t.cleaner_gauges_removed.increment(report.gauges_removed);
         t.cleaner_slowest_removed.increment(report.slowest_removed);
+        t.cleaner_stats_expired.increment(report.stats_expired);
         t.cleaner_pass_duration
             .record(started.elapsed().as_secs_f64());
         Ok(report)
@@ -586,6 +599,55 @@ impl Cleaner {
             zadd.query_async::<()>(conn).await?;
         }
         Ok((gone.len() - averages.len()) as u64)
+    }
+
+    /// Once a run: walks every `stats:` key (`SCAN`, on every master of a cluster) and gives
+    /// those without an expiry, written by a release that set none, the one they would have
+    /// had. Returns false if the lease was lost.
+    async fn expire_stale_stats(&mut self, report: &mut PassReport) -> Result<bool, StoreError> {
+        let pattern = self.keys.stats_pattern();
+        let mut conn = self.connection().await?;
+        let r = conn.masters().await;
+        for node in self.failed(r)? {
+            let mut cursor = 0;
+            loop {
+                if !self.hold_lease().await? {
+                    return Ok(false);
+                }
+                let mut conn = self.connection().await?;
+                let r = conn.scan_page(&node, cursor, &pattern).await;
+                let (next, keys) = self.failed(r)?;
+                let r = self.expire_each(&conn, keys).await;
+                report.stats_expired += self.failed(r)?;
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        self.stats_walked = true;
+        Ok(true)
+    }
+
+    /// `stale_stats.lua` on each of `keys` that is one of the hourly statistics' (a call
+    /// each, concurrently: a family's keys share a slot, not those of several).
+    async fn expire_each(&self, conn: &Connection, keys: Vec<String>) -> Result<u64, StoreError> {
+        let calls = keys.into_iter().filter_map(|key| {
+            let hour = self.keys.hour_key_of_stats(&key)?;
+            let mut conn = conn.clone();
+            let mut call = self.stale_stats.prepare_invoke();
+            call.key(key).key(hour);
+            Some(async move { call.invoke_async::<u64>(&mut conn).await })
+        });
+        let given: Vec<Result<u64, redis::RedisError>> = futures_util::stream::iter(calls)
+            .buffer_unordered(CONCURRENT_SLOTS)
+            .collect()
+            .await;
+        let mut n = 0;
+        for g in given {
+            n += g?;
+        }
+        Ok(n)
     }
 
     /// Cleans until `stop`: a pass at start-up and then about every interval while this agent

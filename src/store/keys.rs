@@ -105,6 +105,31 @@ impl Keys {
         Some(untagged.to_string())
     }
 
+    /// The pattern of every key of the hourly statistics (`SCAN`'s `MATCH`).
+    pub fn stats_pattern(&self) -> String {
+        format!("{}stats:*", self.prefix)
+    }
+
+    /// For a key of a `stats:` family (as [`Keys::stats`] names it, or its `:start`, `:last`
+    /// or `:pstart`), the key that holds the hour it describes: `:start` for the hour's ZSET,
+    /// `:pstart` for `:last`, the key itself for the two hours. None for any other key.
+    pub fn hour_key_of_stats(&self, key: &str) -> Option<String> {
+        let family = key.strip_prefix(&self.prefix)?.strip_prefix("stats:")?;
+        let (base, suffix) = match family.rsplit_once(':') {
+            Some((base, s @ ("start" | "last" | "pstart"))) => (base, Some(s)),
+            _ => (family, None),
+        };
+        let typed = StatKind::ALL.iter().any(|k| {
+            base.strip_suffix(k.redis_name())
+                .is_some_and(|series| series.ends_with(':'))
+        });
+        typed.then(|| match suffix {
+            None => format!("{key}:start"),
+            Some("last") => format!("{}:pstart", &key[..key.len() - ":last".len()]),
+            Some(_) => key.to_string(),
+        })
+    }
+
     /// `slowest:AccessTime`: timers by the hour's average, the 100 highest kept.
     pub fn slowest(&self) -> String {
         format!("{}slowest:AccessTime", self.prefix)
@@ -308,6 +333,44 @@ pub fn slice(window: u64, precision: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_hour_of_each_stats_key() {
+        let keys = super::Keys::new("p.");
+        let hour = |k: &str| keys.hour_key_of_stats(k);
+        assert_eq!(
+            hour("p.stats:a:b:AccessTime").as_deref(),
+            Some("p.stats:a:b:AccessTime:start")
+        );
+        assert_eq!(
+            hour("p.stats:a:Histogram:start").as_deref(),
+            Some("p.stats:a:Histogram:start")
+        );
+        assert_eq!(
+            hour("p.stats:a:Distribution:last").as_deref(),
+            Some("p.stats:a:Distribution:pstart")
+        );
+        assert_eq!(
+            hour("p.stats:a:AccessTime:pstart").as_deref(),
+            Some("p.stats:a:AccessTime:pstart")
+        );
+        let tagged = super::Keys::tagged("");
+        assert_eq!(
+            tagged
+                .hour_key_of_stats("stats:{x}:AccessTime:last")
+                .as_deref(),
+            Some("stats:{x}:AccessTime:pstart")
+        );
+        for other in [
+            "p.stats:a:Other",
+            "p.stats::start",
+            "stats:a:AccessTime",
+            "p.stats:AccessTime",
+            "p.count:1:x",
+        ] {
+            assert_eq!(hour(other), None, "{other}");
+        }
+    }
+
     use super::*;
 
     #[test]

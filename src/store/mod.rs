@@ -164,7 +164,32 @@ impl Connection {
         mut take: impl FnMut(String) -> bool,
     ) -> Result<bool, StoreError> {
         let mut seen = 0;
-        let nodes: Vec<Option<(String, u16)>> = match self {
+        for node in self.masters().await? {
+            let mut cursor = 0u64;
+            loop {
+                let (next, keys) = self.scan_page(&node, cursor, pattern).await?;
+                seen += keys.len();
+                for key in keys {
+                    if !take(key) {
+                        return Ok(false);
+                    }
+                }
+                if next != 0 && seen >= examined {
+                    return Ok(false);
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The servers whose keys `SCAN` walks: this one, or every master of a cluster (host and
+    /// port).
+    pub async fn masters(&mut self) -> Result<Vec<Option<(String, u16)>>, StoreError> {
+        Ok(match self {
             Connection::Single(_) => vec![None],
             Connection::Cluster(c) => {
                 // Each range: start, end, then its master as [host, port, id, ...], replicas.
@@ -185,45 +210,35 @@ impl Connection {
                 masters.dedup();
                 masters.into_iter().map(Some).collect()
             }
-        };
-        for node in nodes {
-            let mut cursor = 0u64;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1000);
-                let reply = match (&mut *self, &node) {
-                    (Connection::Cluster(c), Some((host, port))) => {
-                        let route = SingleNodeRoutingInfo::ByAddress {
-                            host: host.clone(),
-                            port: *port,
-                        };
-                        c.route_command(scan, RoutingInfo::SingleNode(route))
-                            .await?
-                    }
-                    (conn, _) => conn.req_packed_command(&scan).await?,
+        })
+    }
+
+    /// One `SCAN` step on `node` (one of [`Connection::masters`]): the next cursor (0 at the
+    /// end) and the keys matching `pattern`.
+    pub async fn scan_page(
+        &mut self,
+        node: &Option<(String, u16)>,
+        cursor: u64,
+        pattern: &str,
+    ) -> Result<(u64, Vec<String>), StoreError> {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
+        let reply = match (&mut *self, node) {
+            (Connection::Cluster(c), Some((host, port))) => {
+                let route = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
                 };
-                let (next, keys): (u64, Vec<String>) =
-                    redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
-                seen += keys.len();
-                for key in keys {
-                    if !take(key) {
-                        return Ok(false);
-                    }
-                }
-                if next != 0 && seen >= examined {
-                    return Ok(false);
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
+                c.route_command(scan, RoutingInfo::SingleNode(route))
+                    .await?
             }
-        }
-        Ok(true)
+            (conn, _) => conn.req_packed_command(&scan).await?,
+        };
+        Ok(redis::from_redis_value(reply).map_err(redis::RedisError::from)?)
     }
 }
 

@@ -565,15 +565,6 @@ async fn slowest_members_go_with_their_statistics() {
     assert_eq!(redis.known("slowest:AccessTime"), ["kept"]);
 }
 
-/// `date -u`'s hour of `secs`, as the book writes it.
-fn hour_of(secs: u64) -> String {
-    let out = std::process::Command::new("date")
-        .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:00:00"])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// Hourly statistics an earlier release wrote without an expiry get theirs once a run: the end
 /// of the hour after the one they hold, so those of names that stopped long ago go at once.
 #[tokio::test]

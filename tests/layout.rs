@@ -39,15 +39,6 @@ fn get<T: redis::FromRedisValue>(redis: &RedisServer, cmd: &mut redis::Cmd) -> T
     cmd.query(&mut redis.conn()).unwrap()
 }
 
-fn hour_of(secs: u64) -> String {
-    // The same UTC hour string the book writes, computed independently through `date`.
-    let out = std::process::Command::new("date")
-        .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:00:00"])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timers_histograms_and_distributions_become_hourly_stats() {
     let redis = RedisServer::start();

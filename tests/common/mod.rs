@@ -360,6 +360,16 @@ pub fn unix_now() -> u64 {
     statsd_redis::store::clock::unix_now()
 }
 
+/// The UTC hour of `secs` as the book writes it (`YYYY-MM-DDTHH:00:00`), computed independently
+/// through `date`.
+pub fn hour_of(secs: u64) -> String {
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:00:00"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 /// The latest second, up to now, that lies `into` seconds into a `period` (second 10 of a
 /// minute: `moment(10, 60)`), where a test puts its agent's clock instead of waiting for it.
 pub fn moment(into: u64, period: u64) -> u64 {

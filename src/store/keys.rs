@@ -111,22 +111,26 @@ impl Keys {
     }
 
     /// For a key of a `stats:` family (as [`Keys::stats`] names it, or its `:start`, `:last`
-    /// or `:pstart`), the key that holds the hour it describes: `:start` for the hour's ZSET,
-    /// `:pstart` for `:last`, the key itself for the two hours. None for any other key.
-    pub fn hour_key_of_stats(&self, key: &str) -> Option<String> {
+    /// or `:pstart`), the family's four keys: the hour's ZSET, `:start`, `:last`, `:pstart`.
+    /// None for any other key.
+    pub fn stats_family_of(&self, key: &str) -> Option<[String; 4]> {
         let family = key.strip_prefix(&self.prefix)?.strip_prefix("stats:")?;
-        let (base, suffix) = match family.rsplit_once(':') {
-            Some((base, s @ ("start" | "last" | "pstart"))) => (base, Some(s)),
-            _ => (family, None),
+        let base = match family.rsplit_once(':') {
+            Some((_, "start" | "last" | "pstart")) => key.rsplit_once(':')?.0,
+            _ => key,
         };
         let typed = StatKind::ALL.iter().any(|k| {
-            base.strip_suffix(k.redis_name())
-                .is_some_and(|series| series.ends_with(':'))
+            base.strip_suffix(k.redis_name()).is_some_and(|series| {
+                series.len() > self.prefix.len() + "stats:".len() + 1 && series.ends_with(':')
+            })
         });
-        typed.then(|| match suffix {
-            None => format!("{key}:start"),
-            Some("last") => format!("{}:pstart", &key[..key.len() - ":last".len()]),
-            Some(_) => key.to_string(),
+        typed.then(|| {
+            [
+                base.to_string(),
+                format!("{base}:start"),
+                format!("{base}:last"),
+                format!("{base}:pstart"),
+            ]
         })
     }
 
@@ -334,40 +338,47 @@ pub fn slice(window: u64, precision: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_hour_of_each_stats_key() {
+    fn the_family_of_each_stats_key() {
         let keys = super::Keys::new("p.");
-        let hour = |k: &str| keys.hour_key_of_stats(k);
+        let base = |k: &str| keys.stats_family_of(k).map(|f| f[0].clone());
+        for key in [
+            "p.stats:a:b:AccessTime",
+            "p.stats:a:b:AccessTime:start",
+            "p.stats:a:b:AccessTime:last",
+            "p.stats:a:b:AccessTime:pstart",
+        ] {
+            assert_eq!(
+                base(key).as_deref(),
+                Some("p.stats:a:b:AccessTime"),
+                "{key}"
+            );
+        }
         assert_eq!(
-            hour("p.stats:a:b:AccessTime").as_deref(),
-            Some("p.stats:a:b:AccessTime:start")
-        );
-        assert_eq!(
-            hour("p.stats:a:Histogram:start").as_deref(),
-            Some("p.stats:a:Histogram:start")
-        );
-        assert_eq!(
-            hour("p.stats:a:Distribution:last").as_deref(),
-            Some("p.stats:a:Distribution:pstart")
-        );
-        assert_eq!(
-            hour("p.stats:a:AccessTime:pstart").as_deref(),
-            Some("p.stats:a:AccessTime:pstart")
+            keys.stats_family_of("p.stats:h:Histogram").unwrap(),
+            [
+                "p.stats:h:Histogram",
+                "p.stats:h:Histogram:start",
+                "p.stats:h:Histogram:last",
+                "p.stats:h:Histogram:pstart"
+            ]
         );
         let tagged = super::Keys::tagged("");
         assert_eq!(
             tagged
-                .hour_key_of_stats("stats:{x}:AccessTime:last")
+                .stats_family_of("stats:{x}:Distribution:last")
+                .map(|f| f[0].clone())
                 .as_deref(),
-            Some("stats:{x}:AccessTime:pstart")
+            Some("stats:{x}:Distribution")
         );
         for other in [
             "p.stats:a:Other",
             "p.stats::start",
             "stats:a:AccessTime",
             "p.stats:AccessTime",
+            "p.stats::AccessTime",
             "p.count:1:x",
         ] {
-            assert_eq!(hour(other), None, "{other}");
+            assert_eq!(base(other), None, "{other}");
         }
     }
 

@@ -1,19 +1,29 @@
--- Gives a key of the hourly statistics that has no expiry (written by a release that set none)
--- the one it would have had: the end of the hour after the one it holds (hourly.lua's
+-- Gives the keys of one `stats:` family that have no expiry (written by a release that set none)
+-- the one they would have had: the end of the hour after the one they hold (hourly.lua's
 -- stats_end, put in front), at once when that is past. The cleaner runs it once over every
--- `stats:` key (docs/layout.md, "The cleaner").
+-- family (docs/layout.md, "The cleaner").
 --
--- KEYS[1] the key; KEYS[2] the key holding its hour (itself for `:start` and `:pstart`).
--- Returns 1 when it gave the key an expiry, else 0.
+-- KEYS: the hour's ZSET, its :start, :last and :pstart. Returns how many keys it gave an expiry.
 
-if redis.call('TTL', KEYS[1]) ~= -1 then
-  return 0
+-- Both hours read before any key is touched: an expiry in the past deletes at once.
+local function hour_of(key)
+  local ok, held = pcall(redis.call, 'GET', key)
+  if ok and type(held) == 'string' and string.match(held, '^%d+%-%d+%-%d+T%d+') then
+    return held
+  end
 end
-local ok, held = pcall(redis.call, 'GET', KEYS[2])
-if ok and type(held) == 'string' and string.match(held, '^%d+%-%d+%-%d+T%d+') then
-  redis.call('EXPIREAT', KEYS[1], stats_end(held))
-else
-  -- No hour to go by: as long as a key made now would live, at most.
-  redis.call('EXPIRE', KEYS[1], 7200)
+local hours = {hour_of(KEYS[2]), hour_of(KEYS[4])}
+local given = 0
+for k = 1, 4 do
+  if redis.call('TTL', KEYS[k]) == -1 then
+    local held = hours[k <= 2 and 1 or 2]
+    if held then
+      redis.call('EXPIREAT', KEYS[k], stats_end(held))
+    else
+      -- No hour to go by: as long as a key made now would live, at most.
+      redis.call('EXPIRE', KEYS[k], 7200)
+    end
+    given = given + 1
+  end
 end
-return 1
+return given

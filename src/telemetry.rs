@@ -320,7 +320,7 @@ pub struct Telemetry {
     pub cleaner_counters_removed: Counter,
     pub cleaner_gauges_removed: Counter,
     pub cleaner_slowest_removed: Counter,
-    pub cleaner_stats_expired: Counter,
+    pub cleaner_stats_removed: Counter,
     pub cleaner_pass_duration: Histogram,
     pub cleaner_lease_held: Gauge,
     pub redis_reconnects: Counter,
@@ -613,9 +613,9 @@ impl Telemetry {
                 "slowest:AccessTime members whose hourly statistics expired, removed by the cleaner.",
                 &[],
             ),
-            cleaner_stats_expired: counter(
-                "cleaner_stats_expired_total",
-                "stats: keys an earlier release wrote without an expiry, given theirs by the cleaner.",
+            cleaner_stats_removed: counter(
+                "cleaner_stats_removed_total",
+                "Keys of hourly statistics (stats:) deleted by the cleaner once the hour after theirs was over.",
                 &[],
             ),
             cleaner_pass_duration: {

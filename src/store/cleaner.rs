@@ -3,8 +3,8 @@
 //! `known:` and `known:gauge:` in batches and trims each batch with one `clean.lua` call, then
 //! removes what series that stopped leave outside those hashes: the `gauges:` fields of gauges
 //! no agent wrote for `forget_idle_secs` ([`Cleaner::forgetting`]) and the `slowest:AccessTime`
-//! members whose hour's statistics expired; once a run, it gives the `stats:` keys an earlier
-//! release wrote without an expiry theirs.
+//! members whose hour's statistics are gone; every few minutes it deletes the hourly statistics
+//! whose hour and the next are over.
 //!
 //! Time comes in as a parameter of [`Cleaner::pass`], so tests clean "200 days later" at once.
 
@@ -28,6 +28,10 @@ use crate::telemetry::Telemetry;
 /// of minutes, 10 080 fields a hash, makes a call of a few hundred: still one pass's work).
 const BATCH_MEMBERS: usize = 100;
 
+/// How often (s) the `stats:` families are walked: their hours end on the hour, and the walk
+/// `SCAN`s the whole key space, which grows with every family's keys.
+const STATS_WALK_SECS: u64 = 300;
+
 /// Slots cleaned at once in a cluster.
 const CONCURRENT_SLOTS: usize = 16;
 
@@ -41,8 +45,8 @@ pub struct PassReport {
     pub gauges_removed: u64,
     /// `slowest:AccessTime` members whose statistics are gone, removed.
     pub slowest_removed: u64,
-    /// `stats:` keys without an expiry (an earlier release's) given one.
-    pub stats_expired: u64,
+    /// Keys of hourly statistics whose hour and the next are over, deleted.
+    pub stats_removed: u64,
     /// False when the lease was lost part way and the pass stopped.
     pub completed: bool,
 }
@@ -65,9 +69,9 @@ pub struct Cleaner {
     unjudged: HashSet<String>,
     idle: Script,
     forget: Script,
-    stale_stats: Script,
-    /// Whether this run walked the `stats:` keys for ones without an expiry (once a run).
-    stats_walked: bool,
+    stats_clean: Script,
+    /// When (the pass's `now`) the `stats:` families were last walked.
+    stats_walked: Option<u64>,
     passes: u64,
     clean: Script,
     clean_slot: Script,
@@ -101,11 +105,8 @@ impl Cleaner {
             unjudged: HashSet::new(),
             idle: Script::new(include_str!("idle.lua")),
             forget: Script::new(include_str!("forget.lua")),
-            stale_stats: Script::new(concat!(
-                include_str!("hourly.lua"),
-                include_str!("stale_stats.lua")
-            )),
-            stats_walked: false,
+            stats_clean: Script::new(include_str!("stats_clean.lua")),
+            stats_walked: None,
             passes: 0,
             clean: Script::new(concat!(
                 include_str!("retention.lua"),
@@ -217,8 +218,8 @@ impl Cleaner {
                 .clean_index(&self.keys.gauge_index(), now, &mut report)
                 .await?
             && self.clean_gauges(now, &mut report).await?
-            && self.clean_slowest(&mut report).await?
-            && (self.stats_walked || self.expire_stale_stats(&mut report).await?);
+            && self.clean_stats(now, &mut report).await?
+            && self.clean_slowest(&mut report).await?;
         self.passes += 1;
         let t = &self.telemetry;
         t.cleaner_passes.increment(1);
@@ -227,7 +228,7 @@ impl Cleaner {
         t.cleaner_counters_removed.increment(report.hashes_removed);
         t.cleaner_gauges_removed.increment(report.gauges_removed);
         t.cleaner_slowest_removed.increment(report.slowest_removed);
-        t.cleaner_stats_expired.increment(report.stats_expired);
+        t.cleaner_stats_removed.increment(report.stats_removed);
         t.cleaner_pass_duration
             .record(started.elapsed().as_secs_f64());
         Ok(report)
@@ -544,9 +545,9 @@ impl Cleaner {
         Ok(verdicts)
     }
 
-    /// Removes the `slowest:AccessTime` members whose hour's statistics are gone (expired a
-    /// full hour after their last write); one written again meanwhile is put back with its
-    /// hour's average. Returns false if the lease was lost.
+    /// Removes the `slowest:AccessTime` members whose hour's statistics are gone (deleted a
+    /// full hour after their hour); one written again meanwhile is put back with its hour's
+    /// average. Returns false if the lease was lost.
     async fn clean_slowest(&mut self, report: &mut PassReport) -> Result<bool, StoreError> {
         if !self.hold_lease().await? {
             return Ok(false);
@@ -604,10 +605,16 @@ impl Cleaner {
         Ok((gone.len() - averages.len()) as u64)
     }
 
-    /// Once a run: walks every `stats:` key (`SCAN`, on every master of a cluster) and gives
-    /// those without an expiry, written by a release that set none, the one they would have
-    /// had. Returns false if the lease was lost.
-    async fn expire_stale_stats(&mut self, report: &mut PassReport) -> Result<bool, StoreError> {
+    /// Every `STATS_WALK_SECS` (of the pass's `now`): walks every `stats:` key (`SCAN`, on
+    /// every master of a cluster) and deletes the families' hours whose next hour is over
+    /// (`stats_clean.lua`). Returns false if the lease was lost.
+    async fn clean_stats(&mut self, now: u64, report: &mut PassReport) -> Result<bool, StoreError> {
+        if self
+            .stats_walked
+            .is_some_and(|at| now < at + STATS_WALK_SECS && now >= at)
+        {
+            return Ok(true);
+        }
         let pattern = self.keys.stats_pattern();
         let mut conn = self.connection().await?;
         let r = conn.masters().await;
@@ -620,40 +627,46 @@ impl Cleaner {
                 let mut conn = self.connection().await?;
                 let r = conn.scan_page(&node, cursor, &pattern).await;
                 let (next, keys) = self.failed(r)?;
-                let r = self.expire_each(&conn, keys).await;
-                report.stats_expired += self.failed(r)?;
+                let r = self.clean_families(&conn, now, keys).await;
+                report.stats_removed += self.failed(r)?;
                 if next == 0 {
                     break;
                 }
                 cursor = next;
             }
         }
-        self.stats_walked = true;
+        self.stats_walked = Some(now);
         Ok(true)
     }
 
-    /// `stale_stats.lua` on the family of each of `keys` that is one of the hourly statistics'
+    /// `stats_clean.lua` on the family of each of `keys` that is one of the hourly statistics'
     /// (a call a family, concurrently: a family's keys share a slot, not those of several).
-    async fn expire_each(&self, conn: &Connection, keys: Vec<String>) -> Result<u64, StoreError> {
+    async fn clean_families(
+        &self,
+        conn: &Connection,
+        now: u64,
+        keys: Vec<String>,
+    ) -> Result<u64, StoreError> {
         let families: HashSet<[String; 4]> = keys
             .iter()
             .filter_map(|key| self.keys.stats_family_of(key))
             .collect();
         let calls = families.into_iter().map(|family| {
             let mut conn = conn.clone();
-            let mut call = self.stale_stats.prepare_invoke();
+            let mut call = self.stats_clean.prepare_invoke();
             for key in family {
                 call.key(key);
             }
+            call.arg(now);
             async move { call.invoke_async::<u64>(&mut conn).await }
         });
-        let given: Vec<Result<u64, redis::RedisError>> = futures_util::stream::iter(calls)
+        let deleted: Vec<Result<u64, redis::RedisError>> = futures_util::stream::iter(calls)
             .buffer_unordered(CONCURRENT_SLOTS)
             .collect()
             .await;
         let mut n = 0;
-        for g in given {
-            n += g?;
+        for d in deleted {
+            n += d?;
         }
         Ok(n)
     }

@@ -39,17 +39,16 @@ end
 -- The book's hourly rollover (update_stats / log_common, errata applied), in two steps so that
 -- an item reads everything before it writes: where a write for this hour goes (a late window of
 -- the previous hour goes to :last) and what the rollover must do, then the rollover itself.
--- Also returns the hour the target holds and, for a rollover, the hour that moves to :last.
 local function hourly(family)
   local existing = redis.call('GET', family[2])
   if not existing then
-    return family[1], 'start', hour
+    return family[1], 'start'
   elseif existing < hour then
-    return family[1], 'roll', hour, existing
+    return family[1], 'roll'
   elseif existing > hour and redis.call('GET', family[4]) == hour then
-    return family[3], nil, hour
+    return family[3]
   end
-  return family[1], nil, existing
+  return family[1]
 end
 local function roll(family, action)
   if action == 'roll' then
@@ -178,31 +177,12 @@ local function add_buckets(key, hist, expire_at)
   write_buckets(key, read_buckets(key, hist), hist, expire_at)
 end
 
--- When the statistics of `text`'s hour (YYYY-MM-DDTHH:00:00, UTC) stop being readable: at the
--- end of the hour after it, epoch seconds (days from the civil date, proleptic Gregorian).
-local function stats_end(text)
-  local y, m, d, h = string.match(text, '^(%d+)-(%d+)-(%d+)T(%d+)')
-  y, m, d, h = tonumber(y), tonumber(m), tonumber(d), tonumber(h)
-  if m <= 2 then y = y - 1 end
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local doy = math.floor((153 * (m > 2 and m - 3 or m + 9) + 2) / 5) + d - 1
-  local days = era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
-    - 719468
-  return days * 86400 + (h + 2) * 3600
-end
-
 -- update_stats: one read of the five members and one write of all five, instead of a call per
 -- member. Returns the hour's average when the window went to the current hour.
--- Every key of the family expires at the end of the hour after the one it holds (stats_end),
--- set when the key is made (the rollover and a new hour's first write; RENAME keeps it): a
--- series that stops leaves nothing, and the book's readers still find the hour and :last.
 local function merge_stats(family, n, sum, sumsq, min, max)
-  local target, action, held, previous = hourly(family)
-  local made = action == 'roll'
-  if not made then
+  local target, action = hourly(family)
+  if action ~= 'roll' then
     local old = redis.call('ZMSCORE', target, 'min', 'max', 'count', 'sum', 'sumsq')
-    made = not (old[1] or old[2] or old[3] or old[4] or old[5])
     if old[1] then min = math.min(min, tonumber(old[1])) end
     if old[2] then max = math.max(max, tonumber(old[2])) end
     if old[3] then n = n + tonumber(old[3]) end
@@ -215,17 +195,6 @@ local function merge_stats(family, n, sum, sumsq, min, max)
   end
   roll(family, action)
   redis.call('ZADD', target, min, 'min', max, 'max', n, 'count', sum, 'sum', sumsq, 'sumsq')
-  if made or action then
-    expire_by(target, stats_end(held))
-  end
-  if action then
-    expire_by(family[2], stats_end(hour))
-  end
-  -- Keys a release without these expiries wrote get theirs as they move to :last.
-  if previous then
-    expire_by(family[3], stats_end(previous))
-    expire_by(family[4], stats_end(previous))
-  end
   return target == family[1] and sum / n
 end
 

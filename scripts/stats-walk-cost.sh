@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keys=${1:-1000000}; families=${2:-10000}; runs=${3:-3}
+/usr/bin/python3 -c 'import redis' 2>/dev/null || { echo "python3-redis is missing: apt-get install -y python3-redis" >&2; exit 1; }
 . scripts/common.sh
 sock="$dir/r.sock"
 start_redis "$sock" --enable-debug-command yes
@@ -16,38 +17,21 @@ redis-cli -s "$sock" eval "for i = 1, tonumber(ARGV[1]) do
   redis.call('ZADD', 'stats:s' .. i .. ':AccessTime', 1, 'count')
   redis.call('SET', 'stats:s' .. i .. ':AccessTime:start', '2026-11-28T06:00:00')
 end" 0 "$families" >/dev/null
-# One connection, as the cleaner's: a minimal RESP client (a new redis-cli per call would
-# count its connection's cost too).
-python3 - "$sock" "$runs" <<'EOF'
-import socket, sys
-path, runs = sys.argv[1], int(sys.argv[2])
-s = socket.socket(socket.AF_UNIX)
-s.connect(path)
-f = s.makefile('rb')
-def call(*args):
-    s.sendall(b''.join([f'*{len(args)}\r\n'.encode()] + [f'${len(a)}\r\n{a}\r\n'.encode() for a in map(str, args)]))
-    return read()
-def read():
-    line = f.readline()[:-2]
-    kind, rest = line[:1], line[1:]
-    if kind == b'$':
-        n = int(rest)
-        return None if n < 0 else f.read(n + 2)[:-2]
-    if kind == b'*':
-        return [read() for _ in range(int(rest))]
-    if kind == b'-':
-        raise RuntimeError(rest.decode())
-    return rest
+# One connection, as the cleaner's (a redis-cli per call would count its connection too).
+/usr/bin/python3 - "$sock" "$runs" <<'EOF'
+import sys
+import redis
+r = redis.Redis(unix_socket_path=sys.argv[1])
 def cpu():
-    info = dict(l.split(':', 1) for l in call('INFO', 'cpu').decode().splitlines() if ':' in l)
-    return float(info['used_cpu_user']) + float(info['used_cpu_sys'])
-for run in range(1, runs + 1):
-    c0, cursor, found, calls = cpu(), b'0', 0, 0
+    i = r.info('cpu')
+    return i['used_cpu_user'] + i['used_cpu_sys']
+for run in range(1, int(sys.argv[2]) + 1):
+    c0, cursor, found, calls = cpu(), 0, 0, 0
     while True:
-        cursor, keys = call('SCAN', cursor.decode(), 'MATCH', 'stats:*', 'COUNT', 1000)
+        cursor, keys = r.scan(cursor, match='stats:*', count=1000)
         found, calls = found + len(keys), calls + 1
-        if cursor == b'0':
+        if cursor == 0:
             break
-    print(f'run {run}  {(cpu() - c0) * 1e3:.0f} ms of Redis CPU for a walk of {int(call("DBSIZE"))} keys '
+    print(f'run {run}  {(cpu() - c0) * 1e3:.0f} ms of Redis CPU for a walk of {r.dbsize()} keys '
           f'({calls} SCAN calls, {found} stats: keys found)')
 EOF

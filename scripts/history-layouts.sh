@@ -12,6 +12,7 @@ series=${1:-20}; writes=${2:-20000}; read=${3:-144}
 /usr/bin/python3 -c 'import redis' 2>/dev/null || { echo "python3-redis is missing: apt-get install -y python3-redis" >&2; exit 1; }
 . scripts/common.sh
 sock="$dir/r.sock"
-# Hashes stay listpacks however long (the agent asks as much of Redis for today's layout).
-start_redis "$sock" --hash-max-listpack-entries 300000 --hash-max-listpack-value 64
+# Hashes are kept listpacks however long (the agent asks as much of Redis for today's layout):
+# the script sets hash-max-listpack-entries.
+start_redis "$sock" --hash-max-listpack-value 64 --enable-debug-command yes
 /usr/bin/python3 scripts/history-layouts.py "$sock" "$series" "$writes" "$read"

@@ -39,7 +39,6 @@ fn get<T: redis::FromRedisValue>(redis: &RedisServer, cmd: &mut redis::Cmd) -> T
     cmd.query(&mut redis.conn()).unwrap()
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timers_histograms_and_distributions_become_hourly_stats() {
     let redis = RedisServer::start();
@@ -327,9 +326,7 @@ async fn an_older_hour_rolls_over_to_last_and_pstart() {
         .query::<()>(&mut c)
         .unwrap();
     let agent = TestAgent::start_at(test_config(&redis), clock);
-    agent
-        .send_taken(b"ctx:42|ms\n_sc|db|2|m:new message")
-        .await;
+    agent.send_taken(b"ctx:42|ms\n_sc|db|2|m:new message").await;
     agent.tick();
     eventually(Duration::from_secs(3), "rollover", || {
         get::<Option<String>>(&redis, redis::cmd("GET").arg("common:db:critical:pstart")).is_some()

@@ -75,7 +75,8 @@ return {keys, stats, hashes, forever, redis.call("HLEN", "gauges:"), redis.call(
 printf '%8s %7s %12s %8s %8s %8s %9s %8s %8s %7s %13s\n' time min_sim used_memory keys stats: hashes unbounded gauges: slowest known: known:gauge:
 start=$(date +%s)
 for i in $(seq 1 $((minutes * 60 / every))); do
-  sleep $((start + i * every - $(date +%s)))
+  wait_s=$((start + i * every - $(date +%s)))
+  [ "$wait_s" -le 0 ] || sleep "$wait_s"
   mem=$(redis-cli -s "$sock" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}')
   read -r keys stats hashes forever gauges slowest known known_gauge <<<"$(redis-cli -s "$sock" eval "$census" 0 | tr '\n' ' ')"
   printf '%8s %7s %12s %8s %8s %8s %9s %8s %8s %7s %13s\n' "$(date -u +%H:%M:%S)" $((i * every * speed / 60)) "$mem" "$keys" "$stats" "$hashes" "$forever" "$gauges" "$slowest" "$known" "$known_gauge"

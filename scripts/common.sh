@@ -8,6 +8,11 @@ done
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 
+# The scripts that drive Redis from Python use Debian's python3-redis, with Debian's python3.
+need_python_redis() {
+  /usr/bin/python3 -c 'import redis' 2>/dev/null || { echo "python3-redis is missing: apt-get install -y python3-redis" >&2; exit 1; }
+}
+
 # A port free on 127.0.0.1 (TCP; the agent's UDP port is taken from the same range).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -9,8 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 series=${1:-20}; writes=${2:-20000}; read=${3:-144}
-/usr/bin/python3 -c 'import redis' 2>/dev/null || { echo "python3-redis is missing: apt-get install -y python3-redis" >&2; exit 1; }
 . scripts/common.sh
+need_python_redis
 sock="$dir/r.sock"
 # Hashes are kept listpacks however long (the agent asks as much of Redis for today's layout):
 # the script sets hash-max-listpack-entries.

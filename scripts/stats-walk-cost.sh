@@ -8,8 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keys=${1:-1000000}; families=${2:-10000}; runs=${3:-3}
-/usr/bin/python3 -c 'import redis' 2>/dev/null || { echo "python3-redis is missing: apt-get install -y python3-redis" >&2; exit 1; }
 . scripts/common.sh
+need_python_redis
 sock="$dir/r.sock"
 start_redis "$sock" --enable-debug-command yes
 redis-cli -s "$sock" debug populate "$keys" >/dev/null

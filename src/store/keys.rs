@@ -114,24 +114,15 @@ impl Keys {
     /// or `:pstart`), the family's four keys: the hour's ZSET, `:start`, `:last`, `:pstart`.
     /// None for any other key.
     pub fn stats_family_of(&self, key: &str) -> Option<[String; 4]> {
-        let family = key.strip_prefix(&self.prefix)?.strip_prefix("stats:")?;
-        let base = match family.rsplit_once(':') {
+        let name = key.strip_prefix(&self.prefix)?.strip_prefix("stats:")?;
+        let base = match name.rsplit_once(':') {
             Some((_, "start" | "last" | "pstart")) => key.rsplit_once(':')?.0,
             _ => key,
         };
-        let typed = StatKind::ALL.iter().any(|k| {
-            base.strip_suffix(k.redis_name()).is_some_and(|series| {
-                series.len() > self.prefix.len() + "stats:".len() + 1 && series.ends_with(':')
-            })
-        });
-        typed.then(|| {
-            [
-                base.to_string(),
-                format!("{base}:start"),
-                format!("{base}:last"),
-                format!("{base}:pstart"),
-            ]
-        })
+        StatKind::ALL
+            .iter()
+            .any(|&k| self.series_of_stats(base, k).is_some_and(|s| !s.is_empty()))
+            .then(|| family(base.to_string()))
     }
 
     /// `slowest:AccessTime`: timers by the hour's average, the 100 highest kept.
@@ -328,6 +319,13 @@ pub fn slot_tags() -> Vec<String> {
         }
     }
     tags
+}
+
+/// The rollover family of an hourly key: itself, `:start`, `:last`, `:pstart`.
+pub fn family(key: String) -> [String; 4] {
+    let [start, last, pstart] =
+        [":start", ":last", ":pstart"].map(|suffix| format!("{key}{suffix}"));
+    [key, start, last, pstart]
 }
 
 /// The slice of `window` at `precision`: `floor(window / precision) * precision`.

@@ -72,13 +72,6 @@ impl Op<'_> {
     }
 }
 
-/// The rollover family of an hourly key: itself, `:start`, `:last`, `:pstart`.
-fn family(key: String) -> [String; 4] {
-    let family = [":start", ":last", ":pstart"].map(|suffix| format!("{key}{suffix}"));
-    let [start, last, pstart] = family;
-    [key, start, last, pstart]
-}
-
 /// Splits a closed window into slot chunks (argument layout in `flush_slot.lua`), each at most
 /// about `max_series × precisions` writes, numbered 0 until the flusher numbers them.
 pub fn build_slot_chunks<'a>(
@@ -132,7 +125,7 @@ pub fn build_slot_chunks<'a>(
         // A count of 0: the buckets of a group of windows alone (`quantile_write_secs`).
         if stats.count > 0.0 {
             add(Op::Stat(
-                family(keys.stats(series, *kind)),
+                keys::family(keys.stats(series, *kind)),
                 kind.redis_name(),
                 stats,
             ));
@@ -156,7 +149,7 @@ pub fn build_slot_chunks<'a>(
             format!("{asctime} {}", log.message),
         ));
         add(Op::Common(
-            family(keys.common(&log.name, severity)),
+            keys::family(keys.common(&log.name, severity)),
             &log.message,
         ));
     }

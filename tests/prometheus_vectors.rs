@@ -12,7 +12,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::process::{Child, Stdio};
 use std::sync::Mutex;
@@ -345,7 +344,7 @@ struct Running {
     child: Child,
     udp: u16,
     http: SocketAddr,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Running {
@@ -368,7 +367,7 @@ fn start(redis: &RedisServer, mapping: Option<&str>, args: &[String]) -> Result<
         .args(["--redis", &redis.url()])
         .args(args)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+        .stderr(std::fs::File::create(dir.path().join("agent.log")).unwrap());
     if let Some(mapping) = mapping {
         let file = dir.path().join("mapping.yml");
         std::fs::write(&file, mapping).unwrap();
@@ -378,15 +377,16 @@ fn start(redis: &RedisServer, mapping: Option<&str>, args: &[String]) -> Result<
         child: command.spawn().unwrap(),
         udp,
         http: ([127, 0, 0, 1], http).into(),
-        _dir: dir,
+        dir,
     };
     // The HTTP port is bound after the UDP ones: once it answers, datagrams are received.
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(agent.http).is_err() {
         if let Ok(Some(status)) = agent.child.try_wait() {
-            let mut log = String::new();
-            let _ = agent.child.stderr.take().unwrap().read_to_string(&mut log);
-            return Err(format!("the agent did not start ({status}): {log}"));
+            return Err(format!(
+                "the agent did not start ({status}): {}",
+                agent.log()
+            ));
         }
         if Instant::now() > deadline {
             return Err("the agent did not answer on HTTP within 10 s".into());
@@ -402,8 +402,21 @@ impl Running {
         socket.send_to(datagram, ("127.0.0.1", self.udp)).unwrap();
     }
 
+    /// The page; a failure names the agent's process state (`Z`: it exited) and its log.
     fn page(&self) -> String {
-        http_get(self.http, "/metrics").1
+        std::panic::catch_unwind(|| http_get(self.http, "/metrics").1).unwrap_or_else(|e| {
+            let state = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()));
+            panic!(
+                "no page: {:?}; the agent's /proc stat: {state:?}; its log:\n{}",
+                e.downcast_ref::<String>(),
+                self.log()
+            )
+        })
+    }
+
+    /// What the agent logged.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
     }
 
     /// Sends the sentinel and waits for the page to count it `n` times: every datagram sent

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
-use crate::store::{Store, keys};
+use crate::store::{Store, history, keys};
 
 /// One whisper archive: its step, how many points it keeps, and its points (timestamp, value)
 /// that are still within it, oldest first.
@@ -234,7 +234,7 @@ pub async fn import(
         let archives = whisper.exact(*counter);
         for a in retention.archives() {
             let p = a.precision;
-            let found = slices(archives, p, *counter, (until, now, a.count));
+            let mut found = slices(archives, p, *counter, (until, now, a.count));
             if found.is_empty() {
                 continue;
             }
@@ -243,7 +243,32 @@ pub async fn import(
             } else {
                 (keys.gauge(p, series), keys.known_gauges())
             };
-            let fields: Vec<(String, String)> = found
+            // A long archive's slices older than the hash keeps go into its blocks.
+            let (older, newer) = match retention.history(p) {
+                Some(g) => {
+                    let keep_from = history::keep_from(now, p);
+                    let newer = found.split_off(&keep_from);
+                    (Some((g, found)), newer)
+                }
+                None => (None, found),
+            };
+            if let Some((g, older)) = older {
+                let written = set_blocks(
+                    &mut conn,
+                    &keys,
+                    &key,
+                    g,
+                    p,
+                    a.seconds(),
+                    &older,
+                    *counter,
+                    now,
+                )
+                .await
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+                done.slices += written;
+            }
+            let fields: Vec<(String, String)> = newer
                 .iter()
                 .map(|(slice, v)| (slice.to_string(), number(*v, *counter)))
                 .collect();
@@ -312,6 +337,45 @@ async fn set_hash(
         pipe.cmd("HSET").arg(key).arg(batch).ignore();
     }
     pipe.query_async(conn).await
+}
+
+/// Sets a long archive's older `slices` in its blocks (`store::history`), each block by one call
+/// of `import_block.lua` (a new one made whole by one `SET`); returns how many were set.
+#[allow(clippy::too_many_arguments)]
+async fn set_blocks(
+    conn: &mut crate::store::Connection,
+    keys: &crate::store::Keys,
+    hash: &str,
+    geometry: history::Geometry,
+    p: u64,
+    kept_secs: u64,
+    slices: &BTreeMap<u64, f64>,
+    counter: bool,
+    now: u64,
+) -> redis::RedisResult<usize> {
+    let script = redis::Script::new(include_str!("store/import_block.lua"));
+    let mut by_block: BTreeMap<u64, Vec<(u64, f64)>> = BTreeMap::new();
+    for (&slice, &v) in slices {
+        let (block, slot) = geometry.locate(p, slice);
+        by_block.entry(block).or_default().push((slot, v));
+    }
+    let mut set = 0;
+    for (block, points) in by_block {
+        let start = geometry.start(p, block);
+        let ttl = (start + geometry.slots * p + kept_secs)
+            .saturating_sub(now)
+            .max(1);
+        set += script
+            .key(history::block_key(keys.prefix(), hash, geometry, block))
+            .key(hash)
+            .arg(history::block_bytes(geometry, &points, !counter))
+            .arg(ttl)
+            .arg(start)
+            .arg(p)
+            .invoke_async::<usize>(conn)
+            .await?;
+    }
+    Ok(set)
 }
 
 /// A slice's value as the agent writes it: counts as integers.

@@ -317,6 +317,7 @@ pub struct Telemetry {
     pub cleaner_passes: Counter,
     pub cleaner_members_visited: Counter,
     pub cleaner_slices_removed: Counter,
+    pub cleaner_slices_moved: Counter,
     pub cleaner_counters_removed: Counter,
     pub cleaner_gauges_removed: Counter,
     pub cleaner_slowest_removed: Counter,
@@ -596,6 +597,11 @@ impl Telemetry {
             cleaner_slices_removed: counter(
                 "cleaner_slices_removed_total",
                 "Slices older than sample_count samples deleted by the cleaner.",
+                &[],
+            ),
+            cleaner_slices_moved: counter(
+                "cleaner_slices_moved_total",
+                "Slices of long archives the cleaner moved from their hash into blocks of fixed slots.",
                 &[],
             ),
             cleaner_counters_removed: counter(

@@ -28,6 +28,7 @@ use crate::aggregate::{Mapping, StatKind};
 use crate::config::Config;
 use crate::retention::Retention;
 use crate::store::bulk::{BulkPool, Hmget, LexRange, Members};
+use crate::store::history;
 use crate::store::reader::{index_precisions, index_series, lex_range, parse_buckets};
 use crate::store::{Connection, Keys, Reader, StoreError};
 
@@ -914,13 +915,19 @@ impl<'a> Source<'a> {
         )
         .await?;
         let mut rest = rest.into_iter();
+        let mut values: Vec<Vec<Point>> = windows
+            .iter()
+            .zip(values)
+            .map(|(w, v)| match (w, v) {
+                (None, _) => Vec::new(),
+                (Some(_), Some(v)) => v,
+                (Some(_), None) => rest.next().unwrap_or_default(),
+            })
+            .collect();
+        self.add_history(leaves, &windows, &mut values).await?;
         let mut out = Vec::with_capacity(leaves.len());
-        for ((leaf, w), v) in leaves.iter().zip(windows).zip(values) {
+        for ((leaf, w), mut v) in leaves.iter().zip(windows).zip(values) {
             let Some(w) = w else { continue };
-            let mut v = match v {
-                Some(v) => v,
-                None => rest.next().unwrap_or_default(),
-            };
             leaf.view.apply(
                 &mut v,
                 w.step,
@@ -930,6 +937,44 @@ impl<'a> Source<'a> {
             out.push(w.series(leaf, v));
         }
         Ok(out)
+    }
+
+    /// Adds to each counter's and gauge's points what a long archive keeps in blocks
+    /// (`store::history`): one pipeline of `GETRANGE`s of the slots asked, in every cut.
+    async fn add_history(
+        &mut self,
+        leaves: &[Leaf],
+        windows: &[Option<Window>],
+        values: &mut [Vec<Point>],
+    ) -> Result<(), StoreError> {
+        let mut reads = Vec::new();
+        for (i, (leaf, w)) in leaves.iter().zip(windows).enumerate() {
+            let Some(w) = w else { continue };
+            let step = w.step as u64;
+            if self.retention().history(step).is_none() {
+                continue;
+            }
+            let Some(hash) = self.hash_key(leaf, step) else {
+                continue;
+            };
+            let blocks = history::reads(self.keys.prefix(), &hash, step, &w.slices);
+            reads.push((i, matches!(leaf.kind, Kind::Gauge), blocks));
+        }
+        if reads.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for block in reads.iter().flat_map(|(_, _, b)| b) {
+            let (a, b) = history::Geometry::byte_range(block.first, block.last);
+            pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
+        }
+        let replies: Vec<Vec<u8>> = pipe.query_async(&mut self.conn).await?;
+        let mut replies = replies.into_iter();
+        for (i, gauge, blocks) in &reads {
+            let got: Vec<Vec<u8>> = replies.by_ref().take(blocks.len()).collect();
+            history::merge(&mut values[*i], blocks, &got, *gauge);
+        }
+        Ok(())
     }
 
     /// How long after its end a slice of `leaf`'s at `step` seconds is written: a window's

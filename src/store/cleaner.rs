@@ -40,6 +40,8 @@ const CONCURRENT_SLOTS: usize = 16;
 pub struct PassReport {
     pub members_visited: u64,
     pub slices_removed: u64,
+    /// Slices of long archives moved from their hash into blocks (`store::history`).
+    pub slices_moved: u64,
     pub hashes_removed: u64,
     /// `gauges:` fields of idle gauges removed.
     pub gauges_removed: u64,
@@ -59,6 +61,8 @@ pub struct Cleaner {
     interval: Duration,
     /// How long each precision is kept, as the scripts take it (`Retention::encode`).
     retention: String,
+    /// The long archives' cuts (`Retention::encode_history`).
+    history: String,
     /// The precisions, finest first: where a gauge's last write is looked for.
     precisions: Vec<u64>,
     /// A gauge no agent wrote for this long loses its `gauges:` field (`forget_idle_secs`).
@@ -96,6 +100,7 @@ impl Cleaner {
             owner,
             interval,
             retention: retention.encode(),
+            history: retention.encode_history(),
             precisions: {
                 let mut p = retention.precisions();
                 p.sort_unstable();
@@ -110,12 +115,14 @@ impl Cleaner {
             passes: 0,
             clean: Script::new(concat!(
                 include_str!("retention.lua"),
+                include_str!("history.lua"),
                 include_str!("trim.lua"),
                 include_str!("clean.lua")
             )),
             recheck: Vec::new(),
             clean_slot: Script::new(concat!(
                 include_str!("retention.lua"),
+                include_str!("history.lua"),
                 include_str!("trim.lua"),
                 include_str!("clean_slot.lua")
             )),
@@ -195,7 +202,12 @@ impl Cleaner {
             .iter()
             .map(|a| {
                 let between = passes_between(a.precision, interval) * interval;
-                a.count + between.div_ceil(a.precision) + 1
+                // A long archive's hash keeps its newest slices; the rest are in blocks.
+                let kept = match retention.history(a.precision) {
+                    Some(_) => a.count.min(crate::store::history::HASH_SLICES),
+                    None => a.count,
+                };
+                kept + between.div_ceil(a.precision) + 1
             })
             .max()
             .unwrap_or(0)
@@ -225,6 +237,7 @@ impl Cleaner {
         t.cleaner_passes.increment(1);
         t.cleaner_members_visited.increment(report.members_visited);
         t.cleaner_slices_removed.increment(report.slices_removed);
+        t.cleaner_slices_moved.increment(report.slices_moved);
         t.cleaner_counters_removed.increment(report.hashes_removed);
         t.cleaner_gauges_removed.increment(report.gauges_removed);
         t.cleaner_slowest_removed.increment(report.slowest_removed);
@@ -270,20 +283,27 @@ impl Cleaner {
                 .collect();
             if !due.is_empty() {
                 let r = if self.store.is_cluster() {
-                    self.clean_slots(&mut conn, index, now, &due).await
+                    // A cluster keeps every archive whole in its hashes (nothing moves).
+                    self.clean_slots(&mut conn, index, now, &due)
+                        .await
+                        .map(|(slices, removed)| (slices, removed, 0))
                 } else {
                     self.clean
                         .arg(&index.key)
                         .arg(&index.hash_prefix)
                         .arg(now)
                         .arg(&self.retention)
+                        .arg(&self.history)
+                        .arg(&index.block_prefix)
+                        .arg(u8::from(index.gauge))
                         .arg(due)
-                        .invoke_async::<(u64, u64)>(&mut conn)
+                        .invoke_async::<(u64, u64, u64)>(&mut conn)
                         .await
                         .map_err(StoreError::from)
                 };
-                let (slices, removed) = self.failed(r)?;
+                let (slices, removed, moved) = self.failed(r)?;
                 report.slices_removed += slices;
+                report.slices_moved += moved;
                 report.hashes_removed += removed;
             }
             if members.len() < BATCH_MEMBERS {

@@ -165,6 +165,8 @@ impl Keys {
         Index {
             key: self.known(),
             hash_prefix: format!("{}count:", self.prefix),
+            block_prefix: format!("{}history:count:", self.prefix),
+            gauge: false,
         }
     }
 
@@ -173,6 +175,8 @@ impl Keys {
         Index {
             key: self.known_gauges(),
             hash_prefix: format!("{}gauge:", self.prefix),
+            block_prefix: format!("{}history:gauge:", self.prefix),
+            gauge: true,
         }
     }
 
@@ -234,6 +238,10 @@ impl Keys {
 pub struct Index {
     pub key: String,
     pub hash_prefix: String,
+    /// Where a long archive's blocks of these hashes are named (`store::history`):
+    /// `<prefix>history:count:`, `<prefix>history:gauge:`.
+    pub block_prefix: String,
+    pub gauge: bool,
 }
 
 /// The names one server's transaction writes, as bytes, under a chunk's own prefix (a chunk keeps

@@ -7,6 +7,7 @@ pub mod bulk;
 pub mod cleaner;
 pub mod clock;
 pub mod dump;
+pub mod history;
 pub mod keys;
 pub mod query;
 pub mod reader;

@@ -100,6 +100,41 @@ impl RedisServer {
             .collect()
     }
 
+    /// Every slice of the hash `key` (`count:…` or `gauge:…`, no prefix) and of its long
+    /// archive's blocks (`history:<key>:<slots>:<n>`), as the Graphite API merges them: a
+    /// counter's parts added, a gauge's hash value before its block's.
+    pub fn history(&self, key: &str) -> BTreeMap<u64, f64> {
+        use statsd_redis::store::history::Geometry;
+        let mut conn = self.conn();
+        let gauge = key.starts_with("gauge:");
+        let mut out: BTreeMap<u64, f64> = BTreeMap::new();
+        let pattern = format!("history:{key}:*");
+        let blocks: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut conn).unwrap();
+        let precision: u64 = key.split(':').nth(1).unwrap().parse().unwrap();
+        for block in blocks {
+            let mut tail = block.rsplit(':');
+            let n: u64 = tail.next().unwrap().parse().unwrap();
+            let slots: u64 = tail.next().unwrap().parse().unwrap();
+            let bytes: Vec<u8> = redis::cmd("GET").arg(&block).query(&mut conn).unwrap();
+            let g = Geometry { slots };
+            for (slot, v) in Geometry::read(0, slots - 1, &bytes, gauge)
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(v) = v {
+                    let slice = g.start(precision, n) + slot as u64 * precision;
+                    *out.entry(slice).or_default() += v;
+                }
+            }
+        }
+        let raw: Vec<(u64, f64)> = redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
+        for (slice, v) in raw {
+            let held = out.entry(slice).or_default();
+            *held = if gauge { v } else { *held + v };
+        }
+        out
+    }
+
     /// Sum over all slices of `count:<p>:<series>`.
     pub fn counter_total(&self, precision: u64, series: &str) -> i64 {
         self.get_counter(&format!("count:{precision}:{series}"))

@@ -1,0 +1,75 @@
+-- Put after retention.lua, in front of trim.lua (src/store/cleaner.rs): a long archive's slices
+-- moved out of the book's hash into blocks of fixed slots (src/store/history.rs, docs/layout.md
+-- "History: fixed slots").
+
+-- The cleaner's `precision:slots` list (`Retention::encode_history`): a function giving a
+-- precision's slots a block, or nil where the hash keeps every slice.
+local function cuts(text)
+  local slots = {}
+  for p, n in string.gmatch(text or '', '(%d+):(%d+)') do
+    slots[tonumber(p)] = tonumber(n)
+  end
+  return function(p) return slots[p] end
+end
+
+-- Slices the book's hash keeps of such an archive (history.rs, HASH_SLICES), a group of eight
+-- slots' bytes (a flag byte, then eight 8-byte slots), and the most slices one call moves (a
+-- hash written by an earlier release moves over several passes, none of which holds Redis long).
+local HASH_SLICES, GROUP, MOST_MOVED = 120, 65, 20000
+local moved_budget = MOST_MOVED
+
+-- Moves the `fields` (slice, value pairs, as HGETALL gives them) of `hash` older than the
+-- newest HASH_SLICES slices of `now`, but its newest field (which keeps the hash, and its index
+-- member, while the series has history), into the blocks named `block_prefix<member>:<slots>:<n>`:
+-- a counter's value added to its slot, a gauge's set; each field deleted in the same call, so a
+-- slice is in the hash or in a block, never counted twice. A counter slot that would overflow
+-- keeps its field. Fields at or before `cutoff` (out of the retention) are not moved. Returns
+-- how many moved.
+local function move(hash, block_base, precision, slots, fields, now, cutoff, kept, gauge)
+  local keep_from = now - now % precision - (HASH_SLICES - 1) * precision
+  local newest = -1
+  for i = 1, #fields, 2 do
+    local t = tonumber(fields[i])
+    if t and t > newest then newest = t end
+  end
+  local made, moved, gone = {}, 0, {}
+  for i = 1, #fields, 2 do
+    local t = tonumber(fields[i])
+    if moved_budget <= 0 then break end
+    if t and t > cutoff and t < keep_from and t ~= newest and t % precision == 0 then
+      local index = t / precision
+      local block, slot = math.floor(index / slots), index % slots
+      local key = block_base .. ':' .. block
+      if not made[key] then
+        -- Made whole at once (a string grown slot by slot would take twice its bytes), and
+        -- kept until its newest slice leaves the retention.
+        redis.call('BITFIELD', key, 'INCRBY', 'u8', (slots / 8 * GROUP - 1) * 8, 0)
+        redis.call('EXPIRE', key, math.max((block + 1) * slots * precision + kept - now, 1))
+        made[key] = true
+      end
+      local group = math.floor(slot / 8) * GROUP
+      local at = (group + 1 + (slot % 8) * 8) * 8
+      local ok
+      if gauge then
+        local v = tonumber(fields[i + 1])
+        if v then
+          redis.call('SETRANGE', key, at / 8, struct.pack('>d', v))
+          ok = true
+        end
+      else
+        local r = redis.pcall('BITFIELD', key, 'OVERFLOW', 'FAIL', 'INCRBY', 'i64', at, fields[i + 1])
+        ok = type(r) == 'table' and r[1] ~= nil and r[1] ~= false
+      end
+      if ok then
+        redis.call('SETBIT', key, group * 8 + slot % 8, 1)
+        gone[#gone + 1] = fields[i]
+        moved = moved + 1
+        moved_budget = moved_budget - 1
+      end
+    end
+  end
+  for j = 1, #gone, 1000 do
+    redis.call('HDEL', hash, unpack(gone, j, math.min(j + 999, #gone)))
+  end
+  return moved
+end

@@ -1,0 +1,283 @@
+//! A long archive's slices in fixed slots (docs/layout.md, "History: fixed slots"): the
+//! counters' and gauges' slices that a long `retentions` precision keeps beyond the newest
+//! [`HASH_SLICES`], moved out of the book's hash by the cleaner into strings of fixed-size
+//! slots, so that a write never meets a long hash and a read costs what it reads.
+//!
+//! A block holds [`Geometry::slots`] consecutive slices of one series at one precision, named
+//! by its number (`slice / precision / slots`); it is a string of groups of eight slots, each
+//! group a flag byte (bit `7 - j` set: slot `j` holds a value) and eight 8-byte big-endian slots
+//! (a counter's integer, a gauge's `f64` bits), as `BITFIELD` reads and writes them. A block
+//! expires when its newest slice leaves the retention: no slot is ever reused, so none is stale.
+
+/// Slices the book's hash keeps of a long archive: the book's `sample_count`, so that
+/// `get_counter` answers on them as it always did.
+pub const HASH_SLICES: u64 = 120;
+
+/// The oldest slice of precision `p` the book's hash keeps at `now`: the newest [`HASH_SLICES`],
+/// the one being written among them.
+pub fn keep_from(now: u64, p: u64) -> u64 {
+    let p = p.max(1);
+    (now / p * p).saturating_sub((HASH_SLICES - 1) * p)
+}
+
+/// How a block is cut: its slots, and its length in bytes (a whole number of groups, sized so
+/// that Redis's allocator wastes nothing: the string's bytes plus its 6-byte header fit the
+/// size class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub slots: u64,
+}
+
+/// Bytes a group of eight slots takes: a flag byte and eight slots of eight bytes.
+const GROUP_BYTES: u64 = 65;
+
+/// Redis's own bytes a block costs besides its string: the key's name, its entries in the
+/// keyspace and the expiry dictionaries, the object header (measured: `MEMORY USAGE` less the
+/// string's size class).
+const KEY_BYTES: u64 = 100;
+
+/// The two cuts: 248 slots in 2 KiB (2015 bytes), 2008 slots in 16 KiB (16 315 bytes).
+pub const SMALL: Geometry = Geometry { slots: 248 };
+pub const LARGE: Geometry = Geometry { slots: 2008 };
+pub const GEOMETRIES: [Geometry; 2] = [SMALL, LARGE];
+
+impl Geometry {
+    /// The cut for an archive of `count` slices beyond the hash: the one that holds it in the
+    /// fewest bytes with a block more than it needs (a block lives until its newest slice is
+    /// out of the retention); `None` for an archive the hash keeps whole.
+    pub fn for_count(count: u64) -> Option<Geometry> {
+        if count <= HASH_SLICES {
+            return None;
+        }
+        GEOMETRIES
+            .into_iter()
+            .min_by_key(|g| (count.div_ceil(g.slots) + 1) * (g.class_bytes() + KEY_BYTES))
+    }
+
+    /// A block's length in bytes.
+    pub fn bytes(self) -> u64 {
+        self.slots / 8 * GROUP_BYTES
+    }
+
+    /// The allocator's size class the block's string takes.
+    fn class_bytes(self) -> u64 {
+        (self.bytes() + 6).next_power_of_two()
+    }
+
+    /// The block holding `slice` at `precision`, and the slot in it.
+    pub fn locate(self, precision: u64, slice: u64) -> (u64, u64) {
+        let index = slice / precision.max(1);
+        (index / self.slots, index % self.slots)
+    }
+
+    /// The first slice of block `block`.
+    pub fn start(self, precision: u64, block: u64) -> u64 {
+        block * self.slots * precision
+    }
+
+    /// Where slot `slot`'s value starts, in bits (`BITFIELD`'s offsets).
+    pub fn value_bit(slot: u64) -> u64 {
+        ((slot / 8) * GROUP_BYTES + 1 + (slot % 8) * 8) * 8
+    }
+
+    /// Slot `slot`'s flag bit.
+    pub fn flag_bit(slot: u64) -> u64 {
+        (slot / 8) * GROUP_BYTES * 8 + slot % 8
+    }
+
+    /// The byte range (inclusive, `GETRANGE`'s) holding slots `first..=last`.
+    pub fn byte_range(first: u64, last: u64) -> (u64, u64) {
+        (
+            (first / 8) * GROUP_BYTES,
+            (last / 8) * GROUP_BYTES + GROUP_BYTES - 1,
+        )
+    }
+
+    /// The values of slots `first..=last` out of the bytes `GETRANGE` gave for
+    /// [`Geometry::byte_range`] (shorter, or empty, where the block is: a missing block reads as
+    /// nothing written), as `f64`: a counter's integer, or a gauge's bits.
+    pub fn read(first: u64, last: u64, bytes: &[u8], gauge: bool) -> Vec<Option<f64>> {
+        let base = (first / 8) * GROUP_BYTES;
+        (first..=last)
+            .map(|slot| {
+                let group = ((slot / 8) * GROUP_BYTES - base) as usize;
+                let flag = *bytes.get(group)?;
+                if flag & (0x80 >> (slot % 8)) == 0 {
+                    return None;
+                }
+                let at = group + 1 + (slot % 8) as usize * 8;
+                let raw = i64::from_be_bytes(bytes.get(at..at + 8)?.try_into().ok()?);
+                Some(if gauge {
+                    f64::from_bits(raw as u64)
+                } else {
+                    raw as f64
+                })
+            })
+            .collect()
+    }
+}
+
+/// A block's key: `history:` before the hash's name without the prefix, then the cut's slots and
+/// the block's number: `history:count:600:web.hits:2008:129`. `hash` is the hash's name with
+/// `prefix` in front.
+pub fn block_key(prefix: &str, hash: &str, geometry: Geometry, block: u64) -> String {
+    let name = hash.strip_prefix(prefix).unwrap_or(hash);
+    format!("{prefix}history:{name}:{}:{block}", geometry.slots)
+}
+
+/// One read of a block: its key, and the slots and bytes asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockRead {
+    pub key: String,
+    pub first: u64,
+    pub last: u64,
+    /// The first of the asked slices' places in the read this block serves.
+    pub at: usize,
+}
+
+/// The block reads covering `slices` (ascending, consecutive at `precision`) in every cut: a
+/// read asks both, so that slices written while another retention cut them are found too.
+pub fn reads(prefix: &str, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRead> {
+    let mut out = Vec::new();
+    let (Some(&first), Some(&last)) = (slices.first(), slices.last()) else {
+        return out;
+    };
+    if first < 0 || precision == 0 {
+        return out;
+    }
+    for g in GEOMETRIES {
+        let (mut block, mut slot) = g.locate(precision, first as u64);
+        let (last_block, last_slot) = g.locate(precision, last as u64);
+        let mut at = 0;
+        while block <= last_block {
+            let end = if block == last_block {
+                last_slot
+            } else {
+                g.slots - 1
+            };
+            out.push(BlockRead {
+                key: block_key(prefix, hash, g, block),
+                first: slot,
+                last: end,
+                at,
+            });
+            at += (end - slot + 1) as usize;
+            block += 1;
+            slot = 0;
+        }
+    }
+    out
+}
+
+/// Adds what the blocks hold into `values` (the hash's, one per slice of `slices`): a counter's
+/// parts add (a slice moved, then written late, is in both), a gauge's hash value is the newer.
+pub fn merge(values: &mut [Option<f64>], reads: &[BlockRead], replies: &[Vec<u8>], gauge: bool) {
+    for (read, bytes) in reads.iter().zip(replies) {
+        let found = Geometry::read(read.first, read.last, bytes, gauge);
+        for (i, v) in found.into_iter().enumerate() {
+            let (Some(v), Some(slot)) = (v, values.get_mut(read.at + i)) else {
+                continue;
+            };
+            *slot = match (*slot, gauge) {
+                (Some(h), false) => Some(h + v),
+                (Some(h), true) => Some(h),
+                (None, _) => Some(v),
+            };
+        }
+    }
+}
+
+/// A whole block's string, for the importer: `points` are (slot, value) pairs.
+pub fn block_bytes(geometry: Geometry, points: &[(u64, f64)], gauge: bool) -> Vec<u8> {
+    let mut out = vec![0u8; geometry.bytes() as usize];
+    for &(slot, value) in points {
+        let group = ((slot / 8) * GROUP_BYTES) as usize;
+        out[group] |= 0x80 >> (slot % 8);
+        let raw = if gauge {
+            value.to_bits() as i64
+        } else {
+            value as i64
+        };
+        let at = group + 1 + (slot % 8) as usize * 8;
+        out[at..at + 8].copy_from_slice(&raw.to_be_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometries_fill_their_size_class() {
+        assert_eq!((SMALL.bytes(), SMALL.class_bytes()), (2015, 2048));
+        assert_eq!((LARGE.bytes(), LARGE.class_bytes()), (16_315, 16_384));
+        assert_eq!(Geometry::for_count(120), None);
+        assert_eq!(Geometry::for_count(2160), Some(SMALL));
+        assert_eq!(Geometry::for_count(8640), Some(SMALL));
+        assert_eq!(Geometry::for_count(259_200), Some(LARGE));
+    }
+
+    #[test]
+    fn a_block_reads_back_what_was_put_in_it() {
+        let points = [(0, 5.0), (7, -3.0), (8, 1e15), (247, 0.0)];
+        let bytes = block_bytes(SMALL, &points, false);
+        let got = Geometry::read(0, 247, &bytes, false);
+        assert_eq!(got.iter().flatten().count(), 4);
+        assert_eq!(
+            (got[0], got[7], got[8], got[247]),
+            (Some(5.0), Some(-3.0), Some(1e15), Some(0.0))
+        );
+        assert_eq!(got[1], None);
+        // A part, as GETRANGE gives it.
+        let (a, b) = Geometry::byte_range(7, 8);
+        let part = &bytes[a as usize..=b as usize];
+        assert_eq!(
+            Geometry::read(7, 8, part, false),
+            vec![Some(-3.0), Some(1e15)]
+        );
+        let gauges = block_bytes(SMALL, &[(3, -0.25), (4, f64::MAX)], true);
+        let got = Geometry::read(3, 5, &gauges, true);
+        assert_eq!(got, vec![Some(-0.25), Some(f64::MAX), None]);
+        // The offsets BITFIELD is given point where block_bytes puts them.
+        assert_eq!(Geometry::value_bit(9) / 8, 65 + 1 + 8);
+        assert_eq!(Geometry::flag_bit(9), 65 * 8 + 1);
+        assert_eq!(Geometry::read(0, 3, &[], false), vec![None; 4]);
+    }
+
+    #[test]
+    fn reads_cover_the_slices_in_both_cuts() {
+        let slices: Vec<i64> = (0..300).map(|i| 600 * (247 + i)).collect();
+        let r = reads("p:", "p:count:600:a", 600, &slices);
+        assert_eq!(r[0].key, "p:history:count:600:a:248:0");
+        assert_eq!((r[0].first, r[0].last, r[0].at), (247, 247, 0));
+        assert_eq!((r[1].first, r[1].last, r[1].at), (0, 247, 1));
+        assert_eq!((r[2].first, r[2].last, r[2].at), (0, 50, 249));
+        let large: Vec<_> = r.iter().filter(|b| b.key.contains(":2008:")).collect();
+        assert_eq!(large.len(), 1);
+        assert_eq!((large[0].first, large[0].last, large[0].at), (247, 546, 0));
+        let mut values = vec![None; 300];
+        values[0] = Some(1.0);
+        let small = block_bytes(SMALL, &[(247, 2.0)], false);
+        let big = block_bytes(LARGE, &[(248, 4.0)], false);
+        let replies: Vec<Vec<u8>> = r
+            .iter()
+            .map(|b| {
+                let (x, y) = Geometry::byte_range(b.first, b.last);
+                let whole = if b.key.contains(":2008:") {
+                    &big
+                } else if b.key.ends_with(":248:0") {
+                    &small
+                } else {
+                    return Vec::new();
+                };
+                whole[x as usize..=y as usize].to_vec()
+            })
+            .collect();
+        merge(&mut values, &r, &replies, false);
+        assert_eq!(
+            (values[0], values[1], values[2]),
+            (Some(3.0), Some(4.0), None)
+        );
+    }
+}

@@ -1,0 +1,373 @@
+//! A long archive in fixed slots (docs/layout.md, "History: fixed slots"): the cleaner moves the
+//! slices older than the book's newest 120 out of the hash into blocks, the Graphite API reads
+//! them as it read the hash, a late write into a moved slice is added once, a hash written by an
+//! earlier release moves over several passes while the agent writes, and the default layout
+//! is the book's.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use statsd_redis::config::Config;
+use statsd_redis::retention::Retention;
+use statsd_redis::store::Cleaner;
+use statsd_redis::store::cleaner::PassReport;
+use statsd_redis::store::clock::Clock;
+use statsd_redis::store::history::{self, Geometry, HASH_SLICES};
+use statsd_redis::telemetry::Telemetry;
+
+/// A second of minutes for an hour (3600 slices: the small cut) and of minutes for 90 days
+/// (129 600: the large one).
+const SCHEMA: &str = "1s:1h,1m:90d";
+
+fn cmd<T: redis::FromRedisValue>(redis: &RedisServer, c: &mut redis::Cmd) -> T {
+    c.query(&mut redis.conn()).unwrap()
+}
+
+async fn pass(redis: &RedisServer, now: u64) -> PassReport {
+    let mut c = Cleaner::new(
+        redis.store(),
+        "test".into(),
+        Duration::from_secs(1),
+        &Retention::parse(SCHEMA).unwrap(),
+        Arc::new(Telemetry::new()),
+    );
+    assert!(c.hold_lease().await.unwrap());
+    let report = c.pass(now).await.unwrap();
+    assert!(report.completed);
+    report
+}
+
+/// The first few points where `got` and `want` differ, or none.
+fn differences(got: &[(u64, Option<f64>)], want: &[(u64, Option<f64>)]) -> Vec<String> {
+    let mut out: Vec<String> = got
+        .iter()
+        .zip(want)
+        .filter(|(g, w)| g != w)
+        .take(5)
+        .map(|(g, w)| format!("{g:?} where {w:?} was wanted"))
+        .collect();
+    if got.len() != want.len() {
+        out.push(format!("{} points, {} wanted", got.len(), want.len()));
+    }
+    out
+}
+
+/// `render`'s points equal `want`'s, or the first differences.
+macro_rules! same {
+    ($got:expr, $want:expr, $($what:tt)*) => {{
+        let d = differences(&$got, &$want);
+        assert!(d.is_empty(), "{}: {d:#?}", format!($($what)*));
+    }};
+}
+
+/// The Graphite API's points of `target` from `from` to `until`, as (time, value).
+fn render(agent: &TestAgent, target: &str, from: u64, until: u64) -> Vec<(u64, Option<f64>)> {
+    let v = curl_json(&format!(
+        "http://{}/graphite/render?target={target}&from={from}&until={until}&format=json",
+        agent.http
+    ));
+    v[0]["datapoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{target}: {v}"))
+        .iter()
+        .map(|p| (p[1].as_u64().unwrap(), p[0].as_f64()))
+        .collect()
+}
+
+fn config(redis: &RedisServer) -> Config {
+    Config {
+        retentions: SCHEMA.into(),
+        cleaner_enabled: false,
+        // Every precision written with each window, as the test reads it at once.
+        coarse_write_secs: Some(0),
+        ..test_config(redis)
+    }
+}
+
+/// Sends `lines` in datagrams of 40, each taken into the open window, then closes it and waits
+/// until the window of `second` is written.
+async fn send_window(agent: &TestAgent, redis: &RedisServer, lines: &[String], second: u64) {
+    for batch in lines.chunks(40) {
+        agent.send_taken(batch.join("\n").as_bytes()).await;
+    }
+    agent.send_taken(b"h.tick:1|c").await;
+    agent.tick();
+    eventually(Duration::from_secs(10), "the window written", || {
+        redis.get_counter("count:1:h.tick").contains_key(&second)
+    })
+    .await;
+}
+
+/// Counters and gauges stamped over sixty days: every slice the minutes' hash held is read back
+/// the same from its blocks once the cleaner moved it, counts as sent; the hash keeps the newest
+/// 120 minutes; a count sent late into a moved minute adds to it once, and a late gauge value
+/// replaces its minute's; a second pass changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_slices_read_back_as_the_hash_held_them() {
+    let redis = RedisServer::start();
+    let t = unix_now() / 60 * 60 - 60;
+    let agent = TestAgent::start_at(config(&redis), Clock::manual(Duration::from_secs(t)));
+    // 700 counts over sixty days (some minutes twice), 300 gauge values on minutes of their own,
+    // and a few within the last hour (the seconds' archive, and the hash's newest minutes).
+    let mut sent: BTreeMap<u64, i64> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for k in 1..=700u64 {
+        let at = t - (k * 7_919) % (60 * 86_400) - 1;
+        let n = (k % 13) as i64 + 1;
+        *sent.entry(at / 60 * 60).or_default() += n;
+        lines.push(format!("h.c:{n}|c|T{at}"));
+    }
+    for k in 1..=300u64 {
+        let at = t - k * 17_280 - 30;
+        lines.push(format!("h.g:{}|g|T{at}", k as f64 / 4.0));
+    }
+    for k in 1..=50u64 {
+        let at = t - k * 61;
+        *sent.entry(at / 60 * 60).or_default() += 1;
+        lines.push(format!("h.c:1|c|T{at}"));
+    }
+    send_window(&agent, &redis, &lines, t).await;
+    let from = t - 61 * 86_400;
+    let counts_before = render(&agent, "h.c", from, t);
+    let gauges_before = render(&agent, "h.g", from, t);
+    let seconds_before = render(&agent, "h.c", t - 3000, t);
+    let hash_before = redis.get_counter("count:60:h.c").len();
+    assert!(hash_before > 600, "{hash_before} minutes in the hash");
+    // Every count sent, in its minute.
+    let summed: BTreeMap<u64, i64> = counts_before
+        .iter()
+        .filter_map(|&(at, v)| Some((at, v? as i64)))
+        .collect();
+    assert_eq!(summed, sent);
+
+    let report = pass(&redis, t + 1).await;
+    assert!(
+        report.slices_moved as usize > hash_before - 130,
+        "{report:?}"
+    );
+    let keep_from = history::keep_from(t + 1, 60);
+    let left = redis.get_counter("count:60:h.c");
+    assert!(
+        left.len() <= HASH_SLICES as usize,
+        "{} minutes left",
+        left.len()
+    );
+    assert!(left.keys().all(|&s| s >= keep_from), "{left:?}");
+    let seconds = redis.get_counter("count:1:h.c");
+    assert!(seconds.keys().all(|&s| s >= history::keep_from(t + 1, 1)));
+    let blocks: Vec<String> = cmd(&redis, redis::cmd("KEYS").arg("history:*"));
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b.starts_with("history:count:60:h.c:2008:")),
+        "{blocks:?}"
+    );
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b.starts_with("history:gauge:60:h.g:2008:")),
+        "{blocks:?}"
+    );
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b.starts_with("history:count:1:h.c:248:")),
+        "{blocks:?}"
+    );
+    // A block is made whole at once, in its size class, and lives until its newest minute
+    // leaves the 90 days.
+    let large = blocks.iter().find(|b| b.contains(":2008:")).unwrap();
+    let len: u64 = cmd(&redis, redis::cmd("STRLEN").arg(large));
+    assert_eq!(len, history::LARGE.bytes());
+    let used: u64 = cmd(&redis, redis::cmd("MEMORY").arg("USAGE").arg(large));
+    assert!(used <= 16_384 + 150, "{large}: {used} bytes");
+    let n: u64 = large.rsplit(':').next().unwrap().parse().unwrap();
+    let ends = Geometry { slots: 2008 }.start(60, n + 1) + 90 * 86_400;
+    let ttl: i64 = cmd(&redis, redis::cmd("TTL").arg(large));
+    assert!(
+        (ttl - (ends as i64 - (t + 1) as i64)).abs() <= 5,
+        "{large}: ttl {ttl}"
+    );
+
+    same!(
+        render(&agent, "h.c", from, t),
+        counts_before,
+        "counts once moved"
+    );
+    same!(
+        render(&agent, "h.g", from, t),
+        gauges_before,
+        "gauges once moved"
+    );
+    same!(
+        render(&agent, "h.c", t - 3000, t),
+        seconds_before,
+        "seconds once moved"
+    );
+
+    // Late: a count into a moved minute, a gauge value into another.
+    // (A gauge value older than the gauge's latest is written where no later value is: its
+    // own minute.)
+    let (late_count, late_gauge) = (*sent.keys().next().unwrap(), t - 5 * 17_280 - 30);
+    send_window(
+        &agent,
+        &redis,
+        &[
+            format!("h.c:5|c|T{}", late_count + 7),
+            format!("h.g:42.5|g|T{late_gauge}"),
+        ],
+        t + 1,
+    )
+    .await;
+    let at = |points: &[(u64, Option<f64>)], s: u64| points.iter().find(|p| p.0 == s).unwrap().1;
+    let counts_late = render(&agent, "h.c", from, t);
+    let gauge_minute = late_gauge / 60 * 60;
+    assert_eq!(
+        at(&counts_late, late_count),
+        Some((sent[&late_count] + 5) as f64)
+    );
+    let gauges_late = render(&agent, "h.g", from, t);
+    assert_eq!(at(&gauges_late, gauge_minute), Some(42.5));
+    // The two, and the gauge's latest value, which the agent wrote again at its own minute
+    // with the late one's window (tests/timestamps.rs); at the first pass's time, so that no
+    // other slice has aged out of a hash since.
+    let report = pass(&redis, t + 1).await;
+    assert_eq!(report.slices_moved, 3, "{report:?}");
+    same!(
+        render(&agent, "h.c", from, t),
+        counts_late,
+        "the late count moved"
+    );
+    same!(
+        render(&agent, "h.g", from, t),
+        gauges_late,
+        "the late gauge moved"
+    );
+    let hash = redis.get_counter("count:60:h.c");
+    assert!(!hash.contains_key(&late_count));
+    let gauges: Vec<u64> = cmd(&redis, redis::cmd("HKEYS").arg("gauge:60:h.g"));
+    assert!(gauges.iter().all(|&s| s >= keep_from), "{gauges:?}");
+    // Nothing is left to move: a pass again changes nothing.
+    assert_eq!(pass(&redis, t + 1).await.slices_moved, 0);
+    same!(render(&agent, "h.c", from, t), counts_late, "a pass again");
+    agent.stop().await;
+}
+
+/// A minutes' hash of 50 000 slices, as the previous release wrote it under a 90-day retention,
+/// moves into blocks over passes (at most 20 000 slices a call) while the agent keeps writing
+/// the series: after each pass, every slice reads back, the agent's counts added once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_releases_long_hash_moves_while_the_series_is_written() {
+    let redis = RedisServer::start();
+    let t = unix_now() / 60 * 60 - 60;
+    let mut conn = redis.conn();
+    let mut old: BTreeMap<u64, i64> = BTreeMap::new();
+    for batch in (1..=50_000u64).collect::<Vec<_>>().chunks(5000) {
+        let mut c = redis::cmd("HSET");
+        c.arg("count:60:m");
+        for k in batch {
+            let slice = t - k * 60;
+            old.insert(slice, (k % 97) as i64 + 1);
+            c.arg(slice).arg((k % 97) as i64 + 1);
+        }
+        c.query::<()>(&mut conn).unwrap();
+    }
+    cmd::<()>(&redis, redis::cmd("ZADD").arg("known:").arg(0).arg("60:m"));
+    let agent = TestAgent::start_at(config(&redis), Clock::manual(Duration::from_secs(t)));
+    let from = t - 50_001 * 60;
+    let before = render(&agent, "m", from, t);
+    let want = |extra: i64| -> Vec<(u64, Option<f64>)> {
+        before
+            .iter()
+            .map(|&(s, v)| match (s == t, v) {
+                (true, v) => (s, Some(v.unwrap_or(0.0) + extra as f64)),
+                (false, v) => (s, v),
+            })
+            .collect()
+    };
+    assert_eq!(before.iter().filter(|p| p.1.is_some()).count(), 50_000);
+    let mut written = 0;
+    let mut second = t;
+    for round in 1..=3 {
+        // The agent writes the current minute between passes.
+        send_window(&agent, &redis, &["m:3|c".to_string()], second).await;
+        second += 1;
+        written += 3;
+        let report = pass(&redis, second).await;
+        let left: u64 = cmd(&redis, redis::cmd("HLEN").arg("count:60:m"));
+        if round == 1 {
+            assert_eq!(report.slices_moved, 20_000, "{report:?}");
+        }
+        same!(
+            render(&agent, "m", from, t),
+            want(written),
+            "after pass {round}, {left} left"
+        );
+    }
+    let left = redis.get_counter("count:60:m");
+    assert!(left.len() <= HASH_SLICES as usize, "{}", left.len());
+    assert_eq!(
+        redis.history("count:60:m").values().sum::<f64>(),
+        (old.values().sum::<i64>() + written) as f64
+    );
+    agent.stop().await;
+}
+
+/// The book's layout has no blocks: with the default configuration the cleaner moves nothing and
+/// trims as the book's `clean_counters`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_books_layout_has_no_blocks() {
+    let book = Config::default().retention();
+    assert!(book.precisions().iter().all(|&p| book.history(p).is_none()));
+    assert_eq!(book.encode_history(), "");
+    let carbon = Retention::parse(SCHEMA).unwrap();
+    assert_eq!(carbon.encode_history(), "1:248,60:2008");
+    let cluster = Config {
+        retentions: SCHEMA.into(),
+        redis_mode: statsd_redis::config::RedisMode::Cluster,
+        ..Config::default()
+    };
+    assert_eq!(cluster.retention().encode_history(), "");
+}
+
+/// A count that would take its slot past the 64-bit range stays in the hash (its field is not
+/// deleted, so nothing is lost), and the slot keeps what it held; the rest of the hash moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_that_would_overflow_its_slot_stays_in_the_hash() {
+    let redis = RedisServer::start();
+    let now = unix_now() / 60 * 60;
+    let (old, other) = (now - 86_400, now - 86_460);
+    let hset = |slice: u64, n: i64| {
+        cmd::<()>(
+            &redis,
+            redis::cmd("HSET").arg("count:60:big").arg(slice).arg(n),
+        );
+    };
+    hset(old, i64::MAX - 10);
+    hset(now, 1);
+    cmd::<()>(
+        &redis,
+        redis::cmd("ZADD").arg("known:").arg(0).arg("60:big"),
+    );
+    assert_eq!(pass(&redis, now).await.slices_moved, 1);
+    hset(old, 11);
+    hset(other, 7);
+    assert_eq!(pass(&redis, now).await.slices_moved, 1);
+    let hash = redis.get_counter("count:60:big");
+    assert_eq!(hash.get(&old), Some(&11), "{hash:?}");
+    assert!(!hash.contains_key(&other));
+    let g = history::LARGE;
+    let (block, slot) = g.locate(60, old);
+    let key = history::block_key("", "count:60:big", g, block);
+    let bytes: Vec<u8> = cmd(&redis, redis::cmd("GET").arg(&key));
+    let (a, b) = Geometry::byte_range(slot, slot);
+    let part = &bytes[a as usize..=b as usize];
+    assert_eq!(
+        Geometry::read(slot, slot, part, false),
+        vec![Some((i64::MAX - 10) as f64)]
+    );
+}

@@ -889,7 +889,11 @@ impl<'a> Source<'a> {
                     Hmget {
                         key: key.as_bytes(),
                         fields,
-                        whole: fields.len() > FEW_FIELDS && retention.samples(step) < limit,
+                        // A long archive's hash holds its newest slices only (the rest are
+                        // in blocks): read whole, it is short.
+                        whole: fields.len() > FEW_FIELDS
+                            && (retention.samples(step) < limit
+                                || retention.history(step).is_some()),
                     }
                 })
                 .collect();
@@ -1094,6 +1098,18 @@ impl<'a> Source<'a> {
                 let key = self.hash_key(leaf, step).unwrap_or_default();
                 if slices.is_empty() {
                     return Ok(Vec::new());
+                }
+                if self.retention().history(step).is_some() {
+                    // The newest slices only (the rest are in blocks): read whole, it is short.
+                    let held: BTreeMap<String, String> = redis::cmd("HGETALL")
+                        .arg(key)
+                        .query_async(&mut self.conn)
+                        .await?;
+                    let held: BTreeMap<i64, f64> = held
+                        .iter()
+                        .filter_map(|(s, v)| Some((s.parse().ok()?, v.parse().ok()?)))
+                        .collect();
+                    return Ok(slices.iter().map(|s| held.get(s).copied()).collect());
                 }
                 let values: Vec<redis::Value> = redis::cmd("HMGET")
                     .arg(key)

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Graphite's history in Redis against whisper (issue 46): carbon's schema
-# `10s:6h,1m:7d,1h:90d,1d:5y` (--retentions; 2160 + 10080 + 2160 + 1825 slices a series) beside
-# the book's defaults (7 precisions, 1 s to 1 day, 120 slices each). Each run, for each layout:
-# a private Redis on a free TCP port (the schema's with hash-max-listpack-entries 16384, so that
-# hashes of up to 10 080 slices stay listpacks; the book's at Redis's defaults); `series` counter
-# series filled completely (every slice of every precision), written as carbon leaves them
-# (python3-whisper's files, sum aggregation, xFilesFactor 0, each archive full up to now:
-# stats_counts/load/<i>/c.wsp for loadgen's `load.<i>.c`) and brought in by
-# `statsd-redis import whisper`; then
-#   memory: used_memory's growth over the slices kept (HLEN of every count: hash), beside the
-#     whisper files' bytes per point; the import's wall time; OBJECT ENCODING of 20 hashes;
+# Graphite's history in Redis against whisper (issues 46 and 52): a carbon schema (SCHEMA,
+# default `10s:6h,1m:7d,1h:90d,1d:5y`; Etsy's recommended `10s:6h,1min:6d,10min:1800d` is the
+# other one measured) beside the book's defaults (7 precisions, 1 s to 1 day, 120 slices each).
+# Each run, for each layout: a private Redis on a free TCP port (at Redis's default
+# hash-max-listpack-entries, or LISTPACK's); `series` counter series filled completely (every
+# slice of every precision), written as carbon leaves them (python3-whisper's files, sum
+# aggregation, xFilesFactor 0, each archive full up to now: stats_counts/load/<i>/c.wsp for
+# loadgen's `load.<i>.c`) and brought in by `statsd-redis import whisper`; then
+#   memory: used_memory's growth over the slices the import wrote (a long archive's hash and
+#     blocks: docs/layout.md), beside the whisper files' bytes per point; the import's wall
+#     time; OBJECT ENCODING of 20 hashes;
 #   write cost: the agent over that Redis (its cleaner makes one pass at start, measured,
 #     then none), loadgen sending every series every second, Redis's CPU (INFO cpu) and HINCRBY
 #     calls over `secs` seconds of steady load (for --coarse-write-secs 60 from a minute
@@ -17,22 +17,27 @@
 #     of 60): the schema at each --coarse-write-secs of SCHEMA_COARSE (0 and 60), the book's
 #     defaults at 0;
 #   render: the schema agent timing /graphite/render of 100 series (load.1??.c: 200 series or
-#     more) from -7d and from -1d, beside Redis's own time for them (render_timing, below).
-# Medians over the runs. The import makes each hash whole with RESTORE (about 10 ms a series
-# here); a run of 200 series takes ~6 min (mostly the minutes of load). At 10 000 series the
-# schema written every second (coarse 0) needs ~5 Redis cores (31 ms of Redis CPU a
-# series-minute): measure it with SCHEMA_COARSE=60 there.
+#     more) over each of RANGES (default -1d -7d), beside Redis's own time for them
+#     (render_timing, below), and with ORACLE=1 graphite-web 1.1.10 timed over the same whisper
+#     files (tests/graphite/graphite-web.sh, its standard finder) on the same requests
+#     (`stats_counts.load.1??.c`).
+# Medians over the runs. A run of 200 series takes ~6 min (mostly the minutes of load). At
+# 10 000 series of carbon's schema in hashes (an earlier release) written every second (coarse
+# 0) Redis needed ~5 cores: measure with SCHEMA_COARSE=60 there.
 #
-#   [AGENT=binary] [LOADGEN=binary] [RENDER_REQUESTS=3] [RENDER_TIMEOUT=60] \
-#     [SCHEMA_COARSE="0 60"] scripts/bench-history.sh [series=200] [runs=3] [secs=60]
+#   [SCHEMA=...] [RANGES="-1h -1d -7d -30d -1y"] [ORACLE=1] [LISTPACK=n] [AGENT=binary]
+#     [LOADGEN=binary] [RENDER_REQUESTS=3] [RENDER_TIMEOUT=60] [SCHEMA_COARSE="0 60"] \
+#     scripts/bench-history.sh [series=200] [runs=3] [secs=60]
 #
 # AGENT, LOADGEN: builds to use instead of this checkout's release build (which is then not
 # built). RENDER_*: requests timed per range, and the seconds after which one ends the range's
-# timing. Needs: apt-get install -y --no-install-recommends python3-whisper
+# timing. Needs: apt-get install -y --no-install-recommends python3-whisper (and graphite-web
+# for ORACLE=1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 series=${1:-200}; runs=${2:-3}; secs=${3:-60}
-schema=10s:6h,1m:7d,1h:90d,1d:5y
+schema=${SCHEMA:-10s:6h,1m:7d,1h:90d,1d:5y}
+ranges=${RANGES:--1d -7d}
 lpd=$((series / 256)); lpd=$((lpd < 1 ? 1 : lpd > 20 ? 20 : lpd))
 build=()
 [ -n "${AGENT:-}" ] || build+=(--bin statsd-redis)
@@ -56,11 +61,11 @@ results=$dir/results
 # rate × step (rate 1..50 a second, ±20 %), the coarser archives' of their step alike. 16
 # files of their own, the series' files hard links to them.
 mkwhisper() {
-  /usr/bin/python3 - "$@" <<'EOF'
+  /usr/bin/python3 - "$@" "$schema" <<'EOF'
 import os, random, struct, sys, time, whisper
-root, n, layout = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+root, n, layout, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 archives, ahead = {
-    'schema': ([(10, 2160), (60, 10080), (3600, 2160), (86400, 1825)], 60),
+    'schema': ([whisper.parseRetentionDef(d) for d in schema.split(',')], 60),
     'book': ([(1, 3600), (60, 1440), (3600, 2928)], 1800),
 }[layout]
 end = int(time.time()) + ahead
@@ -94,10 +99,21 @@ EOF
 
 used_memory() { redis-cli -p "$1" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}'; }
 
-# points PORT: the slices kept, HLEN summed over every count: hash.
+# points PORT: the slices kept, HLEN summed over every count: hash, and the slots a long
+# archive's blocks hold (their flag bits: docs/layout.md, "History: fixed slots").
 points() {
-  redis-cli -p "$1" --scan --pattern 'count:*' | awk '{print "HLEN", $0}' |
-    redis-cli -p "$1" | awk '{s += $1} END {print s + 0}'
+  local hashes blocks
+  hashes=$(redis-cli -p "$1" --scan --pattern 'count:*' | awk '{print "HLEN", $0}' |
+    redis-cli -p "$1" | awk '{s += $1} END {print s + 0}')
+  blocks=$(redis-cli -p "$1" --scan --pattern 'history:*' | PORT=$1 /usr/bin/python3 -c '
+import os, sys, redis
+r = redis.Redis(port=int(os.environ["PORT"]))
+total = 0
+for key in sys.stdin.read().split():
+    data = r.get(key) or b""
+    total += sum(bin(data[g]).count("1") for g in range(0, len(data), 65))
+print(total)')
+  echo $((hashes + blocks))
 }
 
 # encodings PORT: OBJECT ENCODING of 20 count: hashes, as "listpack:20" (one word per encoding).
@@ -155,7 +171,7 @@ print('$label hincrby', ($calls3 - $calls2) / (s * m))" >>"$results"
 # than `timeout` seconds ends that range's timing ("timed out", its Redis work goes on).
 render_timing() {
   local port=$1 redis_port=$2 n=${3:-5} limit=${4:-60} from i code
-  for from in -1d -7d; do
+  for from in $ranges; do
     redis-cli -p "$redis_port" config resetstat >/dev/null
     for i in $(seq "$n"); do
       code=$(curl -sg --max-time "$limit" -o "$dir/render.json" -w '%{http_code} %{time_total}' \
@@ -164,7 +180,7 @@ render_timing() {
       [ "${code%% *}" = 200 ] || break
     done >"$dir/render.codes"
     redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
-      awk -F'[=,]' '/^cmdstat_(hgetall|hmget|zrangebylex|scan):/ {u += $4} END {print "redis_usec", u}' \
+      awk -F'[=,]' '/^cmdstat_(hgetall|hmget|zrangebylex|scan|getrange):/ {u += $4} END {print "redis_usec", u}' \
       >>"$dir/render.codes"
     python3 -c "
 import json, statistics, sys
@@ -185,12 +201,36 @@ else:
   done
 }
 
+# oracle_timing URL [requests=5] [timeout=60]: graphite-web's render of the same 100 series
+# (stats_counts.load.1??.c) over the same ranges, timed as render_timing times the agent's.
+oracle_timing() {
+  local url=$1 n=${2:-5} limit=${3:-60} from i code
+  for from in $ranges; do
+    for i in $(seq "$n"); do
+      code=$(curl -sg --max-time "$limit" -o "$dir/oracle.json" -w '%{http_code} %{time_total}' \
+        "$url/render?target=stats_counts.load.1%3F%3F.c&from=$from&format=json" || true)
+      echo "$code"
+      [ "${code%% *}" = 200 ] || break
+    done >"$dir/oracle.codes"
+    python3 -c "
+import json, statistics
+rows = [l.split() for l in open('$dir/oracle.codes').read().split('\\n') if l]
+ok = [float(r[1]) for r in rows if r[0] == '200']
+answer = json.load(open('$dir/oracle.json')) if rows[-1][0] == '200' else []
+points = sum(len(s['datapoints']) for s in answer)
+if len(ok) == len(rows):
+    print(f'oracle from=$from: median {statistics.median(ok) * 1e3:.1f} ms of {len(rows)} ({len(answer)} series, {points} points)')
+else:
+    print(f'oracle from=$from: failed (HTTP {rows[-1][0]})')"
+  done
+}
+
 # One layout: its Redis, files, import, memory, then its write costs (and the schema's render).
 layout() {
   local name=$1 port base t0 t1 used kept wbytes wslots enc
   port=$(free_port)
   if [ "$name" = schema ]; then
-    start_node "$port" --hash-max-listpack-entries 16384
+    start_node "$port" ${LISTPACK:+--hash-max-listpack-entries "$LISTPACK"}
     local flags=(--retentions "$schema")
   else
     start_node "$port"
@@ -211,6 +251,13 @@ layout() {
   echo "$name bytes_per_point $(python3 -c "print(($used - $base) / max(1, $kept))")" >>"$results"
   echo "$name whisper_bytes_per_slot $(python3 -c "print($wbytes / $wslots)")" >>"$results"
   echo "$name enc $enc" >>"$results"
+  if [ "$name" = schema ] && [ -n "${ORACLE:-}" ]; then
+    ORACLE_WHISPER_DIR="$dir/whisper" ORACLE_STATE="$dir/oracle" tests/graphite/graphite-web.sh start \
+      >"$dir/oracle.out" 2>&1 || { cat "$dir/oracle.out" >&2; exit 1; }
+    oracle_timing "$(cat "$dir/oracle/url")" "${RENDER_REQUESTS:-3}" "${RENDER_TIMEOUT:-60}" |
+      sed 's/^/schema /' >>"$results"
+    ORACLE_STATE="$dir/oracle" tests/graphite/graphite-web.sh stop >/dev/null 2>&1 || true
+  fi
   rm -rf "$dir/whisper"
   if [ "$name" = schema ]; then
     local coarse running=false
@@ -241,13 +288,18 @@ python3 - "$results" "$series" "$schema" <<'EOF'
 import collections, re, statistics, sys
 path, series, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 num, text, render = collections.defaultdict(list), collections.defaultdict(list), collections.defaultdict(list)
+oracle = collections.defaultdict(list)
 failed = []
 for line in open(path):
     m = re.match(r'schema render from=(\S+): median ([\d.]+) ms of \d+ \((\d+) series, (\d+) points\) redis ([\d.]+) ms', line)
     if m:
         render[m[1]].append((float(m[2]), int(m[3]), int(m[4]), float(m[5])))
         continue
-    if ' render ' in line:
+    m = re.match(r'schema oracle from=(\S+): median ([\d.]+) ms', line)
+    if m:
+        oracle[m[1]].append(float(m[2]))
+        continue
+    if ' render ' in line or ' oracle ' in line:
         failed.append('schema agent ' + line.split(' ', 1)[1].strip())
         continue
     label, key, value = line.split(maxsplit=2)
@@ -256,7 +308,13 @@ for line in open(path):
     except ValueError:
         text[label, key].append(value.strip())
 med = lambda label, key: statistics.median(num[label, key])
-full = {'schema': 2160 + 10080 + 2160 + 1825, 'book': 7 * 120}
+units = {'s': 1, 'min': 60, 'm': 60, 'h': 3600, 'd': 86400, 'w': 604800, 'y': 31536000}
+def count(d):
+    p, r = d.split(':')
+    unit = lambda x: (int(re.match(r'\d+', x)[0]), units.get(re.sub(r'\d+', '', x) or 's', 1))
+    (pn, pu), (rn, ru) = unit(p), unit(r)
+    return rn * ru // (pn * pu) if re.search(r'\D', r) else rn
+full = {'schema': sum(count(d) for d in schema.split(',')), 'book': 7 * 120}
 print()
 print(f"{'memory':<28} {'points/series':>13} {'filled':>7} {'Redis B/pt':>10} {'after load':>10} "
       f"{'whisper B/pt':>12} {'import s':>8}  encodings (20 hashes: at import / after load)")
@@ -278,8 +336,10 @@ print()
 for frm, rows in render.items():
     ms = statistics.median(r[0] for r in rows)
     redis = statistics.median(r[3] for r in rows)
+    theirs = oracle.get(frm)
+    vs = f"; graphite-web {statistics.median(theirs):.1f} ms, agent/graphite-web {ms / statistics.median(theirs):.2f}" if theirs else ''
     print(f"render (schema agent) from={frm}: {ms:.1f} ms (median over the runs of each run's median)"
-          f" ({rows[0][1]} series, {rows[0][2]} points); Redis's own time {redis:.1f} ms, x{ms / redis:.2f}")
+          f" ({rows[0][1]} series, {rows[0][2]} points); Redis's own time {redis:.1f} ms, x{ms / redis:.2f}{vs}")
 for line in failed:
     print(line)
 EOF

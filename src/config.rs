@@ -1009,14 +1009,10 @@ impl Config {
     /// latter).
     pub fn retention(&self) -> crate::retention::Retention {
         use crate::retention::Retention;
-        let retention = match self.retentions.as_str() {
+        match self.retentions.as_str() {
             "" => Retention::book(&self.precisions, self.sample_count),
             text => Retention::parse(text)
                 .unwrap_or_else(|_| Retention::book(&self.precisions, self.sample_count)),
-        };
-        match self.redis_mode {
-            RedisMode::Cluster => retention.without_history(),
-            _ => retention,
         }
     }
 

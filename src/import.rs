@@ -366,7 +366,7 @@ async fn set_blocks(
             .saturating_sub(now)
             .max(1);
         set += script
-            .key(history::block_key(keys.prefix(), hash, geometry, block))
+            .key(history::block_key(keys, hash, geometry, block))
             .key(hash)
             .arg(history::block_bytes(geometry, &points, !counter))
             .arg(ttl)

@@ -30,9 +30,6 @@ pub struct Retention {
     archives: Vec<Archive>,
     /// The book's spelling: every precision, listed or not, keeps this many slices.
     uniform: Option<u64>,
-    /// A long archive's slices beyond the hash's newest live in blocks (`store::history`):
-    /// carbon's spelling, but in a Redis Cluster (not yet).
-    history: bool,
 }
 
 /// carbon's units (whisper's `UnitMultipliers`): a unit is any prefix of these words, the first
@@ -80,7 +77,6 @@ impl Retention {
                 })
                 .collect(),
             uniform: Some(sample_count),
-            history: false,
         }
     }
 
@@ -139,7 +135,6 @@ impl Retention {
         Ok(Retention {
             archives,
             uniform: None,
-            history: true,
         })
     }
 
@@ -211,7 +206,6 @@ impl Retention {
             return Some(Retention {
                 archives: Vec::new(),
                 uniform: Some(n),
-                history: false,
             });
         }
         let archives = text
@@ -227,15 +221,7 @@ impl Retention {
         Some(Retention {
             archives,
             uniform: None,
-            history: true,
         })
-    }
-
-    /// The same retention with every archive kept whole in its hash (a Redis Cluster's, until
-    /// its cleaner moves slices into blocks).
-    pub fn without_history(mut self) -> Retention {
-        self.history = false;
-        self
     }
 
     /// How the slices of precision `p` beyond the hash's newest
@@ -243,7 +229,7 @@ impl Retention {
     /// the hash keeps them all: the book's spelling, a precision not listed, or an archive of
     /// at most that many slices.
     pub fn history(&self, p: u64) -> Option<crate::store::history::Geometry> {
-        if !self.history || self.uniform.is_some() {
+        if self.uniform.is_some() {
             return None;
         }
         let archive = self.archives.iter().find(|a| a.precision == p)?;

@@ -902,3 +902,92 @@ async fn chunks_count_only_once_waited_for_and_their_index_members_are_kept() {
         .unwrap_or(0.0);
     assert!(short >= 1.0, "a short WAIT counted");
 }
+
+/// A long archive in a cluster: the cleaner moves each series' older minutes into blocks in
+/// its hash's slot (the blocks' names carry the slot's hash tag), counters and gauges of
+/// series spread over every master, and the Graphite API reads every minute back as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_archives_move_into_blocks_in_their_hashs_slot() {
+    let cluster = Cluster::start();
+    let t = unix_now() / 60 * 60 - 60;
+    let config = Config {
+        retentions: "1s:1h,1m:90d".into(),
+        cleaner_enabled: false,
+        coarse_write_secs: Some(0),
+        quantile_write_secs: 0,
+        ..cluster_config(&cluster)
+    };
+    let agent = TestAgent::start_at(
+        config.clone(),
+        statsd_redis::store::clock::Clock::manual(Duration::from_secs(t)),
+    );
+    let mut lines = Vec::new();
+    for i in 0..12 {
+        for k in 1..=30u64 {
+            let at = t - k * 7_200;
+            lines.push(format!("hc.{i}:{k}|c|T{at}"));
+            lines.push(format!("hg.{i}:{k}|g|T{at}"));
+        }
+    }
+    for batch in lines.chunks(40) {
+        agent.send_taken(batch.join("\n").as_bytes()).await;
+    }
+    agent.send_taken(b"tick:1|c").await;
+    agent.tick();
+    eventually(Duration::from_secs(10), "the window written", || {
+        counter_total(&cluster, 1, "tick") == 1
+    })
+    .await;
+    let from = t - 31 * 7_200;
+    let render = |target: &str| {
+        curl_json(&format!(
+            "http://{}/graphite/render?target={target}&from={from}&until={t}&format=json",
+            agent.http
+        ))
+    };
+    let total = |v: &serde_json::Value| -> f64 {
+        v.as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .flat_map(|s| s["datapoints"].as_array().unwrap().iter())
+            .filter_map(|p| p[0].as_f64())
+            .sum()
+    };
+    // Every minute written, and indexed (a cluster's index members come with the chunks'
+    // follow-ups), before the first render: the Graphite API keeps the names it found a while.
+    eventually(
+        Duration::from_secs(30),
+        "every minute written and indexed",
+        || {
+            (0..12).all(|i| {
+                let indexed = |index: &str, member: String| {
+                    query::<Option<f64>>(
+                        &cluster,
+                        index,
+                        redis::cmd("ZSCORE").arg(index).arg(member),
+                    )
+                    .is_some()
+                };
+                cluster.hgetall(&format!("count:60:hc.{i}")).len() == 30
+                    && cluster.hgetall(&format!("gauge:60:hg.{i}")).len() == 30
+                    && indexed("known:", format!("60:hc.{i}"))
+                    && indexed("known:gauge:", format!("60:hg.{i}"))
+            })
+        },
+    )
+    .await;
+    assert_eq!(total(&render("hc.*")), 12.0 * 465.0);
+    assert_eq!(total(&render("hg.*")), 12.0 * 465.0);
+    let (counts, gauges) = (render("hc.*"), render("hg.*"));
+    let store = Store::open(&config).unwrap();
+    let mut cleaner = leased_cleaner_of(store, &config.retention()).await;
+    let report = cleaner.pass(t + 1).await.unwrap();
+    // Each hash keeps its newest minute (and with it its index member).
+    assert_eq!(report.slices_moved, 2 * 12 * 29, "{report:?}");
+    for i in 0..12 {
+        assert_eq!(cluster.hgetall(&format!("count:60:hc.{i}")).len(), 1);
+    }
+    assert_eq!(render("hc.*"), counts);
+    assert_eq!(render("hg.*"), gauges);
+    agent.stop().await;
+}

@@ -944,7 +944,7 @@ impl<'a> Source<'a> {
     }
 
     /// Adds to each counter's and gauge's points what a long archive keeps in blocks
-    /// (`store::history`): one pipeline of `GETRANGE`s of the slots asked, in every cut.
+    /// (`store::history`): `GETRANGE`s of the slots asked, in every cut.
     async fn add_history(
         &mut self,
         leaves: &[Leaf],
@@ -961,22 +961,25 @@ impl<'a> Source<'a> {
             let Some(hash) = self.hash_key(leaf, step) else {
                 continue;
             };
-            let blocks = history::reads(self.keys.prefix(), &hash, step, &w.slices);
+            let blocks = history::reads(self.keys, &hash, step, &w.slices);
             reads.push((i, matches!(leaf.kind, Kind::Gauge), blocks));
         }
         if reads.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for block in reads.iter().flat_map(|(_, _, b)| b) {
-            let (a, b) = history::Geometry::byte_range(block.first, block.last);
-            pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
-        }
-        let replies: Vec<Vec<u8>> = pipe.query_async(&mut self.conn).await?;
-        let mut replies = replies.into_iter();
-        for (i, gauge, blocks) in &reads {
-            let got: Vec<Vec<u8>> = replies.by_ref().take(blocks.len()).collect();
-            history::merge(&mut values[*i], blocks, &got, *gauge);
+        // A pipeline a series (its blocks share its hash's slot in a cluster), all at once.
+        let replies = futures_util::future::try_join_all(reads.iter().map(|(_, _, blocks)| {
+            let mut pipe = redis::pipe();
+            for block in blocks {
+                let (a, b) = history::Geometry::byte_range(block.first, block.last);
+                pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
+            }
+            let mut conn = self.conn.clone();
+            async move { pipe.query_async::<Vec<Vec<u8>>>(&mut conn).await }
+        }))
+        .await?;
+        for ((i, gauge, blocks), got) in reads.iter().zip(&replies) {
+            history::merge(&mut values[*i], blocks, got, *gauge);
         }
         Ok(())
     }

@@ -283,10 +283,7 @@ impl Cleaner {
                 .collect();
             if !due.is_empty() {
                 let r = if self.store.is_cluster() {
-                    // A cluster keeps every archive whole in its hashes (nothing moves).
-                    self.clean_slots(&mut conn, index, now, &due)
-                        .await
-                        .map(|(slices, removed)| (slices, removed, 0))
+                    self.clean_slots(&mut conn, index, now, &due).await
                 } else {
                     self.clean
                         .arg(&index.key)
@@ -323,7 +320,7 @@ impl Cleaner {
         index: &Index,
         now: u64,
         members: &[&Vec<u8>],
-    ) -> Result<(u64, u64), StoreError> {
+    ) -> Result<(u64, u64, u64), StoreError> {
         let hash = |m: &[u8]| [index.hash_prefix.as_bytes(), m].concat();
         let mut by_slot: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
         for m in members {
@@ -334,27 +331,34 @@ impl Cleaner {
         }
         let calls = by_slot.into_values().map(|members| {
             let hashes = members.iter().map(|m| hash(m)).collect();
+            let settings = SlotSettings {
+                now,
+                retention: &self.retention,
+                history: &self.history,
+                keys: &self.keys,
+                gauge: index.gauge,
+            };
             clean_slot(
                 conn.clone(),
                 self.clean_slot.clone(),
                 hashes,
                 members,
-                now,
-                &self.retention,
+                settings,
             )
         });
         let results: Vec<Result<SlotCleaned, StoreError>> = futures_util::stream::iter(calls)
             .buffer_unordered(CONCURRENT_SLOTS)
             .collect()
             .await;
-        let (mut slices, mut gone) = (0, Vec::new());
+        let (mut slices, mut gone, mut moved) = (0, Vec::new(), 0);
         for r in results {
-            let (s, g) = r?;
+            let (s, g, m) = r?;
             slices += s;
+            moved += m;
             gone.extend(g);
         }
         if gone.is_empty() {
-            return Ok((slices, 0));
+            return Ok((slices, 0, moved));
         }
         // Remembered before they leave the index: a re-check cut short (an error, a lost
         // connection) goes on at the next pass instead of leaving a live hash unindexed.
@@ -365,7 +369,7 @@ impl Cleaner {
             .arg(&gone)
             .query_async::<()>(conn)
             .await?;
-        Ok((slices, self.recheck(conn).await?))
+        Ok((slices, self.recheck(conn).await?, moved))
     }
 
     /// Checks each member taken out of its index again: its hash made anew meanwhile puts it
@@ -775,29 +779,41 @@ fn passes_between(precision: u64, interval_secs: u64) -> u64 {
     (precision / interval_secs.max(1)).max(1)
 }
 
-type SlotCleaned = (u64, Vec<Vec<u8>>);
+type SlotCleaned = (u64, Vec<Vec<u8>>, u64);
+
+/// What every `clean_slot.lua` call of one batch is given besides its hashes.
+struct SlotSettings<'a> {
+    now: u64,
+    retention: &'a str,
+    history: &'a str,
+    keys: &'a Keys,
+    gauge: bool,
+}
 
 /// One `clean_slot.lua` call over `hashes` (of one slot, indexed as `members`); returns the
-/// slices removed and the members whose hash is gone.
+/// slices removed, the members whose hash is gone and the slices moved into blocks.
 async fn clean_slot(
     mut conn: Connection,
     script: Script,
     hashes: Vec<Vec<u8>>,
     members: Vec<Vec<u8>>,
-    now: u64,
-    retention: &str,
+    s: SlotSettings<'_>,
 ) -> Result<SlotCleaned, StoreError> {
     let mut call = script.prepare_invoke();
-    call.arg(now).arg(retention);
+    call.arg(s.now)
+        .arg(s.retention)
+        .arg(s.history)
+        .arg(u8::from(s.gauge));
     for (hash, m) in hashes.iter().zip(&members) {
-        call.key(hash).arg(precision_of(m).unwrap_or(0));
+        let base = s.keys.history_base(&String::from_utf8_lossy(hash));
+        call.key(hash).arg(precision_of(m).unwrap_or(0)).arg(base);
     }
-    let (slices, gone): (u64, Vec<usize>) = call.invoke_async(&mut conn).await?;
+    let (slices, gone, moved): (u64, Vec<usize>, u64) = call.invoke_async(&mut conn).await?;
     let gone = gone
         .into_iter()
         .filter_map(|k| members.get(k.checked_sub(1)?).cloned())
         .collect();
-    Ok((slices, gone))
+    Ok((slices, gone, moved))
 }
 
 /// The precision of a `<precision>:<series>` member.

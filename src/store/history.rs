@@ -9,6 +9,8 @@
 //! (a counter's integer, a gauge's `f64` bits), as `BITFIELD` reads and writes them. A block
 //! expires when its newest slice leaves the retention: no slot is ever reused, so none is stale.
 
+use crate::store::Keys;
+
 /// Slices the book's hash keeps of a long archive: the book's `sample_count`, so that
 /// `get_counter` answers on them as it always did.
 pub const HASH_SLICES: u64 = 120;
@@ -117,12 +119,10 @@ impl Geometry {
     }
 }
 
-/// A block's key: `history:` before the hash's name without the prefix, then the cut's slots and
-/// the block's number: `history:count:600:web.hits:2008:129`. `hash` is the hash's name with
-/// `prefix` in front.
-pub fn block_key(prefix: &str, hash: &str, geometry: Geometry, block: u64) -> String {
-    let name = hash.strip_prefix(prefix).unwrap_or(hash);
-    format!("{prefix}history:{name}:{}:{block}", geometry.slots)
+/// A block's key: its hash's [`Keys::history_base`], then the cut's slots and the block's
+/// number: `history:count:600:web.hits:2008:129`. `hash` is the hash's name with the prefix.
+pub fn block_key(keys: &Keys, hash: &str, geometry: Geometry, block: u64) -> String {
+    format!("{}:{}:{block}", keys.history_base(hash), geometry.slots)
 }
 
 /// One read of a block: its key, and the slots and bytes asked.
@@ -137,7 +137,7 @@ pub struct BlockRead {
 
 /// The block reads covering `slices` (ascending, consecutive at `precision`) in every cut: a
 /// read asks both, so that slices written while another retention cut them are found too.
-pub fn reads(prefix: &str, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRead> {
+pub fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRead> {
     let mut out = Vec::new();
     let (Some(&first), Some(&last)) = (slices.first(), slices.last()) else {
         return out;
@@ -156,7 +156,7 @@ pub fn reads(prefix: &str, hash: &str, precision: u64, slices: &[i64]) -> Vec<Bl
                 g.slots - 1
             };
             out.push(BlockRead {
-                key: block_key(prefix, hash, g, block),
+                key: block_key(keys, hash, g, block),
                 first: slot,
                 last: end,
                 at,
@@ -248,7 +248,7 @@ mod tests {
     #[test]
     fn reads_cover_the_slices_in_both_cuts() {
         let slices: Vec<i64> = (0..300).map(|i| 600 * (247 + i)).collect();
-        let r = reads("p:", "p:count:600:a", 600, &slices);
+        let r = reads(&Keys::new("p:"), "p:count:600:a", 600, &slices);
         assert_eq!(r[0].key, "p:history:count:600:a:248:0");
         assert_eq!((r[0].first, r[0].last, r[0].at), (247, 247, 0));
         assert_eq!((r[1].first, r[1].last, r[1].at), (0, 247, 1));

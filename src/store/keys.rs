@@ -50,6 +50,22 @@ impl Keys {
         }
     }
 
+    /// What a long archive's blocks of the hash `hash` (`count:…` or `gauge:…`, with the
+    /// prefix) are named after ([`crate::store::history`]): `history:` before the hash's name
+    /// without the prefix; in a cluster, with the hash tag of the hash's slot after it
+    /// (`history:{3c}count:60:x`), so that a block and its hash share a slot and the cleaner
+    /// moves slices between them in one script call. A block's key is this,
+    /// `:<slots>:<number>`.
+    pub fn history_base(&self, hash: &str) -> String {
+        let name = hash.strip_prefix(&self.prefix).unwrap_or(hash);
+        if self.tagged {
+            let tag = slot_tag(slot_of(hash.as_bytes()));
+            format!("{}history:{{{tag}}}{name}", self.prefix)
+        } else {
+            format!("{}history:{name}", self.prefix)
+        }
+    }
+
     /// The prefix itself, handed to the flush script.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -327,6 +343,12 @@ pub fn slot_tags() -> Vec<String> {
         }
     }
     tags
+}
+
+/// [`slot_tags`]' tag of `slot`, made once.
+pub fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    &TAGS.get_or_init(slot_tags)[slot as usize]
 }
 
 /// The rollover family of an hourly key: itself, `:start`, `:last`, `:pstart`.

@@ -372,6 +372,7 @@ async fn set_blocks(
             .arg(ttl)
             .arg(start)
             .arg(p)
+            .arg(points.len())
             .invoke_async::<usize>(conn)
             .await?;
     }

@@ -25,10 +25,11 @@
 # 10 000 series of carbon's schema in hashes (an earlier release) written every second (coarse
 # 0) Redis needed ~5 cores: measure with SCHEMA_COARSE=60 there.
 #
-#   [SCHEMA=...] [RANGES="-1h -1d -7d -30d -1y"] [ORACLE=1] [LISTPACK=n] [AGENT=binary]
+#   [SCHEMA=...] [RANGES="-1h -1d -7d -30d -1y"] [ORACLE=1] [BOOK=0] [LISTPACK=n] [AGENT=binary]
 #     [LOADGEN=binary] [RENDER_REQUESTS=3] [RENDER_TIMEOUT=60] [SCHEMA_COARSE="0 60"] \
 #     scripts/bench-history.sh [series=200] [runs=3] [secs=60]
 #
+# BOOK=0 leaves the book's layout out (its figures are then missing from the table).
 # AGENT, LOADGEN: builds to use instead of this checkout's release build (which is then not
 # built). RENDER_*: requests timed per range, and the seconds after which one ends the range's
 # timing. Needs: apt-get install -y --no-install-recommends python3-whisper (and graphite-web
@@ -280,7 +281,7 @@ layout() {
 echo "statsd-redis $("$AGENT" --version | cut -d' ' -f2-), redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $(nproc) cores, $(date -u +%F); $series series, $runs runs, $secs s of load"
 for run in $(seq 1 "$runs"); do
   layout schema
-  layout book
+  [ "${BOOK:-1}" = 0 ] || layout book
   echo "run $run done ($(date -u +%T))" >&2
 done
 # The table: medians over the runs.
@@ -318,17 +319,18 @@ full = {'schema': sum(count(d) for d in schema.split(',')), 'book': 7 * 120}
 print()
 print(f"{'memory':<28} {'points/series':>13} {'filled':>7} {'Redis B/pt':>10} {'after load':>10} "
       f"{'whisper B/pt':>12} {'import s':>8}  encodings (20 hashes: at import / after load)")
-for name, title in (('schema', f'schema {schema}'), ('book', 'book 7 x 120')):
+layouts = [n for n in ('schema', 'book') if num[n, 'points']]
+for name, title in [(n, f'schema {schema}' if n == 'schema' else 'book 7 x 120') for n in layouts]:
     per = med(name, 'points') / series
     whisper = f"{med(name, 'whisper_bytes_per_slot'):.2f}" if name == 'schema' else '-'
     print(f"{title:<28} {per:>13.0f} {per / full[name]:>7.1%} {med(name, 'bytes_per_point'):>10.2f} "
           f"{med(name, 'after_load_bytes_per_point'):>10.2f} {whisper:>12} {med(name, 'import_s'):>8.1f}  "
           f"{' '.join(sorted(set(text[name, 'enc'])))} / {' '.join(sorted(set(text[name, 'after_load_enc'])))}")
 print()
-book = med('book-0', 'cpu')
+book = med('book-0', 'cpu') if num['book-0', 'cpu'] else float('nan')
 print(f"{'write cost (Redis CPU)':<28} {'coarse s':>8} {'us/series-min':>13} {'x book':>7} "
       f"{'HINCRBY/series-min':>18} {'cleaner 1st pass us/series':>26}")
-for label, title, coarse in [(f'schema-{c}', 'schema', c) for c in sorted({int(l[7:]) for l, _ in num if l.startswith('schema-')})] + [('book-0', 'book 7 x 120', 0)]:
+for label, title, coarse in [(f'schema-{c}', 'schema', c) for c in sorted({int(l[7:]) for l, _ in num if l.startswith('schema-')})] + [('book-0', 'book 7 x 120', 0)][:len(layouts) - 1]:
     cpu = med(label, 'cpu')
     print(f"{title:<28} {coarse:>8} {cpu:>13.0f} {cpu / book:>7.2f} {med(label, 'hincrby'):>18.1f} "
           f"{med(label, 'cleaner'):>26.0f}")

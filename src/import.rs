@@ -247,7 +247,14 @@ pub async fn import(
             let (older, newer) = match retention.history(p) {
                 Some(g) => {
                     let keep_from = history::keep_from(now, p);
-                    let newer = found.split_off(&keep_from);
+                    let mut newer = found.split_off(&keep_from);
+                    // The hash keeps at least the newest slice, as the cleaner leaves it: the
+                    // hash and its index member stand for the series while it has history.
+                    if newer.is_empty()
+                        && let Some((slice, v)) = found.pop_last()
+                    {
+                        newer.insert(slice, v);
+                    }
                     (Some((g, found)), newer)
                 }
                 None => (None, found),

@@ -462,3 +462,114 @@ fn under_sentinel_the_documented_additions_suffice() {
         assert_eq!(log, Vec::<redis::Value>::new(), "{port}");
     }
 }
+
+/// A long archive under the documented lines: the agent's cleaner moves old minutes into blocks
+/// (`BITFIELD`, `SETBIT`, `SETRANGE`, `EXPIRE`), `import whisper` writes blocks whole and then
+/// slot by slot over them, and the agent and the reader read them back (`GETRANGE`); `ACL LOG`
+/// stays empty and the reader writes nothing.
+#[test]
+fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
+    let redis = RedisServer::start();
+    set_user(&redis, &documented_acl("statsd-redis"));
+    let url = as_user(&redis, "statsd-redis");
+    let schema = ["--retentions", "1s:1h,1m:90d"];
+    let flags = [schema[0], schema[1], "--coarse-write-secs", "0"];
+    let (agent, udp, _) = spawn_agent(&url, &flags);
+    let mut agent = Killed(agent);
+    let now = unix_now();
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let lines: Vec<String> = (3..=32u64)
+        .flat_map(|h| {
+            let at = now - h * 3600;
+            [
+                format!("acl.long:{h}|c|T{at}"),
+                format!("acl.lg:{h}|g|T{at}"),
+            ]
+        })
+        .collect();
+    socket
+        .send_to(lines.join("\n").as_bytes(), ("127.0.0.1", udp))
+        .unwrap();
+    let wanted: u64 = (3..=32).sum();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.get_counter("count:60:acl.long").len() != 30 {
+        assert!(
+            Instant::now() < deadline,
+            "not written: {:?}",
+            acl_log(&redis)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A start's first pass visits every precision (later ones, a minute's once a minute).
+    let (code, log, _) = agent.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    let (agent, _, http) = spawn_agent(&url, &flags);
+    let mut agent = Killed(agent);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.get_counter("count:60:acl.long").len() > 1
+        || redis.history("count:60:acl.long").values().sum::<f64>() != wanted as f64
+        || redis.history("gauge:60:acl.lg").len() != 30
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not moved: {:?}",
+            acl_log(&redis)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let render = |http: u16, target: &str| -> f64 {
+        let answer = curl_json(&format!(
+            "http://127.0.0.1:{http}/graphite/render?target={target}&from=-2d&format=json"
+        ));
+        answer[0]["datapoints"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{answer}"))
+            .iter()
+            .filter_map(|p| p[0].as_f64())
+            .sum()
+    };
+    assert_eq!(render(http, "acl.long"), wanted as f64);
+    assert_eq!(render(http, "acl.lg"), wanted as f64);
+    let (code, log, _) = agent.terminate();
+    assert_eq!(code, Some(0), "{log}");
+
+    // Minutes three hours back: older than the hash keeps, so into blocks; twice.
+    let files = tempfile::tempdir().unwrap();
+    write_whisper(
+        files.path(),
+        "stats_counts/acl/old.wsp",
+        now / 60 * 60 - 3 * 3600,
+    );
+    for _ in 0..2 {
+        run_ok(
+            bin()
+                .args(["import", "whisper"])
+                .arg(files.path())
+                .args(["--redis", &url])
+                .args(schema),
+            "statsd-redis import whisper",
+        );
+    }
+    // The hash keeps the newest minute, as the cleaner leaves it.
+    assert_eq!(redis.get_counter("count:60:acl.old").len(), 1);
+    assert_eq!(
+        redis.history("count:60:acl.old").values().sum::<f64>(),
+        180.0 * 3.0
+    );
+    assert_eq!(acl_log(&redis), Vec::<redis::Value>::new());
+
+    set_user(&redis, &documented_acl("statsd-reader"));
+    let before = snapshot(&redis);
+    let reader = as_user(&redis, "statsd-reader");
+    let (agent, _, http) = spawn_agent(
+        &reader,
+        &[schema[0], schema[1], "--cleaner-enabled", "false"],
+    );
+    let mut agent = Killed(agent);
+    assert_eq!(render(http, "acl.long"), wanted as f64);
+    assert_eq!(render(http, "acl.old"), 180.0 * 3.0);
+    let (code, log, _) = agent.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(snapshot(&redis) == before, "the reader wrote nothing");
+    assert_eq!(acl_log(&redis), Vec::<redis::Value>::new());
+}

@@ -429,3 +429,32 @@ async fn under_sentinel_moved_slices_read_back_the_same() {
     );
     agent.stop().await;
 }
+
+/// Another program's key under a block's name (of another type) takes nothing: the slices it
+/// would hold stay in the hash, the pass completes, and the key is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_key_at_a_blocks_name_keeps_its_slices_in_the_hash() {
+    let redis = RedisServer::start();
+    let now = unix_now() / 60 * 60;
+    let (old, other) = (now - 86_400, now - 30 * 86_400);
+    for slice in [old, other, now] {
+        cmd::<()>(
+            &redis,
+            redis::cmd("HSET").arg("count:60:f").arg(slice).arg(2),
+        );
+    }
+    cmd::<()>(&redis, redis::cmd("ZADD").arg("known:").arg(0).arg("60:f"));
+    let g = history::LARGE;
+    let keys = statsd_redis::store::Keys::new("");
+    let theirs = history::block_key(&keys, "count:60:f", g, g.locate(60, old).0);
+    cmd::<()>(&redis, redis::cmd("HSET").arg(&theirs).arg("x").arg("y"));
+    assert_eq!(pass(&redis, now).await.slices_moved, 1);
+    let hash = redis.get_counter("count:60:f");
+    assert!(
+        hash.contains_key(&old) && !hash.contains_key(&other),
+        "{hash:?}"
+    );
+    let kept: Vec<String> = cmd(&redis, redis::cmd("HGETALL").arg(&theirs));
+    assert_eq!(kept, ["x", "y"]);
+    assert_eq!(redis.history("count:60:f").values().sum::<f64>(), 6.0);
+}

@@ -336,7 +336,11 @@ fn a_second_import_into_blocks_changes_nothing() {
     };
     run();
     let first = dumps(&redis);
-    assert!(first.keys().any(|k| k.starts_with("history:count:60:app.hits:248:")));
+    assert!(
+        first
+            .keys()
+            .any(|k| k.starts_with("history:count:60:app.hits:248:"))
+    );
     let whole = redis.history("count:60:app.hits");
     run();
     assert_eq!(dumps(&redis), first);

@@ -40,17 +40,22 @@ local function move(hash, block_base, precision, slots, fields, now, cutoff, kep
       local index = t / precision
       local block, slot = math.floor(index / slots), index % slots
       local key = block_base .. ':' .. block
-      if not made[key] then
+      if made[key] == nil then
         -- Made whole at once (a string grown slot by slot would take twice its bytes), and
-        -- kept until its newest slice leaves the retention.
-        redis.call('BITFIELD', key, 'INCRBY', 'u8', (slots / 8 * GROUP - 1) * 8, 0)
-        redis.call('EXPIRE', key, math.max((block + 1) * slots * precision + kept - now, 1))
-        made[key] = true
+        -- kept until its newest slice leaves the retention. A key of another type under the
+        -- name (another program's) takes nothing: the slices stay in the hash.
+        local r = redis.pcall('BITFIELD', key, 'INCRBY', 'u8', (slots / 8 * GROUP - 1) * 8, 0)
+        made[key] = not r.err
+        if made[key] then
+          redis.call('EXPIRE', key, math.max((block + 1) * slots * precision + kept - now, 1))
+        end
       end
       local group = math.floor(slot / 8) * GROUP
       local at = (group + 1 + (slot % 8) * 8) * 8
       local ok
-      if gauge then
+      if not made[key] then
+        ok = false
+      elseif gauge then
         local v = tonumber(fields[i + 1])
         if v then
           redis.call('SETRANGE', key, at / 8, struct.pack('>d', v))

@@ -115,7 +115,10 @@ impl RedisServer {
             let mut tail = block.rsplit(':');
             let n: u64 = tail.next().unwrap().parse().unwrap();
             let slots: u64 = tail.next().unwrap().parse().unwrap();
-            let bytes: Vec<u8> = redis::cmd("GET").arg(&block).query(&mut conn).unwrap();
+            // (Another program's key under a block's name, of another type, holds nothing.)
+            let Ok(bytes) = redis::cmd("GET").arg(&block).query::<Vec<u8>>(&mut conn) else {
+                continue;
+            };
             let g = Geometry { slots };
             for (slot, v) in Geometry::read(0, slots - 1, &bytes, gauge)
                 .into_iter()

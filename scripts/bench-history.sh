@@ -52,51 +52,6 @@ LOADGEN=${LOADGEN:-target/release/examples/loadgen}
 results=$dir/results
 : >"$results"
 
-# mkwhisper DIR SERIES LAYOUT: carbon's files for SERIES counters, made by python3-whisper
-# (create; each archive then written as update_many lays out a new file's points: the oldest
-# point at the archive's start, the others after it), full up to now (a minute ahead for the
-# schema, half an hour for the book's, so that the import, later, still finds its last slices).
-# The schema's archives are the retentions; no whisper schema holds the book's (18 000 s does
-# not divide 86 400 s), so its files hold 1 s for an hour, minutes for a day and hours for 122
-# days, from which the import fills every slice of the 7 precisions. A count per point of
-# rate × step (rate 1..50 a second, ±20 %), the coarser archives' of their step alike. 16
-# files of their own, the series' files hard links to them.
-mkwhisper() {
-  /usr/bin/python3 - "$@" "$schema" <<'EOF'
-import os, random, struct, sys, time, whisper
-root, n, layout, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-archives, ahead = {
-    'schema': ([whisper.parseRetentionDef(d) for d in schema.split(',')], 60),
-    'book': ([(1, 3600), (60, 1440), (3600, 2928)], 1800),
-}[layout]
-end = int(time.time()) + ahead
-os.makedirs(root, exist_ok=True)
-templates = []
-for t in range(min(16, n)):
-    path = os.path.join(root, 'template-%d.wsp' % t)
-    whisper.create(path, archives, xFilesFactor=0, aggregationMethod='sum')
-    rng = random.Random(t)
-    rate = rng.uniform(1, 50)
-    with open(path, 'r+b') as fh:
-        for a in whisper.info(path)['archives']:
-            step, count = a['secondsPerPoint'], a['points']
-            newest = end - end % step
-            pts = []
-            for i in range(count):
-                pts += [newest - (count - 1 - i) * step, float(round(rate * step * rng.uniform(0.8, 1.2)))]
-            fh.seek(a['offset'])
-            fh.write(struct.pack('!' + 'Ld' * count, *pts))
-    templates.append(path)
-for i in range(n):
-    d = os.path.join(root, 'stats_counts', 'load', str(i))
-    os.makedirs(d)
-    os.link(templates[i % len(templates)], os.path.join(d, 'c.wsp'))
-# Bytes and points of the series' files (each as if its own).
-size = os.path.getsize(templates[0])
-slots = sum(c for _, c in archives)
-print(n * size, n * slots)
-EOF
-}
 
 used_memory() { redis-cli -p "$1" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}'; }
 
@@ -164,65 +119,44 @@ print('$label cpu', ($cpu3 - $cpu2) / (s * m) * 1e6)
 print('$label hincrby', ($calls3 - $calls2) / (s * m))" >>"$results"
 }
 
-# render_timing HTTP-PORT REDIS-PORT [requests=5] [timeout=60]: a running agent's Graphite
-# render of 100 series (load.1??.c) as JSON, from -1d and from -7d, each timed `requests` times
-# one after the other: the median in ms, with the series and points answered, and Redis's own
-# time a render (the usec of INFO commandstats over the requests, of the commands a render
-# sends: the agent's own writes, still going on, left out). A request that takes longer
-# than `timeout` seconds ends that range's timing ("timed out", its Redis work goes on).
+# render_timing LABEL BASE TARGET REDIS-PORT [requests=5] [timeout=60]: Graphite renders at BASE
+# (the agent's /graphite, or graphite-web's root) of TARGET (100 series: load.1??.c, or Etsy's
+# stats_counts.load.1??.c) as JSON over each of $ranges, each timed `requests` times one after the
+# other: the median in ms, with the series and points answered, and with a REDIS-PORT (not "-")
+# Redis's own time a render (the usec of INFO commandstats over the requests, of the commands a
+# render sends: the agent's own writes, still going on, left out). A request that takes longer
+# than `timeout` seconds ends that range's timing ("timed out", its Redis work goes on). Lines
+# start with LABEL (render, oracle).
 render_timing() {
-  local port=$1 redis_port=$2 n=${3:-5} limit=${4:-60} from i code
+  local label=$1 base=$2 target=$3 redis_port=$4 n=${5:-5} limit=${6:-60} from i code
   for from in $ranges; do
-    redis-cli -p "$redis_port" config resetstat >/dev/null
+    [ "$redis_port" = - ] || redis-cli -p "$redis_port" config resetstat >/dev/null
     for i in $(seq "$n"); do
       code=$(curl -sg --max-time "$limit" -o "$dir/render.json" -w '%{http_code} %{time_total}' \
-        "http://127.0.0.1:$port/graphite/render?target=load.1%3F%3F.c&from=$from&format=json" || true)
+        "$base/render?target=$target&from=$from&format=json" || true)
       echo "$code"
       [ "${code%% *}" = 200 ] || break
     done >"$dir/render.codes"
-    redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
-      awk -F'[=,]' '/^cmdstat_(hgetall|hmget|zrangebylex|scan|getrange):/ {u += $4} END {print "redis_usec", u}' \
-      >>"$dir/render.codes"
+    if [ "$redis_port" != - ]; then
+      redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+        awk -F'[=,]' '/^cmdstat_(hgetall|hmget|zrangebylex|scan|getrange):/ {u += $4} END {print "redis_usec", u}' \
+        >>"$dir/render.codes"
+    fi
     python3 -c "
 import json, statistics, sys
 lines = open('$dir/render.codes').read().split('\\n')
-redis_usec = float([l for l in lines if l.startswith('redis_usec')][0].split()[1])
+usec = [float(l.split()[1]) for l in lines if l.startswith('redis_usec')]
 rows = [l.split() for l in lines if l and not l.startswith('redis_usec')]
 ok = [float(r[1]) for r in rows if r[0] == '200']
 answer = json.load(open('$dir/render.json')) if rows[-1][0] == '200' else []
 points = sum(len(s['datapoints']) for s in answer)
 if len(ok) == len(rows):
     ms = statistics.median(ok) * 1e3
-    redis = redis_usec / len(rows) / 1e3
-    print(f'render from=$from: median {ms:.1f} ms of {len(rows)} ({len(answer)} series, {points} points)'
-          f' redis {redis:.1f} ms')
+    redis = f' redis {usec[0] / len(rows) / 1e3:.1f} ms' if usec else ''
+    print(f'$label from=$from: median {ms:.1f} ms of {len(rows)} ({len(answer)} series, {points} points){redis}')
 else:
-    print(f'render from=$from: timed out or failed (HTTP {rows[-1][0]} after {float(rows[-1][1]):.1f} s,'
+    print(f'$label from=$from: timed out or failed (HTTP {rows[-1][0]} after {float(rows[-1][1]):.1f} s,'
           f' request {len(rows)}; {len(ok)} answered before)')"
-  done
-}
-
-# oracle_timing URL [requests=5] [timeout=60]: graphite-web's render of the same 100 series
-# (stats_counts.load.1??.c) over the same ranges, timed as render_timing times the agent's.
-oracle_timing() {
-  local url=$1 n=${2:-5} limit=${3:-60} from i code
-  for from in $ranges; do
-    for i in $(seq "$n"); do
-      code=$(curl -sg --max-time "$limit" -o "$dir/oracle.json" -w '%{http_code} %{time_total}' \
-        "$url/render?target=stats_counts.load.1%3F%3F.c&from=$from&format=json" || true)
-      echo "$code"
-      [ "${code%% *}" = 200 ] || break
-    done >"$dir/oracle.codes"
-    python3 -c "
-import json, statistics
-rows = [l.split() for l in open('$dir/oracle.codes').read().split('\\n') if l]
-ok = [float(r[1]) for r in rows if r[0] == '200']
-answer = json.load(open('$dir/oracle.json')) if rows[-1][0] == '200' else []
-points = sum(len(s['datapoints']) for s in answer)
-if len(ok) == len(rows):
-    print(f'oracle from=$from: median {statistics.median(ok) * 1e3:.1f} ms of {len(rows)} ({len(answer)} series, {points} points)')
-else:
-    print(f'oracle from=$from: failed (HTTP {rows[-1][0]})')"
   done
 }
 
@@ -238,7 +172,7 @@ layout() {
     local flags=()
   fi
   rm -rf "$dir/whisper"
-  read -r wbytes wslots < <(mkwhisper "$dir/whisper" "$series" "$name")
+  read -r wbytes wslots < <(mkwhisper "$dir/whisper" "$series" "$name" "$schema")
   base=$(used_memory "$port")
   t0=$(date +%s.%N)
   "$AGENT" import whisper --redis "redis://127.0.0.1:$port" "${flags[@]}" "$dir/whisper" \
@@ -255,7 +189,8 @@ layout() {
   if [ "$name" = schema ] && [ -n "${ORACLE:-}" ]; then
     ORACLE_WHISPER_DIR="$dir/whisper" ORACLE_STATE="$dir/oracle" tests/graphite/graphite-web.sh start \
       >"$dir/oracle.out" 2>&1 || { cat "$dir/oracle.out" >&2; exit 1; }
-    oracle_timing "$(cat "$dir/oracle/url")" "${RENDER_REQUESTS:-3}" "${RENDER_TIMEOUT:-60}" |
+    render_timing oracle "$(cat "$dir/oracle/url")" stats_counts.load.1%3F%3F.c - \
+      "${RENDER_REQUESTS:-3}" "${RENDER_TIMEOUT:-60}" |
       sed 's/^/schema /' >>"$results"
     ORACLE_STATE="$dir/oracle" tests/graphite/graphite-web.sh stop >/dev/null 2>&1 || true
   fi
@@ -267,7 +202,8 @@ layout() {
       running=true
       write_cost "$port" "schema-$coarse" "$coarse" "${flags[@]}"
     done
-    render_timing "$http" "$port" "${RENDER_REQUESTS:-3}" "${RENDER_TIMEOUT:-60}" | sed 's/^/schema /' >>"$results"
+    render_timing render "http://127.0.0.1:$http/graphite" load.1%3F%3F.c "$port" \
+      "${RENDER_REQUESTS:-3}" "${RENDER_TIMEOUT:-60}" | sed 's/^/schema /' >>"$results"
   else
     write_cost "$port" book-0 0
   fi

@@ -77,3 +77,50 @@ start_agent() {
     sleep 0.05
   done
 }
+
+# mkwhisper DIR SERIES LAYOUT SCHEMA: carbon's files for SERIES counters (scripts/bench-history.sh,
+# scripts/import-cost.sh), made by python3-whisper
+# (create; each archive then written as update_many lays out a new file's points: the oldest
+# point at the archive's start, the others after it), full up to now (a minute ahead for the
+# schema, half an hour for the book's, so that the import, later, still finds its last slices).
+# LAYOUT schema: the archives of SCHEMA (carbon's retentions); no whisper schema holds the book's (18 000 s does
+# not divide 86 400 s), so its files hold 1 s for an hour, minutes for a day and hours for 122
+# days, from which the import fills every slice of the 7 precisions. A count per point of
+# rate × step (rate 1..50 a second, ±20 %), the coarser archives' of their step alike. 16
+# files of their own, the series' files hard links to them.
+mkwhisper() {
+  /usr/bin/python3 - "$@" <<'EOF'
+import os, random, struct, sys, time, whisper
+root, n, layout, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+archives, ahead = {
+    'schema': ([whisper.parseRetentionDef(d) for d in schema.split(',')], 60),
+    'book': ([(1, 3600), (60, 1440), (3600, 2928)], 1800),
+}[layout]
+end = int(time.time()) + ahead
+os.makedirs(root, exist_ok=True)
+templates = []
+for t in range(min(16, n)):
+    path = os.path.join(root, 'template-%d.wsp' % t)
+    whisper.create(path, archives, xFilesFactor=0, aggregationMethod='sum')
+    rng = random.Random(t)
+    rate = rng.uniform(1, 50)
+    with open(path, 'r+b') as fh:
+        for a in whisper.info(path)['archives']:
+            step, count = a['secondsPerPoint'], a['points']
+            newest = end - end % step
+            pts = []
+            for i in range(count):
+                pts += [newest - (count - 1 - i) * step, float(round(rate * step * rng.uniform(0.8, 1.2)))]
+            fh.seek(a['offset'])
+            fh.write(struct.pack('!' + 'Ld' * count, *pts))
+    templates.append(path)
+for i in range(n):
+    d = os.path.join(root, 'stats_counts', 'load', str(i))
+    os.makedirs(d)
+    os.link(templates[i % len(templates)], os.path.join(d, 'c.wsp'))
+# Bytes and points of the series' files (each as if its own).
+size = os.path.getsize(templates[0])
+slots = sum(c for _, c in archives)
+print(n * size, n * slots)
+EOF
+}

@@ -2,7 +2,7 @@
 # `import whisper` of one schema's files, two builds of the agent in alternating rounds, each
 # into a Redis of its own (issue 52: a long archive's blocks, each made whole by one SET, against
 # an earlier build's hashes, each made whole by RESTORE). `series` counter files full to now
-# (python3-whisper, sum aggregation, as scripts/bench-history.sh makes them); per round and
+# (python3-whisper, sum aggregation: common.sh's mkwhisper, as scripts/bench-history.sh); per round and
 # build: the import's wall seconds, Redis's CPU seconds for it, and used_memory's growth a
 # point. Prints each round, then the medians.
 #
@@ -17,30 +17,7 @@ cd "$(dirname "$0")/.."
 a=$1; b=$2; series=${3:-20}; rounds=${4:-3}
 schema=${SCHEMA:-10s:6h,1min:6d,10min:1800d}
 . scripts/common.sh
-/usr/bin/python3 - "$dir/whisper" "$series" "$schema" <<'PY'
-import os, random, struct, sys, time, whisper
-root, n, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-archives = [whisper.parseRetentionDef(d) for d in schema.split(',')]
-end = int(time.time()) + 60
-template = os.path.join(root, 'template.wsp')
-os.makedirs(root)
-whisper.create(template, archives, xFilesFactor=0, aggregationMethod='sum')
-rng = random.Random(1)
-with open(template, 'r+b') as fh:
-    for a in whisper.info(template)['archives']:
-        step, count = a['secondsPerPoint'], a['points']
-        newest = end - end % step
-        pts = []
-        for i in range(count):
-            pts += [newest - (count - 1 - i) * step, float(rng.randint(1, 500))]
-        fh.seek(a['offset'])
-        fh.write(struct.pack('!' + 'Ld' * count, *pts))
-for i in range(n):
-    d = os.path.join(root, 'stats_counts', 'load', str(i))
-    os.makedirs(d)
-    os.link(template, os.path.join(d, 'c.wsp'))
-os.remove(template)
-PY
+mkwhisper "$dir/whisper" "$series" schema "$schema" >/dev/null
 used() { redis-cli -p "$1" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}'; }
 cpu() { redis-cli -p "$1" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
 # one LABEL AGENT [redis flags]: a fresh Redis, the import timed; prints the round's figures.

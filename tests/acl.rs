@@ -49,18 +49,6 @@ fn acl_log(redis: &RedisServer) -> Vec<redis::Value> {
         .unwrap()
 }
 
-/// Every key and its value in `DUMP`'s form.
-fn snapshot(redis: &RedisServer) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let mut conn = redis.conn();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
-    keys.into_iter()
-        .map(|k| {
-            let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(&mut conn).unwrap();
-            (k, dump)
-        })
-        .collect()
-}
-
 fn as_user(redis: &RedisServer, user: &str) -> String {
     format!("{}?user={user}&pass=secret", redis.url())
 }
@@ -211,7 +199,7 @@ fn the_whole_cycle_runs_as_the_documented_acl_user() {
     // (no traffic, no cleaner), read everything back and write nothing.
     set_user(&redis, &documented_acl("statsd-reader"));
     let reader = as_user(&redis, "statsd-reader");
-    let before = snapshot(&redis);
+    let before = redis.snapshot();
     let counter = get(&reader, &["counter", "acl.c", "--precision", "60"]);
     let total: i64 = counter
         .as_array()
@@ -255,7 +243,7 @@ fn the_whole_cycle_runs_as_the_documented_acl_user() {
     std::thread::sleep(Duration::from_secs(2));
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
-    assert!(snapshot(&redis) == before, "the reader wrote nothing");
+    assert!(redis.snapshot() == before, "the reader wrote nothing");
     assert_eq!(acl_log(&redis), Vec::<redis::Value>::new());
 }
 
@@ -559,7 +547,7 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     assert_eq!(acl_log(&redis), Vec::<redis::Value>::new());
 
     set_user(&redis, &documented_acl("statsd-reader"));
-    let before = snapshot(&redis);
+    let before = redis.snapshot();
     let reader = as_user(&redis, "statsd-reader");
     let (agent, _, http) = spawn_agent(
         &reader,
@@ -570,6 +558,6 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     assert_eq!(render(http, "acl.old"), 180.0 * 3.0);
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
-    assert!(snapshot(&redis) == before, "the reader wrote nothing");
+    assert!(redis.snapshot() == before, "the reader wrote nothing");
     assert_eq!(acl_log(&redis), Vec::<redis::Value>::new());
 }

@@ -303,18 +303,6 @@ async fn with_the_files_schema_every_archive_is_kept_and_read_as_graphite_web_re
     agent.stop().await;
 }
 
-/// Every key's `DUMP` (its type, encoding and value), by name.
-fn dumps(redis: &RedisServer) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let mut conn = redis.conn();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
-    keys.into_iter()
-        .map(|k| {
-            let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(&mut conn).unwrap();
-            (k, dump)
-        })
-        .collect()
-}
-
 /// With a long archive's blocks in place, an import again finds each block and sets its slots
 /// one by one (the script's other way), and changes no key; a slice the agent's cleaner would
 /// have moved, found in the hash, is taken out of it as the import sets its slot.
@@ -335,7 +323,7 @@ fn a_second_import_into_blocks_changes_nothing() {
         )
     };
     run();
-    let first = dumps(&redis);
+    let first = redis.snapshot();
     assert!(
         first
             .keys()
@@ -343,7 +331,7 @@ fn a_second_import_into_blocks_changes_nothing() {
     );
     let whole = redis.history("count:60:app.hits");
     run();
-    assert_eq!(dumps(&redis), first);
+    assert_eq!(redis.snapshot(), first);
     // An old slice in the hash (as an earlier release left it, or the agent wrote late) is
     // set in its slot and leaves the hash, so that it is never counted twice.
     let old = *whole.keys().next().unwrap();
@@ -355,5 +343,5 @@ fn a_second_import_into_blocks_changes_nothing() {
         .unwrap();
     run();
     assert_eq!(redis.history("count:60:app.hits"), whole);
-    assert_eq!(dumps(&redis), first);
+    assert_eq!(redis.snapshot(), first);
 }

@@ -138,6 +138,18 @@ impl RedisServer {
         out
     }
 
+    /// Every key and its value in `DUMP`'s form (type, encoding and value), by name.
+    pub fn snapshot(&self) -> BTreeMap<String, Vec<u8>> {
+        let mut conn = self.conn();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+        keys.into_iter()
+            .map(|k| {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(&mut conn).unwrap();
+                (k, dump)
+            })
+            .collect()
+    }
+
     /// Sum over all slices of `count:<p>:<series>`.
     pub fn counter_total(&self, precision: u64, series: &str) -> i64 {
         self.get_counter(&format!("count:{precision}:{series}"))

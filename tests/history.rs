@@ -136,6 +136,10 @@ async fn moved_slices_read_back_as_the_hash_held_them() {
     let gauges_before = render(&agent, "h.g", from, t);
     let seconds_before = render(&agent, "h.c", t - 3000, t);
     let hash_before = redis.get_counter("count:60:h.c").len();
+    // The JSON API's (and the CLI's) samples: the hash's, then with the blocks' too.
+    let api = |path: &str| curl_json(&format!("http://{}/api/v1/{path}", agent.http));
+    let api_counts = api("counter/h.c?precision=60");
+    let api_gauges = api("gauge/h.g?precision=60");
     assert!(hash_before > 600, "{hash_before} minutes in the hash");
     // Every count sent, in its minute.
     let summed: BTreeMap<u64, i64> = counts_before
@@ -198,6 +202,15 @@ async fn moved_slices_read_back_as_the_hash_held_them() {
         counts_before,
         "counts once moved"
     );
+    assert_eq!(api("counter/h.c?precision=60"), api_counts);
+    assert_eq!(api("gauge/h.g?precision=60"), api_gauges);
+    let samples: BTreeMap<u64, i64> = api_counts["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s[0].as_u64().unwrap(), s[1].as_i64().unwrap()))
+        .collect();
+    assert_eq!(samples, sent);
     same!(
         render(&agent, "h.g", from, t),
         gauges_before,

@@ -218,7 +218,7 @@ async fn gauge(
     let value = queries.gauge(&series).await?;
     let precision = positive(&q, "precision", s.config.counter_precisions()[0])?;
     // A gauge with a value but no slice at this precision (yet) has no samples, not 404.
-    let samples = queries.reader.gauge_samples(&series, precision).await?;
+    let samples = queries.gauge_history(&series, precision).await?;
     let arriving_from = queries.arriving_from(Schedule::Values, precision);
     Ok(Json(
         json!({ "series": series, "value": value, "precision": precision, "samples": samples, "arriving_from": arriving_from }),

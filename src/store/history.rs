@@ -77,16 +77,6 @@ impl Geometry {
         block * self.slots * precision
     }
 
-    /// Where slot `slot`'s value starts, in bits (`BITFIELD`'s offsets).
-    pub fn value_bit(slot: u64) -> u64 {
-        ((slot / 8) * GROUP_BYTES + 1 + (slot % 8) * 8) * 8
-    }
-
-    /// Slot `slot`'s flag bit.
-    pub fn flag_bit(slot: u64) -> u64 {
-        (slot / 8) * GROUP_BYTES * 8 + slot % 8
-    }
-
     /// The byte range (inclusive, `GETRANGE`'s) holding slots `first..=last`.
     pub fn byte_range(first: u64, last: u64) -> (u64, u64) {
         (
@@ -239,9 +229,6 @@ mod tests {
         let gauges = block_bytes(SMALL, &[(3, -0.25), (4, f64::MAX)], true);
         let got = Geometry::read(3, 5, &gauges, true);
         assert_eq!(got, vec![Some(-0.25), Some(f64::MAX), None]);
-        // The offsets BITFIELD is given point where block_bytes puts them.
-        assert_eq!(Geometry::value_bit(9) / 8, 65 + 1 + 8);
-        assert_eq!(Geometry::flag_bit(9), 65 * 8 + 1);
         assert_eq!(Geometry::read(0, 3, &[], false), vec![None; 4]);
     }
 

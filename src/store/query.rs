@@ -22,6 +22,21 @@ pub enum QueryError {
 
 pub type QueryResult<T> = Result<T, QueryError>;
 
+/// `hash`'s slices with `older`'s (both oldest first), a slice in both combined by `both(hash's,
+/// older's)`, oldest first.
+fn merged<T: Copy>(
+    hash: Vec<(u64, T)>,
+    older: impl IntoIterator<Item = (u64, T)>,
+    both: impl Fn(T, T) -> T,
+) -> Vec<(u64, T)> {
+    let mut all: std::collections::BTreeMap<u64, T> = older.into_iter().collect();
+    for (slice, v) in hash {
+        let held = all.get(&slice).copied();
+        all.insert(slice, held.map_or(v, |o| both(v, o)));
+    }
+    all.into_iter().collect()
+}
+
 /// What `percentiles` reads: the quantiles of a series over a range of slices.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PercentilesQuery {
@@ -51,12 +66,52 @@ impl Queries<'_> {
         arriving_from(self.config, schedule, precision, self.now)
     }
 
-    /// The book's `get_counter`: a counter's slices at `precision`, oldest first.
+    /// The book's `get_counter`: a counter's slices at `precision`, oldest first; of a long
+    /// archive, its blocks' slices too (the whole retention).
     pub async fn counter(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, i64)>> {
-        let samples = self.reader.counter(series, precision).await?;
+        let mut samples = self.reader.counter(series, precision).await?;
+        if let Some(range) = self.history_range(precision, !samples.is_empty()) {
+            let hash = self.reader.keys().counter(precision, series);
+            let older = self.reader.history(&hash, precision, range, false).await?;
+            samples = merged(
+                samples,
+                older.into_iter().map(|(s, v)| (s, v as i64)),
+                |a, b| a + b,
+            );
+        }
         found(samples, || {
             format!("no counter `{series}` at precision {precision}")
         })
+    }
+
+    /// The slices a long archive's blocks may hold at `precision` (its retention up to now),
+    /// when the series has a hash there (the hash keeps its newest slice while it has history).
+    fn history_range(&self, precision: u64, has_hash: bool) -> Option<(u64, u64)> {
+        let retention = self.config.retention();
+        retention.history(precision)?;
+        has_hash.then(|| {
+            (
+                self.now.saturating_sub(retention.seconds(precision)),
+                self.now,
+            )
+        })
+    }
+
+    /// A gauge's value per slice at `precision`, oldest first (of a long archive, its blocks'
+    /// too); empty when it has none there.
+    pub async fn gauge_history(
+        &mut self,
+        series: &str,
+        precision: u64,
+    ) -> QueryResult<Vec<(u64, f64)>> {
+        let mut samples = self.reader.gauge_samples(series, precision).await?;
+        if let Some(range) = self.history_range(precision, !samples.is_empty()) {
+            let hash = self.reader.keys().gauge(precision, series);
+            let older = self.reader.history(&hash, precision, range, true).await?;
+            // The hash's value is the newer where both hold a slice.
+            samples = merged(samples, older, |hash, _| hash);
+        }
+        Ok(samples)
     }
 
     /// The book's `get_stats` for the current hour.
@@ -129,7 +184,7 @@ impl Queries<'_> {
         series: &str,
         precision: u64,
     ) -> QueryResult<Vec<(u64, f64)>> {
-        let samples = self.reader.gauge_samples(series, precision).await?;
+        let samples = self.gauge_history(series, precision).await?;
         found(samples, || {
             format!("no gauge `{series}` at precision {precision}")
         })

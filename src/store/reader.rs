@@ -154,6 +154,11 @@ impl Reader {
         Reader { conn, keys }
     }
 
+    /// The names it reads.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
     /// The book's `get_counter`: `[(slice, count)]` oldest first; empty when unknown.
     pub async fn counter(
         &mut self,
@@ -170,6 +175,38 @@ impl Reader {
             .collect();
         samples.sort_unstable();
         Ok(samples)
+    }
+
+    /// What the blocks of the hash `hash` at `precision` (a long archive's older slices,
+    /// [`crate::store::history`]) hold from slice `from` to slice `until`, oldest first: the
+    /// slots asked of each block in both cuts, a block's `GETRANGE`s in one pipeline (they share
+    /// the hash's slot in a cluster).
+    pub async fn history(
+        &mut self,
+        hash: &str,
+        precision: u64,
+        (from, until): (u64, u64),
+        gauge: bool,
+    ) -> Result<Vec<(u64, f64)>, StoreError> {
+        let p = precision.max(1);
+        let slices: Vec<i64> = (from / p..=until / p).map(|i| (i * p) as i64).collect();
+        let blocks = super::history::reads(&self.keys, hash, p, &slices);
+        if blocks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for block in &blocks {
+            let (a, b) = super::history::Geometry::byte_range(block.first, block.last);
+            pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
+        }
+        let replies: Vec<Vec<u8>> = pipe.query_async(&mut self.conn).await?;
+        let mut values = vec![None; slices.len()];
+        super::history::merge(&mut values, &blocks, &replies, gauge);
+        Ok(slices
+            .iter()
+            .zip(values)
+            .filter_map(|(s, v)| Some((*s as u64, v?)))
+            .collect())
     }
 
     /// The book's `get_stats` for the current hour; `None` when there are none.

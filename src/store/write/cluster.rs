@@ -375,7 +375,6 @@ impl Writer {
         for (i, chunk) in chunks.iter().enumerate() {
             by_slot.entry(chunk.slot()).or_default().push(i);
         }
-        let tags = self.slot_tags();
         let keys = self.keys().clone();
         let keys = &keys;
         let now = self.clock.unix_now();
@@ -393,7 +392,7 @@ impl Writer {
         let results: Vec<Vec<(usize, ChunkReply)>> = futures_util::stream::iter(by_slot)
             .map(|(slot, indexes)| {
                 let mut conn = conn.clone();
-                let guard = keys.slot_guard(&tags[slot as usize], sequence);
+                let guard = keys.slot_guard(keys::slot_tag(slot), sequence);
                 async move {
                     let mut out = Vec::new();
                     for i in indexes {

@@ -18,7 +18,7 @@ pub use cluster::{FollowUps, build_slot_chunks};
 
 use super::clock::Clock;
 use super::server::ServerCheck;
-use super::{Cached, Connection, Keys, Store, StoreError, keys};
+use super::{Cached, Connection, Keys, Store, StoreError};
 use crate::aggregate::ClosedWindow;
 use crate::telemetry::{LogLimit, Telemetry, WriteFailure};
 use standalone::Indexed;
@@ -205,9 +205,8 @@ pub struct Writer {
     script: Script,
     /// The index members this writer has added (one server): counters', gauges'.
     indexed: [Indexed; 2],
-    /// Cluster mode's per-slot script, and a hash tag for each slot (made on first use).
+    /// Cluster mode's per-slot script.
     slot_script: Script,
-    slot_tags: Option<Arc<Vec<String>>>,
     telemetry: Arc<Telemetry>,
     /// Refused writes and chunks dropped for a lost guard: counted always, logged once per
     /// 10 s.
@@ -263,7 +262,6 @@ impl Writer {
             script: Script::new(FLUSH_SCRIPT),
             indexed: Default::default(),
             slot_script: Script::new(FLUSH_SLOT_SCRIPT),
-            slot_tags: None,
             telemetry,
             failure_log: LogLimit::default(),
             guard_log: LogLimit::default(),
@@ -298,12 +296,6 @@ impl Writer {
     /// Whether windows go out as slot chunks ([`Writer::write_slots`]).
     pub fn is_cluster(&self) -> bool {
         self.store.is_cluster()
-    }
-
-    fn slot_tags(&mut self) -> Arc<Vec<String>> {
-        self.slot_tags
-            .get_or_insert_with(|| Arc::new(keys::slot_tags()))
-            .clone()
     }
 
     /// Checks that Redis answers, over the writer's own connection (made if need be).

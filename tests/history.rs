@@ -471,3 +471,61 @@ async fn a_foreign_key_at_a_blocks_name_keeps_its_slices_in_the_hash() {
     assert_eq!(kept, ["x", "y"]);
     assert_eq!(redis.history("count:60:f").values().sum::<f64>(), 6.0);
 }
+
+/// A series idle for longer than its retention, then written again: what its blocks held is
+/// never read as current. A block is named by its slices' absolute time, so a new write never
+/// lands in an old block's slot; and a read asks only the slices within the retention, so a
+/// block still waiting out its `EXPIRE` shows nothing either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_series_idle_past_its_retention_shows_only_its_new_points() {
+    let redis = RedisServer::start();
+    let t = unix_now() / 600 * 600 - 600;
+    let schema = "1s:200";
+    let config = Config {
+        retentions: schema.into(),
+        ..config(&redis)
+    };
+    let clock = Clock::manual(Duration::from_secs(t));
+    let agent = TestAgent::start_at(config, clock.clone());
+    let old: Vec<String> = (1..=150u64)
+        .map(|k| format!("idle.c:{k}|c|T{}", t - 151 + k))
+        .collect();
+    send_window(&agent, &redis, &old, t).await;
+    let mut c = Cleaner::new(
+        redis.store(),
+        "test".into(),
+        Duration::from_secs(1),
+        &Retention::parse(schema).unwrap(),
+        Arc::new(Telemetry::new()),
+    );
+    assert!(c.hold_lease().await.unwrap());
+    assert!(c.pass(t + 1).await.unwrap().slices_moved > 0);
+    let before: f64 = render(&agent, "idle.c", t - 190, t)
+        .iter()
+        .filter_map(|p| p.1)
+        .sum();
+    assert_eq!(before, (1..=150).sum::<u64>() as f64);
+    // Idle for 1000 s (the clock stands at t + 1 after the window), then one count.
+    let back = t + 1001;
+    clock.advance(Duration::from_secs(1000));
+    send_window(&agent, &redis, &["idle.c:7|c".to_string()], back).await;
+    assert!(c.pass(back + 1).await.unwrap().completed);
+    let points = render(&agent, "idle.c", back - 190, back);
+    let written: Vec<_> = points.iter().filter(|p| p.1.is_some()).collect();
+    assert_eq!(written, [&(back, Some(7.0))], "only the new count");
+    // Asked for the old seconds too: the range is clamped to the retention, as whisper's.
+    let all = render(&agent, "idle.c", t - 190, back);
+    let written: Vec<_> = all.iter().filter(|p| p.1.is_some()).collect();
+    assert_eq!(
+        written,
+        [&(back, Some(7.0))],
+        "only the new count, from {}",
+        t - 190
+    );
+    let blocks: Vec<String> = cmd(&redis, redis::cmd("KEYS").arg("history:count:1:idle.c:*"));
+    assert!(
+        !blocks.is_empty(),
+        "the old block still waits out its EXPIRE"
+    );
+    agent.stop().await;
+}

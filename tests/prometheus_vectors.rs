@@ -402,16 +402,29 @@ impl Running {
         socket.send_to(datagram, ("127.0.0.1", self.udp)).unwrap();
     }
 
-    /// The page; a failure names the agent's process state (`Z`: it exited) and its log.
+    /// The page. A request that fails while the agent lives is made again, at most twice (CI
+    /// saw a live agent, its log quiet, answer one with a connection reset, once in a few
+    /// hundred runs of the 145 vectors; why, we have not found); a failure names the agent's
+    /// process state (`Z`: it exited) and its log.
     fn page(&self) -> String {
-        std::panic::catch_unwind(|| http_get(self.http, "/metrics").1).unwrap_or_else(|e| {
+        let mut tries = 0;
+        loop {
+            let failure = match std::panic::catch_unwind(|| http_get(self.http, "/metrics").1) {
+                Ok(page) => return page,
+                Err(e) => e.downcast_ref::<String>().cloned().unwrap_or_default(),
+            };
             let state = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()));
-            panic!(
-                "no page: {:?}; the agent's /proc stat: {state:?}; its log:\n{}",
-                e.downcast_ref::<String>(),
-                self.log()
-            )
-        })
+            let alive = state.as_ref().is_ok_and(|s| !s.contains(") Z "));
+            tries += 1;
+            if !alive || tries > 2 {
+                panic!(
+                    "no page after {tries} tries: {failure}; the agent's /proc stat: {state:?}; \
+                     its log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// What the agent logged.
@@ -514,13 +527,13 @@ fn run(redis: &RedisServer, v: &Vector) -> Result<(), String> {
         for (metric, by_reason) in counts {
             for (reason, count) in by_reason {
                 let series = format!("{metric}{{reason=\"{reason}\"}}");
-                let got = metric_at(agent.http, &series);
+                let got = metric_in(&agent.page(), &series);
                 if got != *count {
                     return Err(format!("{series} {got}, wanted {count}"));
                 }
             }
         }
-        let bad = metric_at(agent.http, "bad_lines_total");
+        let bad = metric_in(&agent.page(), "bad_lines_total");
         if bad != a.bad_lines.values().sum::<f64>() {
             return Err(format!(
                 "bad_lines_total {bad} in all, wanted {:?}",

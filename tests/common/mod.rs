@@ -802,7 +802,11 @@ pub fn with_python_whisper(script: &str, args: &[&str]) {
 
 /// One metric's value from the `/metrics` of the agent at `http` (0 when absent).
 pub fn metric_at(http: SocketAddr, name_and_labels: &str) -> f64 {
-    let text = http_get(http, "/metrics").1;
+    metric_in(&http_get(http, "/metrics").1, name_and_labels)
+}
+
+/// [`metric_at`] of a page already read.
+pub fn metric_in(text: &str, name_and_labels: &str) -> f64 {
     let (name, wanted) = split_labels(name_and_labels);
     text.lines()
         .filter(|l| !l.starts_with('#'))

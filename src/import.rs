@@ -347,7 +347,8 @@ async fn set_hash(
 }
 
 /// Sets a long archive's older `slices` in its blocks (`store::history`), each block by one call
-/// of `import_block.lua` (a new one made whole by one `SET`); returns how many were set.
+/// of `import_block.lua` (a new one made whole by one `SET`), all of an archive's in one
+/// pipeline; returns how many were set.
 #[allow(clippy::too_many_arguments)]
 async fn set_blocks(
     conn: &mut crate::store::Connection,
@@ -360,30 +361,42 @@ async fn set_blocks(
     counter: bool,
     now: u64,
 ) -> redis::RedisResult<usize> {
-    let script = redis::Script::new(include_str!("store/import_block.lua"));
     let mut by_block: BTreeMap<u64, Vec<(u64, f64)>> = BTreeMap::new();
     for (&slice, &v) in slices {
         let (block, slot) = geometry.locate(p, slice);
         by_block.entry(block).or_default().push((slot, v));
     }
-    let mut set = 0;
+    if by_block.is_empty() {
+        return Ok(0);
+    }
+    let script = redis::Script::new(include_str!("store/import_block.lua"));
+    let mut pipe = redis::pipe();
     for (block, points) in by_block {
         let start = geometry.start(p, block);
         let ttl = (start + geometry.slots * p + kept_secs)
             .saturating_sub(now)
             .max(1);
-        set += script
-            .key(history::block_key(keys, hash, geometry, block))
-            .key(hash)
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(2)
+            .arg(history::block_key(keys, hash, geometry, block))
+            .arg(hash)
             .arg(history::block_bytes(geometry, &points, !counter))
             .arg(ttl)
             .arg(start)
             .arg(p)
-            .arg(points.len())
-            .invoke_async::<usize>(conn)
-            .await?;
+            .arg(points.len());
     }
-    Ok(set)
+    // A server that does not hold the script yet (the first archive, or one restarted) gets
+    // it, and the pipeline again: each call sets, so one applied before changes nothing.
+    let set: Vec<usize> = match pipe.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            pipe.query_async(conn).await?
+        }
+        other => other?,
+    };
+    Ok(set.iter().sum())
 }
 
 /// A slice's value as the agent writes it: counts as integers.

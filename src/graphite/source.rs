@@ -951,36 +951,25 @@ impl<'a> Source<'a> {
         windows: &[Option<Window>],
         values: &mut [Vec<Point>],
     ) -> Result<(), StoreError> {
-        let mut reads = Vec::new();
-        for (i, (leaf, w)) in leaves.iter().zip(windows).enumerate() {
-            let Some(w) = w else { continue };
-            let step = w.step as u64;
-            if self.retention().history(step).is_none() {
-                continue;
-            }
-            let Some(hash) = self.hash_key(leaf, step) else {
-                continue;
-            };
-            let blocks = history::reads(self.keys, &hash, step, &w.slices);
-            reads.push((i, matches!(leaf.kind, Kind::Gauge), blocks));
-        }
-        if reads.is_empty() {
-            return Ok(());
-        }
-        // A pipeline a series (its blocks share its hash's slot in a cluster), all at once.
-        let replies = futures_util::future::try_join_all(reads.iter().map(|(_, _, blocks)| {
-            let mut pipe = redis::pipe();
-            for block in blocks {
-                let (a, b) = history::Geometry::byte_range(block.first, block.last);
-                pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
-            }
-            let mut conn = self.conn.clone();
-            async move { pipe.query_async::<Vec<Vec<u8>>>(&mut conn).await }
-        }))
-        .await?;
-        for ((i, gauge, blocks), got) in reads.iter().zip(&replies) {
-            history::merge(&mut values[*i], blocks, got, *gauge);
-        }
+        // A pipeline a series, all at once.
+        let keys = self.keys;
+        let reads = leaves
+            .iter()
+            .zip(windows)
+            .zip(values.iter_mut())
+            .filter_map(|((leaf, w), values)| {
+                let w = w.as_ref()?;
+                let step = w.step as u64;
+                self.retention().history(step)?;
+                let hash = self.hash_key(leaf, step)?;
+                let gauge = matches!(leaf.kind, Kind::Gauge);
+                let mut conn = self.conn.clone();
+                Some(async move {
+                    history::add_blocks(&mut conn, keys, &hash, step, &w.slices, gauge, values)
+                        .await
+                })
+            });
+        futures_util::future::try_join_all(reads).await?;
         Ok(())
     }
 

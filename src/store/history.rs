@@ -9,7 +9,7 @@
 //! (a counter's integer, a gauge's `f64` bits), as `BITFIELD` reads and writes them. A block
 //! expires when its newest slice leaves the retention: no slot is ever reused, so none is stale.
 
-use crate::store::Keys;
+use crate::store::{Connection, Keys, StoreError};
 
 /// Slices the book's hash keeps of a long archive: the book's `sample_count`, so that
 /// `get_counter` answers on them as it always did.
@@ -117,7 +117,7 @@ pub fn block_key(keys: &Keys, hash: &str, geometry: Geometry, block: u64) -> Str
 
 /// One read of a block: its key, and the slots and bytes asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockRead {
+struct BlockRead {
     pub key: String,
     pub first: u64,
     pub last: u64,
@@ -127,7 +127,7 @@ pub struct BlockRead {
 
 /// The block reads covering `slices` (ascending, consecutive at `precision`) in every cut: a
 /// read asks both, so that slices written while another retention cut them are found too.
-pub fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRead> {
+fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRead> {
     let mut out = Vec::new();
     let (Some(&first), Some(&last)) = (slices.first(), slices.last()) else {
         return out;
@@ -159,9 +159,35 @@ pub fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<Blo
     out
 }
 
+/// Adds to `values` (the hash's, one per slice of `slices`: ascending, consecutive at
+/// `precision`) what the blocks of `hash` hold for those slices: one pipeline of `GETRANGE`s of
+/// just the slots asked, in both cuts (a series' blocks share its hash's slot in a cluster).
+pub async fn add_blocks(
+    conn: &mut Connection,
+    keys: &Keys,
+    hash: &str,
+    precision: u64,
+    slices: &[i64],
+    gauge: bool,
+    values: &mut [Option<f64>],
+) -> Result<(), StoreError> {
+    let blocks = reads(keys, hash, precision, slices);
+    if blocks.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for block in &blocks {
+        let (a, b) = Geometry::byte_range(block.first, block.last);
+        pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
+    }
+    let replies: Vec<Vec<u8>> = pipe.query_async(conn).await?;
+    merge(values, &blocks, &replies, gauge);
+    Ok(())
+}
+
 /// Adds what the blocks hold into `values` (the hash's, one per slice of `slices`): a counter's
 /// parts add (a slice moved, then written late, is in both), a gauge's hash value is the newer.
-pub fn merge(values: &mut [Option<f64>], reads: &[BlockRead], replies: &[Vec<u8>], gauge: bool) {
+fn merge(values: &mut [Option<f64>], reads: &[BlockRead], replies: &[Vec<u8>], gauge: bool) {
     for (read, bytes) in reads.iter().zip(replies) {
         let found = Geometry::read(read.first, read.last, bytes, gauge);
         for (i, v) in found.into_iter().enumerate() {

@@ -190,18 +190,17 @@ impl Reader {
     ) -> Result<Vec<(u64, f64)>, StoreError> {
         let p = precision.max(1);
         let slices: Vec<i64> = (from / p..=until / p).map(|i| (i * p) as i64).collect();
-        let blocks = super::history::reads(&self.keys, hash, p, &slices);
-        if blocks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for block in &blocks {
-            let (a, b) = super::history::Geometry::byte_range(block.first, block.last);
-            pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
-        }
-        let replies: Vec<Vec<u8>> = pipe.query_async(&mut self.conn).await?;
         let mut values = vec![None; slices.len()];
-        super::history::merge(&mut values, &blocks, &replies, gauge);
+        super::history::add_blocks(
+            &mut self.conn,
+            &self.keys,
+            hash,
+            p,
+            &slices,
+            gauge,
+            &mut values,
+        )
+        .await?;
         Ok(slices
             .iter()
             .zip(values)

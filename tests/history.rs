@@ -27,15 +27,22 @@ fn cmd<T: redis::FromRedisValue>(redis: &RedisServer, c: &mut redis::Cmd) -> T {
     c.query(&mut redis.conn()).unwrap()
 }
 
-async fn pass(redis: &RedisServer, now: u64) -> PassReport {
+/// A cleaner of `store` under `retention` holding the lease, every precision due in its first
+/// pass.
+async fn leased(store: statsd_redis::store::Store, retention: &Retention) -> Cleaner {
     let mut c = Cleaner::new(
-        redis.store(),
+        store,
         "test".into(),
         Duration::from_secs(1),
-        &Retention::parse(SCHEMA).unwrap(),
+        retention,
         Arc::new(Telemetry::new()),
     );
     assert!(c.hold_lease().await.unwrap());
+    c
+}
+
+async fn pass(redis: &RedisServer, now: u64) -> PassReport {
+    let mut c = leased(redis.store(), &Retention::parse(SCHEMA).unwrap()).await;
     let report = c.pass(now).await.unwrap();
     assert!(report.completed);
     report
@@ -424,14 +431,8 @@ async fn under_sentinel_moved_slices_read_back_the_same() {
     let from = t - 201 * 3_600;
     let before = render(&agent, "s.c", from, t);
     assert_eq!(before.iter().filter_map(|p| p.1).sum::<f64>(), 20_101.0);
-    let mut c = Cleaner::new(
-        statsd_redis::store::Store::open(&config).unwrap(),
-        "test".into(),
-        Duration::from_secs(1),
-        &config.retention(),
-        Arc::new(Telemetry::new()),
-    );
-    assert!(c.hold_lease().await.unwrap());
+    let store = statsd_redis::store::Store::open(&config).unwrap();
+    let mut c = leased(store, &config.retention()).await;
     let report = c.pass(t + 1).await.unwrap();
     // All but the hour-old one, within the hash's newest 120 minutes.
     assert_eq!(report.slices_moved, 199, "{report:?}");
@@ -491,14 +492,7 @@ async fn a_series_idle_past_its_retention_shows_only_its_new_points() {
         .map(|k| format!("idle.c:{k}|c|T{}", t - 151 + k))
         .collect();
     send_window(&agent, &redis, &old, t).await;
-    let mut c = Cleaner::new(
-        redis.store(),
-        "test".into(),
-        Duration::from_secs(1),
-        &Retention::parse(schema).unwrap(),
-        Arc::new(Telemetry::new()),
-    );
-    assert!(c.hold_lease().await.unwrap());
+    let mut c = leased(redis.store(), &Retention::parse(schema).unwrap()).await;
     assert!(c.pass(t + 1).await.unwrap().slices_moved > 0);
     let before: f64 = render(&agent, "idle.c", t - 190, t)
         .iter()

@@ -369,7 +369,9 @@ async fn set_blocks(
     if by_block.is_empty() {
         return Ok(0);
     }
-    let script = redis::Script::new(include_str!("store/import_block.lua"));
+    static SCRIPT: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| redis::Script::new(include_str!("store/import_block.lua")));
+    let script = &*SCRIPT;
     let mut pipe = redis::pipe();
     for (block, points) in by_block {
         let start = geometry.start(p, block);

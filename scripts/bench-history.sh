@@ -109,14 +109,31 @@ write_cost() {
   lg=$!
   sleep_until "$t1"
   read -r cpu2 calls2 < <(redis_usage "-p $port")
+  redis-cli -p "$port" info commandstats | tr -d '\r' >"$dir/commands-$label-0"
   sleep_until "$t2"
   read -r cpu3 calls3 < <(redis_usage "-p $port")
+  redis-cli -p "$port" info commandstats | tr -d '\r' >"$dir/commands-$label-1"
   wait "$lg"
   python3 -c "
 s, m = $series, $secs / 60
 print('$label cleaner', ($cpu1 - $cpu0) / s * 1e6)
 print('$label cpu', ($cpu3 - $cpu2) / (s * m) * 1e6)
 print('$label hincrby', ($calls3 - $calls2) / (s * m))" >>"$results"
+  # Where Redis's time went (stderr): each command's usec a series-minute over the load.
+  python3 - "$dir/commands-$label-0" "$dir/commands-$label-1" "$series" "$secs" "$label" >&2 <<'EOF'
+import re, sys
+def read(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r'cmdstat_(\w+):calls=(\d+),usec=(\d+)', line)
+        if m:
+            out[m[1]] = (int(m[2]), int(m[3]))
+    return out
+a, b = read(sys.argv[1]), read(sys.argv[2])
+per = int(sys.argv[3]) * int(sys.argv[4]) / 60
+rows = sorted(((u - a.get(k, (0, 0))[1]) / per, (c - a.get(k, (0, 0))[0]) / per, k) for k, (c, u) in b.items())
+print(sys.argv[5] + ': ' + ', '.join(f'{k} {u:.1f} us ({c:.1f} calls)' for u, c, k in reversed(rows) if u > 0.5), 'a series-minute')
+EOF
 }
 
 # render_timing LABEL BASE TARGET REDIS-PORT [requests=5] [timeout=60]: Graphite renders at BASE

@@ -383,7 +383,15 @@ async fn set_blocks(
             .arg(2)
             .arg(history::block_key(keys, hash, geometry, block))
             .arg(hash)
-            .arg(history::block_bytes(geometry, &points, !counter))
+            .arg(history::block_bytes(
+                geometry,
+                &points,
+                if counter {
+                    history::Family::Counter
+                } else {
+                    history::Family::Gauge
+                },
+            ))
             .arg(ttl)
             .arg(start)
             .arg(p)

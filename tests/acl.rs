@@ -452,7 +452,7 @@ fn under_sentinel_the_documented_additions_suffice() {
 }
 
 /// A long archive under the documented lines: the agent's cleaner moves old minutes into blocks
-/// (`BITFIELD`, `SETBIT`, `SETRANGE`, `EXPIRE`), `import whisper` writes blocks whole and then
+/// (`BITFIELD`, `SETBIT`, `SETRANGE`, `EXPIRE`; a set's: `PFCOUNT`, `DEL`), `import whisper` writes blocks whole and then
 /// slot by slot over them, and the agent and the reader read them back (`GETRANGE`); `ACL LOG`
 /// stays empty and the reader writes nothing.
 #[test]
@@ -488,15 +488,34 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    // A start's first pass visits every precision (later ones, a minute's once a minute).
+    // A set's minutes as the agent writes them (a HyperLogLog each): h members, h hours back.
+    for h in 3..=32u64 {
+        let members: Vec<String> = (0..h).map(|m| format!("m{m}")).collect();
+        let key = format!("set:60:acl.s:{}", (now - h * 3600) / 60 * 60);
+        let _: u64 = redis::cmd("PFADD")
+            .arg(key)
+            .arg(members)
+            .query(&mut redis.conn())
+            .unwrap();
+    }
+    // A start's first pass visits every precision (later ones, a minute's once a minute) and
+    // walks the sets.
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
     let (agent, _, http) = spawn_agent(&url, &flags);
     let mut agent = Killed(agent);
     let deadline = Instant::now() + Duration::from_secs(10);
+    let sets_left = || {
+        redis::cmd("KEYS")
+            .arg("set:60:acl.s:*")
+            .query::<Vec<String>>(&mut redis.conn())
+            .unwrap()
+            .len()
+    };
     while redis.get_counter("count:60:acl.long").len() > 1
         || redis.history("count:60:acl.long").values().sum::<f64>() != wanted as f64
         || redis.history("gauge:60:acl.lg").len() != 30
+        || sets_left() > 0
     {
         assert!(
             Instant::now() < deadline,
@@ -518,6 +537,7 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     };
     assert_eq!(render(http, "acl.long"), wanted as f64);
     assert_eq!(render(http, "acl.lg"), wanted as f64);
+    assert_eq!(render(http, "acl.s"), wanted as f64);
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
 
@@ -556,6 +576,7 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     let mut agent = Killed(agent);
     assert_eq!(render(http, "acl.long"), wanted as f64);
     assert_eq!(render(http, "acl.old"), 180.0 * 3.0);
+    assert_eq!(render(http, "acl.s"), wanted as f64);
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(redis.snapshot() == before, "the reader wrote nothing");

@@ -181,7 +181,8 @@ async fn every_type_is_written_and_read_back_in_a_cluster() {
     );
     let log = reader.log("shop", "error", 10).await.unwrap();
     assert_eq!(log.common, vec![("title: text".to_string(), 1.0)]);
-    let sets = reader.set("users", 60, unix_now(), 5).await.unwrap();
+    let now = unix_now();
+    let sets = reader.set("users", 60, (now - 240, now)).await.unwrap();
     assert_eq!(sets.iter().map(|s| s.1).max(), Some(2));
 
     // The CLI, given the mode as flags.
@@ -976,18 +977,46 @@ async fn long_archives_move_into_blocks_in_their_hashs_slot() {
         },
     )
     .await;
+    // Sets' minutes as the agent writes them (a HyperLogLog a slice, in any slot): k members.
+    for i in 0..12 {
+        for k in 1..=30u64 {
+            let key = format!("set:60:hs.{i}:{}", (t - k * 7_200) / 60 * 60);
+            let members: Vec<String> = (0..k).map(|m| format!("m{m}")).collect();
+            let _: u64 = query(&cluster, &key, redis::cmd("PFADD").arg(&key).arg(&members));
+        }
+    }
     assert_eq!(total(&render("hc.*")), 12.0 * 465.0);
     assert_eq!(total(&render("hg.*")), 12.0 * 465.0);
     let (counts, gauges) = (render("hc.*"), render("hg.*"));
     let store = Store::open(&config).unwrap();
     let mut cleaner = leased_cleaner_of(store, &config.retention()).await;
     let report = cleaner.pass(t + 1).await.unwrap();
-    // Each hash keeps its newest minute (and with it its index member).
-    assert_eq!(report.slices_moved, 2 * 12 * 29, "{report:?}");
+    // Each hash keeps its newest minute (and with it its index member); every set minute moves.
+    assert_eq!(report.slices_moved, 2 * 12 * 29 + 12 * 30, "{report:?}");
     for i in 0..12 {
         assert_eq!(cluster.hgetall(&format!("count:60:hc.{i}")).len(), 1);
     }
     assert_eq!(render("hc.*"), counts);
     assert_eq!(render("hg.*"), gauges);
+    // The sets' minutes, read from their blocks (a reader asks the HyperLogLogs only of the
+    // minutes the cleaner may not have moved yet), and their names found from the blocks
+    // alone, on every master.
+    assert_eq!(total(&render("hs.*")), 12.0 * 465.0);
+    for i in 0..12 {
+        for k in 1..=30u64 {
+            let key = format!("set:60:hs.{i}:{}", (t - k * 7_200) / 60 * 60);
+            let left: u64 = query(&cluster, &key, redis::cmd("EXISTS").arg(&key));
+            assert_eq!(left, 0, "{key}");
+        }
+    }
+    let found = curl_json(&format!(
+        "http://{}/api/v1/series?type=set&precision=60&match=hs.*",
+        agent.http
+    ));
+    assert_eq!(
+        found["series"].as_array().map(Vec::len),
+        Some(12),
+        "{found}"
+    );
     agent.stop().await;
 }

@@ -28,7 +28,7 @@ use crate::aggregate::{Mapping, StatKind};
 use crate::config::Config;
 use crate::retention::Retention;
 use crate::store::bulk::{BulkPool, Hmget, LexRange, Members};
-use crate::store::history;
+use crate::store::history::{self, Family};
 use crate::store::reader::{index_precisions, index_series, lex_range, parse_buckets};
 use crate::store::{Connection, Keys, Reader, StoreError};
 
@@ -336,7 +336,12 @@ impl<'a> Source<'a> {
         let mut names: BTreeMap<String, Leaf> = BTreeMap::new();
         let coarsest = self.retention().precisions().into_iter().max().unwrap_or(1);
         let (sets, _) = reader
-            .series_of(None, coarsest, None, SCANNED_NAMES)
+            .series_of(
+                None,
+                (coarsest, self.retention().history(coarsest).is_some()),
+                None,
+                SCANNED_NAMES,
+            )
             .await?;
         for series in sets {
             names.entry(graphite_name(&series)).or_insert(Leaf {
@@ -347,7 +352,9 @@ impl<'a> Source<'a> {
             });
         }
         for kind in StatKind::ALL {
-            let (timers, _) = reader.series_of(Some(kind), 0, None, SCANNED_NAMES).await?;
+            let (timers, _) = reader
+                .series_of(Some(kind), (0, false), None, SCANNED_NAMES)
+                .await?;
             for series in timers {
                 for stat in STATS {
                     let path = stat_path(&series, stat);
@@ -914,7 +921,7 @@ impl<'a> Source<'a> {
                     let (step, slices) = w
                         .as_ref()
                         .map_or((0, &[][..]), |w| (w.step as u64, &w.slices[..]));
-                    async move { source.points(leaf, step, slices).await }
+                    async move { source.points(leaf, step, slices, now).await }
                 }),
         )
         .await?;
@@ -943,7 +950,7 @@ impl<'a> Source<'a> {
         Ok(out)
     }
 
-    /// Adds to each counter's and gauge's points what a long archive keeps in blocks
+    /// Adds to each counter's, gauge's and set's points what a long archive keeps in blocks
     /// (`store::history`): `GETRANGE`s of the slots asked, in every cut.
     async fn add_history(
         &mut self,
@@ -961,11 +968,14 @@ impl<'a> Source<'a> {
                 let w = w.as_ref()?;
                 let step = w.step as u64;
                 self.retention().history(step)?;
-                let hash = self.hash_key(leaf, step)?;
-                let gauge = matches!(leaf.kind, Kind::Gauge);
+                let (name, family) = match leaf.kind {
+                    Kind::Gauge => (self.hash_key(leaf, step)?, Family::Gauge),
+                    Kind::Set => (keys.set_series(step, &leaf.series), Family::Set),
+                    _ => (self.hash_key(leaf, step)?, Family::Counter),
+                };
                 let mut conn = self.conn.clone();
                 Some(async move {
-                    history::add_blocks(&mut conn, keys, &hash, step, &w.slices, gauge, values)
+                    history::add_blocks(&mut conn, keys, &name, step, &w.slices, family, values)
                         .await
                 })
             });
@@ -1078,11 +1088,14 @@ impl<'a> Source<'a> {
         self.retention.get_or_init(|| self.config.retention())
     }
 
+    /// `leaf`'s points at `step` for `slices`, as of `now`: of a long archive, the hash's (or
+    /// the sets' HyperLogLogs') part; [`Source::add_history`] adds the blocks'.
     async fn points(
         &mut self,
         leaf: &Leaf,
         step: u64,
         slices: &[i64],
+        now: i64,
     ) -> Result<Vec<Point>, StoreError> {
         let keys = self.keys;
         match &leaf.kind {
@@ -1111,14 +1124,23 @@ impl<'a> Source<'a> {
                 Ok(values.iter().map(number).collect())
             }
             Kind::Set => {
-                let counts: Vec<u64> = each_slice(&self.conn, "PFCOUNT", slices, |s| {
+                // Of a long archive, the slices the cleaner has surely moved are in the blocks.
+                let from = match self.retention().history(step) {
+                    Some(_) => history::set_keys_from(
+                        now.max(0) as u64,
+                        step,
+                        self.config.cleaner_interval_secs,
+                    ) as i64,
+                    _ => i64::MIN,
+                };
+                let skipped = slices.partition_point(|s| *s < from);
+                let counts: Vec<u64> = each_slice(&self.conn, "PFCOUNT", &slices[skipped..], |s| {
                     keys.set(step, &leaf.series, s)
                 })
                 .await?;
                 // A slice without members has no key: null, as a counter's missing slice.
-                Ok(counts
-                    .into_iter()
-                    .map(|n| (n > 0).then_some(n as f64))
+                Ok(std::iter::repeat_n(None, skipped)
+                    .chain(counts.into_iter().map(|n| (n > 0).then_some(n as f64)))
                     .collect())
             }
             Kind::Stat(kind, stat) => {

@@ -277,7 +277,12 @@ async fn series(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     let (names, complete) = s
         .reader()
         .await?
-        .series_of(kind, precision, pattern.as_deref(), MAX_PAGE)
+        .series_of(
+            kind,
+            (precision, s.config.retention().history(precision).is_some()),
+            pattern.as_deref(),
+            MAX_PAGE,
+        )
         .await?;
     Ok(Json(json!({ "series": names, "complete": complete })))
 }

@@ -4,7 +4,7 @@
 //! removes what series that stopped leave outside those hashes: the `gauges:` fields of gauges
 //! no agent wrote for `forget_idle_secs` ([`Cleaner::forgetting`]) and the `slowest:AccessTime`
 //! members whose hour's statistics are gone; every few minutes it deletes the hourly statistics
-//! whose hour and the next are over.
+//! whose hour and the next are over, and moves a long archive's older set slices into blocks.
 //!
 //! Time comes in as a parameter of [`Cleaner::pass`], so tests clean "200 days later" at once.
 
@@ -17,6 +17,7 @@ use redis::Script;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::Clock;
+use super::history::{self, Geometry};
 use super::keys::{self, Index};
 use super::{Cached, Connection, Keys, Store, StoreError};
 use crate::aggregate::StatKind;
@@ -76,6 +77,12 @@ pub struct Cleaner {
     stats_clean: Script,
     /// When (the pass's `now`) the `stats:` families were last walked.
     stats_walked: Option<u64>,
+    /// The precisions kept in blocks, with their cut and seconds kept: where sets' slices move.
+    long: Vec<(u64, Geometry, u64)>,
+    /// When (the pass's `now`) the sets' slices were last walked.
+    sets_walked: Option<u64>,
+    set_move: Script,
+    set_drop: Script,
     passes: u64,
     clean: Script,
     clean_slot: Script,
@@ -112,6 +119,14 @@ impl Cleaner {
             forget: Script::new(include_str!("forget.lua")),
             stats_clean: Script::new(include_str!("stats_clean.lua")),
             stats_walked: None,
+            long: retention
+                .precisions()
+                .into_iter()
+                .filter_map(|p| Some((p, retention.history(p)?, retention.seconds(p))))
+                .collect(),
+            sets_walked: None,
+            set_move: Script::new(include_str!("set_move.lua")),
+            set_drop: Script::new(include_str!("set_drop.lua")),
             passes: 0,
             clean: Script::new(concat!(
                 include_str!("retention.lua"),
@@ -230,7 +245,8 @@ impl Cleaner {
                 .clean_index(&self.keys.gauge_index(), now, &mut report)
                 .await?
             && self.clean_gauges(now, &mut report).await?
-            && self.clean_stats(now, &mut report).await?
+            && self.walk(Walk::Stats, now, &mut report).await?
+            && self.walk(Walk::Sets, now, &mut report).await?
             && self.clean_slowest(&mut report).await?;
         self.passes += 1;
         let t = &self.telemetry;
@@ -629,17 +645,30 @@ impl Cleaner {
         Ok((gone.len() - averages.len()) as u64)
     }
 
-    /// Every `STATS_WALK_SECS` (of the pass's `now`): walks every `stats:` key (`SCAN`, on
-    /// every master of a cluster) and deletes the families' hours whose next hour is over
-    /// (`stats_clean.lua`). Returns false if the lease was lost.
-    async fn clean_stats(&mut self, now: u64, report: &mut PassReport) -> Result<bool, StoreError> {
-        if self
-            .stats_walked
-            .is_some_and(|at| now < at + STATS_WALK_SECS && now >= at)
-        {
+    /// Every few minutes (of the pass's `now`), walks the key space (`SCAN`, on every master of
+    /// a cluster) for one of [`Walk`]'s families. Returns false if the lease was lost.
+    async fn walk(
+        &mut self,
+        walk: Walk,
+        now: u64,
+        report: &mut PassReport,
+    ) -> Result<bool, StoreError> {
+        let (pattern, last, every) = match walk {
+            Walk::Stats => (
+                self.keys.stats_pattern(),
+                self.stats_walked,
+                STATS_WALK_SECS,
+            ),
+            Walk::Sets if self.long.is_empty() => return Ok(true),
+            Walk::Sets => (
+                self.keys.set_pattern(),
+                self.sets_walked,
+                history::SET_WALK_SECS,
+            ),
+        };
+        if last.is_some_and(|at| now < at + every && now >= at) {
             return Ok(true);
         }
-        let pattern = self.keys.stats_pattern();
         let mut conn = self.connection().await?;
         let r = conn.masters().await;
         for node in self.failed(r)? {
@@ -651,16 +680,88 @@ impl Cleaner {
                 let mut conn = self.connection().await?;
                 let r = conn.scan_page(&node, cursor, &pattern).await;
                 let (next, keys) = self.failed(r)?;
-                let r = self.clean_families(&conn, now, keys).await;
-                report.stats_removed += self.failed(r)?;
+                match walk {
+                    Walk::Stats => {
+                        let r = self.clean_families(&conn, now, keys).await;
+                        report.stats_removed += self.failed(r)?;
+                    }
+                    Walk::Sets => {
+                        let r = self.move_sets(&conn, now, keys).await;
+                        report.slices_moved += self.failed(r)?;
+                    }
+                }
                 if next == 0 {
                     break;
                 }
                 cursor = next;
             }
         }
-        self.stats_walked = Some(now);
+        match walk {
+            Walk::Stats => self.stats_walked = Some(now),
+            Walk::Sets => self.sets_walked = Some(now),
+        }
         Ok(true)
+    }
+
+    /// Moves each of `keys` that is a set's slice of a long archive, older than
+    /// [`history::set_keep_from`], into its block: its count (`PFCOUNT`) into its slot
+    /// (`set_move.lua`, in the block's slot), then its HyperLogLog deleted unless it counts more
+    /// by then (`set_drop.lua`, in its own slot); each step repeated changes nothing, so a pass
+    /// stopped between them loses nothing. Concurrently. Returns how many slices moved.
+    async fn move_sets(
+        &self,
+        conn: &Connection,
+        now: u64,
+        keys: Vec<String>,
+    ) -> Result<u64, StoreError> {
+        let moves = keys.into_iter().filter_map(|key| {
+            let (p, series, slice) = self.keys.set_of(&key)?;
+            let &(_, geometry, kept) = self.long.iter().find(|l| l.0 == p)?;
+            if slice >= history::set_keep_from(now, p) || slice + kept <= now {
+                return None;
+            }
+            let (block, slot) = geometry.locate(p, slice);
+            let name = self.keys.set_series(p, series);
+            let block_key = history::block_key(&self.keys, &name, geometry, block);
+            let ttl = (geometry.start(p, block) + geometry.slots * p + kept)
+                .saturating_sub(now)
+                .max(1);
+            let mut put = self.set_move.prepare_invoke();
+            put.key(block_key).arg(slot).arg(geometry.slots).arg(ttl);
+            let mut drop = self.set_drop.prepare_invoke();
+            drop.key(&key);
+            let mut conn = conn.clone();
+            Some(async move {
+                let count = match redis::cmd("PFCOUNT")
+                    .arg(&key)
+                    .query_async::<u64>(&mut conn)
+                    .await
+                {
+                    Ok(n) => n,
+                    // Another program's key under a set's name: left as it is.
+                    Err(e) if e.code().is_some() => return Ok(0),
+                    Err(e) => return Err(e),
+                };
+                if count == 0 {
+                    return Ok(0);
+                }
+                let (held, stored): (i64, u64) = put.arg(count).invoke_async(&mut conn).await?;
+                if held < 0 {
+                    // Another program's key under the block's name: the slice stays.
+                    return Ok(0);
+                }
+                drop.arg(stored).invoke_async::<u64>(&mut conn).await
+            })
+        });
+        let moved: Vec<Result<u64, redis::RedisError>> = futures_util::stream::iter(moves)
+            .buffer_unordered(CONCURRENT_SLOTS)
+            .collect()
+            .await;
+        let mut n = 0;
+        for m in moved {
+            n += m?;
+        }
+        Ok(n)
     }
 
     /// `stats_clean.lua` on the family of each of `keys` that is one of the hourly statistics'
@@ -735,6 +836,15 @@ impl Cleaner {
             tracing::warn!(error = %e, "cleaner could not release its lease; it expires by itself");
         }
     }
+}
+
+/// What a walk of the key space looks for.
+#[derive(Debug, Clone, Copy)]
+enum Walk {
+    /// The hourly statistics' families whose hour and the next are over.
+    Stats,
+    /// A long archive's set slices past `history::SET_OPEN_SECS`.
+    Sets,
 }
 
 /// When a gauge was last written, as its history tells.

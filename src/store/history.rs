@@ -1,7 +1,8 @@
 //! A long archive's slices in fixed slots (docs/layout.md, "History: fixed slots"): the
 //! counters' and gauges' slices that a long `retentions` precision keeps beyond the newest
 //! [`HASH_SLICES`], moved out of the book's hash by the cleaner into strings of fixed-size
-//! slots, so that a write never meets a long hash and a read costs what it reads.
+//! slots, so that a write never meets a long hash and a read costs what it reads; and a set's
+//! slices beyond them, each moved out of its HyperLogLog as its count of distinct members.
 //!
 //! A block holds [`Geometry::slots`] consecutive slices of one series at one precision, named
 //! by its number (`slice / precision / slots`); it is a string of groups of eight slots, each
@@ -20,6 +21,52 @@ pub const HASH_SLICES: u64 = 120;
 pub fn keep_from(now: u64, p: u64) -> u64 {
     let p = p.max(1);
     (now / p * p).saturating_sub((HASH_SLICES - 1) * p)
+}
+
+/// How often (s) the cleaner walks the sets' slices to move the older ones into blocks: the walk
+/// `SCAN`s the whole key space.
+pub const SET_WALK_SECS: u64 = 300;
+
+/// How long (s) a set's slice keeps its HyperLogLog, at a long archive's precision, after its
+/// start (at least until the next slice is over): members that arrive for it meanwhile (a
+/// window's, a short backlog's) merge into it exactly. The cleaner moves it into its block after
+/// that: a set has no reader that wants the book's 120 slices, and a busy set's HyperLogLog is
+/// 12 KiB.
+pub const SET_OPEN_SECS: u64 = 120;
+
+/// The oldest slice of a set at precision `p` that keeps its HyperLogLog at `now`.
+pub fn set_keep_from(now: u64, p: u64) -> u64 {
+    let p = p.max(1);
+    now.saturating_sub(SET_OPEN_SECS.max(p)) / p * p
+}
+
+/// The oldest slice of a set at precision `p` whose HyperLogLog a reader asks at `now`, when
+/// the cleaner runs every `interval` s: those [`set_keep_from`] keeps and those its walk may not
+/// have moved yet (older ones are read from the blocks only).
+pub fn set_keys_from(now: u64, p: u64, interval: u64) -> u64 {
+    set_keep_from(now.saturating_sub(SET_WALK_SECS + 3 * interval), p)
+}
+
+/// What a block's slots hold, and how a slice found both in its block and outside (in the hash,
+/// or a set's HyperLogLog: written again after its move) reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// A count (a 64-bit integer): the parts add.
+    Counter,
+    /// A value (`f64` bits): the hash's is the newer.
+    Gauge,
+    /// Distinct members (a 64-bit integer): the larger part (none counted twice).
+    Set,
+}
+
+impl Family {
+    fn combine(self, outside: f64, block: f64) -> f64 {
+        match self {
+            Family::Counter => outside + block,
+            Family::Gauge => outside,
+            Family::Set => outside.max(block),
+        }
+    }
 }
 
 /// How a block is cut: its slots, and its length in bytes (a whole number of groups, sized so
@@ -87,8 +134,8 @@ impl Geometry {
 
     /// The values of slots `first..=last` out of the bytes `GETRANGE` gave for
     /// [`Geometry::byte_range`] (shorter, or empty, where the block is: a missing block reads as
-    /// nothing written), as `f64`: a counter's integer, or a gauge's bits.
-    pub fn read(first: u64, last: u64, bytes: &[u8], gauge: bool) -> Vec<Option<f64>> {
+    /// nothing written), as `f64`: an integer, or a gauge's bits.
+    pub fn read(first: u64, last: u64, bytes: &[u8], family: Family) -> Vec<Option<f64>> {
         let base = (first / 8) * GROUP_BYTES;
         (first..=last)
             .map(|slot| {
@@ -99,10 +146,9 @@ impl Geometry {
                 }
                 let at = group + 1 + (slot % 8) as usize * 8;
                 let raw = i64::from_be_bytes(bytes.get(at..at + 8)?.try_into().ok()?);
-                Some(if gauge {
-                    f64::from_bits(raw as u64)
-                } else {
-                    raw as f64
+                Some(match family {
+                    Family::Gauge => f64::from_bits(raw as u64),
+                    Family::Counter | Family::Set => raw as f64,
                 })
             })
             .collect()
@@ -159,16 +205,17 @@ fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRe
     out
 }
 
-/// Adds to `values` (the hash's, one per slice of `slices`: ascending, consecutive at
-/// `precision`) what the blocks of `hash` hold for those slices: one pipeline of `GETRANGE`s of
-/// just the slots asked, in both cuts (a series' blocks share its hash's slot in a cluster).
+/// Adds to `values` (the hash's or the sets' slices', one per slice of `slices`: ascending,
+/// consecutive at `precision`) what the blocks of `hash` (a hash's name, or a set's
+/// [`Keys::set_series`]) hold for those slices: one pipeline of `GETRANGE`s of just the slots
+/// asked, in both cuts (a series' blocks share one slot in a cluster).
 pub async fn add_blocks(
     conn: &mut Connection,
     keys: &Keys,
     hash: &str,
     precision: u64,
     slices: &[i64],
-    gauge: bool,
+    family: Family,
     values: &mut [Option<f64>],
 ) -> Result<(), StoreError> {
     let blocks = reads(keys, hash, precision, slices);
@@ -181,38 +228,33 @@ pub async fn add_blocks(
         pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
     }
     let replies: Vec<Vec<u8>> = pipe.query_async(conn).await?;
-    merge(values, &blocks, &replies, gauge);
+    merge(values, &blocks, &replies, family);
     Ok(())
 }
 
-/// Adds what the blocks hold into `values` (the hash's, one per slice of `slices`): a counter's
-/// parts add (a slice moved, then written late, is in both), a gauge's hash value is the newer.
-fn merge(values: &mut [Option<f64>], reads: &[BlockRead], replies: &[Vec<u8>], gauge: bool) {
+/// Adds what the blocks hold into `values` (one per slice of `slices`), a slice held in both
+/// (moved, then written late) combined as [`Family`] says.
+fn merge(values: &mut [Option<f64>], reads: &[BlockRead], replies: &[Vec<u8>], family: Family) {
     for (read, bytes) in reads.iter().zip(replies) {
-        let found = Geometry::read(read.first, read.last, bytes, gauge);
+        let found = Geometry::read(read.first, read.last, bytes, family);
         for (i, v) in found.into_iter().enumerate() {
             let (Some(v), Some(slot)) = (v, values.get_mut(read.at + i)) else {
                 continue;
             };
-            *slot = match (*slot, gauge) {
-                (Some(h), false) => Some(h + v),
-                (Some(h), true) => Some(h),
-                (None, _) => Some(v),
-            };
+            *slot = Some(slot.map_or(v, |outside| family.combine(outside, v)));
         }
     }
 }
 
 /// A whole block's string, for the importer: `points` are (slot, value) pairs.
-pub fn block_bytes(geometry: Geometry, points: &[(u64, f64)], gauge: bool) -> Vec<u8> {
+pub fn block_bytes(geometry: Geometry, points: &[(u64, f64)], family: Family) -> Vec<u8> {
     let mut out = vec![0u8; geometry.bytes() as usize];
     for &(slot, value) in points {
         let group = ((slot / 8) * GROUP_BYTES) as usize;
         out[group] |= 0x80 >> (slot % 8);
-        let raw = if gauge {
-            value.to_bits() as i64
-        } else {
-            value as i64
+        let raw = match family {
+            Family::Gauge => value.to_bits() as i64,
+            Family::Counter | Family::Set => value as i64,
         };
         let at = group + 1 + (slot % 8) as usize * 8;
         out[at..at + 8].copy_from_slice(&raw.to_be_bytes());
@@ -237,8 +279,8 @@ mod tests {
     #[test]
     fn a_block_reads_back_what_was_put_in_it() {
         let points = [(0, 5.0), (7, -3.0), (8, 1e15), (247, 0.0)];
-        let bytes = block_bytes(SMALL, &points, false);
-        let got = Geometry::read(0, 247, &bytes, false);
+        let bytes = block_bytes(SMALL, &points, Family::Counter);
+        let got = Geometry::read(0, 247, &bytes, Family::Counter);
         assert_eq!(got.iter().flatten().count(), 4);
         assert_eq!(
             (got[0], got[7], got[8], got[247]),
@@ -249,13 +291,13 @@ mod tests {
         let (a, b) = Geometry::byte_range(7, 8);
         let part = &bytes[a as usize..=b as usize];
         assert_eq!(
-            Geometry::read(7, 8, part, false),
+            Geometry::read(7, 8, part, Family::Counter),
             vec![Some(-3.0), Some(1e15)]
         );
-        let gauges = block_bytes(SMALL, &[(3, -0.25), (4, f64::MAX)], true);
-        let got = Geometry::read(3, 5, &gauges, true);
+        let gauges = block_bytes(SMALL, &[(3, -0.25), (4, f64::MAX)], Family::Gauge);
+        let got = Geometry::read(3, 5, &gauges, Family::Gauge);
         assert_eq!(got, vec![Some(-0.25), Some(f64::MAX), None]);
-        assert_eq!(Geometry::read(0, 3, &[], false), vec![None; 4]);
+        assert_eq!(Geometry::read(0, 3, &[], Family::Counter), vec![None; 4]);
     }
 
     #[test]
@@ -271,8 +313,8 @@ mod tests {
         assert_eq!((large[0].first, large[0].last, large[0].at), (247, 546, 0));
         let mut values = vec![None; 300];
         values[0] = Some(1.0);
-        let small = block_bytes(SMALL, &[(247, 2.0)], false);
-        let big = block_bytes(LARGE, &[(248, 4.0)], false);
+        let small = block_bytes(SMALL, &[(247, 2.0)], Family::Counter);
+        let big = block_bytes(LARGE, &[(248, 4.0)], Family::Counter);
         let replies: Vec<Vec<u8>> = r
             .iter()
             .map(|b| {
@@ -287,10 +329,14 @@ mod tests {
                 whole[x as usize..=y as usize].to_vec()
             })
             .collect();
-        merge(&mut values, &r, &replies, false);
+        let mut sets = values.clone();
+        merge(&mut values, &r, &replies, Family::Counter);
         assert_eq!(
             (values[0], values[1], values[2]),
             (Some(3.0), Some(4.0), None)
         );
+        // A set's slice held in both reads as the larger part.
+        merge(&mut sets, &r, &replies, Family::Set);
+        assert_eq!((sets[0], sets[1], sets[2]), (Some(2.0), Some(4.0), None));
     }
 }

@@ -163,7 +163,48 @@ impl Keys {
 
     /// `set:<precision>:<series>:<slice>`: a HyperLogLog of the slice's members.
     pub fn set(&self, precision: u64, series: &str, slice: u64) -> String {
-        format!("{}set:{precision}:{series}:{slice}", self.prefix)
+        format!("{}:{slice}", self.set_series(precision, series))
+    }
+
+    /// `set:<precision>:<series>`, a set's slices' keys without the slice: what a long
+    /// archive's blocks of the set are named after ([`Keys::history_base`]).
+    pub fn set_series(&self, precision: u64, series: &str) -> String {
+        format!("{}set:{precision}:{series}", self.prefix)
+    }
+
+    /// The pattern of every set slice's key (`SCAN`'s `MATCH`).
+    pub fn set_pattern(&self) -> String {
+        format!("{}set:*", self.prefix)
+    }
+
+    /// The pattern of every block of a set at `precision` (`SCAN`'s `MATCH`; in a cluster a
+    /// block's name holds a slot tag: [`Keys::history_base`]).
+    pub fn set_blocks_pattern(&self, precision: u64) -> String {
+        format!("{}history:*set:{precision}:*", self.prefix)
+    }
+
+    /// The series of a set's block at `precision` (as [`Keys::set_series`] and
+    /// [`crate::store::history::block_key`] name it); None for any other key.
+    pub fn set_of_block<'k>(&self, key: &'k str, precision: u64) -> Option<&'k str> {
+        let name = key.strip_prefix(&self.prefix)?.strip_prefix("history:")?;
+        let name = match (self.tagged, name.strip_prefix('{')) {
+            (true, Some(tagged)) => tagged.split_once('}')?.1,
+            (false, None) => name,
+            _ => return None,
+        };
+        let rest = name.strip_prefix(&format!("set:{precision}:"))?;
+        let (rest, number) = rest.rsplit_once(':')?;
+        let (series, slots) = rest.rsplit_once(':')?;
+        (number.parse::<u64>().is_ok() && slots.parse::<u64>().is_ok()).then_some(series)
+    }
+
+    /// A set slice's key (as [`Keys::set`] names it) read back: its precision, series and
+    /// slice. None for any other key.
+    pub fn set_of<'k>(&self, key: &'k str) -> Option<(u64, &'k str, u64)> {
+        let name = key.strip_prefix(&self.prefix)?.strip_prefix("set:")?;
+        let (precision, rest) = name.split_once(':')?;
+        let (series, slice) = rest.rsplit_once(':')?;
+        Some((precision.parse().ok()?, series, slice.parse().ok()?))
     }
 
     /// `recent:<name>:<severity>`: LIST of `<asctime> <message>`, newest first, 100 kept.
@@ -538,6 +579,37 @@ mod tests {
             let tag = &tags[slot as usize];
             assert_eq!(slot_of(format!("flush:a.1{{{tag}}}").as_bytes()), slot);
         }
+    }
+
+    #[test]
+    fn set_keys_read_back() {
+        let k = Keys::new("p:");
+        let key = k.set(600, "web.users;dc=a:b", 1_700_000_400);
+        assert_eq!(key, "p:set:600:web.users;dc=a:b:1700000400");
+        assert_eq!(
+            k.set_of(&key),
+            Some((600, "web.users;dc=a:b", 1_700_000_400))
+        );
+        assert_eq!(k.set_of("p:set:600:x"), None);
+        assert_eq!(k.set_of("set:600:x:1"), None);
+        assert_eq!(k.set_of("p:set:ten:x:1"), None);
+        assert_eq!(
+            k.history_base(&k.set_series(600, "x")),
+            "p:history:set:600:x"
+        );
+        assert_eq!(
+            k.set_of_block("p:history:set:600:a:b:2008:7", 600),
+            Some("a:b")
+        );
+        assert_eq!(k.set_of_block("p:history:set:600:a:2008:7", 60), None);
+        assert_eq!(k.set_of_block("p:history:count:600:a:2008:7", 600), None);
+        let tagged = Keys::tagged("p:");
+        let block = format!(
+            "{}:248:3",
+            tagged.history_base(&tagged.set_series(60, "a}b"))
+        );
+        assert!(block.starts_with("p:history:{"), "{block}");
+        assert_eq!(tagged.set_of_block(&block, 60), Some("a}b"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::str::FromStr;
 
+use super::history::{self, Family};
 use super::reader::{KnownSeries, LogView, QuantileRange, QuantilesView, Reader, StatsView};
 use super::{StoreError, clock};
 use crate::aggregate::StatKind;
@@ -72,7 +73,10 @@ impl Queries<'_> {
         let mut samples = self.reader.counter(series, precision).await?;
         if let Some(range) = self.history_range(precision, !samples.is_empty()) {
             let hash = self.reader.keys().counter(precision, series);
-            let older = self.reader.history(&hash, precision, range, false).await?;
+            let older = self
+                .reader
+                .history(&hash, precision, range, Family::Counter)
+                .await?;
             samples = merged(
                 samples,
                 older.into_iter().map(|(s, v)| (s, v as i64)),
@@ -107,7 +111,10 @@ impl Queries<'_> {
         let mut samples = self.reader.gauge_samples(series, precision).await?;
         if let Some(range) = self.history_range(precision, !samples.is_empty()) {
             let hash = self.reader.keys().gauge(precision, series);
-            let older = self.reader.history(&hash, precision, range, true).await?;
+            let older = self
+                .reader
+                .history(&hash, precision, range, Family::Gauge)
+                .await?;
             // The hash's value is the newer where both hold a slice.
             samples = merged(samples, older, |hash, _| hash);
         }
@@ -190,17 +197,39 @@ impl Queries<'_> {
         })
     }
 
-    /// A set's distinct members per slice at `precision`, for the slices kept.
+    /// A set's distinct members per slice at `precision`, for the slices kept: of a long
+    /// archive, the newest in their HyperLogLogs and the older in blocks.
     pub async fn set(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, u64)>> {
-        let samples = self
-            .reader
-            .set(
-                series,
-                precision,
+        let retention = self.config.retention();
+        let newest = super::keys::slice(self.now, precision);
+        let oldest =
+            newest.saturating_sub(retention.samples(precision).saturating_sub(1) * precision);
+        let long = retention.history(precision).is_some();
+        // What the cleaner has surely moved is read from the blocks only.
+        let from_keys = match long {
+            true => oldest.max(history::set_keys_from(
                 self.now,
-                self.config.retention().samples(precision),
-            )
+                precision,
+                self.config.cleaner_interval_secs,
+            )),
+            false => oldest,
+        };
+        let mut samples = self
+            .reader
+            .set(series, precision, (from_keys, newest))
             .await?;
+        if long {
+            let name = self.reader.keys().set_series(precision, series);
+            let older = self
+                .reader
+                .history(&name, precision, (oldest, newest), Family::Set)
+                .await?;
+            samples = merged(
+                samples,
+                older.into_iter().map(|(s, v)| (s, v as u64)),
+                u64::max,
+            );
+        }
         found(samples, || {
             format!("no set `{series}` at precision {precision}")
         })

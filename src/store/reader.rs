@@ -186,7 +186,7 @@ impl Reader {
         hash: &str,
         precision: u64,
         (from, until): (u64, u64),
-        gauge: bool,
+        family: super::history::Family,
     ) -> Result<Vec<(u64, f64)>, StoreError> {
         let p = precision.max(1);
         let slices: Vec<i64> = (from / p..=until / p).map(|i| (i * p) as i64).collect();
@@ -197,7 +197,7 @@ impl Reader {
             hash,
             p,
             &slices,
-            gauge,
+            family,
             &mut values,
         )
         .await?;
@@ -289,37 +289,47 @@ impl Reader {
     }
 
     /// Series with statistics of `kind` this hour (their `stats:` ZSET exists) or, with
-    /// `kind` `None`, sets with a slice at `precision`, whose name matches `pattern` (a glob; a
-    /// plain word matches anywhere), found with a bounded `SCAN`, by name: at most `max`, and
-    /// whether that is all of them.
+    /// `kind` `None`, sets with a slice at `precision` (with `long`, a precision kept in blocks:
+    /// or a block there), whose name matches `pattern` (a glob; a plain word matches anywhere),
+    /// found with a bounded `SCAN`, by name: at most `max`, and whether that is all of them.
     pub async fn series_of(
         &mut self,
         kind: Option<StatKind>,
-        precision: u64,
+        (precision, long): (u64, bool),
         pattern: Option<&str>,
         max: usize,
     ) -> Result<(Vec<String>, bool), StoreError> {
         let prefix = self.keys.prefix();
-        let sets = format!("{prefix}set:{precision}:");
-        let scan = match kind {
-            Some(kind) => format!("{prefix}stats:*:{}", kind.redis_name()),
-            None => format!("{sets}*"),
+        let scans = match kind {
+            Some(kind) => vec![format!("{prefix}stats:*:{}", kind.redis_name())],
+            None if long => vec![
+                format!("{prefix}set:{precision}:*"),
+                self.keys.set_blocks_pattern(precision),
+            ],
+            None => vec![format!("{prefix}set:{precision}:*")],
         };
         let mut names = std::collections::BTreeSet::new();
         let keys = &self.keys;
-        let complete = self
-            .conn
-            .scan_keys(&scan, SCAN_EXAMINED, |key| {
-                let name = match kind {
-                    Some(kind) => keys.series_of_stats(&key, kind),
-                    None => (|| Some(key.strip_prefix(&sets)?.rsplit_once(':')?.0.to_string()))(),
-                };
-                if let Some(name) = name.filter(|n| pattern.is_none_or(|p| glob_match(p, n))) {
-                    names.insert(name);
-                }
-                names.len() <= max
-            })
-            .await?;
+        let mut complete = true;
+        for scan in scans {
+            complete &= self
+                .conn
+                .scan_keys(&scan, SCAN_EXAMINED, |key| {
+                    let name = match kind {
+                        Some(kind) => keys.series_of_stats(&key, kind),
+                        None => keys
+                            .set_of(&key)
+                            .map(|(_, series, _)| series)
+                            .or_else(|| keys.set_of_block(&key, precision))
+                            .map(str::to_string),
+                    };
+                    if let Some(name) = name.filter(|n| pattern.is_none_or(|p| glob_match(p, n))) {
+                        names.insert(name);
+                    }
+                    names.len() <= max
+                })
+                .await?;
+        }
         let all = complete && names.len() <= max;
         Ok((names.into_iter().take(max).collect(), all))
     }
@@ -400,20 +410,16 @@ impl Reader {
         Ok(samples)
     }
 
-    /// Distinct members per slice of a set at `precision`, for the `sample_count` slices up to
-    /// `now`, oldest first; slices without members are left out.
+    /// Distinct members per slice of a set at `precision` in its slices' HyperLogLogs, from
+    /// slice `from` to slice `until`, oldest first; slices without members are left out.
     pub async fn set(
         &mut self,
         series: &str,
         precision: u64,
-        now: u64,
-        sample_count: u64,
+        (from, until): (u64, u64),
     ) -> Result<Vec<(u64, u64)>, StoreError> {
-        let newest = keys::slice(now, precision);
-        let slices: Vec<u64> = (0..sample_count)
-            .filter_map(|i| newest.checked_sub(i * precision))
-            .rev()
-            .collect();
+        let p = precision.max(1);
+        let slices: Vec<u64> = (from.div_ceil(p)..=until / p).map(|i| i * p).collect();
         // One call per slice, all at once: in a cluster the slices' keys live in other slots,
         // which a pipeline may not mix.
         let counts: Vec<u64> = futures_util::future::try_join_all(slices.iter().map(|s| {

@@ -104,9 +104,14 @@ impl RedisServer {
     /// archive's blocks (`history:<key>:<slots>:<n>`), as the Graphite API merges them: a
     /// counter's parts added, a gauge's hash value before its block's.
     pub fn history(&self, key: &str) -> BTreeMap<u64, f64> {
-        use statsd_redis::store::history::Geometry;
+        use statsd_redis::store::history::{Family, Geometry};
         let mut conn = self.conn();
         let gauge = key.starts_with("gauge:");
+        let family = if gauge {
+            Family::Gauge
+        } else {
+            Family::Counter
+        };
         let mut out: BTreeMap<u64, f64> = BTreeMap::new();
         let pattern = format!("history:{key}:*");
         let blocks: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut conn).unwrap();
@@ -120,7 +125,7 @@ impl RedisServer {
                 continue;
             };
             let g = Geometry { slots };
-            for (slot, v) in Geometry::read(0, slots - 1, &bytes, gauge)
+            for (slot, v) in Geometry::read(0, slots - 1, &bytes, family)
                 .into_iter()
                 .enumerate()
             {

@@ -337,6 +337,99 @@ async fn an_earlier_releases_long_hash_moves_while_the_series_is_written() {
     agent.stop().await;
 }
 
+/// The migration killed halfway: a 40 000-minute hash as the previous release wrote it, the
+/// agent (the binary) counting into its current minute; SIGKILL once the cleaner's first call
+/// moved 20 000 slices; a new agent moves the rest at its start and counts on. Every slice
+/// reads back, each count once: a call moves its slices and deletes their fields atomically,
+/// so a kill between two calls leaves each slice in the hash or in its block.
+#[test]
+fn the_migration_killed_halfway_loses_no_slice() {
+    let redis = RedisServer::start();
+    let t = unix_now() / 60 * 60 - 120;
+    let mut conn = redis.conn();
+    let mut total = 0i64;
+    for batch in (1..=40_000u64).collect::<Vec<_>>().chunks(5000) {
+        let mut c = redis::cmd("HSET");
+        c.arg("count:60:mig");
+        for k in batch {
+            total += (k % 89) as i64 + 1;
+            c.arg(t - k * 60).arg((k % 89) as i64 + 1);
+        }
+        c.query::<()>(&mut conn).unwrap();
+    }
+    cmd::<()>(
+        &redis,
+        redis::cmd("ZADD").arg("known:").arg(0).arg("60:mig"),
+    );
+    // A lease of a second, which the killed agent's cleaner leaves behind; every start's first
+    // pass visits every precision.
+    let flags = [
+        "--retentions",
+        SCHEMA,
+        "--coarse-write-secs",
+        "0",
+        "--cleaner-interval-secs",
+        "1",
+    ];
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let hlen = || -> u64 { cmd(&redis, redis::cmd("HLEN").arg("count:60:mig")) };
+    let sum = || -> f64 { redis.history("count:60:mig").values().sum() };
+    let count_until = |wanted: f64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sum() != wanted {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} of {wanted}",
+                sum()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let (agent, udp, _) = spawn_agent(&redis.url(), &flags);
+    let mut agent = Killed(agent);
+    socket.send_to(b"mig:5|c", ("127.0.0.1", udp)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while hlen() > 40_000 - 19_000 {
+        assert!(std::time::Instant::now() < deadline, "no move: {}", hlen());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    count_until((total + 5) as f64);
+    agent.kill();
+    assert!(hlen() > 15_000, "the first call only: {} fields", hlen());
+    let (agent, udp, http) = spawn_agent(&redis.url(), &flags);
+    let mut agent = Killed(agent);
+    socket.send_to(b"mig:7|c", ("127.0.0.1", udp)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while hlen() > HASH_SLICES + 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not moved: {}",
+            hlen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    count_until((total + 12) as f64);
+    let answer = curl_json(&format!(
+        "http://127.0.0.1:{http}/graphite/render?target=mig&from={}&format=json",
+        t - 40_001 * 60
+    ));
+    let points: Vec<f64> = answer[0]["datapoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .filter_map(|p| p[0].as_f64())
+        .collect();
+    // Every old minute, and the one or two the agents counted into.
+    assert!(
+        (40_001..=40_002).contains(&points.len()),
+        "{} minutes",
+        points.len()
+    );
+    assert_eq!(points.iter().sum::<f64>(), (total + 12) as f64);
+    let (code, log, _) = agent.terminate();
+    assert_eq!(code, Some(0), "{log}");
+}
+
 /// The book's layout has no blocks: with the default configuration no precision is cut into
 /// them (so the cleaner's script is given no cuts and trims as the book's `clean_counters`);
 /// carbon's spelling cuts each archive longer than 120 slices.
@@ -524,6 +617,34 @@ async fn a_series_idle_past_its_retention_shows_only_its_new_points() {
     agent.stop().await;
 }
 
+/// Moves the manual `clock` on to `at` (or, from there, a few seconds on) and waits until the
+/// agent's open window is one that started then: after a jump its closer closes the windows in
+/// between one by one, and lines taken before it caught up would land in an earlier one. A
+/// marker is sent into the open window until one is written at the second it was sent at.
+/// Returns the open window's second.
+async fn move_to(agent: &TestAgent, redis: &RedisServer, clock: &Clock, at: u64) -> u64 {
+    let now = clock.unix_now();
+    if at > now + 1 {
+        clock.advance(Duration::from_secs(at - 1 - now));
+    }
+    loop {
+        // A marker series of its own each time: the cleaner trims and moves the older ones.
+        let opened = clock.unix_now();
+        agent
+            .send_taken(format!("h.sync.{opened}:1|c").as_bytes())
+            .await;
+        agent.tick();
+        let marker = || redis.history(&format!("count:1:h.sync.{opened}"));
+        eventually(Duration::from_secs(10), "the marker written", || {
+            !marker().is_empty()
+        })
+        .await;
+        if marker().contains_key(&opened) {
+            return clock.unix_now();
+        }
+    }
+}
+
 /// The set slices' keys of `series` at `precision`, by slice.
 fn set_slices(redis: &RedisServer, precision: u64, series: &str) -> Vec<u64> {
     let keys: Vec<String> = cmd(
@@ -569,8 +690,9 @@ async fn a_sets_older_slices_move_into_blocks_and_read_back_the_same() {
         let count: u64 = cmd(&redis, redis::cmd("PFCOUNT").arg(&scratch));
         want.insert(at, count as f64);
         let lines: Vec<String> = members.iter().map(|u| format!("h.s:{u}|s")).collect();
-        send_window(&agent, &redis, &lines, at).await;
-        clock.advance(Duration::from_secs(59));
+        let second = move_to(&agent, &redis, &clock, at).await;
+        assert!(second < at + 60);
+        send_window(&agent, &redis, &lines, second).await;
     }
     // Past the cleaner's next walk of the sets, then until it moved every minute (the last
     // written ended more than SET_OPEN_SECS before).

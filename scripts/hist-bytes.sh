@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# What a timer's quantile slices cost Redis (issue 52; docs/layout.md "Quantiles"), beside the
+# whisper files Etsy's statsd writes for the same timer (count, count_ps, lower, mean, median,
+# std, sum, sum_squares, upper, and count_, mean_, upper_, sum_, sum_squares_ of each percent
+# threshold: 14 names at the default threshold 90, 12 bytes a point each). A private Redis gets
+# `slices` one-minute slices of `series` timers with `values` values a minute (lognormal around
+# 100 ms, as latencies are), each slice's hash as the agent writes it (its buckets at 1 %
+# relative accuracy: src/aggregate/sketch.rs's mapping, the weighted counts, the `a` field;
+# `EXPIREAT`); then used_memory's growth a slice.
+#
+#   scripts/hist-bytes.sh [series=20] [slices=1440] [values=60]
+#
+# Needs: apt-get install -y python3-redis
+set -euo pipefail
+cd "$(dirname "$0")/.."
+series=${1:-20}; slices=${2:-1440}; values=${3:-60}
+. scripts/common.sh
+need_python_redis
+start_redis "$dir/redis.sock"
+/usr/bin/python3 - "$dir/redis.sock" "$series" "$slices" "$values" <<'EOF'
+import collections, math, random, sys, time
+import redis
+sock, series, slices, values = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+r = redis.Redis(unix_socket_path=sock)
+alpha = 0.01
+gamma = (1 + alpha) / (1 - alpha)
+random.seed(52)
+now = int(time.time()) // 60 * 60
+base = int(r.info('memory')['used_memory'])
+buckets = 0
+for s in range(series):
+    pipe = r.pipeline(transaction=False)
+    for i in range(slices):
+        slice = now - i * 60
+        counts = collections.Counter(
+            math.ceil(math.log(random.lognormvariate(math.log(100), 0.5)) / math.log(gamma))
+            for _ in range(values))
+        buckets += len(counts)
+        key = f'hist:60:bench.{s}.latency:ms:{slice}'
+        pipe.hset(key, mapping={**{str(b): n for b, n in counts.items()}, 'a': alpha})
+        pipe.expireat(key, slice + 6 * 86400)
+    pipe.execute()
+grown = int(r.info('memory')['used_memory']) - base
+n = series * slices
+print(f'{series} timers, {slices} one-minute slices each, {values} values a minute: '
+      f'{buckets / n:.1f} buckets a slice')
+print(f'  a hash a slice:     {grown / n:.0f} bytes a slice ({grown / n / 14:.1f} a point of the 14 Etsy names)')
+print(f'  whisper, 14 names:  168 bytes a slice (12.0 a point)')
+EOF

@@ -2,12 +2,13 @@
 # Where a Graphite render's time goes in the agent (issue 52: a render within 2x of Redis's own
 # time). A private Redis gets `series` counter series of SCHEMA from python3-whisper files
 # (`statsd-redis import whisper`, as scripts/bench-history.sh fills them); the agent (the
-# profiling build, cleaner off) answers `requests` renders of 100 series (load.1??.c) from FROM
-# (default -1d), with MAX_POINTS Grafana's maxDataPoints, under `perf record -g`. Prints the
-# render's median time, Redis's own time a render, and the top symbols; the profile stays in
-# `out`.
+# profiling build, cleaner off) answers `requests` renders of 100 series (load.1??.c) from each
+# of RANGES (default -1d), with MAX_POINTS Grafana's maxDataPoints (its panel's width), the
+# first range's under `perf record -g`. Prints each range's median time, the agent's CPU time
+# (/proc, user and system) and Redis's own time (INFO commandstats) a render, and the first
+# range's top symbols; the profile stays in `out`.
 #
-#   [SCHEMA=10s:6h,1min:6d,10min:1800d] [FROM=-1d] [MAX_POINTS=n] \
+#   [SCHEMA=10s:6h,1min:6d,10min:1800d] [RANGES="-1d -1y"] [MAX_POINTS=n] \
 #     scripts/profile-render.sh [series=200] [requests=200] [out=render.perf]
 #
 # Needs: apt-get install -y linux-perf python3-whisper
@@ -22,24 +23,33 @@ port=$(free_port)
 start_node "$port"
 mkwhisper "$dir/whisper" "$series" schema "$schema" >/dev/null
 target/profiling/statsd-redis import whisper --redis "redis://127.0.0.1:$port" --retentions "$schema" \
-  "$dir/whisper" >/dev/null
+  "$dir/whisper" >/dev/null 2>&1
 AGENT=target/profiling/statsd-redis start_agent "$dir/agent.log" --redis "redis://127.0.0.1:$port" \
   --retentions "$schema" --cleaner-enabled false
-url="http://127.0.0.1:$http/graphite/render?target=load.1%3F%3F.c&from=${FROM:--1d}&format=json${MAX_POINTS:+&maxDataPoints=$MAX_POINTS}"
-# The names' look-up, kept 30 s, out of the profile.
-curl -sg -o /dev/null "$url"
-redis-cli -p "$port" config resetstat >/dev/null
-perf record -g -o "$out" -p "$agent_pid" 2>/dev/null &
-perf_pid=$!
-sleep 0.5
-for _ in $(seq "$requests"); do
-  curl -sg -o /dev/null -w '%{time_total}\n' "$url"
-done >"$dir/times"
-kill -INT "$perf_pid"; wait "$perf_pid" || true
-python3 -c "
+profiled=false
+for from in ${RANGES:--1d}; do
+  url="http://127.0.0.1:$http/graphite/render?target=load.1%3F%3F.c&from=$from&format=json${MAX_POINTS:+&maxDataPoints=$MAX_POINTS}"
+  # The names' look-up, kept 30 s, out of the timing.
+  curl -sg -o /dev/null "$url"
+  redis-cli -p "$port" config resetstat >/dev/null
+  if ! $profiled; then
+    perf record -g -o "$out" -p "$agent_pid" 2>/dev/null &
+    perf_pid=$!
+    sleep 0.5
+  fi
+  cpu0=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
+  for _ in $(seq "$requests"); do
+    curl -sg -o /dev/null -w '%{time_total}\n' "$url"
+  done >"$dir/times"
+  cpu1=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
+  if ! $profiled; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
+  python3 -c "
 import statistics
 t = [float(l) for l in open('$dir/times')]
-print(f'render median {statistics.median(t) * 1e3:.2f} ms over {len(t)}')"
-redis-cli -p "$port" info commandstats | tr -d '\r' |
-  awk -F'[=,]' -v n="$requests" '/^cmdstat_/ {u += $4} END {printf "Redis own time %.2f ms a render\n", u / n / 1e3}'
+print(f'from=$from: render median {statistics.median(t) * 1e3:.2f} ms over {len(t)},'
+      f' the agent\'s CPU {($cpu1 - $cpu0) * 1e3 / $(getconf CLK_TCK) / len(t):.2f} ms a render', end='')"
+  redis-cli -p "$port" info commandstats | tr -d '\r' |
+    awk -F'[=,]' -v n="$requests" '/^cmdstat_/ {u += $4} END {printf ", Redis own time %.2f ms a render\n", u / n / 1e3}'
+  profiled=true
+done
 perf report -i "$out" --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40

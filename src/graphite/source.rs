@@ -117,6 +117,10 @@ const FIRST_BATCH: usize = 32;
 /// whole (a level of a hundred leaves in one round trip).
 const LAST_LEVEL_BATCH: usize = 128;
 
+/// A prefix's children found by [`Source::children`]: node → (the series ending there: kind and
+/// agent name; whether it is a branch).
+type Children = BTreeMap<String, (Option<(Kind, String)>, bool)>;
+
 /// Index members read per call at most while walking the tree.
 const BATCH: usize = 1000;
 
@@ -496,9 +500,9 @@ impl<'a> Source<'a> {
                 continue;
             }
             let mut next = Vec::new();
-            for prefix in &level {
-                let first = if last { LAST_LEVEL_BATCH } else { FIRST_BATCH };
-                let children = self.children(prefix, part, first, only).await?;
+            let first = if last { LAST_LEVEL_BATCH } else { FIRST_BATCH };
+            let all = self.children(&level, part, first, only).await?;
+            for (prefix, children) in level.iter().zip(all) {
                 for (child, (leaf, branch)) in children {
                     let path = format!("{prefix}{child}");
                     if last {
@@ -692,18 +696,18 @@ impl<'a> Source<'a> {
             .collect())
     }
 
-    /// The children of `prefix` (`""` or a path ending in `.`) that `part` matches: the series
-    /// that ends at each (kind and agent name, by precedence: counter, gauge, then what `SCAN`
-    /// found), and whether it is a branch.
+    /// The children of each of `prefixes` (`""` or a path ending in `.`) that `part` matches:
+    /// the series that ends at each (kind and agent name, by precedence: counter, gauge, then
+    /// what `SCAN` found), and whether it is a branch. Every prefix's index ranges are walked
+    /// together, a round's reads in one pipeline, so that a level of many branches (`a.*.b`)
+    /// costs the rounds of its longest walk, not a round trip a branch.
     async fn children(
         &mut self,
-        prefix: &str,
+        prefixes: &[String],
         part: &NodePattern,
         first: usize,
         only: Option<&Kind>,
-    ) -> Result<BTreeMap<String, (Option<(Kind, String)>, bool)>, StoreError> {
-        type Children = BTreeMap<String, (Option<(Kind, String)>, bool)>;
-        let mut out: Children = BTreeMap::new();
+    ) -> Result<Vec<Children>, StoreError> {
         let add = |out: &mut Children, node: &str, leaf: Option<(Kind, String)>, branch: bool| {
             if part.matches(node) {
                 let e = out.entry(node.to_string()).or_default();
@@ -713,8 +717,8 @@ impl<'a> Source<'a> {
                 e.1 |= branch;
             }
         };
-        // Every precision's range of both indexes at once: in a cluster an index is one key
-        // anyway.
+        // Every precision's range of both indexes at once, for every prefix: in a cluster an
+        // index is one key anyway.
         let mut ranges = Vec::new();
         for (index, kind) in [
             (self.keys.counter_index().key, Kind::Counter),
@@ -724,12 +728,14 @@ impl<'a> Source<'a> {
                 continue;
             }
             for p in self.precisions_in(&index).await? {
-                ranges.push((index.clone(), kind.clone(), format!("{p}:{prefix}")));
+                for (i, prefix) in prefixes.iter().enumerate() {
+                    ranges.push((i, index.clone(), kind.clone(), format!("{p}:{prefix}")));
+                }
             }
         }
         let mut walks: Vec<Walk> = ranges
             .iter()
-            .map(|(index, _, base)| Walk::new(index, base, part.literal(), first))
+            .map(|(_, index, _, base)| Walk::new(index, base, part.literal(), first))
             .collect();
         // A round's reads at once, until every walk has reached the end of its range.
         loop {
@@ -743,9 +749,11 @@ impl<'a> Source<'a> {
                 walk.take(&batch);
             }
         }
+        let mut out: Vec<Children> = vec![Children::new(); prefixes.len()];
         let walks = walks.into_iter().map(|w| w.nodes);
         // The same nodes come from every precision: each is named once.
-        for ((_, kind, _), walk) in ranges.iter().zip(walks) {
+        for ((i, _, kind, _), walk) in ranges.iter().zip(walks) {
+            let (out, prefix) = (&mut out[*i], &prefixes[*i]);
             for (node, leaf, branch) in walk {
                 if !part.matches(&node) {
                     continue;
@@ -760,25 +768,27 @@ impl<'a> Source<'a> {
             }
         }
         let scanned = self.scanned().await?;
-        let first = scanned.partition_point(|(name, _)| name.as_str() < prefix);
-        for (name, leaf) in &scanned[first..] {
-            let Some(rest) = name.strip_prefix(prefix) else {
-                break;
-            };
-            if only.is_some_and(|k| *k != leaf.kind) {
-                continue;
-            }
-            if rest.contains(';') {
-                continue;
-            }
-            match rest.split_once('.') {
-                Some((node, _)) => add(&mut out, node, None, true),
-                None => add(
-                    &mut out,
-                    rest,
-                    Some((leaf.kind.clone(), leaf.series.clone())),
-                    false,
-                ),
+        for (out, prefix) in out.iter_mut().zip(prefixes) {
+            let first = scanned.partition_point(|(name, _)| name.as_str() < prefix.as_str());
+            for (name, leaf) in &scanned[first..] {
+                let Some(rest) = name.strip_prefix(prefix.as_str()) else {
+                    break;
+                };
+                if only.is_some_and(|k| *k != leaf.kind) {
+                    continue;
+                }
+                if rest.contains(';') {
+                    continue;
+                }
+                match rest.split_once('.') {
+                    Some((node, _)) => add(out, node, None, true),
+                    None => add(
+                        out,
+                        rest,
+                        Some((leaf.kind.clone(), leaf.series.clone())),
+                        false,
+                    ),
+                }
             }
         }
         Ok(out)
@@ -935,7 +945,7 @@ impl<'a> Source<'a> {
                 (Some(_), None) => rest.next().unwrap_or_default(),
             })
             .collect();
-        self.add_history(leaves, &windows, &mut values).await?;
+        self.add_history(leaves, &windows, &mut values, now).await?;
         let mut out = Vec::with_capacity(leaves.len());
         for ((leaf, w), mut v) in leaves.iter().zip(windows).zip(values) {
             let Some(w) = w else { continue };
@@ -951,16 +961,17 @@ impl<'a> Source<'a> {
     }
 
     /// Adds to each counter's, gauge's and set's points what a long archive keeps in blocks
-    /// (`store::history`): `GETRANGE`s of the slots asked, in every cut.
+    /// (`store::history`) as of `now`: `GETRANGE`s of the slots asked that blocks may hold, in
+    /// every cut.
     async fn add_history(
         &mut self,
         leaves: &[Leaf],
         windows: &[Option<Window>],
         values: &mut [Vec<Point>],
+        now: i64,
     ) -> Result<(), StoreError> {
-        // A pipeline a series, all at once.
         let keys = self.keys;
-        let reads = leaves
+        let asked: Vec<history::Asked> = leaves
             .iter()
             .zip(windows)
             .zip(values.iter_mut())
@@ -973,14 +984,18 @@ impl<'a> Source<'a> {
                     Kind::Set => (keys.set_series(step, &leaf.series), Family::Set),
                     _ => (self.hash_key(leaf, step)?, Family::Counter),
                 };
-                let mut conn = self.conn.clone();
-                Some(async move {
-                    history::add_blocks(&mut conn, keys, &name, step, &w.slices, family, values)
-                        .await
+                let before = history::blocks_before(now.max(0) as u64, step, family) as i64;
+                let asked = w.slices.partition_point(|s| *s < before).min(values.len());
+                (asked > 0).then(|| history::Asked {
+                    name,
+                    precision: step,
+                    slices: &w.slices[..asked],
+                    family,
+                    values: &mut values[..asked],
                 })
-            });
-        futures_util::future::try_join_all(reads).await?;
-        Ok(())
+            })
+            .collect();
+        history::add_blocks(&self.conn, keys, asked).await
     }
 
     /// How long after its end a slice of `leaf`'s at `step` seconds is written: a window's
@@ -1169,21 +1184,15 @@ impl<'a> Source<'a> {
     }
 }
 
-/// `command <key of the slice>` for every slice, all at once (a key per slice: sets, quantile
-/// buckets), over clones of the multiplexed connection.
+/// `command <key of the slice>` for every slice ([`Connection::each_key`]).
 async fn each_slice<T: redis::FromRedisValue>(
     conn: &Connection,
     command: &str,
     slices: &[i64],
     key: impl Fn(u64) -> String,
 ) -> Result<Vec<T>, StoreError> {
-    let calls = slices.iter().map(|slice| {
-        let mut conn = conn.clone();
-        let mut cmd = redis::cmd(command);
-        cmd.arg(key(*slice as u64));
-        async move { cmd.query_async::<T>(&mut conn).await }
-    });
-    Ok(futures_util::future::try_join_all(calls).await?)
+    conn.each_key(command, slices.iter().map(|s| key(*s as u64)))
+        .await
 }
 
 /// A stored value as a number: a count's digits read directly (a render reads thousands), any

@@ -47,6 +47,22 @@ pub fn set_keys_from(now: u64, p: u64, interval: u64) -> u64 {
     set_keep_from(now.saturating_sub(SET_WALK_SECS + 3 * interval), p)
 }
 
+/// How far (s) a cleaner's clock may run ahead of a reader's: a reader asks the blocks for
+/// slices up to this much newer than its own boundary (the hash's newest 120, a set's open
+/// slices), which such a cleaner may already have moved.
+const CLOCK_SLACK_SECS: u64 = 300;
+
+/// The slices at precision `p` a reader asks of a family's blocks at `now`: those before this.
+/// Newer ones are in the hash (or a set's HyperLogLogs) only, so that a short range, all of it
+/// newer, reads no block at all.
+pub fn blocks_before(now: u64, p: u64, family: Family) -> u64 {
+    let boundary = match family {
+        Family::Set => set_keep_from(now, p),
+        Family::Counter | Family::Gauge => keep_from(now, p),
+    };
+    boundary + CLOCK_SLACK_SECS
+}
+
 /// What a block's slots hold, and how a slice found both in its block and outside (in the hash,
 /// or a set's HyperLogLog: written again after its move) reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,30 +221,68 @@ fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRe
     out
 }
 
-/// Adds to `values` (the hash's or the sets' slices', one per slice of `slices`: ascending,
-/// consecutive at `precision`) what the blocks of `hash` (a hash's name, or a set's
-/// [`Keys::set_series`]) hold for those slices: one pipeline of `GETRANGE`s of just the slots
-/// asked, in both cuts (a series' blocks share one slot in a cluster).
+/// One series' blocks asked by [`add_blocks`]: what they are named after (a hash's name, or a
+/// set's [`Keys::set_series`]), the precision, the slices (ascending, consecutive at
+/// `precision`), and the values read elsewhere for them (the hash's or the HyperLogLogs'), to
+/// which the blocks' are added.
+pub struct Asked<'a> {
+    pub name: String,
+    pub precision: u64,
+    pub slices: &'a [i64],
+    pub family: Family,
+    pub values: &'a mut [Option<f64>],
+}
+
+/// Adds to each series' values what its blocks hold for its slices: `GETRANGE`s of just the
+/// slots asked, in both cuts. On one server every series' in one pipeline (one round trip a
+/// render); in a cluster a pipeline a series, all at once (a series' blocks share one slot).
 pub async fn add_blocks(
-    conn: &mut Connection,
+    conn: &Connection,
     keys: &Keys,
-    hash: &str,
-    precision: u64,
-    slices: &[i64],
-    family: Family,
-    values: &mut [Option<f64>],
+    asked: Vec<Asked<'_>>,
 ) -> Result<(), StoreError> {
-    let blocks = reads(keys, hash, precision, slices);
-    if blocks.is_empty() {
+    let mut asked: Vec<(Asked, Vec<BlockRead>)> = asked
+        .into_iter()
+        .map(|a| {
+            let r = reads(keys, &a.name, a.precision, a.slices);
+            (a, r)
+        })
+        .filter(|(_, r)| !r.is_empty())
+        .collect();
+    if asked.is_empty() {
         return Ok(());
     }
-    let mut pipe = redis::pipe();
-    for block in &blocks {
-        let (a, b) = Geometry::byte_range(block.first, block.last);
-        pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
+    let getranges = |blocks: &[BlockRead], pipe: &mut redis::Pipeline| {
+        for block in blocks {
+            let (a, b) = Geometry::byte_range(block.first, block.last);
+            pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
+        }
+    };
+    if let Connection::Single(_) = conn {
+        let mut pipe = redis::pipe();
+        for (_, blocks) in &asked {
+            getranges(blocks, &mut pipe);
+        }
+        let replies: Vec<Vec<u8>> = pipe.query_async(&mut conn.clone()).await?;
+        let mut replies = &replies[..];
+        for (a, blocks) in &mut asked {
+            let (these, rest) = replies.split_at(blocks.len().min(replies.len()));
+            merge(a.values, blocks, these, a.family);
+            replies = rest;
+        }
+        return Ok(());
     }
-    let replies: Vec<Vec<u8>> = pipe.query_async(conn).await?;
-    merge(values, &blocks, &replies, family);
+    let calls = asked.iter_mut().map(|(a, blocks)| {
+        let mut pipe = redis::pipe();
+        getranges(blocks, &mut pipe);
+        let mut conn = conn.clone();
+        async move {
+            let replies: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
+            merge(a.values, blocks, &replies, a.family);
+            Ok::<_, StoreError>(())
+        }
+    });
+    futures_util::future::try_join_all(calls).await?;
     Ok(())
 }
 

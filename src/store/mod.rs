@@ -155,6 +155,33 @@ impl ConnectionLike for Connection {
 }
 
 impl Connection {
+    /// `command <key>` for each of `keys` (a key per slice: sets, quantile buckets): on one
+    /// server in one pipeline, one round trip; in a cluster, where the keys live in any slot,
+    /// all at once over clones of the connection.
+    pub async fn each_key<T: redis::FromRedisValue>(
+        &self,
+        command: &str,
+        keys: impl IntoIterator<Item = String>,
+    ) -> Result<Vec<T>, StoreError> {
+        if let Connection::Single(_) = self {
+            let mut pipe = redis::pipe();
+            for key in keys {
+                pipe.cmd(command).arg(key);
+            }
+            if pipe.cmd_iter().next().is_none() {
+                return Ok(Vec::new());
+            }
+            return Ok(pipe.query_async(&mut self.clone()).await?);
+        }
+        let calls = keys.into_iter().map(|key| {
+            let mut conn = self.clone();
+            let mut cmd = redis::cmd(command);
+            cmd.arg(key);
+            async move { cmd.query_async::<T>(&mut conn).await }
+        });
+        Ok(futures_util::future::try_join_all(calls).await?)
+    }
+
     /// Keys matching `pattern`, found with `SCAN` (on every master of a cluster), each given
     /// to `take` until it answers `false` (enough) or about `examined` keys have been seen.
     /// Returns whether the whole key space was scanned.

@@ -192,13 +192,15 @@ impl Reader {
         let slices: Vec<i64> = (from / p..=until / p).map(|i| (i * p) as i64).collect();
         let mut values = vec![None; slices.len()];
         super::history::add_blocks(
-            &mut self.conn,
+            &self.conn,
             &self.keys,
-            hash,
-            p,
-            &slices,
-            family,
-            &mut values,
+            vec![super::history::Asked {
+                name: hash.to_string(),
+                precision: p,
+                slices: &slices,
+                family,
+                values: &mut values,
+            }],
         )
         .await?;
         Ok(slices
@@ -239,16 +241,17 @@ impl Reader {
         let slices: Vec<u64> = range.slices().collect();
         let mut merged: Option<(Mapping, Buckets)> = None;
         let mut each = Vec::new();
-        // A batch of slices at a time, one call per key, all of a batch at once (in a cluster
-        // the slices live in other slots): what is held at once stays bounded however long the
-        // range.
+        // A batch of slices at a time (`Connection::each_key`): what is held at once stays
+        // bounded however long the range.
         for batch in slices.chunks(QUANTILE_BATCH) {
-            let hashes: Vec<Vec<(String, String)>> =
-                futures_util::future::try_join_all(batch.iter().map(|slice| {
-                    let key = self.keys.hist_slice(range.precision, series, kind, *slice);
-                    let mut conn = self.conn.clone();
-                    async move { redis::cmd("HGETALL").arg(key).query_async(&mut conn).await }
-                }))
+            let hashes: Vec<Vec<(String, String)>> = self
+                .conn
+                .each_key(
+                    "HGETALL",
+                    batch
+                        .iter()
+                        .map(|s| self.keys.hist_slice(range.precision, series, kind, *s)),
+                )
                 .await?;
             for (slice, hash) in batch.iter().zip(&hashes) {
                 let Some((alpha, buckets)) = parse_buckets(hash) else {
@@ -420,14 +423,13 @@ impl Reader {
     ) -> Result<Vec<(u64, u64)>, StoreError> {
         let p = precision.max(1);
         let slices: Vec<u64> = (from.div_ceil(p)..=until / p).map(|i| i * p).collect();
-        // One call per slice, all at once: in a cluster the slices' keys live in other slots,
-        // which a pipeline may not mix.
-        let counts: Vec<u64> = futures_util::future::try_join_all(slices.iter().map(|s| {
-            let mut conn = self.conn.clone();
-            let key = self.keys.set(precision, series, *s);
-            async move { redis::cmd("PFCOUNT").arg(key).query_async(&mut conn).await }
-        }))
-        .await?;
+        let counts: Vec<u64> = self
+            .conn
+            .each_key(
+                "PFCOUNT",
+                slices.iter().map(|s| self.keys.set(precision, series, *s)),
+            )
+            .await?;
         Ok(slices
             .into_iter()
             .zip(counts)

@@ -152,22 +152,41 @@ impl Geometry {
     /// [`Geometry::byte_range`] (shorter, or empty, where the block is: a missing block reads as
     /// nothing written), as `f64`: an integer, or a gauge's bits.
     pub fn read(first: u64, last: u64, bytes: &[u8], family: Family) -> Vec<Option<f64>> {
+        let mut out = vec![None; (last + 1).saturating_sub(first) as usize];
+        Geometry::each(first, last, bytes, family, |i, v| out[i] = Some(v));
+        out
+    }
+
+    /// [`Geometry::read`]'s values as they are found: `found(i, value)` for each slot
+    /// `first + i` that holds one, a group whose flag byte is empty skipped whole.
+    fn each(first: u64, last: u64, bytes: &[u8], family: Family, mut found: impl FnMut(usize, f64)) {
         let base = (first / 8) * GROUP_BYTES;
-        (first..=last)
-            .map(|slot| {
-                let group = ((slot / 8) * GROUP_BYTES - base) as usize;
-                let flag = *bytes.get(group)?;
-                if flag & (0x80 >> (slot % 8)) == 0 {
-                    return None;
+        let mut slot = first;
+        while slot <= last {
+            let group = ((slot / 8) * GROUP_BYTES - base) as usize;
+            let Some(&flag) = bytes.get(group) else {
+                return;
+            };
+            let group_last = (slot | 7).min(last);
+            if flag != 0 {
+                for s in slot..=group_last {
+                    if flag & (0x80 >> (s % 8)) == 0 {
+                        continue;
+                    }
+                    let at = group + 1 + (s % 8) as usize * 8;
+                    let Some(raw) = bytes.get(at..at + 8) else {
+                        return;
+                    };
+                    let raw = i64::from_be_bytes(raw.try_into().unwrap_or_default());
+                    let v = match family {
+                        Family::Gauge => f64::from_bits(raw as u64),
+                        Family::Counter | Family::Set => raw as f64,
+                    };
+                    found((s - first) as usize, v);
                 }
-                let at = group + 1 + (slot % 8) as usize * 8;
-                let raw = i64::from_be_bytes(bytes.get(at..at + 8)?.try_into().ok()?);
-                Some(match family {
-                    Family::Gauge => f64::from_bits(raw as u64),
-                    Family::Counter | Family::Set => raw as f64,
-                })
-            })
-            .collect()
+            }
+            slot = group_last + 1;
+        }
     }
 }
 
@@ -290,13 +309,11 @@ pub async fn add_blocks(
 /// (moved, then written late) combined as [`Family`] says.
 fn merge(values: &mut [Option<f64>], reads: &[BlockRead], replies: &[Vec<u8>], family: Family) {
     for (read, bytes) in reads.iter().zip(replies) {
-        let found = Geometry::read(read.first, read.last, bytes, family);
-        for (i, v) in found.into_iter().enumerate() {
-            let (Some(v), Some(slot)) = (v, values.get_mut(read.at + i)) else {
-                continue;
-            };
-            *slot = Some(slot.map_or(v, |outside| family.combine(outside, v)));
-        }
+        Geometry::each(read.first, read.last, bytes, family, |i, v| {
+            if let Some(slot) = values.get_mut(read.at + i) {
+                *slot = Some(slot.map_or(v, |outside| family.combine(outside, v)));
+            }
+        });
     }
 }
 

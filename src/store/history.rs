@@ -159,7 +159,13 @@ impl Geometry {
 
     /// [`Geometry::read`]'s values as they are found: `found(i, value)` for each slot
     /// `first + i` that holds one, a group whose flag byte is empty skipped whole.
-    fn each(first: u64, last: u64, bytes: &[u8], family: Family, mut found: impl FnMut(usize, f64)) {
+    fn each(
+        first: u64,
+        last: u64,
+        bytes: &[u8],
+        family: Family,
+        mut found: impl FnMut(usize, f64),
+    ) {
         let base = (first / 8) * GROUP_BYTES;
         let mut slot = first;
         while slot <= last {
@@ -252,9 +258,15 @@ pub struct Asked<'a> {
     pub values: &'a mut [Option<f64>],
 }
 
+/// Block reads a render makes in one pipeline at most: past this (a year of ten-minute slices
+/// of 100 series is about 24 000), a pipeline a series, all at once, whose replies the
+/// runtime's workers parse side by side.
+const ONE_PIPELINE_READS: usize = 2048;
+
 /// Adds to each series' values what its blocks hold for its slices: `GETRANGE`s of just the
 /// slots asked, in both cuts. On one server every series' in one pipeline (one round trip a
-/// render); in a cluster a pipeline a series, all at once (a series' blocks share one slot).
+/// render) unless that is more than [`ONE_PIPELINE_READS`]; else, and in a cluster, a pipeline
+/// a series, all at once (a series' blocks share one slot).
 pub async fn add_blocks(
     conn: &Connection,
     keys: &Keys,
@@ -277,7 +289,8 @@ pub async fn add_blocks(
             pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
         }
     };
-    if let Connection::Single(_) = conn {
+    let reads: usize = asked.iter().map(|(_, r)| r.len()).sum();
+    if let (Connection::Single(_), true) = (conn, reads <= ONE_PIPELINE_READS) {
         let mut pipe = redis::pipe();
         for (_, blocks) in &asked {
             getranges(blocks, &mut pipe);

@@ -819,3 +819,51 @@ async fn a_member_between_a_sets_move_and_its_delete_is_kept() {
         [Some(3.0)]
     );
 }
+
+/// Blocks a former retention cut otherwise (a week of minutes: 248 slots a block) under the
+/// configured one (90 days of minutes: 2008): a render and the JSON API read the slots asked in
+/// the configured cut and, where the other cut has a block over the range (one `EXISTS`), its
+/// slots too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_of_a_former_retentions_cut_are_read_too() {
+    let redis = RedisServer::start();
+    let t = unix_now() / 60 * 60 - 60;
+    let keys = statsd_redis::store::Keys::new("");
+    let family = history::Family::Counter;
+    let mut want: BTreeMap<u64, f64> = BTreeMap::new();
+    // Three days back in the small cut, five days back in the large one, the newest minute in
+    // the hash.
+    for (geometry, days, value) in [(history::SMALL, 3, 7.0), (history::LARGE, 5, 11.0)] {
+        let slice = (t - days * 86_400) / 60 * 60;
+        let (block, slot) = geometry.locate(60, slice);
+        let bytes = history::block_bytes(geometry, &[(slot, value)], family);
+        cmd::<()>(
+            &redis,
+            redis::cmd("SET")
+                .arg(history::block_key(&keys, "count:60:xc", geometry, block))
+                .arg(bytes),
+        );
+        want.insert(slice, value);
+    }
+    cmd::<()>(&redis, redis::cmd("HSET").arg("count:60:xc").arg(t).arg(2));
+    cmd::<()>(&redis, redis::cmd("ZADD").arg("known:").arg(0).arg("60:xc"));
+    want.insert(t, 2.0);
+    let agent = TestAgent::start_at(config(&redis), Clock::manual(Duration::from_secs(t + 1)));
+    let got: BTreeMap<u64, f64> = render(&agent, "xc", t - 6 * 86_400, t + 1)
+        .into_iter()
+        .filter_map(|(s, v)| Some((s, v?)))
+        .collect();
+    assert_eq!(got, want, "Graphite");
+    let api = curl_json(&format!(
+        "http://{}/api/v1/counter/xc?precision=60",
+        agent.http
+    ));
+    let samples: BTreeMap<u64, f64> = api["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s[0].as_u64().unwrap(), s[1].as_f64().unwrap()))
+        .collect();
+    assert_eq!(samples, want, "the JSON API");
+    agent.stop().await;
+}

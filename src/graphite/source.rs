@@ -978,7 +978,7 @@ impl<'a> Source<'a> {
             .filter_map(|((leaf, w), values)| {
                 let w = w.as_ref()?;
                 let step = w.step as u64;
-                self.retention().history(step)?;
+                let cut = self.retention().history(step)?;
                 let (name, family) = match leaf.kind {
                     Kind::Gauge => (self.hash_key(leaf, step)?, Family::Gauge),
                     Kind::Set => (keys.set_series(step, &leaf.series), Family::Set),
@@ -989,6 +989,7 @@ impl<'a> Source<'a> {
                 (asked > 0).then(|| history::Asked {
                     name,
                     precision: step,
+                    cut,
                     slices: &w.slices[..asked],
                     family,
                     values: &mut values[..asked],

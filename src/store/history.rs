@@ -214,7 +214,19 @@ struct BlockRead {
 
 /// The block reads covering `slices` (ascending, consecutive at `precision`) in every cut: a
 /// read asks both, so that slices written while another retention cut them are found too.
+#[cfg(test)]
 fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRead> {
+    reads_in(&GEOMETRIES, keys, hash, precision, slices)
+}
+
+/// The block reads covering `slices` in the cuts `cuts`.
+fn reads_in(
+    cuts: &[Geometry],
+    keys: &Keys,
+    hash: &str,
+    precision: u64,
+    slices: &[i64],
+) -> Vec<BlockRead> {
     let mut out = Vec::new();
     let (Some(&first), Some(&last)) = (slices.first(), slices.last()) else {
         return out;
@@ -222,7 +234,7 @@ fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRe
     if first < 0 || precision == 0 {
         return out;
     }
-    for g in GEOMETRIES {
+    for &g in cuts {
         let (mut block, mut slot) = g.locate(precision, first as u64);
         let (last_block, last_slot) = g.locate(precision, last as u64);
         let mut at = 0;
@@ -253,76 +265,133 @@ fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRe
 pub struct Asked<'a> {
     pub name: String,
     pub precision: u64,
+    /// The cut the configured retention makes (`Retention::history`): its blocks are read at
+    /// once, the other cut's only where one of them exists (a retention changed).
+    pub cut: Geometry,
     pub slices: &'a [i64],
     pub family: Family,
     pub values: &'a mut [Option<f64>],
 }
 
 /// Block reads a render makes in one pipeline at most: past this (a year of ten-minute slices
-/// of 100 series is about 24 000), a pipeline a series, all at once, whose replies the
-/// runtime's workers parse side by side.
+/// of 100 series is about 2 700), a pipeline a series, all at once, whose replies the runtime's
+/// workers parse side by side.
 const ONE_PIPELINE_READS: usize = 2048;
 
 /// Adds to each series' values what its blocks hold for its slices: `GETRANGE`s of just the
-/// slots asked, in both cuts. On one server every series' in one pipeline (one round trip a
-/// render) unless that is more than [`ONE_PIPELINE_READS`]; else, and in a cluster, a pipeline
-/// a series, all at once (a series' blocks share one slot).
+/// slots asked in the configured retention's cut, and one `EXISTS` of the other cut's blocks
+/// over the range, whose slots are read only where one exists (slices written while another
+/// retention cut them). On one server every series' reads in one pipeline (one round trip a
+/// render) unless that is more than [`ONE_PIPELINE_READS`]; else, and in a cluster, a
+/// pipeline a series, all at once (a series' blocks share one slot).
 pub async fn add_blocks(
     conn: &Connection,
     keys: &Keys,
     asked: Vec<Asked<'_>>,
 ) -> Result<(), StoreError> {
-    let mut asked: Vec<(Asked, Vec<BlockRead>)> = asked
+    let mut asked: Vec<(Asked, Vec<BlockRead>, Vec<BlockRead>)> = asked
         .into_iter()
         .map(|a| {
-            let r = reads(keys, &a.name, a.precision, a.slices);
-            (a, r)
+            let others: Vec<Geometry> = GEOMETRIES.into_iter().filter(|g| *g != a.cut).collect();
+            let own = reads_in(&[a.cut], keys, &a.name, a.precision, a.slices);
+            let other = reads_in(&others, keys, &a.name, a.precision, a.slices);
+            (a, own, other)
         })
-        .filter(|(_, r)| !r.is_empty())
+        .filter(|(_, own, other)| !own.is_empty() || !other.is_empty())
         .collect();
     if asked.is_empty() {
         return Ok(());
     }
-    let getranges = |blocks: &[BlockRead], pipe: &mut redis::Pipeline| {
-        for block in blocks {
+    // A series' commands: its own cut's GETRANGEs, then EXISTS of the other cut's blocks.
+    let commands = |own: &[BlockRead], other: &[BlockRead], pipe: &mut redis::Pipeline| {
+        for block in own {
             let (a, b) = Geometry::byte_range(block.first, block.last);
             pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
         }
+        if !other.is_empty() {
+            let exists = pipe.cmd("EXISTS");
+            for block in other {
+                exists.arg(&block.key);
+            }
+        }
     };
-    let reads: usize = asked.iter().map(|(_, r)| r.len()).sum();
+    // A series' replies, as `commands` asked: true when the other cut has a block.
+    let take = |a: &mut Asked, own: &[BlockRead], other: &[BlockRead], replies: &[redis::Value]| {
+        let bytes: Vec<&[u8]> = replies
+            .iter()
+            .take(own.len())
+            .map(|v| match v {
+                redis::Value::BulkString(b) => b.as_slice(),
+                _ => &[],
+            })
+            .collect();
+        merge(a.values, own, &bytes, a.family);
+        !other.is_empty() && matches!(replies.get(own.len()), Some(redis::Value::Int(n)) if *n > 0)
+    };
+    let replies_of =
+        |own: &[BlockRead], other: &[BlockRead]| own.len() + usize::from(!other.is_empty());
+    let reads: usize = asked
+        .iter()
+        .map(|(_, own, other)| replies_of(own, other))
+        .sum();
+    let mut elsewhere = vec![false; asked.len()];
     if let (Connection::Single(_), true) = (conn, reads <= ONE_PIPELINE_READS) {
         let mut pipe = redis::pipe();
-        for (_, blocks) in &asked {
-            getranges(blocks, &mut pipe);
+        for (_, own, other) in &asked {
+            commands(own, other, &mut pipe);
         }
-        let replies: Vec<Vec<u8>> = pipe.query_async(&mut conn.clone()).await?;
+        let replies: Vec<redis::Value> = pipe.query_async(&mut conn.clone()).await?;
         let mut replies = &replies[..];
-        for (a, blocks) in &mut asked {
-            let (these, rest) = replies.split_at(blocks.len().min(replies.len()));
-            merge(a.values, blocks, these, a.family);
+        for ((a, own, other), found) in asked.iter_mut().zip(&mut elsewhere) {
+            let (these, rest) = replies.split_at(replies_of(own, other).min(replies.len()));
+            *found = take(a, own, other, these);
             replies = rest;
         }
-        return Ok(());
+    } else {
+        let calls = asked
+            .iter_mut()
+            .zip(&mut elsewhere)
+            .map(|((a, own, other), found)| {
+                let mut pipe = redis::pipe();
+                commands(own, other, &mut pipe);
+                let mut conn = conn.clone();
+                async move {
+                    let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+                    *found = take(a, own, other, &replies);
+                    Ok::<_, StoreError>(())
+                }
+            });
+        futures_util::future::try_join_all(calls).await?;
     }
-    let calls = asked.iter_mut().map(|(a, blocks)| {
-        let mut pipe = redis::pipe();
-        getranges(blocks, &mut pipe);
-        let mut conn = conn.clone();
-        async move {
-            let replies: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
-            merge(a.values, blocks, &replies, a.family);
-            Ok::<_, StoreError>(())
-        }
-    });
+    // The other cut's slots, where it has a block: rare, a pipeline a series.
+    let calls = asked
+        .iter_mut()
+        .zip(elsewhere)
+        .filter(|(_, found)| *found)
+        .map(|((a, _, other), _)| {
+            let mut pipe = redis::pipe();
+            commands(other, &[], &mut pipe);
+            let mut conn = conn.clone();
+            async move {
+                let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+                take(a, other, &[], &replies);
+                Ok::<_, StoreError>(())
+            }
+        });
     futures_util::future::try_join_all(calls).await?;
     Ok(())
 }
 
 /// Adds what the blocks hold into `values` (one per slice of `slices`), a slice held in both
 /// (moved, then written late) combined as [`Family`] says.
-fn merge(values: &mut [Option<f64>], reads: &[BlockRead], replies: &[Vec<u8>], family: Family) {
+fn merge<B: AsRef<[u8]>>(
+    values: &mut [Option<f64>],
+    reads: &[BlockRead],
+    replies: &[B],
+    family: Family,
+) {
     for (read, bytes) in reads.iter().zip(replies) {
-        Geometry::each(read.first, read.last, bytes, family, |i, v| {
+        Geometry::each(read.first, read.last, bytes.as_ref(), family, |i, v| {
             if let Some(slot) = values.get_mut(read.at + i) {
                 *slot = Some(slot.map_or(v, |outside| family.combine(outside, v)));
             }

@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use super::history::{self, Family};
+use super::history::{self, Family, Geometry};
 use super::reader::{KnownSeries, LogView, QuantileRange, QuantilesView, Reader, StatsView};
 use super::{StoreError, clock};
 use crate::aggregate::StatKind;
@@ -71,11 +71,11 @@ impl Queries<'_> {
     /// archive, its blocks' slices too (the whole retention).
     pub async fn counter(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, i64)>> {
         let mut samples = self.reader.counter(series, precision).await?;
-        if let Some(range) = self.history_range(precision, !samples.is_empty()) {
+        if let Some((range, cut)) = self.history_range(precision, !samples.is_empty()) {
             let hash = self.reader.keys().counter(precision, series);
             let older = self
                 .reader
-                .history(&hash, precision, range, Family::Counter)
+                .history(&hash, precision, range, (cut, Family::Counter))
                 .await?;
             samples = merged(
                 samples,
@@ -89,15 +89,14 @@ impl Queries<'_> {
     }
 
     /// The slices a long archive's blocks may hold at `precision` (its retention up to now),
-    /// when the series has a hash there (the hash keeps its newest slice while it has history).
-    fn history_range(&self, precision: u64, has_hash: bool) -> Option<(u64, u64)> {
+    /// when the series has a hash there (the hash keeps its newest slice while it has history),
+    /// and the retention's cut.
+    fn history_range(&self, precision: u64, has_hash: bool) -> Option<((u64, u64), Geometry)> {
         let retention = self.config.retention();
-        retention.history(precision)?;
+        let cut = retention.history(precision)?;
         has_hash.then(|| {
-            (
-                self.now.saturating_sub(retention.seconds(precision)),
-                self.now,
-            )
+            let from = self.now.saturating_sub(retention.seconds(precision));
+            ((from, self.now), cut)
         })
     }
 
@@ -109,11 +108,11 @@ impl Queries<'_> {
         precision: u64,
     ) -> QueryResult<Vec<(u64, f64)>> {
         let mut samples = self.reader.gauge_samples(series, precision).await?;
-        if let Some(range) = self.history_range(precision, !samples.is_empty()) {
+        if let Some((range, cut)) = self.history_range(precision, !samples.is_empty()) {
             let hash = self.reader.keys().gauge(precision, series);
             let older = self
                 .reader
-                .history(&hash, precision, range, Family::Gauge)
+                .history(&hash, precision, range, (cut, Family::Gauge))
                 .await?;
             // The hash's value is the newer where both hold a slice.
             samples = merged(samples, older, |hash, _| hash);
@@ -204,25 +203,25 @@ impl Queries<'_> {
         let newest = super::keys::slice(self.now, precision);
         let oldest =
             newest.saturating_sub(retention.samples(precision).saturating_sub(1) * precision);
-        let long = retention.history(precision).is_some();
+        let cut = retention.history(precision);
         // What the cleaner has surely moved is read from the blocks only.
-        let from_keys = match long {
-            true => oldest.max(history::set_keys_from(
+        let from_keys = match cut {
+            Some(_) => oldest.max(history::set_keys_from(
                 self.now,
                 precision,
                 self.config.cleaner_interval_secs,
             )),
-            false => oldest,
+            None => oldest,
         };
         let mut samples = self
             .reader
             .set(series, precision, (from_keys, newest))
             .await?;
-        if long {
+        if let Some(cut) = cut {
             let name = self.reader.keys().set_series(precision, series);
             let older = self
                 .reader
-                .history(&name, precision, (oldest, newest), Family::Set)
+                .history(&name, precision, (oldest, newest), (cut, Family::Set))
                 .await?;
             samples = merged(
                 samples,

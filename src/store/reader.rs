@@ -186,7 +186,7 @@ impl Reader {
         hash: &str,
         precision: u64,
         (from, until): (u64, u64),
-        family: super::history::Family,
+        (cut, family): (super::history::Geometry, super::history::Family),
     ) -> Result<Vec<(u64, f64)>, StoreError> {
         let p = precision.max(1);
         let slices: Vec<i64> = (from / p..=until / p).map(|i| (i * p) as i64).collect();
@@ -197,6 +197,7 @@ impl Reader {
             vec![super::history::Asked {
                 name: hash.to_string(),
                 precision: p,
+                cut,
                 slices: &slices,
                 family,
                 values: &mut values,

@@ -961,8 +961,8 @@ impl<'a> Source<'a> {
     }
 
     /// Adds to each counter's, gauge's and set's points what a long archive keeps in blocks
-    /// (`store::history`) as of `now`: `GETRANGE`s of the slots asked that blocks may hold, in
-    /// every cut.
+    /// (`store::history`) as of `now`: `GETRANGE`s of the slots asked that blocks may hold
+    /// ([`history::add_blocks`]).
     async fn add_history(
         &mut self,
         leaves: &[Leaf],

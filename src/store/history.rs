@@ -212,8 +212,7 @@ struct BlockRead {
     pub at: usize,
 }
 
-/// The block reads covering `slices` (ascending, consecutive at `precision`) in every cut: a
-/// read asks both, so that slices written while another retention cut them are found too.
+/// The block reads covering `slices` (ascending, consecutive at `precision`) in every cut.
 #[cfg(test)]
 fn reads(keys: &Keys, hash: &str, precision: u64, slices: &[i64]) -> Vec<BlockRead> {
     reads_in(&GEOMETRIES, keys, hash, precision, slices)

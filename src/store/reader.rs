@@ -179,8 +179,8 @@ impl Reader {
 
     /// What the blocks of the hash `hash` at `precision` (a long archive's older slices,
     /// [`crate::store::history`]) hold from slice `from` to slice `until`, oldest first: the
-    /// slots asked of each block in both cuts, a block's `GETRANGE`s in one pipeline (they share
-    /// the hash's slot in a cluster).
+    /// slots asked of each block of the configured `cut`, and of the other cut's where one
+    /// exists ([`super::history::add_blocks`]).
     pub async fn history(
         &mut self,
         hash: &str,

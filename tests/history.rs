@@ -627,7 +627,7 @@ async fn move_to(agent: &TestAgent, redis: &RedisServer, clock: &Clock, at: u64)
     if at > now + 1 {
         clock.advance(Duration::from_secs(at - 1 - now));
     }
-    loop {
+    for _ in 0..30 {
         // A marker series of its own each time: the cleaner trims and moves the older ones.
         let opened = clock.unix_now();
         agent
@@ -643,6 +643,7 @@ async fn move_to(agent: &TestAgent, redis: &RedisServer, clock: &Clock, at: u64)
             return clock.unix_now();
         }
     }
+    panic!("the agent's windows did not catch up with its clock in 30 tries");
 }
 
 /// The set slices' keys of `series` at `precision`, by slice.

@@ -375,9 +375,7 @@ async fn set_blocks(
     let mut pipe = redis::pipe();
     for (block, points) in by_block {
         let start = geometry.start(p, block);
-        let ttl = (start + geometry.slots * p + kept_secs)
-            .saturating_sub(now)
-            .max(1);
+        let ttl = geometry.expires_in(p, block, kept_secs, now);
         pipe.cmd("EVALSHA")
             .arg(script.get_hash())
             .arg(2)

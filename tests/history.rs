@@ -85,6 +85,24 @@ fn render(agent: &TestAgent, target: &str, from: u64, until: u64) -> Vec<(u64, O
         .collect()
 }
 
+/// The points of a render that hold a value, by time.
+fn written(points: Vec<(u64, Option<f64>)>) -> BTreeMap<u64, f64> {
+    points
+        .into_iter()
+        .filter_map(|(at, v)| Some((at, v?)))
+        .collect()
+}
+
+/// A JSON API answer's `samples`, by slice.
+fn samples_of(answer: &serde_json::Value) -> BTreeMap<u64, f64> {
+    answer["samples"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .map(|s| (s[0].as_u64().unwrap(), s[1].as_f64().unwrap()))
+        .collect()
+}
+
 fn config(redis: &RedisServer) -> Config {
     Config {
         retentions: SCHEMA.into(),
@@ -713,20 +731,9 @@ async fn a_sets_older_slices_move_into_blocks_and_read_back_the_same() {
     assert!(ttl > 89 * 86_400, "{block}: ttl {ttl}");
 
     let from = t0 - 60;
-    let read = |points: Vec<(u64, Option<f64>)>| -> BTreeMap<u64, f64> {
-        points
-            .into_iter()
-            .filter_map(|(at, v)| Some((at, v?)))
-            .collect()
-    };
-    assert_eq!(read(render(&agent, "h.s", from, now)), want, "Graphite");
+    assert_eq!(written(render(&agent, "h.s", from, now)), want, "Graphite");
     let api = |path: &str| curl_json(&format!("http://{}/api/v1/{path}", agent.http));
-    let samples: BTreeMap<u64, f64> = api("set/h.s?precision=60")["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (s[0].as_u64().unwrap(), s[1].as_f64().unwrap()))
-        .collect();
+    let samples = samples_of(&api("set/h.s?precision=60"));
     assert_eq!(samples, want, "the JSON API");
     // Found by name from its blocks alone, as a set that stopped long ago is.
     let found = api("series?type=set&precision=60&match=h.s");
@@ -751,7 +758,7 @@ async fn a_sets_older_slices_move_into_blocks_and_read_back_the_same() {
             .arg(&forty),
     );
     assert_eq!(
-        read(render(&agent, "h.s", from, now)),
+        written(render(&agent, "h.s", from, now)),
         want,
         "before the walk"
     );
@@ -763,7 +770,11 @@ async fn a_sets_older_slices_move_into_blocks_and_read_back_the_same() {
     })
     .await;
     let now = now + history::SET_WALK_SECS;
-    assert_eq!(read(render(&agent, "h.s", from, now)), want, "moved again");
+    assert_eq!(
+        written(render(&agent, "h.s", from, now)),
+        want,
+        "moved again"
+    );
     agent.stop().await;
 }
 
@@ -850,21 +861,13 @@ async fn slices_of_a_former_retentions_cut_are_read_too() {
     cmd::<()>(&redis, redis::cmd("ZADD").arg("known:").arg(0).arg("60:xc"));
     want.insert(t, 2.0);
     let agent = TestAgent::start_at(config(&redis), Clock::manual(Duration::from_secs(t + 1)));
-    let got: BTreeMap<u64, f64> = render(&agent, "xc", t - 6 * 86_400, t + 1)
-        .into_iter()
-        .filter_map(|(s, v)| Some((s, v?)))
-        .collect();
+    let got = written(render(&agent, "xc", t - 6 * 86_400, t + 1));
     assert_eq!(got, want, "Graphite");
     let api = curl_json(&format!(
         "http://{}/api/v1/counter/xc?precision=60",
         agent.http
     ));
-    let samples: BTreeMap<u64, f64> = api["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (s[0].as_u64().unwrap(), s[1].as_f64().unwrap()))
-        .collect();
+    let samples = samples_of(&api);
     assert_eq!(samples, want, "the JSON API");
     agent.stop().await;
 }

@@ -961,8 +961,7 @@ impl<'a> Source<'a> {
     }
 
     /// Adds to each counter's, gauge's and set's points what a long archive keeps in blocks
-    /// (`store::history`) as of `now`: `GETRANGE`s of the slots asked that blocks may hold
-    /// ([`history::add_blocks`]).
+    /// (`store::history`) as of `now` ([`history::add_blocks`]).
     async fn add_history(
         &mut self,
         leaves: &[Leaf],
@@ -984,19 +983,17 @@ impl<'a> Source<'a> {
                     Kind::Set => (keys.set_series(step, &leaf.series), Family::Set),
                     _ => (self.hash_key(leaf, step)?, Family::Counter),
                 };
-                let before = history::blocks_before(now.max(0) as u64, step, family) as i64;
-                let asked = w.slices.partition_point(|s| *s < before).min(values.len());
-                (asked > 0).then(|| history::Asked {
+                Some(history::Asked {
                     name,
                     precision: step,
                     cut,
-                    slices: &w.slices[..asked],
+                    slices: &w.slices,
                     family,
-                    values: &mut values[..asked],
+                    values,
                 })
             })
             .collect();
-        history::add_blocks(&self.conn, keys, asked).await
+        history::add_blocks(&self.conn, keys, now.max(0) as u64, asked).await
     }
 
     /// How long after its end a slice of `leaf`'s at `step` seconds is written: a window's
@@ -1150,50 +1147,44 @@ impl<'a> Source<'a> {
                     _ => i64::MIN,
                 };
                 let skipped = slices.partition_point(|s| *s < from);
-                let counts: Vec<u64> = each_slice(&self.conn, "PFCOUNT", &slices[skipped..], |s| {
-                    keys.set(step, &leaf.series, s)
-                })
-                .await?;
+                let counts: Vec<u64> = self
+                    .conn
+                    .each_key(
+                        "PFCOUNT",
+                        slices[skipped..]
+                            .iter()
+                            .map(|s| keys.set(step, &leaf.series, *s as u64)),
+                    )
+                    .await?;
                 // A slice without members has no key: null, as a counter's missing slice.
                 Ok(std::iter::repeat_n(None, skipped)
                     .chain(counts.into_iter().map(|n| (n > 0).then_some(n as f64)))
                     .collect())
             }
-            Kind::Stat(kind, stat) => {
-                let hashes: Vec<Vec<(String, String)>> =
-                    each_slice(&self.conn, "HGETALL", slices, |s| {
-                        keys.hist_slice(step, &leaf.series, *kind, s)
-                    })
-                    .await?;
-                Ok(hashes.iter().map(|h| stat_of(h, stat)).collect())
-            }
-            Kind::Etsy(kind, field) => {
-                let hashes: Vec<Vec<(String, String)>> =
-                    each_slice(&self.conn, "HGETALL", slices, |s| {
-                        keys.hist_slice(step, &leaf.series, *kind, s)
-                    })
+            Kind::Stat(kind, _) | Kind::Etsy(kind, _) => {
+                let hashes: Vec<Vec<(String, String)>> = self
+                    .conn
+                    .each_key(
+                        "HGETALL",
+                        slices
+                            .iter()
+                            .map(|s| keys.hist_slice(step, &leaf.series, *kind, *s as u64)),
+                    )
                     .await?;
                 Ok(hashes
                     .iter()
-                    .map(|h| {
-                        let (alpha, buckets) = parse_buckets(h)?;
-                        field.of(&buckets, &Mapping::new(alpha))
+                    .map(|h| match &leaf.kind {
+                        Kind::Etsy(_, field) => {
+                            let (alpha, buckets) = parse_buckets(h)?;
+                            field.of(&buckets, &Mapping::new(alpha))
+                        }
+                        Kind::Stat(_, stat) => stat_of(h, stat),
+                        _ => None,
                     })
                     .collect())
             }
         }
     }
-}
-
-/// `command <key of the slice>` for every slice ([`Connection::each_key`]).
-async fn each_slice<T: redis::FromRedisValue>(
-    conn: &Connection,
-    command: &str,
-    slices: &[i64],
-    key: impl Fn(u64) -> String,
-) -> Result<Vec<T>, StoreError> {
-    conn.each_key(command, slices.iter().map(|s| key(*s as u64)))
-        .await
 }
 
 /// A stored value as a number: a count's digits read directly (a render reads thousands), any

@@ -723,9 +723,7 @@ impl Cleaner {
             let (block, slot) = geometry.locate(p, slice);
             let name = self.keys.set_series(p, series);
             let block_key = history::block_key(&self.keys, &name, geometry, block);
-            let ttl = (geometry.start(p, block) + geometry.slots * p + kept)
-                .saturating_sub(now)
-                .max(1);
+            let ttl = geometry.expires_in(p, block, kept, now);
             let mut put = self.set_move.prepare_invoke();
             put.key(block_key).arg(slot).arg(geometry.slots).arg(ttl);
             let mut drop = self.set_drop.prepare_invoke();
@@ -753,15 +751,7 @@ impl Cleaner {
                 drop.arg(stored).invoke_async::<u64>(&mut conn).await
             })
         });
-        let moved: Vec<Result<u64, redis::RedisError>> = futures_util::stream::iter(moves)
-            .buffer_unordered(CONCURRENT_SLOTS)
-            .collect()
-            .await;
-        let mut n = 0;
-        for m in moved {
-            n += m?;
-        }
-        Ok(n)
+        summed(moves).await
     }
 
     /// `stats_clean.lua` on the family of each of `keys` that is one of the hourly statistics'
@@ -785,15 +775,7 @@ impl Cleaner {
             call.arg(now);
             async move { call.invoke_async::<u64>(&mut conn).await }
         });
-        let deleted: Vec<Result<u64, redis::RedisError>> = futures_util::stream::iter(calls)
-            .buffer_unordered(CONCURRENT_SLOTS)
-            .collect()
-            .await;
-        let mut n = 0;
-        for d in deleted {
-            n += d?;
-        }
-        Ok(n)
+        summed(calls).await
     }
 
     /// Cleans until `stop`: a pass at start-up and then about every interval while this agent
@@ -856,6 +838,21 @@ enum Written {
     Before,
     /// Its history holds nothing at any precision.
     Unknown,
+}
+
+/// The counts `calls` answer, added, [`CONCURRENT_SLOTS`] of them at a time.
+async fn summed(
+    calls: impl Iterator<Item = impl std::future::Future<Output = redis::RedisResult<u64>>>,
+) -> Result<u64, StoreError> {
+    let answers: Vec<redis::RedisResult<u64>> = futures_util::stream::iter(calls)
+        .buffer_unordered(CONCURRENT_SLOTS)
+        .collect()
+        .await;
+    let mut n = 0;
+    for a in answers {
+        n += a?;
+    }
+    Ok(n)
 }
 
 /// Whether each of `keys` exists (`EXISTS` each, concurrently: in a cluster they live on any

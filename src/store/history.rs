@@ -55,7 +55,7 @@ const CLOCK_SLACK_SECS: u64 = 300;
 /// The slices at precision `p` a reader asks of a family's blocks at `now`: those before this.
 /// Newer ones are in the hash (or a set's HyperLogLogs) only, so that a short range, all of it
 /// newer, reads no block at all.
-pub fn blocks_before(now: u64, p: u64, family: Family) -> u64 {
+fn blocks_before(now: u64, p: u64, family: Family) -> u64 {
     let boundary = match family {
         Family::Set => set_keep_from(now, p),
         Family::Counter | Family::Gauge => keep_from(now, p),
@@ -138,6 +138,14 @@ impl Geometry {
     /// The first slice of block `block`.
     pub fn start(self, precision: u64, block: u64) -> u64 {
         block * self.slots * precision
+    }
+
+    /// Block `block`'s time to live at `now` (its `EXPIRE`, at least 1 s): until its newest
+    /// slice leaves a retention of `kept` seconds.
+    pub fn expires_in(self, precision: u64, block: u64, kept: u64, now: u64) -> u64 {
+        (self.start(precision, block + 1) + kept)
+            .saturating_sub(now)
+            .max(1)
     }
 
     /// The byte range (inclusive, `GETRANGE`'s) holding slots `first..=last`.
@@ -277,20 +285,30 @@ pub struct Asked<'a> {
 /// workers parse side by side.
 const ONE_PIPELINE_READS: usize = 2048;
 
-/// Adds to each series' values what its blocks hold for its slices: `GETRANGE`s of just the
-/// slots asked in the configured retention's cut, and one `EXISTS` of the other cut's blocks
-/// over the range, whose slots are read only where one exists (slices written while another
-/// retention cut them). On one server every series' reads in one pipeline (one round trip a
-/// render) unless that is more than [`ONE_PIPELINE_READS`]; else, and in a cluster, a
-/// pipeline a series, all at once (a series' blocks share one slot).
+/// Adds to each series' values what its blocks hold for its slices as of `now`: `GETRANGE`s
+/// of just the slots asked that a block may hold ([`blocks_before`]) in the configured
+/// retention's cut, and one `EXISTS` of the other cut's blocks over the range, whose slots are
+/// read only where one exists (slices written while another retention cut them). On one server
+/// every series' reads in one pipeline (one round trip a render) unless that is more than
+/// [`ONE_PIPELINE_READS`]; else, and in a cluster, a pipeline a series, all at once (a
+/// series' blocks share one slot).
 pub async fn add_blocks(
     conn: &Connection,
     keys: &Keys,
+    now: u64,
     asked: Vec<Asked<'_>>,
 ) -> Result<(), StoreError> {
     let mut asked: Vec<(Asked, Vec<BlockRead>, Vec<BlockRead>)> = asked
         .into_iter()
-        .map(|a| {
+        .map(|mut a| {
+            let before = blocks_before(now, a.precision, a.family) as i64;
+            let n = a
+                .slices
+                .partition_point(|s| *s < before)
+                .min(a.values.len());
+            a.slices = &a.slices[..n];
+            let values = std::mem::take(&mut a.values);
+            a.values = &mut values[..n];
             let others: Vec<Geometry> = GEOMETRIES.into_iter().filter(|g| *g != a.cut).collect();
             let own = reads_in(&[a.cut], keys, &a.name, a.precision, a.slices);
             let other = reads_in(&others, keys, &a.name, a.precision, a.slices);

@@ -23,21 +23,6 @@ pub enum QueryError {
 
 pub type QueryResult<T> = Result<T, QueryError>;
 
-/// `hash`'s slices with `older`'s (both oldest first), a slice in both combined by `both(hash's,
-/// older's)`, oldest first.
-fn merged<T: Copy>(
-    hash: Vec<(u64, T)>,
-    older: impl IntoIterator<Item = (u64, T)>,
-    both: impl Fn(T, T) -> T,
-) -> Vec<(u64, T)> {
-    let mut all: std::collections::BTreeMap<u64, T> = older.into_iter().collect();
-    for (slice, v) in hash {
-        let held = all.get(&slice).copied();
-        all.insert(slice, held.map_or(v, |o| both(v, o)));
-    }
-    all.into_iter().collect()
-}
-
 /// What `percentiles` reads: the quantiles of a series over a range of slices.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PercentilesQuery {
@@ -71,17 +56,12 @@ impl Queries<'_> {
     /// archive, its blocks' slices too (the whole retention).
     pub async fn counter(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, i64)>> {
         let mut samples = self.reader.counter(series, precision).await?;
-        if let Some((range, cut)) = self.history_range(precision, !samples.is_empty()) {
+        if let Some(history) = self.history_range(precision, !samples.is_empty()) {
             let hash = self.reader.keys().counter(precision, series);
-            let older = self
-                .reader
-                .history(&hash, precision, range, (cut, Family::Counter))
+            let series = (hash.as_str(), precision, Family::Counter);
+            samples = self
+                .with_blocks(samples, series, history, |n, v| n.unwrap_or(0) + v as i64)
                 .await?;
-            samples = merged(
-                samples,
-                older.into_iter().map(|(s, v)| (s, v as i64)),
-                |a, b| a + b,
-            );
         }
         found(samples, || {
             format!("no counter `{series}` at precision {precision}")
@@ -100,6 +80,29 @@ impl Queries<'_> {
         })
     }
 
+    /// `samples` (the hash's, or a set's HyperLogLogs', oldest first) with what the blocks of
+    /// `name` (a hash's name, or a set's) hold over `range` in the retention's `cut`, oldest
+    /// first: a slice only in a block is `combine(None, its value)`, one in both
+    /// `combine(Some(sample), the block's value)`.
+    async fn with_blocks<T: Copy>(
+        &mut self,
+        samples: Vec<(u64, T)>,
+        (name, precision, family): (&str, u64, Family),
+        (range, cut): ((u64, u64), Geometry),
+        combine: impl Fn(Option<T>, f64) -> T,
+    ) -> Result<Vec<(u64, T)>, StoreError> {
+        let older = self
+            .reader
+            .history(name, precision, range, (cut, family))
+            .await?;
+        let mut all: std::collections::BTreeMap<u64, T> = samples.into_iter().collect();
+        for (slice, v) in older {
+            let held = all.get(&slice).copied();
+            all.insert(slice, combine(held, v));
+        }
+        Ok(all.into_iter().collect())
+    }
+
     /// A gauge's value per slice at `precision`, oldest first (of a long archive, its blocks'
     /// too); empty when it has none there.
     pub async fn gauge_history(
@@ -108,14 +111,13 @@ impl Queries<'_> {
         precision: u64,
     ) -> QueryResult<Vec<(u64, f64)>> {
         let mut samples = self.reader.gauge_samples(series, precision).await?;
-        if let Some((range, cut)) = self.history_range(precision, !samples.is_empty()) {
+        if let Some(history) = self.history_range(precision, !samples.is_empty()) {
             let hash = self.reader.keys().gauge(precision, series);
-            let older = self
-                .reader
-                .history(&hash, precision, range, (cut, Family::Gauge))
-                .await?;
+            let series = (hash.as_str(), precision, Family::Gauge);
             // The hash's value is the newer where both hold a slice.
-            samples = merged(samples, older, |hash, _| hash);
+            samples = self
+                .with_blocks(samples, series, history, |g, v| g.unwrap_or(v))
+                .await?;
         }
         Ok(samples)
     }
@@ -219,15 +221,13 @@ impl Queries<'_> {
             .await?;
         if let Some(cut) = cut {
             let name = self.reader.keys().set_series(precision, series);
-            let older = self
-                .reader
-                .history(&name, precision, (oldest, newest), (cut, Family::Set))
+            let series = (name.as_str(), precision, Family::Set);
+            // The larger part where both hold a slice.
+            samples = self
+                .with_blocks(samples, series, ((oldest, newest), cut), |n, v| {
+                    n.map_or(v as u64, |n| n.max(v as u64))
+                })
                 .await?;
-            samples = merged(
-                samples,
-                older.into_iter().map(|(s, v)| (s, v as u64)),
-                u64::max,
-            );
         }
         found(samples, || {
             format!("no set `{series}` at precision {precision}")

@@ -178,8 +178,8 @@ impl Reader {
     }
 
     /// What the blocks of the hash `hash` at `precision` (a long archive's older slices,
-    /// [`crate::store::history`]) hold from slice `from` to slice `until`, oldest first: the
-    /// slots asked of each block of the configured `cut`, and of the other cut's where one
+    /// [`crate::store::history`]) hold from slice `from` to slice `until` (now), oldest first:
+    /// the slots asked of each block of the configured `cut`, and of the other cut's where one
     /// exists ([`super::history::add_blocks`]).
     pub async fn history(
         &mut self,
@@ -194,6 +194,7 @@ impl Reader {
         super::history::add_blocks(
             &self.conn,
             &self.keys,
+            until,
             vec![super::history::Asked {
                 name: hash.to_string(),
                 precision: p,

@@ -363,7 +363,8 @@ pub async fn run_reloading(
             &config.retention(),
             telemetry.clone(),
         )
-        .forgetting(config.forget_idle_secs);
+        .forgetting(config.forget_idle_secs)
+        .packing(&config.quantile_precisions, &config.retention());
         tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))
     });
     tokio::spawn(take_rules(reloads.clone(), rules, shutdown.clone()));

@@ -236,6 +236,12 @@ impl Retention {
         crate::store::history::Geometry::for_count(archive.count)
     }
 
+    /// Whether the quantile slices at precision `p` are packed into blocks
+    /// (`store::quantile_blocks`): a `retentions` schema keeps more than the book's 120 of them.
+    pub fn packs_quantiles(&self, p: u64) -> bool {
+        self.uniform.is_none() && self.samples(p) > crate::store::history::HASH_SLICES
+    }
+
     /// The cleaner's argument: `precision:slots` for each precision kept in blocks
     /// ([`Retention::history`]), or empty.
     pub fn encode_history(&self) -> String {

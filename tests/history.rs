@@ -871,3 +871,208 @@ async fn slices_of_a_former_retentions_cut_are_read_too() {
     assert_eq!(samples, want, "the JSON API");
     agent.stop().await;
 }
+
+/// A cleaner pass at `now` that also packs the quantile slices at the default
+/// `quantile_precisions` (minutes and hours).
+async fn packing_pass(redis: &RedisServer, now: u64) -> PassReport {
+    let retention = Retention::parse(SCHEMA).unwrap();
+    let mut c = leased(redis.store(), &retention)
+        .await
+        .packing(&[60, 3600], &retention);
+    let report = c.pass(now).await.unwrap();
+    assert!(report.completed);
+    report
+}
+
+/// The quantile slices' keys of `series`, by precision and slice.
+fn hist_slices(redis: &RedisServer, series: &str) -> Vec<(u64, u64)> {
+    let keys: Vec<String> = cmd(redis, redis::cmd("KEYS").arg(format!("hist:*:{series}:*")));
+    let mut slices: Vec<(u64, u64)> = keys
+        .iter()
+        .map(|k| {
+            let parts: Vec<&str> = k.split(':').collect();
+            (parts[1].parse().unwrap(), parts[4].parse().unwrap())
+        })
+        .collect();
+    slices.sort_unstable();
+    slices
+}
+
+/// A timer's and a histogram's quantile slices over three days, stamped (`|T`) through the
+/// agent, with rates (fractional weights), zero and negative values: once the cleaner packed
+/// every slice past `OPEN_SECS` into blocks, the Graphite API's statistics at minutes and hours
+/// and the JSON API's quantiles of each minute read exactly as they did from the hashes; a
+/// value sent late into a packed minute is a second part, and the minute then reads as a twin
+/// series that had the value from the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
+    let redis = RedisServer::start();
+    let t = unix_now() / 3600 * 3600 - 60;
+    let agent = TestAgent::start_at(
+        Config {
+            quantile_write_secs: 0,
+            ..config(&redis)
+        },
+        Clock::manual(Duration::from_secs(t)),
+    );
+    // One value of each through the agent (the hour's statistics name them), and 600 minutes
+    // over three days written as the flush writes a minute's and an hour's buckets.
+    let live = ["h.t:1|ms", "h.u:1|ms", "h.n:1|h"].map(String::from);
+    send_window(&agent, &redis, &live, t).await;
+    let mapping = statsd_redis::aggregate::Mapping::new(0.01);
+    let add = |series: &str, kind: &str, at: u64, v: f64, weight: f64| {
+        for p in [60, 3600] {
+            let key = format!("hist:{p}:{series}:{kind}:{}", at / p * p);
+            let field = mapping.bucket(v).field();
+            let _: () = cmd(&redis, redis::cmd("HSET").arg(&key).arg("a").arg("0.01"));
+            let _: f64 = cmd(
+                &redis,
+                redis::cmd("HINCRBYFLOAT").arg(&key).arg(field).arg(weight),
+            );
+            let _: () = cmd(
+                &redis,
+                redis::cmd("EXPIREAT").arg(&key).arg(at + 90 * 86_400),
+            );
+        }
+    };
+    let late_at = t - 2 * 86_400 + 30;
+    add("h.u", "AccessTime", late_at, 7777.0, 1.0);
+    for k in 1..=600u64 {
+        let at = t - (k * 7_919) % (3 * 86_400) - 1;
+        let v = (k * 37 % 5000) as f64 / 4.0 + 0.5;
+        let weight = if k % 5 == 0 { 1.0 / 0.3 } else { 1.0 };
+        add("h.t", "AccessTime", at, v, weight);
+        add("h.u", "AccessTime", at, v, weight);
+        add("h.n", "Histogram", at, (k % 7) as f64 - 3.0, 1.0);
+    }
+    let stats = ["count", "sum", "mean", "min", "max", "p50", "p90", "p999"];
+    let reads = |series: &str| {
+        let mut out = Vec::new();
+        for (from, until) in [(t - 4 * 86_400, t), (t - 3 * 3600, t)] {
+            for stat in stats {
+                out.push(render(&agent, &format!("{series}.{stat}"), from, until));
+            }
+        }
+        out
+    };
+    let api = |series: &str, kind: &str| {
+        curl_json(&format!(
+            "http://{}/api/v1/percentiles/{series}?type={kind}&last=3d&precision=60\
+             &by_slice=true&quantiles=0,0.5,0.9,0.99,1",
+            agent.http
+        ))
+    };
+    let before = (reads("h.t"), reads("h.n"));
+    let api_before = (api("h.t", "ms"), api("h.n", "h"));
+    assert!(
+        written(before.0[0].clone()).len() > 300,
+        "{:?}",
+        before.0[0]
+    );
+    assert!(hist_slices(&redis, "h.t").len() > 500);
+
+    let report = packing_pass(&redis, t + 1).await;
+    let keep = statsd_redis::store::quantile_blocks::keep_from(t + 1, 60);
+    let left = hist_slices(&redis, "h.t");
+    assert!(left.iter().all(|&(p, s)| s + p > keep), "{left:?}");
+    assert!(report.slices_moved > 1000, "{report:?}");
+    let blocks: Vec<String> = cmd(&redis, redis::cmd("KEYS").arg("history:hist:60:h.t:*"));
+    assert!(blocks.len() > 30, "{blocks:?}");
+    let ttl: i64 = cmd(&redis, redis::cmd("TTL").arg(&blocks[0]));
+    assert!(ttl > 86 * 86_400, "{}: ttl {ttl}", blocks[0]);
+    assert_eq!((reads("h.t"), reads("h.n")), before, "Graphite, packed");
+    assert_eq!(
+        (api("h.t", "ms"), api("h.n", "h")),
+        api_before,
+        "the JSON API, packed"
+    );
+    assert_eq!(
+        packing_pass(&redis, t + 1).await.slices_moved,
+        0,
+        "a second pass"
+    );
+
+    // A value late into a packed minute: a new hash, read once the next walk packed it.
+    add("h.t", "AccessTime", late_at, 7777.0, 1.0);
+    assert_eq!(
+        hist_slices(&redis, "h.t").len(),
+        left.len() + 2,
+        "the minute's and hour's"
+    );
+    packing_pass(&redis, t + 1).await;
+    assert_eq!(hist_slices(&redis, "h.t"), left);
+    assert_eq!(reads("h.t"), reads("h.u"), "two parts read as one");
+    agent.stop().await;
+}
+
+/// The pack's three steps, the worst moment between them: a slice sealed and written into its
+/// block, then a value into its hash before the delete (as a late window's), then the pass
+/// stopped there. A reader takes the hash over the block's part of the same token; the next
+/// pass writes the slice again under that token, replacing the part, and deletes the hash: the
+/// block holds the slice once, with every value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slice_written_between_its_pack_and_its_delete_counts_once() {
+    use statsd_redis::store::quantile_blocks as qb;
+    let redis = RedisServer::start();
+    let now = unix_now() / 60 * 60;
+    let slice = now - 200 * 60;
+    let hash = format!("hist:60:race:AccessTime:{slice}");
+    let _: () = cmd(
+        &redis,
+        redis::cmd("HSET")
+            .arg(&hash)
+            .arg("a")
+            .arg("0.01")
+            .arg("345")
+            .arg("3"),
+    );
+    let sealed: Vec<(String, String)> =
+        redis::Script::new(include_str!("../src/store/hist_seal.lua"))
+            .key(&hash)
+            .arg("0000abcd")
+            .invoke(&mut redis.conn())
+            .unwrap();
+    let (n, slot) = qb::locate(60, slice);
+    let block = format!("history:hist:60:race:AccessTime:{n}");
+    let mut buckets = statsd_redis::aggregate::Buckets::default();
+    buckets.add(statsd_redis::aggregate::Bucket::Positive(345), 3.0);
+    let records: i64 = redis::Script::new(include_str!("../src/store/hist_move.lua"))
+        .key(&block)
+        .arg(qb::header("0.01"))
+        .arg(now + 3600)
+        .arg(qb::record(slot, [0, 0, 0xab, 0xcd], &buckets))
+        .invoke(&mut redis.conn())
+        .unwrap();
+    assert_eq!(records, 1);
+    let _: f64 = cmd(
+        &redis,
+        redis::cmd("HINCRBYFLOAT").arg(&hash).arg("345").arg(2),
+    );
+    let drop_script = redis::Script::new(include_str!("../src/store/hist_drop.lua"));
+    let mut drop = drop_script.prepare_invoke();
+    drop.key(&hash);
+    for (f, v) in &sealed {
+        drop.arg(f).arg(v);
+    }
+    let dropped: u64 = drop.invoke(&mut redis.conn()).unwrap();
+    assert_eq!(dropped, 0, "the hash written since stays");
+
+    let agent = TestAgent::start_at(config(&redis), Clock::manual(Duration::from_secs(now)));
+    // The hour's statistics name the timer.
+    send_window(&agent, &redis, &["race:1|ms".to_string()], now).await;
+    let count = |agent: &TestAgent| written(render(agent, "race.count", slice - 60, slice + 60));
+    assert_eq!(
+        count(&agent),
+        BTreeMap::from([(slice, 5.0)]),
+        "the hash over its part"
+    );
+    packing_pass(&redis, now).await;
+    let left: u64 = cmd(&redis, redis::cmd("EXISTS").arg(&hash));
+    assert_eq!(left, 0, "the hash packed");
+    let bytes: Vec<u8> = cmd(&redis, redis::cmd("GET").arg(&block));
+    let (_, parts) = qb::decode(&bytes).unwrap();
+    assert_eq!(parts.len(), 1, "{parts:?}");
+    assert_eq!(parts[0].buckets.total(), 5.0);
+    assert_eq!(count(&agent), BTreeMap::from([(slice, 5.0)]), "packed once");
+    agent.stop().await;
+}

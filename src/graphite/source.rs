@@ -24,12 +24,13 @@ use super::GraphiteError;
 use super::etsy::{self, Plan, View};
 use super::names::{NodePattern, agent_name, graphite_name};
 use super::series::{Point, Series};
-use crate::aggregate::{Mapping, StatKind};
+use crate::aggregate::{Buckets, Mapping, StatKind};
 use crate::config::Config;
 use crate::retention::Retention;
 use crate::store::bulk::{BulkPool, Hmget, LexRange, Members};
 use crate::store::history::{self, Family};
-use crate::store::reader::{index_precisions, index_series, lex_range, parse_buckets};
+use crate::store::quantile_blocks;
+use crate::store::reader::{index_precisions, index_series, lex_range};
 use crate::store::{Connection, Keys, Reader, StoreError};
 
 /// How long the names found by `SCAN` (sets, timers) are used before they are looked for again.
@@ -1162,24 +1163,25 @@ impl<'a> Source<'a> {
                     .collect())
             }
             Kind::Stat(kind, _) | Kind::Etsy(kind, _) => {
-                let hashes: Vec<Vec<(String, String)>> = self
-                    .conn
-                    .each_key(
-                        "HGETALL",
-                        slices
-                            .iter()
-                            .map(|s| keys.hist_slice(step, &leaf.series, *kind, *s as u64)),
-                    )
-                    .await?;
-                Ok(hashes
+                let slices: Vec<u64> = slices.iter().map(|s| *s as u64).collect();
+                let read = quantile_blocks::read(
+                    &self.conn,
+                    keys,
+                    (&leaf.series, *kind, step),
+                    &slices,
+                    self.retention().packs_quantiles(step),
+                )
+                .await?;
+                Ok(read
                     .iter()
-                    .map(|h| match &leaf.kind {
-                        Kind::Etsy(_, field) => {
-                            let (alpha, buckets) = parse_buckets(h)?;
-                            field.of(&buckets, &Mapping::new(alpha))
+                    .map(|slice| {
+                        let (alpha, buckets) = slice.as_ref()?;
+                        let mapping = Mapping::new(*alpha);
+                        match &leaf.kind {
+                            Kind::Etsy(_, field) => field.of(buckets, &mapping),
+                            Kind::Stat(_, stat) => stat_of(buckets, &mapping, stat),
+                            _ => None,
                         }
-                        Kind::Stat(_, stat) => stat_of(h, stat),
-                        _ => None,
                     })
                     .collect())
             }
@@ -1208,13 +1210,11 @@ fn stat_path(series: &str, stat: &str) -> String {
 /// One statistic of a slice's quantile buckets: the count (weights summed), the sum and mean
 /// (each bucket at its estimate), the extremes (the first and last bucket's estimates) and
 /// quantiles, each within the buckets' accuracy; null for a slice without values.
-fn stat_of(hash: &[(String, String)], stat: &str) -> Point {
-    let (alpha, buckets) = parse_buckets(hash)?;
+fn stat_of(buckets: &Buckets, mapping: &Mapping, stat: &str) -> Point {
     let total = buckets.total();
     if total <= 0.0 {
         return None;
     }
-    let mapping = Mapping::new(alpha);
     let sum = || {
         buckets
             .iter()

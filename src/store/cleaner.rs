@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::clock::Clock;
 use super::history::{self, Geometry};
 use super::keys::{self, Index};
+use super::quantile_blocks;
 use super::{Cached, Connection, Keys, Store, StoreError};
 use crate::aggregate::StatKind;
 use crate::retention::Retention;
@@ -83,6 +84,14 @@ pub struct Cleaner {
     sets_walked: Option<u64>,
     set_move: Script,
     set_drop: Script,
+    /// The quantile precisions packed into blocks (`store::quantile_blocks`), with their
+    /// seconds kept.
+    packed: Vec<(u64, u64)>,
+    /// When (the pass's `now`) the quantile slices were last walked.
+    hists_walked: Option<u64>,
+    hist_seal: Script,
+    hist_move: Script,
+    hist_drop: Script,
     passes: u64,
     clean: Script,
     clean_slot: Script,
@@ -127,6 +136,11 @@ impl Cleaner {
             sets_walked: None,
             set_move: Script::new(include_str!("set_move.lua")),
             set_drop: Script::new(include_str!("set_drop.lua")),
+            packed: Vec::new(),
+            hists_walked: None,
+            hist_seal: Script::new(include_str!("hist_seal.lua")),
+            hist_move: Script::new(include_str!("hist_move.lua")),
+            hist_drop: Script::new(include_str!("hist_drop.lua")),
             passes: 0,
             clean: Script::new(concat!(
                 include_str!("retention.lua"),
@@ -150,6 +164,17 @@ impl Cleaner {
     /// unless set).
     pub fn forgetting(mut self, secs: u64) -> Cleaner {
         self.forget_secs = secs;
+        self
+    }
+
+    /// Packs the quantile slices at `precisions` (`quantile_precisions`) that `retention`
+    /// keeps long into blocks ([`Retention::packs_quantiles`]).
+    pub fn packing(mut self, precisions: &[u64], retention: &Retention) -> Cleaner {
+        self.packed = precisions
+            .iter()
+            .filter(|&&p| retention.packs_quantiles(p))
+            .map(|&p| (p, retention.seconds(p)))
+            .collect();
         self
     }
 
@@ -247,6 +272,7 @@ impl Cleaner {
             && self.clean_gauges(now, &mut report).await?
             && self.walk(Walk::Stats, now, &mut report).await?
             && self.walk(Walk::Sets, now, &mut report).await?
+            && self.walk(Walk::Hists, now, &mut report).await?
             && self.clean_slowest(&mut report).await?;
         self.passes += 1;
         let t = &self.telemetry;
@@ -665,6 +691,12 @@ impl Cleaner {
                 self.sets_walked,
                 history::SET_WALK_SECS,
             ),
+            Walk::Hists if self.packed.is_empty() => return Ok(true),
+            Walk::Hists => (
+                self.keys.hist_pattern(),
+                self.hists_walked,
+                quantile_blocks::WALK_SECS,
+            ),
         };
         if last.is_some_and(|at| now < at + every && now >= at) {
             return Ok(true);
@@ -689,6 +721,10 @@ impl Cleaner {
                         let r = self.move_sets(&conn, now, keys).await;
                         report.slices_moved += self.failed(r)?;
                     }
+                    Walk::Hists => {
+                        let r = self.pack_hists(&conn, now, keys).await;
+                        report.slices_moved += self.failed(r)?;
+                    }
                 }
                 if next == 0 {
                     break;
@@ -699,6 +735,7 @@ impl Cleaner {
         match walk {
             Walk::Stats => self.stats_walked = Some(now),
             Walk::Sets => self.sets_walked = Some(now),
+            Walk::Hists => self.hists_walked = Some(now),
         }
         Ok(true)
     }
@@ -752,6 +789,112 @@ impl Cleaner {
             })
         });
         summed(moves).await
+    }
+
+    /// Packs each of `keys` that is a quantile slice of a packed precision, older than
+    /// [`quantile_blocks::keep_from`], into its block, a call a block, concurrently: each
+    /// slice's hash sealed with a token (`hist_seal.lua`), the block's records written
+    /// (`hist_move.lua`), then each hash deleted if it holds what moved (`hist_drop.lua`);
+    /// each step repeated changes nothing, so a pass stopped between them loses nothing and
+    /// counts nothing twice. Returns how many slices moved.
+    async fn pack_hists(
+        &self,
+        conn: &Connection,
+        now: u64,
+        keys: Vec<String>,
+    ) -> Result<u64, StoreError> {
+        let mut blocks: HashMap<String, (u64, Vec<(String, u8)>)> = HashMap::new();
+        for key in keys {
+            let Some((p, series, kind, slice)) = self.keys.hist_of(&key) else {
+                continue;
+            };
+            let Some(&(_, kept)) = self.packed.iter().find(|l| l.0 == p) else {
+                continue;
+            };
+            if slice >= quantile_blocks::keep_from(now, p) || slice + kept <= now {
+                continue;
+            }
+            let (n, slot) = quantile_blocks::locate(p, slice);
+            let block = quantile_blocks::block_key(&self.keys, p, series, kind, n);
+            let at = quantile_blocks::expires_at(p, n, kept);
+            blocks
+                .entry(block)
+                .or_insert((at, Vec::new()))
+                .1
+                .push((key, slot));
+        }
+        let calls = blocks.into_iter().map(|(block, (at, slices))| {
+            let conn = conn.clone();
+            self.pack_block(conn, block, at, slices)
+        });
+        summed(calls).await
+    }
+
+    /// [`Cleaner::pack_hists`] for one block's `slices` (their hashes and slots).
+    async fn pack_block(
+        &self,
+        mut conn: Connection,
+        block: String,
+        expires_at: u64,
+        slices: Vec<(String, u8)>,
+    ) -> redis::RedisResult<u64> {
+        let mut sealed = Vec::new();
+        let mut header: Option<String> = None;
+        for (key, slot) in slices {
+            let token = quantile_blocks::token_text(rand::random());
+            let fields: Option<Vec<(String, String)>> = self
+                .hist_seal
+                .key(&key)
+                .arg(&token)
+                .invoke_async(&mut conn)
+                .await?;
+            let Some(fields) = fields else { continue };
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(f, _)| f == name)
+                    .map(|(_, v)| v.clone())
+            };
+            let (Some(alpha), Some(token)) = (
+                field("a"),
+                field(quantile_blocks::TOKEN_FIELD).and_then(|t| quantile_blocks::token_of(&t)),
+            ) else {
+                continue;
+            };
+            // A block holds one accuracy: slices of another wait out their retention as hashes.
+            if header.get_or_insert_with(|| alpha.clone()) != &alpha {
+                continue;
+            }
+            let Some((_, buckets)) = super::reader::parse_buckets(&fields) else {
+                continue;
+            };
+            sealed.push((key, quantile_blocks::record(slot, token, &buckets), fields));
+        }
+        let Some(alpha) = header.filter(|_| !sealed.is_empty()) else {
+            return Ok(0);
+        };
+        let mut put = self.hist_move.prepare_invoke();
+        put.key(&block)
+            .arg(quantile_blocks::header(&alpha))
+            .arg(expires_at);
+        for (_, record, _) in &sealed {
+            put.arg(record);
+        }
+        let written: i64 = put.invoke_async(&mut conn).await?;
+        if written < 0 {
+            // Another program's key, or a block of another accuracy: the hashes stay.
+            return Ok(0);
+        }
+        let mut moved = 0;
+        for (key, _, fields) in sealed {
+            let mut drop = self.hist_drop.prepare_invoke();
+            drop.key(key);
+            for (f, v) in fields {
+                drop.arg(f).arg(v);
+            }
+            moved += drop.invoke_async::<u64>(&mut conn).await?;
+        }
+        Ok(moved)
     }
 
     /// `stats_clean.lua` on the family of each of `keys` that is one of the hourly statistics'
@@ -827,6 +970,8 @@ enum Walk {
     Stats,
     /// A long archive's set slices past `history::SET_OPEN_SECS`.
     Sets,
+    /// A long archive's quantile slices past `quantile_blocks::OPEN_SECS`.
+    Hists,
 }
 
 /// When a gauge was last written, as its history tells.

@@ -103,6 +103,22 @@ impl Keys {
         )
     }
 
+    /// The pattern of every quantile slice's key (`SCAN`'s `MATCH`).
+    pub fn hist_pattern(&self) -> String {
+        format!("{}hist:*", self.prefix)
+    }
+
+    /// A quantile slice's precision, series, type and slice, from its key as
+    /// [`Keys::hist_slice`] names it; None for any other key.
+    pub fn hist_of<'k>(&self, key: &'k str) -> Option<(u64, &'k str, StatKind, u64)> {
+        let name = key.strip_prefix(&self.prefix)?.strip_prefix("hist:")?;
+        let (p, rest) = name.split_once(':')?;
+        let (rest, slice) = rest.rsplit_once(':')?;
+        let (series, kind) = rest.rsplit_once(':')?;
+        let kind = *StatKind::ALL.iter().find(|k| k.redis_name() == kind)?;
+        Some((p.parse().ok()?, series, kind, slice.parse().ok()?))
+    }
+
     /// The series of a `stats:` key of `kind` (the hour's ZSET, as [`Keys::stats`] names it).
     pub fn series_of_stats(&self, key: &str, kind: StatKind) -> Option<String> {
         let series = key
@@ -602,6 +618,13 @@ mod tests {
             Some("a:b")
         );
         assert_eq!(k.set_of_block("p:history:set:600:a:2008:7", 60), None);
+        let hist = k.hist_slice(60, "a:b", StatKind::Distribution, 120);
+        assert_eq!(
+            k.hist_of(&hist),
+            Some((60, "a:b", StatKind::Distribution, 120))
+        );
+        assert_eq!(k.hist_of("p:hist:60:a:Other:120"), None);
+        assert_eq!(k.hist_of("p:set:60:a:120"), None);
         assert_eq!(k.set_of_block("p:history:count:600:a:2008:7", 600), None);
         let tagged = Keys::tagged("p:");
         let block = format!(

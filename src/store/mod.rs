@@ -9,6 +9,7 @@ pub mod clock;
 pub mod dump;
 pub mod history;
 pub mod keys;
+pub mod quantile_blocks;
 pub mod query;
 pub mod reader;
 pub mod server;

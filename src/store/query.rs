@@ -148,7 +148,15 @@ impl Queries<'_> {
         .map_err(QueryError::BadArgument)?;
         let view = self
             .reader
-            .quantiles(series, query.kind, &query.quantiles, range, query.by_slice)
+            .quantiles(
+                (series, query.kind),
+                &query.quantiles,
+                range,
+                (
+                    query.by_slice,
+                    self.config.retention().packs_quantiles(range.precision),
+                ),
+            )
             .await?
             .map(|view| QuantilesView {
                 arriving_from: Some(self.arriving_from(Schedule::Buckets, range.precision)),

@@ -94,9 +94,6 @@ impl QuantileRange {
 /// Keys a listing's `SCAN` looks at, at most, before it answers with what it found.
 const SCAN_EXAMINED: usize = 100_000;
 
-/// Slice hashes read at once by [`Reader::quantiles`].
-const QUANTILE_BATCH: usize = 64;
-
 /// Quantiles read back from the buckets.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QuantilesView {
@@ -228,35 +225,35 @@ impl Reader {
         Ok(StatsView::from_zset(&data))
     }
 
-    /// Quantiles `qs` of a series' values over `range`, merged from its bucket hashes; `None`
-    /// when the range holds none. Hashes written at another accuracy than the first one found
-    /// are taken bucket by bucket at their estimates (their error adds to it).
+    /// Quantiles `qs` of a series' values over `range`, merged from its bucket hashes (and,
+    /// where its precision is `packed`, its blocks: [`super::quantile_blocks::read`]); `None` when the
+    /// range holds none. Hashes written at another accuracy than the first one found are taken
+    /// bucket by bucket at their estimates (their error adds to it).
     /// With `by_slice`, each slice's quantiles too.
     pub async fn quantiles(
         &mut self,
-        series: &str,
-        kind: StatKind,
+        (series, kind): (&str, StatKind),
         qs: &[f64],
         range: QuantileRange,
-        by_slice: bool,
+        (by_slice, packed): (bool, bool),
     ) -> Result<Option<QuantilesView>, StoreError> {
         let slices: Vec<u64> = range.slices().collect();
-        let mut merged: Option<(Mapping, Buckets)> = None;
+        let mut merged: super::quantile_blocks::Slice = None;
         let mut each = Vec::new();
-        // A batch of slices at a time (`Connection::each_key`): what is held at once stays
-        // bounded however long the range.
-        for batch in slices.chunks(QUANTILE_BATCH) {
-            let hashes: Vec<Vec<(String, String)>> = self
-                .conn
-                .each_key(
-                    "HGETALL",
-                    batch
-                        .iter()
-                        .map(|s| self.keys.hist_slice(range.precision, series, kind, *s)),
-                )
-                .await?;
-            for (slice, hash) in batch.iter().zip(&hashes) {
-                let Some((alpha, buckets)) = parse_buckets(hash) else {
+        // A block's slices at a time: what is held at once stays bounded however long the
+        // range, and each block is read once.
+        let block = |s: &u64| super::quantile_blocks::locate(range.precision, *s).0;
+        for batch in slices.chunk_by(|a, b| block(a) == block(b)) {
+            let read = super::quantile_blocks::read(
+                &self.conn,
+                &self.keys,
+                (series, kind, range.precision),
+                batch,
+                packed,
+            )
+            .await?;
+            for (slice, read) in batch.iter().zip(read) {
+                let Some((alpha, buckets)) = read else {
                     continue;
                 };
                 if by_slice && buckets.total() > 0.0 {
@@ -267,21 +264,13 @@ impl Reader {
                         quantiles: quantiles_of(&buckets, &mapping, qs),
                     });
                 }
-                let (mapping, all) =
-                    merged.get_or_insert_with(|| (Mapping::new(alpha), Buckets::default()));
-                if alpha == mapping.alpha() {
-                    all.merge(&buckets);
-                } else {
-                    let theirs = Mapping::new(alpha);
-                    for (b, w) in buckets.iter() {
-                        all.add(mapping.bucket(theirs.value(b)), w);
-                    }
-                }
+                super::quantile_blocks::add(&mut merged, alpha, &buckets);
             }
         }
-        let Some((mapping, buckets)) = merged.filter(|(_, b)| b.total() > 0.0) else {
+        let Some((alpha, buckets)) = merged.filter(|(_, b)| b.total() > 0.0) else {
             return Ok(None);
         };
+        let mapping = Mapping::new(alpha);
         Ok(Some(QuantilesView {
             quantiles: quantiles_of(&buckets, &mapping, qs),
             relative_accuracy: mapping.alpha(),

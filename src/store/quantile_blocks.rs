@@ -1,0 +1,374 @@
+//! A long archive's quantile slices packed into blocks (docs/layout.md, "History: fixed slots",
+//! "Quantile slices"). Under `retentions`, at a quantile precision kept for more than
+//! [`super::history::HASH_SLICES`] slices ([`crate::retention::Retention::packs_quantiles`]), a slice's bucket hash (`hist:<p>:<series>:<type>:<slice>`)
+//! stays a hash while it may still be written ([`OPEN_SECS`]); the cleaner then packs its
+//! buckets as one record into the block of [`SLOTS`] consecutive slices of the series:
+//! `history:hist:<p>:<series>:<type>:<n>` (in a cluster `history:{tag}hist:…`, the tag of
+//! `hist:<p>:<series>:<type>`'s slot), a string of varints a reader decodes whole.
+//!
+//! A block begins with its accuracy (a varint length, then `a` as the hashes hold it); then
+//! records, each a varint length and: the slot (one byte), the part's token (four bytes), and
+//! each bucket as the zigzag varint of its [`key`]'s step from the one before, then its count
+//! ([`put_count`]). A slice's buckets add, so a slice written again after its move (a backlog,
+//! a spool replayed) is a second part with a token of its own, and a reader adds the parts.
+//!
+//! The move is three steps, each in one key's slot and each harmless to repeat (a cluster puts
+//! a slice's hash and its block on different masters): `hist_seal.lua` gives the hash a token
+//! (field `m`, once) and returns its fields; `hist_move.lua` writes the record under that token,
+//! replacing the one a former try wrote; `hist_drop.lua` deletes the hash if it still holds
+//! exactly what moved. A reader that finds both a hash and a part of the same token takes the
+//! hash (it holds at least what moved).
+
+use std::collections::HashMap;
+
+use super::{Connection, Keys, StoreError};
+use crate::aggregate::StatKind;
+use crate::aggregate::sketch::{Bucket, Buckets};
+
+/// Slices a block holds: an hour of minutes, 64 hours of hours. A reader gets a block whole, so
+/// a block stays small (a few KiB for a busy timer's minutes), and its key's own bytes, spread
+/// over its slices, stay under two bytes a slice.
+pub const SLOTS: u64 = 64;
+
+/// How long (s) after its end a quantile slice stays a hash: its buckets are written in the
+/// minute after it (`quantile_write_secs`), and a short backlog after that merges into it in
+/// place. The cleaner packs it after that.
+pub const OPEN_SECS: u64 = 300;
+
+/// How often (s) the cleaner walks the quantile slices (`SCAN hist:*`).
+pub const WALK_SECS: u64 = 300;
+
+/// The hash field holding a sealed slice's token.
+pub const TOKEN_FIELD: &str = "m";
+
+/// The oldest slice at precision `p` still a hash at `now`: older ones end [`OPEN_SECS`] or
+/// more before it, and the cleaner packs them.
+pub fn keep_from(now: u64, p: u64) -> u64 {
+    let p = p.max(1);
+    now.saturating_sub(OPEN_SECS) / p * p
+}
+
+/// The block holding `slice` at precision `p`, and its slot there.
+pub fn locate(p: u64, slice: u64) -> (u64, u8) {
+    let n = slice / p.max(1);
+    (n / SLOTS, (n % SLOTS) as u8)
+}
+
+/// When a block expires: its newest slice's end of retention (`kept` seconds).
+pub fn expires_at(p: u64, block: u64, kept: u64) -> u64 {
+    ((block + 1) * SLOTS - 1) * p + kept
+}
+
+/// `hist:<p>:<series>:<type>`: a series' quantile slices' keys without the slice, what its
+/// blocks are named after ([`Keys::history_base`]).
+pub fn series_name(keys: &Keys, p: u64, series: &str, kind: StatKind) -> String {
+    let slice = keys.hist_slice(p, series, kind, 0);
+    slice[..slice.len() - 2].to_string()
+}
+
+/// A block's key: `history:hist:60:api:AccessTime:7` (with its slot tag in a cluster).
+pub fn block_key(keys: &Keys, p: u64, series: &str, kind: StatKind, block: u64) -> String {
+    format!(
+        "{}:{block}",
+        keys.history_base(&series_name(keys, p, series, kind))
+    )
+}
+
+/// A bucket's place on one integer axis: positive values' buckets at their index, zero and the
+/// negative values' far above them, so that a slice's buckets step by a byte or two.
+fn key(b: Bucket) -> i64 {
+    match b {
+        Bucket::Positive(i) => i as i64,
+        Bucket::Zero => ZERO,
+        Bucket::Negative(i) => NEGATIVE + i as i64,
+    }
+}
+
+const ZERO: i64 = 1 << 40;
+const NEGATIVE: i64 = 1 << 42;
+
+fn bucket_of(k: i64) -> Option<Bucket> {
+    if k == ZERO {
+        Some(Bucket::Zero)
+    } else if let Ok(i) = i32::try_from(k) {
+        Some(Bucket::Positive(i))
+    } else {
+        i32::try_from(k - NEGATIVE).ok().map(Bucket::Negative)
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut n = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*at)?;
+        *at += 1;
+        n |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// A count: a whole one below 2^52 as the varint of twice it, any other as 1 and its `f64`
+/// bits (a rate's weights are fractions).
+fn put_count(out: &mut Vec<u8>, w: f64) {
+    if w >= 0.0 && w.fract() == 0.0 && w < (1u64 << 52) as f64 {
+        put_varint(out, 2 * w as u64);
+    } else {
+        out.push(1);
+        out.extend_from_slice(&w.to_bits().to_be_bytes());
+    }
+}
+
+fn count(bytes: &[u8], at: &mut usize) -> Option<f64> {
+    match varint(bytes, at)? {
+        1 => {
+            let bits = bytes.get(*at..*at + 8)?;
+            *at += 8;
+            Some(f64::from_bits(u64::from_be_bytes(bits.try_into().ok()?)))
+        }
+        n => Some((n / 2) as f64),
+    }
+}
+
+/// A block's first bytes: its accuracy, as the hashes' `a` field holds it.
+pub fn header(alpha: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(alpha.len() + 1);
+    put_varint(&mut out, alpha.len() as u64);
+    out.extend_from_slice(alpha.as_bytes());
+    out
+}
+
+/// A slice's record: its slot, its part's token and its buckets, behind the record's length.
+pub fn record(slot: u8, token: [u8; 4], buckets: &Buckets) -> Vec<u8> {
+    let mut body = vec![slot];
+    body.extend_from_slice(&token);
+    let mut sorted: Vec<(i64, f64)> = buckets.iter().map(|(b, w)| (key(b), w)).collect();
+    sorted.sort_unstable_by_key(|(k, _)| *k);
+    let mut prev = 0i64;
+    for (k, w) in sorted {
+        let step = k - prev;
+        put_varint(&mut body, ((step << 1) ^ (step >> 63)) as u64);
+        put_count(&mut body, w);
+        prev = k;
+    }
+    let mut out = Vec::with_capacity(body.len() + 3);
+    put_varint(&mut out, body.len() as u64);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// One part of a slice, as a block holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub slot: u8,
+    pub token: [u8; 4],
+    pub buckets: Buckets,
+}
+
+/// A block's accuracy and parts; `None` for bytes that are no block (another program's string).
+pub fn decode(bytes: &[u8]) -> Option<(f64, Vec<Part>)> {
+    let mut at = 0;
+    let len = varint(bytes, &mut at)? as usize;
+    let alpha = std::str::from_utf8(bytes.get(at..at + len)?)
+        .ok()?
+        .parse()
+        .ok()?;
+    at += len;
+    let mut parts = Vec::new();
+    while at < bytes.len() {
+        let len = varint(bytes, &mut at)? as usize;
+        let body = bytes.get(at..at + len)?;
+        at += len;
+        let (&slot, rest) = body.split_first()?;
+        let token: [u8; 4] = rest.get(..4)?.try_into().ok()?;
+        let (mut i, mut prev, mut buckets) = (4, 0i64, Buckets::default());
+        while i < rest.len() {
+            let z = varint(rest, &mut i)?;
+            prev += ((z >> 1) as i64) ^ -((z & 1) as i64);
+            buckets.add(bucket_of(prev)?, count(rest, &mut i)?);
+        }
+        parts.push(Part {
+            slot,
+            token,
+            buckets,
+        });
+    }
+    Some((alpha, parts))
+}
+
+/// A token as the hash's `m` field holds it (eight hex digits).
+pub fn token_text(token: [u8; 4]) -> String {
+    format!("{:08x}", u32::from_be_bytes(token))
+}
+
+pub fn token_of(text: &str) -> Option<[u8; 4]> {
+    (text.len() == 8)
+        .then(|| u32::from_str_radix(text, 16).ok())
+        .flatten()
+        .map(u32::to_be_bytes)
+}
+
+/// A slice's buckets, with their accuracy.
+pub type Slice = Option<(f64, Buckets)>;
+
+/// The quantile buckets of `series` at precision `p` for each of `slices` (ascending): from
+/// their hashes, and, where the precision is `packed`, from their blocks too, the parts of a
+/// slice added (a part whose token a hash still holds is that hash's, which holds at least what
+/// moved). Every slice's hash is asked, so a slice written late into a packed one, or a hash an
+/// earlier release wrote that the cleaner has not packed yet, reads whole at once.
+pub async fn read(
+    conn: &Connection,
+    keys: &Keys,
+    (series, kind, p): (&str, StatKind, u64),
+    slices: &[u64],
+    packed: bool,
+) -> Result<Vec<Slice>, StoreError> {
+    let hashes: Vec<Vec<(String, String)>> = conn
+        .each_key(
+            "HGETALL",
+            slices.iter().map(|s| keys.hist_slice(p, series, kind, *s)),
+        )
+        .await?;
+    let mut out: Vec<Slice> = Vec::with_capacity(slices.len());
+    let mut sealed: HashMap<u64, [u8; 4]> = HashMap::new();
+    for (s, hash) in slices.iter().zip(&hashes) {
+        if let Some(token) = hash
+            .iter()
+            .find(|(f, _)| f == TOKEN_FIELD)
+            .and_then(|(_, t)| token_of(t))
+        {
+            sealed.insert(*s, token);
+        }
+        out.push(super::reader::parse_buckets(hash));
+    }
+    if !packed || slices.is_empty() {
+        return Ok(out);
+    }
+    let first = locate(p, slices[0]).0;
+    let last = locate(p, slices[slices.len() - 1]).0;
+    let blocks: Vec<Option<Vec<u8>>> = conn
+        .each_key(
+            "GET",
+            (first..=last).map(|n| block_key(keys, p, series, kind, n)),
+        )
+        .await?;
+    let at: HashMap<u64, usize> = slices.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    for (n, bytes) in (first..).zip(blocks) {
+        let Some((alpha, parts)) = bytes.as_deref().and_then(decode) else {
+            continue;
+        };
+        for part in parts {
+            let slice = (n * SLOTS + u64::from(part.slot)) * p;
+            let Some(&i) = at.get(&slice) else { continue };
+            if sealed.get(&slice) == Some(&part.token) {
+                continue;
+            }
+            add(&mut out[i], alpha, &part.buckets);
+        }
+    }
+    Ok(out)
+}
+
+/// Adds `buckets` of accuracy `alpha` into a slice read so far (a foreign accuracy's buckets
+/// at their estimates, as merging hashes does).
+pub(crate) fn add(slice: &mut Slice, alpha: f64, buckets: &Buckets) {
+    match slice {
+        None => *slice = Some((alpha, buckets.clone())),
+        Some((mine, all)) if *mine == alpha => all.merge(buckets),
+        Some((mine, all)) => {
+            let (to, from) = (
+                crate::aggregate::sketch::Mapping::new(*mine),
+                crate::aggregate::sketch::Mapping::new(alpha),
+            );
+            for (b, w) in buckets.iter() {
+                all.add(to.bucket(from.value(b)), w);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buckets(list: &[(Bucket, f64)]) -> Buckets {
+        let mut b = Buckets::default();
+        for &(bucket, w) in list {
+            b.add(bucket, w);
+        }
+        b
+    }
+
+    #[test]
+    fn a_block_reads_back_what_was_packed() {
+        let one = buckets(&[
+            (Bucket::Negative(7), 2.0),
+            (Bucket::Zero, 1.0),
+            (Bucket::Positive(-300), 1.0),
+            (Bucket::Positive(345), 3.0),
+            (Bucket::Positive(346), 10.0 / 3.0),
+            (Bucket::Positive(i32::MAX), 1e15),
+            (Bucket::Negative(i32::MIN + 1), (1u64 << 52) as f64),
+        ]);
+        let two = buckets(&[(Bucket::Positive(1), 1.0)]);
+        let mut block = header("0.01");
+        block.extend(record(0, [1, 2, 3, 4], &one));
+        block.extend(record(63, [0xff; 4], &two));
+        block.extend(record(5, [0; 4], &Buckets::default()));
+        let (alpha, parts) = decode(&block).unwrap();
+        assert_eq!(alpha, 0.01);
+        assert_eq!(parts.len(), 3);
+        assert_eq!((parts[0].slot, parts[0].token), (0, [1, 2, 3, 4]));
+        assert_eq!(parts[0].buckets, one);
+        assert_eq!((parts[1].slot, parts[1].buckets.clone()), (63, two));
+        assert_eq!(parts[2].buckets, Buckets::default());
+    }
+
+    #[test]
+    fn a_minute_of_a_few_close_values_takes_about_two_bytes_a_bucket() {
+        let b = buckets(
+            &(340..384)
+                .map(|i| (Bucket::Positive(i), 1.0))
+                .collect::<Vec<_>>(),
+        );
+        // Length, slot, token, the first bucket's step (two bytes), then a byte each.
+        assert_eq!(record(0, [0; 4], &b).len(), 1 + 1 + 4 + 2 + 1 + 43 * 2);
+    }
+
+    #[test]
+    fn what_is_no_block_decodes_to_nothing() {
+        for bytes in [
+            &b""[..],
+            b"\x05ab",
+            b"\x040.01\x09\x00",
+            b"\x040.01\x06\x00\x01\x02\x03\x04\x80",
+        ] {
+            assert_eq!(decode(bytes), None, "{bytes:?}");
+        }
+        assert_eq!(decode(b"\x04junk"), None);
+    }
+
+    #[test]
+    fn a_slice_finds_its_block_and_slot() {
+        assert_eq!(locate(60, 0), (0, 0));
+        assert_eq!(locate(60, 63 * 60), (0, 63));
+        assert_eq!(locate(60, 64 * 60), (1, 0));
+        assert_eq!(expires_at(60, 1, 600), 127 * 60 + 600);
+        assert_eq!(keep_from(1000, 60), 660);
+        assert_eq!(
+            token_of(&token_text([0, 1, 0xab, 0xff])),
+            Some([0, 1, 0xab, 0xff])
+        );
+        assert_eq!(token_of("xyz"), None);
+    }
+}

@@ -1225,12 +1225,12 @@ fn stat_of(buckets: &Buckets, mapping: &Mapping, stat: &str) -> Point {
         "count" => Some(total),
         "sum" => Some(sum()),
         "mean" => Some(sum() / total),
-        "min" => buckets.quantile(&mapping, 0.0),
-        "max" => buckets.quantile(&mapping, 1.0),
+        "min" => buckets.quantile(mapping, 0.0),
+        "max" => buckets.quantile(mapping, 1.0),
         p => {
             let digits = p.strip_prefix('p')?;
             let q: f64 = format!("0.{digits}").parse().ok()?;
-            buckets.quantile(&mapping, q)
+            buckets.quantile(mapping, q)
         }
     }
 }

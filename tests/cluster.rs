@@ -129,11 +129,10 @@ async fn every_type_is_written_and_read_back_in_a_cluster() {
     let mut reader = Store::open(&config).unwrap().reader().await.unwrap();
     let p100 = reader
         .quantiles(
-            "checkout",
-            statsd_redis::aggregate::StatKind::Timer,
+            ("checkout", statsd_redis::aggregate::StatKind::Timer),
             &[1.0],
             statsd_redis::store::QuantileRange::hour(now),
-            false,
+            (false, false),
         )
         .await
         .unwrap()

@@ -113,11 +113,10 @@ async fn hour_once_counted_within(
     for _ in 0..within.as_millis() / 100 {
         let view = reader
             .quantiles(
-                series,
-                StatKind::Timer,
+                (series, StatKind::Timer),
                 &QS,
                 QuantileRange::hour(unix_now()),
-                false,
+                (false, false),
             )
             .await
             .unwrap()
@@ -158,11 +157,10 @@ async fn quantiles_read_back_within_the_accuracy_for_every_distribution() {
         let now = unix_now();
         let last = reader
             .quantiles(
-                &series,
-                StatKind::Timer,
+                (&series, StatKind::Timer),
                 &[0.5, 0.99],
                 QuantileRange::last(120, 60, now),
-                false,
+                (false, false),
             )
             .await
             .unwrap()
@@ -295,11 +293,10 @@ async fn fifteen_one_minute_slices_merge_into_the_quantiles_of_all_their_values(
     let mut reader = store.reader().await.unwrap();
     let view = reader
         .quantiles(
-            "sliced",
-            StatKind::Timer,
+            ("sliced", StatKind::Timer),
             &QS,
             QuantileRange::last(now - first_minute, 60, now),
-            false,
+            (false, false),
         )
         .await
         .unwrap()
@@ -631,11 +628,10 @@ async fn a_hash_past_its_bound_collapses_next_to_zero() {
     let mut reader = redis.store().reader().await.unwrap();
     let view = reader
         .quantiles(
-            "wide",
-            StatKind::Timer,
+            ("wide", StatKind::Timer),
             &[0.0, 1.0],
             QuantileRange::hour(unix_now()),
-            false,
+            (false, false),
         )
         .await
         .unwrap()

@@ -452,7 +452,8 @@ fn under_sentinel_the_documented_additions_suffice() {
 }
 
 /// A long archive under the documented lines: the agent's cleaner moves old minutes into blocks
-/// (`BITFIELD`, `SETBIT`, `SETRANGE`, `EXPIRE`; a set's: `PFCOUNT`, `DEL`), `import whisper` writes blocks whole and then
+/// (`BITFIELD`, `SETBIT`, `SETRANGE`, `EXPIRE`; a set's: `PFCOUNT`, `DEL`; a quantile slice's:
+/// `HSETNX`, `HGETALL`, `SET`, `EXPIREAT`), `import whisper` writes blocks whole and then
 /// slot by slot over them, and the agent and the reader read them back (`GETRANGE`); `ACL LOG`
 /// stays empty and the reader writes nothing.
 #[test]
@@ -498,16 +499,29 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
             .query(&mut redis.conn())
             .unwrap();
     }
+    // A timer's minutes as the agent writes their quantile buckets (a hash each): a value of
+    // bucket 345, h times, h hours back.
+    for h in 3..=32u64 {
+        let key = format!("hist:60:acl.t:AccessTime:{}", (now - h * 3600) / 60 * 60);
+        let _: () = redis::cmd("HSET")
+            .arg(key)
+            .arg("a")
+            .arg("0.01")
+            .arg("345")
+            .arg(h)
+            .query(&mut redis.conn())
+            .unwrap();
+    }
     // A start's first pass visits every precision (later ones, a minute's once a minute) and
-    // walks the sets.
+    // walks the sets and the quantile slices.
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
     let (agent, _, http) = spawn_agent(&url, &flags);
     let mut agent = Killed(agent);
     let deadline = Instant::now() + Duration::from_secs(10);
-    let sets_left = || {
+    let left = |pattern: &str| {
         redis::cmd("KEYS")
-            .arg("set:60:acl.s:*")
+            .arg(pattern)
             .query::<Vec<String>>(&mut redis.conn())
             .unwrap()
             .len()
@@ -515,7 +529,8 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     while redis.get_counter("count:60:acl.long").len() > 1
         || redis.history("count:60:acl.long").values().sum::<f64>() != wanted as f64
         || redis.history("gauge:60:acl.lg").len() != 30
-        || sets_left() > 0
+        || left("set:60:acl.s:*") > 0
+        || left("hist:60:acl.t:*") > 0
     {
         assert!(
             Instant::now() < deadline,
@@ -524,6 +539,15 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The timer's values counted from its packed minutes (the JSON API's quantiles).
+    let timed = |http: u16| -> f64 {
+        let answer = curl_json(&format!(
+            "http://127.0.0.1:{http}/api/v1/percentiles/acl.t?last=2d&precision=60"
+        ));
+        answer["count"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{answer}"))
+    };
     let render = |http: u16, target: &str| -> f64 {
         let answer = curl_json(&format!(
             "http://127.0.0.1:{http}/graphite/render?target={target}&from=-2d&format=json"
@@ -538,6 +562,7 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     assert_eq!(render(http, "acl.long"), wanted as f64);
     assert_eq!(render(http, "acl.lg"), wanted as f64);
     assert_eq!(render(http, "acl.s"), wanted as f64);
+    assert_eq!(timed(http), wanted as f64);
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
 
@@ -577,6 +602,7 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     assert_eq!(render(http, "acl.long"), wanted as f64);
     assert_eq!(render(http, "acl.old"), 180.0 * 3.0);
     assert_eq!(render(http, "acl.s"), wanted as f64);
+    assert_eq!(timed(http), wanted as f64);
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(redis.snapshot() == before, "the reader wrote nothing");

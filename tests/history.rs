@@ -722,13 +722,19 @@ async fn a_sets_older_slices_move_into_blocks_and_read_back_the_same() {
         set_slices(&redis, 60, "h.s").is_empty()
     })
     .await;
-    let blocks: Vec<String> = cmd(&redis, redis::cmd("KEYS").arg("history:set:60:h.s:*"));
-    assert_eq!(blocks.len(), 1, "{blocks:?}");
-    let block = &blocks[0];
-    let len: u64 = cmd(&redis, redis::cmd("STRLEN").arg(block));
-    assert_eq!(len, history::LARGE.bytes());
-    let ttl: i64 = cmd(&redis, redis::cmd("TTL").arg(block));
-    assert!(ttl > 89 * 86_400, "{block}: ttl {ttl}");
+    // The blocks the minutes span (two when they straddle a block's end).
+    let mut blocks: Vec<String> = cmd(&redis, redis::cmd("KEYS").arg("history:set:60:h.s:*"));
+    blocks.sort();
+    let spanned: Vec<String> = (t0 / 60 / 2008..=(t0 / 60 + minutes - 1) / 2008)
+        .map(|n| format!("history:set:60:h.s:2008:{n}"))
+        .collect();
+    assert_eq!(blocks, spanned);
+    for block in &blocks {
+        let len: u64 = cmd(&redis, redis::cmd("STRLEN").arg(block));
+        assert_eq!(len, history::LARGE.bytes());
+        let ttl: i64 = cmd(&redis, redis::cmd("TTL").arg(block));
+        assert!(ttl > 89 * 86_400, "{block}: ttl {ttl}");
+    }
 
     let from = t0 - 60;
     assert_eq!(written(render(&agent, "h.s", from, now)), want, "Graphite");

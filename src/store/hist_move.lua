@@ -28,36 +28,24 @@ local function at_record(s, pos)
     end
   end
 end
-local where, pos = {}, #header + 1
+local new, order = {}, {}
+for i = 3, #ARGV do
+  local id = at_record(ARGV[i], 1)
+  new[id], order[#order + 1] = ARGV[i], id
+end
+local parts, pos = {header}, #header + 1
 while pos <= #block do
   local id, after = at_record(block, pos)
   if not id or after > #block + 1 then
     return -1
   end
-  where[id] = {pos, after - 1}
-  pos = after
+  parts[#parts + 1] = new[id] or string.sub(block, pos, after - 1)
+  new[id], pos = nil, after
 end
-local added, replaced = {}, {}
-for i = 3, #ARGV do
-  local id = at_record(ARGV[i], 1)
-  if where[id] then
-    replaced[where[id][1]] = ARGV[i]
-  else
-    added[#added + 1] = ARGV[i]
-  end
+for _, id in ipairs(order) do
+  parts[#parts + 1] = new[id]
 end
-if next(replaced) then
-  local parts, pos = {header}, #header + 1
-  while pos <= #block do
-    local _, after = at_record(block, pos)
-    parts[#parts + 1] = replaced[pos] or string.sub(block, pos, after - 1)
-    pos = after
-  end
-  redis.call('SET', key, table.concat(parts) .. table.concat(added))
-elseif kind == 'none' then
-  redis.call('SET', key, header .. table.concat(added))
-else
-  redis.call('APPEND', key, table.concat(added))
-end
+-- Written whole by SET, never APPENDed to: Redis grows an appended string to twice its length.
+redis.call('SET', key, table.concat(parts))
 redis.call('EXPIREAT', key, at)
 return #ARGV - 2

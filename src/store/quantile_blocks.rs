@@ -118,26 +118,48 @@ fn varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
-/// A count: a whole one below 2^52 as the varint of twice it, any other as 1 and its `f64`
-/// bits (a rate's weights are fractions).
-fn put_count(out: &mut Vec<u8>, w: f64) {
-    if w >= 0.0 && w.fract() == 0.0 && w < (1u64 << 52) as f64 {
-        put_varint(out, 2 * w as u64);
+/// Past this, a bucket's count code follows its step as a varint of its own.
+const CODE_ESCAPE: u64 = 127;
+
+/// A bucket after the one `prev` before it, weighing `w`. Its count's code is twice a whole
+/// count below 2^52, or 1 for any other, whose `f64` bits follow (a rate's weights are
+/// fractions). One varint holds the step past the next bucket (zigzag) above seven bits of
+/// the code (`CODE_ESCAPE`: the code follows), so that a bucket next to the one before, with a
+/// count below 64, takes one byte.
+fn put_bucket(out: &mut Vec<u8>, step: i64, w: f64) {
+    let code = if w >= 0.0 && w.fract() == 0.0 && w < (1u64 << 52) as f64 {
+        2 * w as u64
     } else {
-        out.push(1);
+        1
+    };
+    let gap = step - 1;
+    let zigzag = ((gap << 1) ^ (gap >> 63)) as u64;
+    put_varint(out, zigzag << 7 | code.min(CODE_ESCAPE));
+    if code >= CODE_ESCAPE {
+        put_varint(out, code);
+    }
+    if code == 1 {
         out.extend_from_slice(&w.to_bits().to_be_bytes());
     }
 }
 
-fn count(bytes: &[u8], at: &mut usize) -> Option<f64> {
-    match varint(bytes, at)? {
-        1 => {
-            let bits = bytes.get(*at..*at + 8)?;
-            *at += 8;
-            Some(f64::from_bits(u64::from_be_bytes(bits.try_into().ok()?)))
-        }
-        n => Some((n / 2) as f64),
-    }
+/// [`put_bucket`]'s step and count, read back.
+fn bucket(bytes: &[u8], at: &mut usize) -> Option<(i64, f64)> {
+    let head = varint(bytes, at)?;
+    let zigzag = head >> 7;
+    let gap = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
+    let code = match head & CODE_ESCAPE {
+        CODE_ESCAPE => varint(bytes, at)?,
+        code => code,
+    };
+    let w = if code == 1 {
+        let bits = bytes.get(*at..*at + 8)?;
+        *at += 8;
+        f64::from_bits(u64::from_be_bytes(bits.try_into().ok()?))
+    } else {
+        (code / 2) as f64
+    };
+    Some((gap + 1, w))
 }
 
 /// A block's first bytes: its accuracy, as the hashes' `a` field holds it.
@@ -156,9 +178,7 @@ pub fn record(slot: u8, token: [u8; 4], buckets: &Buckets) -> Vec<u8> {
     sorted.sort_unstable_by_key(|(k, _)| *k);
     let mut prev = 0i64;
     for (k, w) in sorted {
-        let step = k - prev;
-        put_varint(&mut body, ((step << 1) ^ (step >> 63)) as u64);
-        put_count(&mut body, w);
+        put_bucket(&mut body, k - prev, w);
         prev = k;
     }
     let mut out = Vec::with_capacity(body.len() + 3);
@@ -193,9 +213,9 @@ pub fn decode(bytes: &[u8]) -> Option<(f64, Vec<Part>)> {
         let token: [u8; 4] = rest.get(..4)?.try_into().ok()?;
         let (mut i, mut prev, mut buckets) = (4, 0i64, Buckets::default());
         while i < rest.len() {
-            let z = varint(rest, &mut i)?;
-            prev += ((z >> 1) as i64) ^ -((z & 1) as i64);
-            buckets.add(bucket_of(prev)?, count(rest, &mut i)?);
+            let (step, w) = bucket(rest, &mut i)?;
+            prev += step;
+            buckets.add(bucket_of(prev)?, w);
         }
         parts.push(Part {
             slot,
@@ -335,14 +355,17 @@ mod tests {
     }
 
     #[test]
-    fn a_minute_of_a_few_close_values_takes_about_two_bytes_a_bucket() {
-        let b = buckets(
-            &(340..384)
-                .map(|i| (Bucket::Positive(i), 1.0))
-                .collect::<Vec<_>>(),
+    fn a_bucket_next_to_the_one_before_with_a_small_count_takes_a_byte() {
+        let mut list: Vec<(Bucket, f64)> = (340..384).map(|i| (Bucket::Positive(i), 1.0)).collect();
+        // Length, slot, token, the first bucket (its step from 0: three bytes), then a byte each.
+        assert_eq!(record(0, [0; 4], &buckets(&list)).len(), 1 + 1 + 4 + 3 + 43);
+        // A count of 64 escapes its code (128: two bytes more); a bucket after a gap takes two.
+        list[10].1 = 64.0;
+        list[20].0 = Bucket::Positive(400);
+        assert_eq!(
+            record(0, [0; 4], &buckets(&list)).len(),
+            1 + 1 + 4 + 3 + 43 + 2 + 2
         );
-        // Length, slot, token, the first bucket's step (two bytes), then a byte each.
-        assert_eq!(record(0, [0; 4], &b).len(), 1 + 1 + 4 + 2 + 1 + 43 * 2);
     }
 
     #[test]
@@ -352,6 +375,7 @@ mod tests {
             b"\x05ab",
             b"\x040.01\x09\x00",
             b"\x040.01\x06\x00\x01\x02\x03\x04\x80",
+            b"\x040.01\x06\x00\x01\x02\x03\x04\x7f",
         ] {
             assert_eq!(decode(bytes), None, "{bytes:?}");
         }

@@ -132,7 +132,7 @@ async fn every_type_is_written_and_read_back_in_a_cluster() {
             ("checkout", statsd_redis::aggregate::StatKind::Timer),
             &[1.0],
             statsd_redis::store::QuantileRange::hour(now),
-            (false, false),
+            (false, None),
         )
         .await
         .unwrap()
@@ -928,6 +928,8 @@ async fn long_archives_move_into_blocks_in_their_hashs_slot() {
             lines.push(format!("hc.{i}:{k}|c|T{at}"));
             lines.push(format!("hg.{i}:{k}|g|T{at}"));
         }
+        // A timer's value now: the hour's statistics name it.
+        lines.push(format!("ht.{i}:1|ms"));
     }
     for batch in lines.chunks(40) {
         agent.send_taken(batch.join("\n").as_bytes()).await;
@@ -984,14 +986,35 @@ async fn long_archives_move_into_blocks_in_their_hashs_slot() {
             let _: u64 = query(&cluster, &key, redis::cmd("PFADD").arg(&key).arg(&members));
         }
     }
+    // Timers' minutes as the agent writes their quantile buckets (a hash a slice, in any
+    // slot): k values of bucket 345.
+    let hist = |i: u64, k: u64| format!("hist:60:ht.{i}:AccessTime:{}", (t - k * 7_200) / 60 * 60);
+    for i in 0..12 {
+        for k in 1..=30u64 {
+            let key = hist(i, k);
+            let _: () = query(
+                &cluster,
+                &key,
+                redis::cmd("HSET")
+                    .arg(&key)
+                    .arg("a")
+                    .arg("0.01")
+                    .arg("345")
+                    .arg(k),
+            );
+        }
+    }
     assert_eq!(total(&render("hc.*")), 12.0 * 465.0);
     assert_eq!(total(&render("hg.*")), 12.0 * 465.0);
     let (counts, gauges) = (render("hc.*"), render("hg.*"));
     let store = Store::open(&config).unwrap();
-    let mut cleaner = leased_cleaner_of(store, &config.retention()).await;
+    let mut cleaner = leased_cleaner_of(store, &config.retention())
+        .await
+        .packing(&config.quantile_precisions, &config.retention());
     let report = cleaner.pass(t + 1).await.unwrap();
-    // Each hash keeps its newest minute (and with it its index member); every set minute moves.
-    assert_eq!(report.slices_moved, 2 * 12 * 29 + 12 * 30, "{report:?}");
+    // Each hash keeps its newest minute (and with it its index member); every set minute and
+    // every timer's minute but the open one moves.
+    assert_eq!(report.slices_moved, 2 * 12 * 29 + 2 * 12 * 30, "{report:?}");
     for i in 0..12 {
         assert_eq!(cluster.hgetall(&format!("count:60:hc.{i}")).len(), 1);
     }
@@ -1004,6 +1027,15 @@ async fn long_archives_move_into_blocks_in_their_hashs_slot() {
     for i in 0..12 {
         for k in 1..=30u64 {
             let key = format!("set:60:hs.{i}:{}", (t - k * 7_200) / 60 * 60);
+            let left: u64 = query(&cluster, &key, redis::cmd("EXISTS").arg(&key));
+            assert_eq!(left, 0, "{key}");
+        }
+    }
+    // The timers' minutes, packed into blocks named in the slot of their series' name.
+    assert_eq!(total(&render("ht.*.count")), 12.0 * (465.0 + 1.0));
+    for i in 0..12 {
+        for k in 1..=30u64 {
+            let key = hist(i, k);
             let left: u64 = query(&cluster, &key, redis::cmd("EXISTS").arg(&key));
             assert_eq!(left, 0, "{key}");
         }

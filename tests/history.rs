@@ -914,9 +914,13 @@ fn hist_slices(redis: &RedisServer, series: &str) -> Vec<(u64, u64)> {
 async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
     let redis = RedisServer::start();
     let t = unix_now() / 3600 * 3600 - 60;
+    // A reader asks the hashes of the slices the cleaner may not have packed yet (those of a
+    // walk and three cleaner intervals): at three days' intervals, every slice's, so that the
+    // hashes written below read before the pack.
     let agent = TestAgent::start_at(
         Config {
             quantile_write_secs: 0,
+            cleaner_interval_secs: 3 * 86_400,
             ..config(&redis)
         },
         Clock::manual(Duration::from_secs(t)),
@@ -1013,9 +1017,10 @@ async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
 
 /// The pack's three steps, the worst moment between them: a slice sealed and written into its
 /// block, then a value into its hash before the delete (as a late window's), then the pass
-/// stopped there. A reader takes the hash over the block's part of the same token; the next
-/// pass writes the slice again under that token, replacing the part, and deletes the hash: the
-/// block holds the slice once, with every value.
+/// stopped there. A reader that asks the hash takes it over the block's part of the same token,
+/// one that asks only the block reads the part; the next pass writes the slice again under
+/// that token, replacing the part, and deletes the hash: the block holds the slice once, with
+/// every value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slice_written_between_its_pack_and_its_delete_counts_once() {
     use statsd_redis::store::quantile_blocks as qb;
@@ -1063,15 +1068,26 @@ async fn a_slice_written_between_its_pack_and_its_delete_counts_once() {
     let dropped: u64 = drop.invoke(&mut redis.conn()).unwrap();
     assert_eq!(dropped, 0, "the hash written since stays");
 
+    // A reader that asks the slice's hash (its cleaner's intervals are days) takes it over
+    // the block's part of its token; one that asks only the blocks of a slice that old reads
+    // the part that moved, the rest once the next walk packed it. Neither counts it twice.
     let agent = TestAgent::start_at(config(&redis), Clock::manual(Duration::from_secs(now)));
+    let days = TestAgent::start_at(
+        Config {
+            cleaner_interval_secs: 86_400,
+            ..config(&redis)
+        },
+        Clock::manual(Duration::from_secs(now)),
+    );
     // The hour's statistics name the timer.
     send_window(&agent, &redis, &["race:1|ms".to_string()], now).await;
     let count = |agent: &TestAgent| written(render(agent, "race.count", slice - 60, slice + 60));
     assert_eq!(
-        count(&agent),
+        count(&days),
         BTreeMap::from([(slice, 5.0)]),
         "the hash over its part"
     );
+    assert_eq!(count(&agent), BTreeMap::from([(slice, 3.0)]), "the part");
     packing_pass(&redis, now).await;
     let left: u64 = cmd(&redis, redis::cmd("EXISTS").arg(&hash));
     assert_eq!(left, 0, "the hash packed");
@@ -1080,5 +1096,7 @@ async fn a_slice_written_between_its_pack_and_its_delete_counts_once() {
     assert_eq!(parts.len(), 1, "{parts:?}");
     assert_eq!(parts[0].buckets.total(), 5.0);
     assert_eq!(count(&agent), BTreeMap::from([(slice, 5.0)]), "packed once");
+    assert_eq!(count(&days), BTreeMap::from([(slice, 5.0)]), "packed once");
     agent.stop().await;
+    days.stop().await;
 }

@@ -116,7 +116,7 @@ async fn hour_once_counted_within(
                 (series, StatKind::Timer),
                 &QS,
                 QuantileRange::hour(unix_now()),
-                (false, false),
+                (false, None),
             )
             .await
             .unwrap()
@@ -160,7 +160,7 @@ async fn quantiles_read_back_within_the_accuracy_for_every_distribution() {
                 (&series, StatKind::Timer),
                 &[0.5, 0.99],
                 QuantileRange::last(120, 60, now),
-                (false, false),
+                (false, None),
             )
             .await
             .unwrap()
@@ -296,7 +296,7 @@ async fn fifteen_one_minute_slices_merge_into_the_quantiles_of_all_their_values(
             ("sliced", StatKind::Timer),
             &QS,
             QuantileRange::last(now - first_minute, 60, now),
-            (false, false),
+            (false, None),
         )
         .await
         .unwrap()
@@ -631,7 +631,7 @@ async fn a_hash_past_its_bound_collapses_next_to_zero() {
             ("wide", StatKind::Timer),
             &[0.0, 1.0],
             QuantileRange::hour(unix_now()),
-            (false, false),
+            (false, None),
         )
         .await
         .unwrap()

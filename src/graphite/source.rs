@@ -1163,13 +1163,20 @@ impl<'a> Source<'a> {
                     .collect())
             }
             Kind::Stat(kind, _) | Kind::Etsy(kind, _) => {
+                let hashes_from = self.retention().packs_quantiles(step).then(|| {
+                    quantile_blocks::hashes_from(
+                        now.max(0) as u64,
+                        step,
+                        self.config.cleaner_interval_secs,
+                    )
+                });
                 let slices: Vec<u64> = slices.iter().map(|s| *s as u64).collect();
                 let read = quantile_blocks::read(
                     &self.conn,
                     keys,
                     (&leaf.series, *kind, step),
                     &slices,
-                    self.retention().packs_quantiles(step),
+                    hashes_from,
                 )
                 .await?;
                 Ok(read

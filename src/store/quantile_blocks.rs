@@ -48,6 +48,14 @@ pub fn keep_from(now: u64, p: u64) -> u64 {
     now.saturating_sub(OPEN_SECS) / p * p
 }
 
+/// The oldest slice whose hash a reader asks at `now`, when the cleaner runs every `interval`
+/// s: those [`keep_from`] keeps and those its walk may not have packed yet. Older ones are read
+/// from their blocks only: a value written late into an older slice, or a hash an earlier
+/// release wrote, shows once the next walk packed it.
+pub fn hashes_from(now: u64, p: u64, interval: u64) -> u64 {
+    keep_from(now.saturating_sub(WALK_SECS + 3 * interval), p)
+}
+
 /// The block holding `slice` at precision `p`, and its slot there.
 pub fn locate(p: u64, slice: u64) -> (u64, u8) {
     let n = slice / p.max(1);
@@ -242,26 +250,29 @@ pub fn token_of(text: &str) -> Option<[u8; 4]> {
 pub type Slice = Option<(f64, Buckets)>;
 
 /// The quantile buckets of `series` at precision `p` for each of `slices` (ascending): from
-/// their hashes, and, where the precision is `packed`, from their blocks too, the parts of a
-/// slice added (a part whose token a hash still holds is that hash's, which holds at least what
-/// moved). Every slice's hash is asked, so a slice written late into a packed one, or a hash an
-/// earlier release wrote that the cleaner has not packed yet, reads whole at once.
+/// their hashes alone, or, where the precision is packed (`hashes_from` given: [`hashes_from`]),
+/// from the hashes of the slices from there on and from the blocks of every slice, a slice's
+/// parts added (a part whose token a hash still holds is that hash's, which holds at least
+/// what moved).
 pub async fn read(
     conn: &Connection,
     keys: &Keys,
     (series, kind, p): (&str, StatKind, u64),
     slices: &[u64],
-    packed: bool,
+    hashes_from: Option<u64>,
 ) -> Result<Vec<Slice>, StoreError> {
+    let asked = slices.partition_point(|s| *s < hashes_from.unwrap_or(0));
     let hashes: Vec<Vec<(String, String)>> = conn
         .each_key(
             "HGETALL",
-            slices.iter().map(|s| keys.hist_slice(p, series, kind, *s)),
+            slices[asked..]
+                .iter()
+                .map(|s| keys.hist_slice(p, series, kind, *s)),
         )
         .await?;
-    let mut out: Vec<Slice> = Vec::with_capacity(slices.len());
+    let mut out: Vec<Slice> = vec![None; asked];
     let mut sealed: HashMap<u64, [u8; 4]> = HashMap::new();
-    for (s, hash) in slices.iter().zip(&hashes) {
+    for (s, hash) in slices[asked..].iter().zip(&hashes) {
         if let Some(token) = hash
             .iter()
             .find(|(f, _)| f == TOKEN_FIELD)
@@ -271,7 +282,7 @@ pub async fn read(
         }
         out.push(super::reader::parse_buckets(hash));
     }
-    if !packed || slices.is_empty() {
+    if hashes_from.is_none() || slices.is_empty() {
         return Ok(out);
     }
     let first = locate(p, slices[0]).0;

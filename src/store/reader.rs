@@ -226,7 +226,8 @@ impl Reader {
     }
 
     /// Quantiles `qs` of a series' values over `range`, merged from its bucket hashes (and,
-    /// where its precision is `packed`, its blocks: [`super::quantile_blocks::read`]); `None` when the
+    /// where its precision is packed, from `hashes_from` back, its blocks:
+    /// [`super::quantile_blocks::read`]); `None` when the
     /// range holds none. Hashes written at another accuracy than the first one found are taken
     /// bucket by bucket at their estimates (their error adds to it).
     /// With `by_slice`, each slice's quantiles too.
@@ -235,7 +236,7 @@ impl Reader {
         (series, kind): (&str, StatKind),
         qs: &[f64],
         range: QuantileRange,
-        (by_slice, packed): (bool, bool),
+        (by_slice, hashes_from): (bool, Option<u64>),
     ) -> Result<Option<QuantilesView>, StoreError> {
         let slices: Vec<u64> = range.slices().collect();
         let mut merged: super::quantile_blocks::Slice = None;
@@ -249,7 +250,7 @@ impl Reader {
                 &self.keys,
                 (series, kind, range.precision),
                 batch,
-                packed,
+                hashes_from,
             )
             .await?;
             for (slice, read) in batch.iter().zip(read) {

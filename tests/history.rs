@@ -909,7 +909,8 @@ fn hist_slices(redis: &RedisServer, series: &str) -> Vec<(u64, u64)> {
 /// every slice past `OPEN_SECS` into blocks, the Graphite API's statistics at minutes and hours
 /// and the JSON API's quantiles of each minute read exactly as they did from the hashes; a
 /// value sent late into a packed minute is a second part, and the minute then reads as a twin
-/// series that had the value from the start.
+/// series that had the value from the start; a timer whose hour's statistics are gone is found
+/// by its blocks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
     let redis = RedisServer::start();
@@ -1012,6 +1013,34 @@ async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
     packing_pass(&redis, t + 1).await;
     assert_eq!(hist_slices(&redis, "h.t"), left);
     assert_eq!(reads("h.t"), reads("h.u"), "two parts read as one");
+    let packed = reads("h.t");
+    agent.stop().await;
+
+    // The timer stopped long ago: its hour's statistics are gone (the cleaner deletes them two
+    // hours on), its packed slices still name it to a new agent's Graphite API and JSON API.
+    let _: u64 = cmd(&redis, redis::cmd("DEL").arg("stats:h.t:AccessTime"));
+    let agent = TestAgent::start_at(
+        Config {
+            cleaner_interval_secs: 3 * 86_400,
+            ..config(&redis)
+        },
+        Clock::manual(Duration::from_secs(t)),
+    );
+    let reads = |series: &str| {
+        let mut out = Vec::new();
+        for (from, until) in [(t - 4 * 86_400, t), (t - 3 * 3600, t)] {
+            for stat in stats {
+                out.push(render(&agent, &format!("{series}.{stat}"), from, until));
+            }
+        }
+        out
+    };
+    assert_eq!(reads("h.t"), packed, "found by its blocks");
+    let found = curl_json(&format!(
+        "http://{}/api/v1/series?type=timer&precision=60&match=h.t",
+        agent.http
+    ));
+    assert_eq!(found["series"], serde_json::json!(["h.t"]), "{found}");
     agent.stop().await;
 }
 

@@ -356,9 +356,19 @@ impl<'a> Source<'a> {
                 view: View::Plain,
             });
         }
+        // A timer that stopped is found from its packed quantile slices' blocks, at the
+        // coarsest precision packed (kept longest).
+        let packed = (self.config.quantile_precisions.iter().copied())
+            .filter(|&p| self.retention().packs_quantiles(p))
+            .max();
         for kind in StatKind::ALL {
             let (timers, _) = reader
-                .series_of(Some(kind), (0, false), None, SCANNED_NAMES)
+                .series_of(
+                    Some(kind),
+                    (packed.unwrap_or(0), packed.is_some()),
+                    None,
+                    SCANNED_NAMES,
+                )
                 .await?;
             for series in timers {
                 for stat in STATS {

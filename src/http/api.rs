@@ -264,7 +264,7 @@ async fn busiest(State(s): State<AppState>) -> ApiResult {
 }
 
 /// Series of a type that has no index: `type=timer|histogram|distribution` (statistics this
-/// hour) or `set` (a slice at `precision`, default 60) whose name matches `match` (as for
+/// hour, or a block of packed quantile slices at `precision`) or `set` (a slice at `precision`, default 60) whose name matches `match` (as for
 /// `known`), found with a bounded `SCAN`: at most 500, `complete` false when there are more
 /// (or the scan stopped after 100 000 keys).
 async fn series(State(s): State<AppState>, Query(q): Params) -> ApiResult {
@@ -279,7 +279,13 @@ async fn series(State(s): State<AppState>, Query(q): Params) -> ApiResult {
         .await?
         .series_of(
             kind,
-            (precision, s.config.retention().history(precision).is_some()),
+            (
+                precision,
+                match kind {
+                    Some(_) => s.config.retention().packs_quantiles(precision),
+                    None => s.config.retention().history(precision).is_some(),
+                },
+            ),
             pattern.as_deref(),
             MAX_PAGE,
         )

@@ -103,6 +103,43 @@ impl Keys {
         )
     }
 
+    /// What a block's key is named after ([`Keys::history_base`]): the name without the prefix,
+    /// `history:` and a slot tag.
+    fn block_name<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let name = key.strip_prefix(&self.prefix)?.strip_prefix("history:")?;
+        match (self.tagged, name.strip_prefix('{')) {
+            (true, Some(tagged)) => Some(tagged.split_once('}')?.1),
+            (false, None) => Some(name),
+            _ => None,
+        }
+    }
+
+    /// The pattern of every block of quantile slices of `kind` at `precision` (`SCAN`'s
+    /// `MATCH`; `store::quantile_blocks` names them).
+    pub fn hist_blocks_pattern(&self, precision: u64, kind: StatKind) -> String {
+        format!(
+            "{}history:*hist:{precision}:*:{}:*",
+            self.prefix,
+            kind.redis_name()
+        )
+    }
+
+    /// The series of a block of quantile slices of `kind` at `precision`; None for any other
+    /// key.
+    pub fn hist_of_block<'k>(
+        &self,
+        key: &'k str,
+        precision: u64,
+        kind: StatKind,
+    ) -> Option<&'k str> {
+        let rest = self
+            .block_name(key)?
+            .strip_prefix(&format!("hist:{precision}:"))?;
+        let (rest, number) = rest.rsplit_once(':')?;
+        let series = rest.strip_suffix(kind.redis_name())?.strip_suffix(':')?;
+        number.parse::<u64>().is_ok().then_some(series)
+    }
+
     /// The pattern of every quantile slice's key (`SCAN`'s `MATCH`).
     pub fn hist_pattern(&self) -> String {
         format!("{}hist:*", self.prefix)
@@ -202,13 +239,9 @@ impl Keys {
     /// The series of a set's block at `precision` (as [`Keys::set_series`] and
     /// [`crate::store::history::block_key`] name it); None for any other key.
     pub fn set_of_block<'k>(&self, key: &'k str, precision: u64) -> Option<&'k str> {
-        let name = key.strip_prefix(&self.prefix)?.strip_prefix("history:")?;
-        let name = match (self.tagged, name.strip_prefix('{')) {
-            (true, Some(tagged)) => tagged.split_once('}')?.1,
-            (false, None) => name,
-            _ => return None,
-        };
-        let rest = name.strip_prefix(&format!("set:{precision}:"))?;
+        let rest = self
+            .block_name(key)?
+            .strip_prefix(&format!("set:{precision}:"))?;
         let (rest, number) = rest.rsplit_once(':')?;
         let (series, slots) = rest.rsplit_once(':')?;
         (number.parse::<u64>().is_ok() && slots.parse::<u64>().is_ok()).then_some(series)
@@ -625,6 +658,14 @@ mod tests {
         );
         assert_eq!(k.hist_of("p:hist:60:a:Other:120"), None);
         assert_eq!(k.hist_of("p:set:60:a:120"), None);
+        let block = crate::store::quantile_blocks::block_key(&k, 60, "a:b", StatKind::Timer, 7);
+        assert_eq!(k.hist_of_block(&block, 60, StatKind::Timer), Some("a:b"));
+        assert_eq!(k.hist_of_block(&block, 3600, StatKind::Timer), None);
+        assert_eq!(k.hist_of_block(&block, 60, StatKind::Histogram), None);
+        let tagged = Keys::tagged("p:");
+        let block = crate::store::quantile_blocks::block_key(&tagged, 60, "a", StatKind::Timer, 7);
+        assert!(block.starts_with("p:history:{"), "{block}");
+        assert_eq!(tagged.hist_of_block(&block, 60, StatKind::Timer), Some("a"));
         assert_eq!(k.set_of_block("p:history:count:600:a:2008:7", 600), None);
         let tagged = Keys::tagged("p:");
         let block = format!(

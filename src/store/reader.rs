@@ -283,7 +283,8 @@ impl Reader {
         }))
     }
 
-    /// Series with statistics of `kind` this hour (their `stats:` ZSET exists) or, with
+    /// Series with statistics of `kind` this hour (their `stats:` ZSET exists; with `long`, a
+    /// packed quantile precision `precision`: or a block of its quantile slices there) or, with
     /// `kind` `None`, sets with a slice at `precision` (with `long`, a precision kept in blocks:
     /// or a block there), whose name matches `pattern` (a glob; a plain word matches anywhere),
     /// found with a bounded `SCAN`, by name: at most `max`, and whether that is all of them.
@@ -296,6 +297,10 @@ impl Reader {
     ) -> Result<(Vec<String>, bool), StoreError> {
         let prefix = self.keys.prefix();
         let scans = match kind {
+            Some(kind) if long => vec![
+                format!("{prefix}stats:*:{}", kind.redis_name()),
+                self.keys.hist_blocks_pattern(precision, kind),
+            ],
             Some(kind) => vec![format!("{prefix}stats:*:{}", kind.redis_name())],
             None if long => vec![
                 format!("{prefix}set:{precision}:*"),
@@ -311,7 +316,10 @@ impl Reader {
                 .conn
                 .scan_keys(&scan, SCAN_EXAMINED, |key| {
                     let name = match kind {
-                        Some(kind) => keys.series_of_stats(&key, kind),
+                        Some(kind) => keys.series_of_stats(&key, kind).or_else(|| {
+                            keys.hist_of_block(&key, precision, kind)
+                                .map(str::to_string)
+                        }),
                         None => keys
                             .set_of(&key)
                             .map(|(_, series, _)| series)

@@ -9,7 +9,8 @@
 # `EXPIREAT`); then used_memory's growth a slice. Then the agent (`$AGENT`, default
 # target/release/statsd-redis) runs under `$SCHEMA` (default Etsy's `10s:6h,1min:6d,10min:1800d`)
 # until its cleaner has packed every slice past five minutes into blocks
-# (src/store/quantile_blocks.rs), and used_memory's growth a slice is measured again. Both
+# (src/store/quantile_blocks.rs), and used_memory's growth a slice is measured again, and
+# the Redis CPU the pack took. Both
 # after DEBUG RELOAD: the key space as a restart loads it, its table sized to the keys held
 # (deleting 28 800 keys leaves Redis's table sized for them for a while).
 #
@@ -56,6 +57,7 @@ print(f'slices {n}')
 EOF
 grep -v '^slices ' "$dir/hashes"
 read -r _ n < <(grep '^slices ' "$dir/hashes")
+cpu=$(redis_cpu "$dir/redis.sock")
 start_agent "$dir/agent.log" --redis "unix://$dir/redis.sock" \
   --retentions "${SCHEMA:-10s:6h,1min:6d,10min:1800d}" --quantile-precisions 60
 keys() { redis-cli -s "$dir/redis.sock" eval "return #redis.call('keys', '$1')" 0; }
@@ -64,6 +66,7 @@ until [ "$(keys 'hist:*')" -le $((series * 7)) ]; do
   kill -0 "$agent_pid" || { cat "$dir/agent.log" >&2; exit 1; }
   sleep 0.5
 done
+cpu=$(awk -v a="$cpu" -v b="$(redis_cpu "$dir/redis.sock")" 'BEGIN { print b - a }')
 kill "$agent_pid"; wait "$agent_pid" || true
 used() {
   redis-cli -s "$dir/redis.sock" debug reload >/dev/null
@@ -76,3 +79,4 @@ packed=$(used)
 redis-cli -s "$dir/redis.sock" flushall >/dev/null
 awk -v u="$packed" -v b="$(used)" -v n="$n" -v k="$blocks" 'BEGIN {
   printf "  packed (%d blocks): %.0f bytes a slice (%.1f a point of the 14 Etsy names)\n", k, (u - b) / n, (u - b) / n / 14 }'
+awk -v c="$cpu" -v n="$n" 'BEGIN { printf "  the pack: %.1f µs of Redis CPU a slice (with the polling of this script)\n", c * 1e6 / n }'

@@ -264,9 +264,10 @@ async fn busiest(State(s): State<AppState>) -> ApiResult {
 }
 
 /// Series of a type that has no index: `type=timer|histogram|distribution` (statistics this
-/// hour, or a block of packed quantile slices at `precision`) or `set` (a slice at `precision`, default 60) whose name matches `match` (as for
-/// `known`), found with a bounded `SCAN`: at most 500, `complete` false when there are more
-/// (or the scan stopped after 100 000 keys).
+/// hour, or a block of packed quantile slices at `precision`) or `set` (a slice at
+/// `precision`), default 60, whose name matches `match` (as for `known`), found with a bounded
+/// `SCAN`: at most 500, `complete` false when there are more (or the scan stopped after
+/// 100 000 keys).
 async fn series(State(s): State<AppState>, Query(q): Params) -> ApiResult {
     let kind = match q.get("type").map(String::as_str).unwrap_or("timer") {
         "set" | "s" => None,

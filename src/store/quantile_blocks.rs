@@ -1,15 +1,16 @@
 //! A long archive's quantile slices packed into blocks (docs/layout.md, "History: fixed slots",
 //! "Quantile slices"). Under `retentions`, at a quantile precision kept for more than
-//! [`super::history::HASH_SLICES`] slices ([`crate::retention::Retention::packs_quantiles`]), a slice's bucket hash (`hist:<p>:<series>:<type>:<slice>`)
-//! stays a hash while it may still be written ([`OPEN_SECS`]); the cleaner then packs its
+//! [`super::history::HASH_SLICES`] slices ([`crate::retention::Retention::packs_quantiles`]),
+//! a slice's bucket hash (`hist:<p>:<series>:<type>:<slice>`) stays a hash while it may
+//! still be written ([`OPEN_SECS`]); the cleaner then packs its
 //! buckets as one record into the block of [`SLOTS`] consecutive slices of the series:
 //! `history:hist:<p>:<series>:<type>:<n>` (in a cluster `history:{tag}hist:…`, the tag of
 //! `hist:<p>:<series>:<type>`'s slot), a string of varints a reader decodes whole.
 //!
 //! A block begins with its accuracy (a varint length, then `a` as the hashes hold it); then
 //! records, each a varint length and: the slot (one byte), the part's token (four bytes), and
-//! each bucket as the zigzag varint of its [`key`]'s step from the one before, then its count
-//! ([`put_count`]). A slice's buckets add, so a slice written again after its move (a backlog,
+//! each bucket's step from the one before on one axis ([`key`]) and its count
+//! ([`put_bucket`]). A slice's buckets add, so a slice written again after its move (a backlog,
 //! a spool replayed) is a second part with a token of its own, and a reader adds the parts.
 //!
 //! The move is three steps, each in one key's slot and each harmless to repeat (a cluster puts
@@ -129,7 +130,7 @@ fn varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
 /// Past this, a bucket's count code follows its step as a varint of its own.
 const CODE_ESCAPE: u64 = 127;
 
-/// A bucket after the one `prev` before it, weighing `w`. Its count's code is twice a whole
+/// A bucket `step` past the one before it, weighing `w`. Its count's code is twice a whole
 /// count below 2^52, or 1 for any other, whose `f64` bits follow (a rate's weights are
 /// fractions). One varint holds the step past the next bucket (zigzag) above seven bits of
 /// the code (`CODE_ESCAPE`: the code follows), so that a bucket next to the one before, with a
@@ -167,7 +168,7 @@ fn bucket(bytes: &[u8], at: &mut usize) -> Option<(i64, f64)> {
     } else {
         (code / 2) as f64
     };
-    Some((gap + 1, w))
+    Some((gap.checked_add(1)?, w))
 }
 
 /// A block's first bytes: its accuracy, as the hashes' `a` field holds it.
@@ -207,7 +208,7 @@ pub struct Part {
 pub fn decode(bytes: &[u8]) -> Option<(f64, Vec<Part>)> {
     let mut at = 0;
     let len = varint(bytes, &mut at)? as usize;
-    let alpha = std::str::from_utf8(bytes.get(at..at + len)?)
+    let alpha = std::str::from_utf8(bytes.get(at..at.checked_add(len)?)?)
         .ok()?
         .parse()
         .ok()?;
@@ -215,14 +216,14 @@ pub fn decode(bytes: &[u8]) -> Option<(f64, Vec<Part>)> {
     let mut parts = Vec::new();
     while at < bytes.len() {
         let len = varint(bytes, &mut at)? as usize;
-        let body = bytes.get(at..at + len)?;
+        let body = bytes.get(at..at.checked_add(len)?)?;
         at += len;
         let (&slot, rest) = body.split_first()?;
         let token: [u8; 4] = rest.get(..4)?.try_into().ok()?;
         let (mut i, mut prev, mut buckets) = (4, 0i64, Buckets::default());
         while i < rest.len() {
             let (step, w) = bucket(rest, &mut i)?;
-            prev += step;
+            prev = prev.checked_add(step)?;
             buckets.add(bucket_of(prev)?, w);
         }
         parts.push(Part {
@@ -391,6 +392,31 @@ mod tests {
             assert_eq!(decode(bytes), None, "{bytes:?}");
         }
         assert_eq!(decode(b"\x04junk"), None);
+    }
+
+    #[test]
+    fn no_bytes_make_the_decoder_panic() {
+        // Another program's string under a block's name: random bytes, and a real block's
+        // bytes with one changed, decode to something or nothing, never a panic.
+        let mut block = header("0.01");
+        let b = buckets(&[(Bucket::Positive(300), 3.0), (Bucket::Zero, 0.5)]);
+        block.extend(record(3, [9; 4], &b));
+        let mut state = 52u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 40) as usize;
+            let random: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let _ = decode(&random);
+            let mut changed = block.clone();
+            let at = (next() as usize) % changed.len();
+            changed[at] = next() as u8;
+            let _ = decode(&changed);
+        }
     }
 
     #[test]

@@ -225,11 +225,10 @@ impl Reader {
         Ok(StatsView::from_zset(&data))
     }
 
-    /// Quantiles `qs` of a series' values over `range`, merged from its bucket hashes (and,
-    /// where its precision is packed, from `hashes_from` back, its blocks:
-    /// [`super::quantile_blocks::read`]); `None` when the
-    /// range holds none. Hashes written at another accuracy than the first one found are taken
-    /// bucket by bucket at their estimates (their error adds to it).
+    /// Quantiles `qs` of a series' values over `range`, merged from its bucket hashes (where
+    /// its precision is packed, those from `hashes_from` on, and its blocks:
+    /// [`super::quantile_blocks::read`]); `None` when the range holds none. Buckets of another
+    /// accuracy than the first found are taken at their estimates (their error adds to it).
     /// With `by_slice`, each slice's quantiles too.
     pub async fn quantiles(
         &mut self,

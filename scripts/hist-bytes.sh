@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# What a timer's quantile slices cost Redis (issue 52; docs/layout.md "Quantiles"), beside the
-# whisper files Etsy's statsd writes for the same timer (count, count_ps, lower, mean, median,
-# std, sum, sum_squares, upper, and count_, mean_, upper_, sum_, sum_squares_ of each percent
-# threshold: 14 names at the default threshold 90, 12 bytes a point each). A private Redis gets
-# `slices` one-minute slices of `series` timers with `values` values a minute (lognormal around
-# 100 ms, as latencies are), each slice's hash as the agent writes it (its buckets at 1 %
-# relative accuracy: src/aggregate/sketch.rs's mapping, the weighted counts, the `a` field;
-# `EXPIREAT`); then used_memory's growth a slice. Then the agent (`$AGENT`, default
-# target/release/statsd-redis) runs under `$SCHEMA` (default Etsy's `10s:6h,1min:6d,10min:1800d`)
-# until its cleaner has packed every slice past five minutes into blocks
-# (src/store/quantile_blocks.rs), and used_memory's growth a slice is measured again, and
-# the Redis CPU the pack took. Both
-# after DEBUG RELOAD: the key space as a restart loads it, its table sized to the keys held
-# (deleting 28 800 keys leaves Redis's table sized for them for a while).
+# What a timer's quantile slices cost Redis (issue 52; docs/layout.md "Quantile slices"), beside
+# the whisper files Etsy's statsd writes for the same timer (count, count_ps, lower, mean,
+# median, std, sum, sum_squares, upper, and count_, mean_, upper_, sum_, sum_squares_ of each
+# percent threshold: 14 names at the default threshold 90, 12 bytes a point each).
+#
+# A private Redis gets `slices` one-minute slices of `series` timers with `values` values a
+# minute (lognormal around 100 ms, as latencies are), each slice's hash as the agent writes it
+# (its buckets at 1 % relative accuracy: src/aggregate/sketch.rs's mapping, the weighted
+# counts, the `a` field; `EXPIREAT`); used_memory's growth a slice. Then the agent (`$AGENT`,
+# default target/release/statsd-redis) runs under `$SCHEMA` (default Etsy's
+# `10s:6h,1min:6d,10min:1800d`) until its cleaner has packed every slice past five minutes into
+# blocks (src/store/quantile_blocks.rs, all at once, as after an upgrade): the Redis CPU that
+# took (less that of a pass with nothing to pack), and used_memory's growth a slice again.
+# Last, the steady state: five more minutes a timer, as one walk finds them every five
+# minutes, packed by a new agent's first pass; its Redis CPU a slice, less that of a pass with
+# nothing to pack. Memory is measured after DEBUG
+# RELOAD (the key space as a restart loads it: deleting 28 800 keys leaves Redis's key table
+# sized for them a while), less what the key space holds empty afterwards (the agent's visits
+# leave Redis a few hundred KB of its own, its scripts' Lua memory among them).
 #
 #   [SCHEMA=...] [AGENT=...] scripts/hist-bytes.sh [series=20] [slices=1440] [values=60]
 #
@@ -22,21 +27,25 @@ cd "$(dirname "$0")/.."
 series=${1:-20}; slices=${2:-1440}; values=${3:-60}
 . scripts/common.sh
 need_python_redis
-start_redis "$dir/redis.sock" --enable-debug-command local
-/usr/bin/python3 - "$dir/redis.sock" "$series" "$slices" "$values" >"$dir/hashes" <<'EOF'
+sock=$dir/redis.sock
+start_redis "$sock" --enable-debug-command local
+
+# fill FIRST LAST: the minutes FIRST to LAST - 1 back from now of every timer, as hashes; prints
+# the buckets a slice.
+fill() {
+  /usr/bin/python3 - "$sock" "$series" "$1" "$2" "$values" <<'EOF'
 import collections, math, random, sys, time
 import redis
-sock, series, slices, values = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+sock, series, first, last, values = sys.argv[1], *map(int, sys.argv[2:])
 r = redis.Redis(unix_socket_path=sock)
 alpha = 0.01
 gamma = (1 + alpha) / (1 - alpha)
-random.seed(52)
+random.seed(52 + first)
 now = int(time.time()) // 60 * 60
-base = int(r.info('memory')['used_memory'])
 buckets = 0
 for s in range(series):
     pipe = r.pipeline(transaction=False)
-    for i in range(slices):
+    for i in range(first, last):
         slice = now - i * 60
         counts = collections.Counter(
             math.ceil(math.log(random.lognormvariate(math.log(100), 0.5)) / math.log(gamma))
@@ -46,37 +55,48 @@ for s in range(series):
         pipe.hset(key, mapping={**{str(b): n for b, n in counts.items()}, 'a': alpha})
         pipe.expireat(key, slice + 6 * 86400)
     pipe.execute()
-r.execute_command('DEBUG', 'RELOAD')
-grown = int(r.info('memory')['used_memory']) - base
-n = series * slices
-print(f'{series} timers, {slices} one-minute slices each, {values} values a minute: '
-      f'{buckets / n:.1f} buckets a slice')
-print(f'  a hash a slice:     {grown / n:.0f} bytes a slice ({grown / n / 14:.1f} a point of the 14 Etsy names)')
-print(f'  whisper, 14 names:  168 bytes a slice (12.0 a point)')
-print(f'slices {n}')
+print(f'{buckets / series / (last - first):.1f}')
 EOF
-grep -v '^slices ' "$dir/hashes"
-read -r _ n < <(grep '^slices ' "$dir/hashes")
-cpu=$(redis_cpu "$dir/redis.sock")
-start_agent "$dir/agent.log" --redis "unix://$dir/redis.sock" \
-  --retentions "${SCHEMA:-10s:6h,1min:6d,10min:1800d}" --quantile-precisions 60
-keys() { redis-cli -s "$dir/redis.sock" eval "return #redis.call('keys', '$1')" 0; }
-# Packed when only the open minutes (the last five, and the one being written) are hashes.
-until [ "$(keys 'hist:*')" -le $((series * 7)) ]; do
-  kill -0 "$agent_pid" || { cat "$dir/agent.log" >&2; exit 1; }
-  sleep 0.5
-done
-cpu=$(awk -v a="$cpu" -v b="$(redis_cpu "$dir/redis.sock")" 'BEGIN { print b - a }')
-kill "$agent_pid"; wait "$agent_pid" || true
-used() {
-  redis-cli -s "$dir/redis.sock" debug reload >/dev/null
-  redis-cli -s "$dir/redis.sock" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}'
 }
+used() {
+  redis-cli -s "$sock" debug reload >/dev/null
+  redis-cli -s "$sock" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}'
+}
+keys() { redis-cli -s "$sock" eval "return #redis.call('keys', '$1')" 0; }
+# pack: an agent until its cleaner's first pass is over (it walks every quantile slice, and
+# packs all but the open minutes: the last five, and the one being written); prints the Redis
+# CPU seconds that took.
+pack() {
+  local before; before=$(redis_cpu "$sock")
+  start_agent "$dir/agent.log" --redis "unix://$sock" \
+    --retentions "${SCHEMA:-10s:6h,1min:6d,10min:1800d}" --quantile-precisions 60
+  until [ "$(agent_metric "$http" cleaner_passes_total)" -ge 1 ]; do
+    kill -0 "$agent_pid" || { cat "$dir/agent.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  awk -v a="$before" -v b="$(redis_cpu "$sock")" 'BEGIN { print b - a }'
+  kill "$agent_pid"; wait "$agent_pid" || true
+  [ "$(keys 'hist:*')" -le $((series * 7)) ] || { echo "not packed" >&2; exit 1; }
+}
+
+n=$((series * slices))
+base=$(used)
+per_slice=$(fill 0 "$slices")
+hashes=$(used)
+echo "$series timers, $slices one-minute slices each, $values values a minute: $per_slice buckets a slice"
+awk -v u="$hashes" -v b="$base" -v n="$n" 'BEGIN {
+  printf "  a hash a slice:     %.0f bytes a slice (%.1f a point of the 14 Etsy names)\n", (u - b) / n, (u - b) / n / 14 }'
+echo "  whisper, 14 names:  168 bytes a slice (12.0 a point)"
+cpu=$(pack)
 blocks=$(keys 'history:hist:*')
 packed=$(used)
-# What the keys hold: the agent's visit leaves Redis a few hundred KB of its own (its scripts'
-# Lua memory among them), which an empty key space keeps too.
-redis-cli -s "$dir/redis.sock" flushall >/dev/null
+idle=$(pack)
+fill 6 11 >/dev/null
+steady=$(pack)
+redis-cli -s "$sock" flushall >/dev/null
 awk -v u="$packed" -v b="$(used)" -v n="$n" -v k="$blocks" 'BEGIN {
   printf "  packed (%d blocks): %.0f bytes a slice (%.1f a point of the 14 Etsy names)\n", k, (u - b) / n, (u - b) / n / 14 }'
-awk -v c="$cpu" -v n="$n" 'BEGIN { printf "  the pack: %.1f µs of Redis CPU a slice (with the polling of this script)\n", c * 1e6 / n }'
+awk -v c="$cpu" -v i="$idle" -v n="$n" 'BEGIN {
+  printf "  the pack of them all: %.1f µs of Redis CPU a slice\n", (c - i) * 1e6 / n }'
+awk -v c="$steady" -v i="$idle" -v n="$((series * 5))" 'BEGIN {
+  printf "  a walk of five minutes a timer: %.1f µs of Redis CPU a slice\n", (c - i) * 1e6 / n }'

@@ -1066,12 +1066,21 @@ async fn a_slice_written_between_its_pack_and_its_delete_counts_once() {
             .arg("345")
             .arg("3"),
     );
-    let sealed: Vec<(String, String)> =
+    // A foreign key among the sealed: false for it, the slice's fields for the slice.
+    let _: () = cmd(
+        &redis,
+        redis::cmd("SET").arg("hist:60:race:AccessTime:60").arg("x"),
+    );
+    let mut sealed: Vec<Option<Vec<(String, String)>>> =
         redis::Script::new(include_str!("../src/store/hist_seal.lua"))
+            .key("hist:60:race:AccessTime:60")
             .key(&hash)
+            .arg("00000001")
             .arg("0000abcd")
             .invoke(&mut redis.conn())
             .unwrap();
+    assert_eq!(sealed[0], None);
+    let sealed = sealed.pop().flatten().unwrap();
     let (n, slot) = qb::locate(60, slice);
     let block = format!("history:hist:60:race:AccessTime:{n}");
     let mut buckets = statsd_redis::aggregate::Buckets::default();
@@ -1090,7 +1099,7 @@ async fn a_slice_written_between_its_pack_and_its_delete_counts_once() {
     );
     let drop_script = redis::Script::new(include_str!("../src/store/hist_drop.lua"));
     let mut drop = drop_script.prepare_invoke();
-    drop.key(&hash);
+    drop.key(&hash).arg(sealed.len() * 2);
     for (f, v) in &sealed {
         drop.arg(f).arg(v);
     }

@@ -792,18 +792,19 @@ impl Cleaner {
     }
 
     /// Packs each of `keys` that is a quantile slice of a packed precision, older than
-    /// [`quantile_blocks::keep_from`], into its block, a call a block, concurrently: each
-    /// slice's hash sealed with a token (`hist_seal.lua`), the block's records written
-    /// (`hist_move.lua`), then each hash deleted if it holds what moved (`hist_drop.lua`);
-    /// each step repeated changes nothing, so a pass stopped between them loses nothing and
-    /// counts nothing twice. Returns how many slices moved.
+    /// [`quantile_blocks::keep_from`], into its block: the hashes sealed with a token each
+    /// (`hist_seal.lua`, a call for a slot's: all of them on one server), each block's records
+    /// written (`hist_move.lua`, a call a block), then the hashes deleted that still hold what
+    /// moved (`hist_drop.lua`, a call for a slot's); each step repeated changes nothing, so a
+    /// pass stopped between them loses nothing and counts nothing twice. Returns how many
+    /// slices moved.
     async fn pack_hists(
         &self,
         conn: &Connection,
         now: u64,
         keys: Vec<String>,
     ) -> Result<u64, StoreError> {
-        let mut blocks: HashMap<String, (u64, Vec<(String, u8)>)> = HashMap::new();
+        let mut slices: Vec<Packing> = Vec::new();
         for key in keys {
             let Some((p, series, kind, slice)) = self.keys.hist_of(&key) else {
                 continue;
@@ -815,86 +816,143 @@ impl Cleaner {
                 continue;
             }
             let (n, slot) = quantile_blocks::locate(p, slice);
-            let block = quantile_blocks::block_key(&self.keys, p, series, kind, n);
-            let at = quantile_blocks::expires_at(p, n, kept);
-            blocks
-                .entry(block)
-                .or_insert((at, Vec::new()))
-                .1
-                .push((key, slot));
+            slices.push(Packing {
+                block: quantile_blocks::block_key(&self.keys, p, series, kind, n),
+                expires_at: quantile_blocks::expires_at(p, n, kept),
+                slot,
+                fields: Vec::new(),
+                key,
+            });
         }
-        let calls = blocks.into_iter().map(|(block, (at, slices))| {
-            let conn = conn.clone();
-            self.pack_block(conn, block, at, slices)
+        // Sealed: each slice's fields (none for a key that is no hash by now).
+        let seals = self.by_slot(&slices).into_iter().map(|positions| {
+            let mut call = self.hist_seal.prepare_invoke();
+            for &i in &positions {
+                let token = quantile_blocks::token_text(rand::random());
+                call.key(&slices[i].key).arg(token);
+            }
+            let mut conn = conn.clone();
+            async move {
+                let sealed: Vec<Option<Vec<(String, String)>>> =
+                    call.invoke_async(&mut conn).await?;
+                Ok::<_, StoreError>((positions, sealed))
+            }
         });
-        summed(calls).await
+        let sealed: Vec<Result<_, StoreError>> = futures_util::stream::iter(seals)
+            .buffer_unordered(CONCURRENT_SLOTS)
+            .collect()
+            .await;
+        for r in sealed {
+            let (positions, fields) = r?;
+            for (i, fields) in positions.into_iter().zip(fields) {
+                slices[i].fields = fields.unwrap_or_default();
+            }
+        }
+        // Written: each block's records, a call a block.
+        let mut blocks: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, s) in slices.iter().enumerate() {
+            blocks.entry(&s.block).or_default().push(i);
+        }
+        let moves = blocks
+            .into_values()
+            .filter_map(|positions| self.pack_block(conn.clone(), &slices, positions));
+        let moved: Vec<Result<Vec<usize>, StoreError>> = futures_util::stream::iter(moves)
+            .buffer_unordered(CONCURRENT_SLOTS)
+            .collect()
+            .await;
+        let mut written = Vec::new();
+        for r in moved {
+            written.extend(r?);
+        }
+        // Deleted: each hash that still holds what its record holds.
+        written.sort_unstable();
+        let written: Vec<Packing> = written
+            .into_iter()
+            .map(|i| std::mem::take(&mut slices[i]))
+            .collect();
+        let drops = self.by_slot(&written).into_iter().map(|positions| {
+            let mut call = self.hist_drop.prepare_invoke();
+            for &i in &positions {
+                let s = &written[i];
+                call.key(&s.key).arg(s.fields.len() * 2);
+                for (f, v) in &s.fields {
+                    call.arg(f).arg(v);
+                }
+            }
+            let mut conn = conn.clone();
+            async move { call.invoke_async::<u64>(&mut conn).await }
+        });
+        summed(drops).await
     }
 
-    /// [`Cleaner::pack_hists`] for one block's `slices` (their hashes and slots).
-    async fn pack_block(
-        &self,
-        mut conn: Connection,
-        block: String,
-        expires_at: u64,
-        slices: Vec<(String, u8)>,
-    ) -> redis::RedisResult<u64> {
-        let mut sealed = Vec::new();
-        let mut header: Option<String> = None;
-        for (key, slot) in slices {
-            let token = quantile_blocks::token_text(rand::random());
-            let fields: Option<Vec<(String, String)>> = self
-                .hist_seal
-                .key(&key)
-                .arg(&token)
-                .invoke_async(&mut conn)
-                .await?;
-            let Some(fields) = fields else { continue };
-            let field = |name: &str| {
-                fields
-                    .iter()
-                    .find(|(f, _)| f == name)
-                    .map(|(_, v)| v.clone())
+    /// The positions of `slices` grouped for one script call each: by slot in a cluster, all
+    /// together on one server, at most [`PACK_BATCH`] a call.
+    fn by_slot(&self, slices: &[Packing]) -> Vec<Vec<usize>> {
+        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (i, s) in slices.iter().enumerate() {
+            let slot = if self.store.is_cluster() {
+                keys::slot_of(s.key.as_bytes())
+            } else {
+                0
             };
-            let (Some(alpha), Some(token)) = (
-                field("a"),
-                field(quantile_blocks::TOKEN_FIELD).and_then(|t| quantile_blocks::token_of(&t)),
+            by_slot.entry(slot).or_default().push(i);
+        }
+        by_slot
+            .into_values()
+            .flat_map(|p| {
+                p.chunks(PACK_BATCH)
+                    .map(<[usize]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The `hist_move.lua` call for one block's sealed `slices` at `positions`, answering the
+    /// positions written; None when none is sealed. A block holds one accuracy: slices of
+    /// another wait out their retention as hashes.
+    fn pack_block<'s>(
+        &'s self,
+        mut conn: Connection,
+        slices: &[Packing],
+        positions: Vec<usize>,
+    ) -> Option<impl std::future::Future<Output = Result<Vec<usize>, StoreError>> + use<'s>> {
+        let alpha_of = |i: &usize| {
+            let fields = &slices[*i].fields;
+            fields
+                .iter()
+                .find(|(f, _)| f == "a")
+                .map(|(_, v)| v.clone())
+        };
+        let alpha = positions.iter().find_map(alpha_of)?;
+        let mut call = self.hist_move.prepare_invoke();
+        let first = &slices[positions[0]];
+        call.key(&first.block)
+            .arg(quantile_blocks::header(&alpha))
+            .arg(first.expires_at);
+        let mut written = Vec::new();
+        for i in positions {
+            let s = &slices[i];
+            let token = s
+                .fields
+                .iter()
+                .find(|(f, _)| f == quantile_blocks::TOKEN_FIELD);
+            let (Some(token), Some((_, buckets))) = (
+                token.and_then(|(_, t)| quantile_blocks::token_of(t)),
+                super::reader::parse_buckets(&s.fields),
             ) else {
                 continue;
             };
-            // A block holds one accuracy: slices of another wait out their retention as hashes.
-            if header.get_or_insert_with(|| alpha.clone()) != &alpha {
+            if alpha_of(&i).as_ref() != Some(&alpha) {
                 continue;
             }
-            let Some((_, buckets)) = super::reader::parse_buckets(&fields) else {
-                continue;
-            };
-            sealed.push((key, quantile_blocks::record(slot, token, &buckets), fields));
+            call.arg(quantile_blocks::record(s.slot, token, &buckets));
+            written.push(i);
         }
-        let Some(alpha) = header.filter(|_| !sealed.is_empty()) else {
-            return Ok(0);
-        };
-        let mut put = self.hist_move.prepare_invoke();
-        put.key(&block)
-            .arg(quantile_blocks::header(&alpha))
-            .arg(expires_at);
-        for (_, record, _) in &sealed {
-            put.arg(record);
-        }
-        let written: i64 = put.invoke_async(&mut conn).await?;
-        if written < 0 {
+        Some(async move {
+            let n: i64 = call.invoke_async(&mut conn).await?;
             // Another program's key, or a block of another accuracy: the hashes stay.
-            return Ok(0);
-        }
-        let mut moved = 0;
-        for (key, _, fields) in sealed {
-            let mut drop = self.hist_drop.prepare_invoke();
-            drop.key(key);
-            for (f, v) in fields {
-                drop.arg(f).arg(v);
-            }
-            moved += drop.invoke_async::<u64>(&mut conn).await?;
-        }
-        Ok(moved)
+            Ok(if n < 0 { Vec::new() } else { written })
+        })
     }
 
     /// `stats_clean.lua` on the family of each of `keys` that is one of the hourly statistics'
@@ -961,6 +1019,20 @@ impl Cleaner {
             tracing::warn!(error = %e, "cleaner could not release its lease; it expires by itself");
         }
     }
+}
+
+/// Quantile slices sealed or deleted in one script call, at most.
+const PACK_BATCH: usize = 256;
+
+/// A quantile slice on its way into its block ([`Cleaner::pack_hists`]).
+#[derive(Default)]
+struct Packing {
+    key: String,
+    block: String,
+    expires_at: u64,
+    slot: u8,
+    /// Its hash's fields and values as sealed.
+    fields: Vec<(String, String)>,
 }
 
 /// What a walk of the key space looks for.

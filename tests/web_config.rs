@@ -588,8 +588,14 @@ fn prometheus_scrapes_with_basic_auth_and_tls() {
     );
     let no_cert = target("no_client_cert");
     assert_eq!(no_cert["health"], "down", "{no_cert}");
+    // Under TLS 1.3 the server's refusal (an alert) comes after the client's side of the
+    // handshake: the client reads it ("tls: certificate required"), or finds the connection
+    // closed while it writes its request, as timing has it.
+    let error = no_cert["lastError"].as_str().unwrap();
     assert!(
-        no_cert["lastError"].as_str().unwrap().contains("tls"),
+        ["tls", "broken pipe", "connection reset"]
+            .iter()
+            .any(|e| error.contains(e)),
         "{no_cert}"
     );
 }

@@ -386,10 +386,23 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
     // The history: carbon's files imported into another Redis answer for Etsy's counters and
     // gauges as graphite-web over them does; a second import changes no key.
     let imported = RedisServer::start();
-    let whisper = &stack.env["WHISPER_DIR"];
+    // A copy of the files as they are now: Etsy's daemon flushes on (its counters' zeros, its
+    // own statsd.* names) and would change them between the two imports.
+    let copy = tempfile::tempdir().unwrap();
+    let whisper = copy.path().join("whisper");
+    run_ok(
+        Command::new("cp")
+            .arg("-a")
+            .arg(&stack.env["WHISPER_DIR"])
+            .arg(&whisper),
+        "cp -a the whisper files",
+    );
     let import = || {
         run_ok(
-            bin().args(["import", "whisper", whisper, "--redis", &imported.url()]),
+            bin()
+                .args(["import", "whisper"])
+                .arg(&whisper)
+                .args(["--redis", &imported.url()]),
             "statsd-redis import whisper",
         );
     };

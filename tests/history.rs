@@ -904,6 +904,18 @@ fn hist_slices(redis: &RedisServer, series: &str) -> Vec<(u64, u64)> {
     slices
 }
 
+/// A timer's statistics as the Graphite API renders them up to `t`: four days (minutes) and
+/// three hours, each statistic in turn.
+fn timer_renders(agent: &TestAgent, series: &str, t: u64) -> Vec<Vec<(u64, Option<f64>)>> {
+    let mut out = Vec::new();
+    for (from, until) in [(t - 4 * 86_400, t), (t - 3 * 3600, t)] {
+        for stat in ["count", "sum", "mean", "min", "max", "p50", "p90", "p999"] {
+            out.push(render(agent, &format!("{series}.{stat}"), from, until));
+        }
+    }
+    out
+}
+
 /// A timer's and a histogram's quantile slices over three days, stamped (`|T`) through the
 /// agent, with rates (fractional weights), zero and negative values: once the cleaner packed
 /// every slice past `OPEN_SECS` into blocks, the Graphite API's statistics at minutes and hours
@@ -956,16 +968,7 @@ async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
         add("h.u", "AccessTime", at, v, weight);
         add("h.n", "Histogram", at, (k % 7) as f64 - 3.0, 1.0);
     }
-    let stats = ["count", "sum", "mean", "min", "max", "p50", "p90", "p999"];
-    let reads = |series: &str| {
-        let mut out = Vec::new();
-        for (from, until) in [(t - 4 * 86_400, t), (t - 3 * 3600, t)] {
-            for stat in stats {
-                out.push(render(&agent, &format!("{series}.{stat}"), from, until));
-            }
-        }
-        out
-    };
+    let reads = |series: &str| timer_renders(&agent, series, t);
     let api = |series: &str, kind: &str| {
         curl_json(&format!(
             "http://{}/api/v1/percentiles/{series}?type={kind}&last=3d&precision=60\
@@ -1026,16 +1029,11 @@ async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
         },
         Clock::manual(Duration::from_secs(t)),
     );
-    let reads = |series: &str| {
-        let mut out = Vec::new();
-        for (from, until) in [(t - 4 * 86_400, t), (t - 3 * 3600, t)] {
-            for stat in stats {
-                out.push(render(&agent, &format!("{series}.{stat}"), from, until));
-            }
-        }
-        out
-    };
-    assert_eq!(reads("h.t"), packed, "found by its blocks");
+    assert_eq!(
+        timer_renders(&agent, "h.t", t),
+        packed,
+        "found by its blocks"
+    );
     let found = curl_json(&format!(
         "http://{}/api/v1/series?type=timer&precision=60&match=h.t",
         agent.http

@@ -1173,13 +1173,12 @@ impl<'a> Source<'a> {
                     .collect())
             }
             Kind::Stat(kind, _) | Kind::Etsy(kind, _) => {
-                let hashes_from = self.retention().packs_quantiles(step).then(|| {
-                    quantile_blocks::hashes_from(
-                        now.max(0) as u64,
-                        step,
-                        self.config.cleaner_interval_secs,
-                    )
-                });
+                let hashes_from = quantile_blocks::hashes_from(
+                    self.retention(),
+                    now.max(0) as u64,
+                    step,
+                    self.config.cleaner_interval_secs,
+                );
                 let slices: Vec<u64> = slices.iter().map(|s| *s as u64).collect();
                 let read = quantile_blocks::read(
                     &self.conn,

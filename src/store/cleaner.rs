@@ -825,19 +825,22 @@ impl Cleaner {
             });
         }
         // Sealed: each slice's fields (none for a key that is no hash by now).
-        let seals = self.by_slot(&slices).into_iter().map(|positions| {
-            let mut call = self.hist_seal.prepare_invoke();
-            for &i in &positions {
-                let token = quantile_blocks::token_text(rand::random());
-                call.key(&slices[i].key).arg(token);
-            }
-            let mut conn = conn.clone();
-            async move {
-                let sealed: Vec<Option<Vec<(String, String)>>> =
-                    call.invoke_async(&mut conn).await?;
-                Ok::<_, StoreError>((positions, sealed))
-            }
-        });
+        let seals = self
+            .by_slot(&slices, 0..slices.len())
+            .into_iter()
+            .map(|positions| {
+                let mut call = self.hist_seal.prepare_invoke();
+                for &i in &positions {
+                    let token = quantile_blocks::token_text(rand::random());
+                    call.key(&slices[i].key).arg(token);
+                }
+                let mut conn = conn.clone();
+                async move {
+                    let sealed: Vec<Option<Vec<(String, String)>>> =
+                        call.invoke_async(&mut conn).await?;
+                    Ok::<_, StoreError>((positions, sealed))
+                }
+            });
         let sealed: Vec<Result<_, StoreError>> = futures_util::stream::iter(seals)
             .buffer_unordered(CONCURRENT_SLOTS)
             .collect()
@@ -865,15 +868,10 @@ impl Cleaner {
             written.extend(r?);
         }
         // Deleted: each hash that still holds what its record holds.
-        written.sort_unstable();
-        let written: Vec<Packing> = written
-            .into_iter()
-            .map(|i| std::mem::take(&mut slices[i]))
-            .collect();
-        let drops = self.by_slot(&written).into_iter().map(|positions| {
+        let drops = self.by_slot(&slices, written).into_iter().map(|positions| {
             let mut call = self.hist_drop.prepare_invoke();
             for &i in &positions {
-                let s = &written[i];
+                let s = &slices[i];
                 call.key(&s.key).arg(s.fields.len() * 2);
                 for (f, v) in &s.fields {
                     call.arg(f).arg(v);
@@ -885,13 +883,17 @@ impl Cleaner {
         summed(drops).await
     }
 
-    /// The positions of `slices` grouped for one script call each: by slot in a cluster, all
+    /// The `positions` of `slices` grouped for one script call each: by slot in a cluster, all
     /// together on one server, at most [`PACK_BATCH`] a call.
-    fn by_slot(&self, slices: &[Packing]) -> Vec<Vec<usize>> {
+    fn by_slot(
+        &self,
+        slices: &[Packing],
+        positions: impl IntoIterator<Item = usize>,
+    ) -> Vec<Vec<usize>> {
         let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
-        for (i, s) in slices.iter().enumerate() {
+        for i in positions {
             let slot = if self.store.is_cluster() {
-                keys::slot_of(s.key.as_bytes())
+                keys::slot_of(slices[i].key.as_bytes())
             } else {
                 0
             };
@@ -1025,7 +1027,6 @@ impl Cleaner {
 const PACK_BATCH: usize = 256;
 
 /// A quantile slice on its way into its block ([`Cleaner::pack_hists`]).
-#[derive(Default)]
 struct Packing {
     key: String,
     block: String,

@@ -96,8 +96,14 @@ impl Keys {
     /// (`quantile_precisions`; 3600 s are the hours), a field per bucket and `a` the relative
     /// accuracy (`aggregate::sketch`), expiring `sample_count` precisions after the slice's start.
     pub fn hist_slice(&self, precision: u64, series: &str, kind: StatKind, slice: u64) -> String {
+        format!("{}:{slice}", self.hist_series(precision, series, kind))
+    }
+
+    /// `hist:<precision>:<series>:<type>`, a series' quantile slices' keys without the slice:
+    /// what its blocks are named after ([`Keys::history_base`], `store::quantile_blocks`).
+    pub fn hist_series(&self, precision: u64, series: &str, kind: StatKind) -> String {
         format!(
-            "{}hist:{precision}:{series}:{}:{slice}",
+            "{}hist:{precision}:{series}:{}",
             self.prefix,
             kind.redis_name()
         )

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use super::{Connection, Keys, StoreError};
 use crate::aggregate::StatKind;
 use crate::aggregate::sketch::{Bucket, Buckets};
+use crate::retention::Retention;
 
 /// Slices a block holds: an hour of minutes, 64 hours of hours. A reader gets a block whole, so
 /// a block stays small (a few KiB for a busy timer's minutes), and its key's own bytes, spread
@@ -49,12 +50,16 @@ pub fn keep_from(now: u64, p: u64) -> u64 {
     now.saturating_sub(OPEN_SECS) / p * p
 }
 
-/// The oldest slice whose hash a reader asks at `now`, when the cleaner runs every `interval`
-/// s: those [`keep_from`] keeps and those its walk may not have packed yet. Older ones are read
-/// from their blocks only: a value written late into an older slice, or a hash an earlier
-/// release wrote, shows once the next walk packed it.
-pub fn hashes_from(now: u64, p: u64, interval: u64) -> u64 {
-    keep_from(now.saturating_sub(WALK_SECS + 3 * interval), p)
+/// Where `retention` packs the quantile slices at precision `p`
+/// ([`Retention::packs_quantiles`]), the oldest slice whose hash a reader asks at `now` when
+/// the cleaner runs every `interval` s: those [`keep_from`] keeps and those its walk may not
+/// have packed yet. Older ones are read from their blocks only: a value written late into an
+/// older slice, or a hash an earlier release wrote, shows once the next walk packed it. None
+/// where the slices are all hashes.
+pub fn hashes_from(retention: &Retention, now: u64, p: u64, interval: u64) -> Option<u64> {
+    retention
+        .packs_quantiles(p)
+        .then(|| keep_from(now.saturating_sub(WALK_SECS + 3 * interval), p))
 }
 
 /// The block holding `slice` at precision `p`, and its slot there.
@@ -68,18 +73,11 @@ pub fn expires_at(p: u64, block: u64, kept: u64) -> u64 {
     ((block + 1) * SLOTS - 1) * p + kept
 }
 
-/// `hist:<p>:<series>:<type>`: a series' quantile slices' keys without the slice, what its
-/// blocks are named after ([`Keys::history_base`]).
-pub fn series_name(keys: &Keys, p: u64, series: &str, kind: StatKind) -> String {
-    let slice = keys.hist_slice(p, series, kind, 0);
-    slice[..slice.len() - 2].to_string()
-}
-
 /// A block's key: `history:hist:60:api:AccessTime:7` (with its slot tag in a cluster).
 pub fn block_key(keys: &Keys, p: u64, series: &str, kind: StatKind, block: u64) -> String {
     format!(
         "{}:{block}",
-        keys.history_base(&series_name(keys, p, series, kind))
+        keys.history_base(&keys.hist_series(p, series, kind))
     )
 }
 

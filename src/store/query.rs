@@ -152,7 +152,15 @@ impl Queries<'_> {
                 (series, query.kind),
                 &query.quantiles,
                 range,
-                (query.by_slice, self.hashes_from(range.precision)),
+                (
+                    query.by_slice,
+                    super::quantile_blocks::hashes_from(
+                        &self.config.retention(),
+                        self.now,
+                        range.precision,
+                        self.config.cleaner_interval_secs,
+                    ),
+                ),
             )
             .await?
             .map(|view| QuantilesView {
@@ -164,14 +172,6 @@ impl Queries<'_> {
                 "no {} values of `{series}` in that range",
                 query.kind.redis_name()
             ))
-        })
-    }
-
-    /// Where a packed quantile precision's hashes end for a reader
-    /// ([`super::quantile_blocks::hashes_from`]); None where its slices are all hashes.
-    fn hashes_from(&self, p: u64) -> Option<u64> {
-        self.config.retention().packs_quantiles(p).then(|| {
-            super::quantile_blocks::hashes_from(self.now, p, self.config.cleaner_interval_secs)
         })
     }
 

@@ -51,20 +51,37 @@ pub enum AgentError {
 #[derive(Debug)]
 pub struct Listeners {
     pub udp: Vec<datagram::BoundUdp>,
+    /// Carbon's plaintext lines over UDP (`carbon_udp`).
+    pub carbon_udp: Vec<datagram::BoundUdp>,
     pub unix_datagram: Vec<(std::os::unix::net::UnixDatagram, SocketFile)>,
-    /// TCP and unix stream listeners.
+    /// TCP (StatsD's and carbon's) and unix stream listeners.
     pub streams: Vec<stream::Listener>,
     pub http: std::net::TcpListener,
 }
 
 impl Listeners {
     pub fn tcp_addrs(&self) -> Vec<SocketAddr> {
+        self.stream_addrs(Transport::Tcp)
+    }
+
+    pub fn carbon_tcp_addrs(&self) -> Vec<SocketAddr> {
+        self.stream_addrs(Transport::CarbonTcp)
+    }
+
+    fn stream_addrs(&self, transport: Transport) -> Vec<SocketAddr> {
         self.streams
             .iter()
             .filter_map(|s| match s {
-                stream::Listener::Tcp(l) => l.local_addr().ok(),
-                stream::Listener::Unix(..) => None,
+                stream::Listener::Tcp(l, t) if *t == transport => l.local_addr().ok(),
+                _ => None,
             })
+            .collect()
+    }
+
+    pub fn carbon_udp_addrs(&self) -> Vec<SocketAddr> {
+        self.carbon_udp
+            .iter()
+            .filter_map(|u| u.socket.local_addr().ok())
             .collect()
     }
 
@@ -149,6 +166,20 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
         tracing::info!(addr = %addr, "listening for StatsD (TCP)");
         streams.push(listener);
     }
+    for &addr in &config.carbon_tcp {
+        let listener = stream::Listener::bind_tcp(addr)
+            .map_err(listen_err(format!("carbon's TCP {addr}")))?
+            .carrying(Transport::CarbonTcp);
+        tracing::info!(addr = %addr, "listening for carbon's plaintext lines (TCP)");
+        streams.push(listener);
+    }
+    let mut carbon_udp = Vec::new();
+    for &addr in &config.carbon_udp {
+        let bound = datagram::bind(addr, config.receive_buffer_bytes, false)
+            .map_err(|source| AgentError::Udp { addr, source })?;
+        tracing::info!(addr = %bound.socket.local_addr().unwrap_or(addr), "listening for carbon's plaintext lines (UDP)");
+        carbon_udp.push(bound);
+    }
     for path in &config.unix_stream {
         let path = &unscheme(path, "unix://");
         let listener = stream::Listener::bind_unix(path, mode)
@@ -168,6 +199,7 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
     );
     Ok(Listeners {
         udp: sockets,
+        carbon_udp,
         unix_datagram,
         streams,
         http,
@@ -306,6 +338,12 @@ pub async fn run_reloading(
         .map(|bound| (Transport::Udp, bound.socket.into(), None))
         .chain(
             listeners
+                .carbon_udp
+                .into_iter()
+                .map(|bound| (Transport::CarbonUdp, bound.socket.into(), None)),
+        )
+        .chain(
+            listeners
                 .unix_datagram
                 .into_iter()
                 .map(|(socket, file)| (Transport::Unixgram, socket.into(), Some(file))),
@@ -317,7 +355,8 @@ pub async fn run_reloading(
             window: new_window(),
             handler: LineHandler::new(config.sanitize_names, config.max_series_per_window)
                 .with_rules(rules.clone())
-                .with_relay(relay.clone()),
+                .with_relay(relay.clone())
+                .for_transport(transport),
             telemetry: telemetry.clone(),
             max_datagram_bytes: config.max_datagram_bytes,
         };

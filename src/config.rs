@@ -20,6 +20,14 @@ pub struct Config {
     /// TCP addresses to receive newline-delimited StatsD on; none by default.
     #[serde(deserialize_with = "tcp_addrs")]
     pub tcp: Vec<SocketAddr>,
+    /// TCP addresses to receive carbon's plaintext lines on (`path value timestamp`), as
+    /// carbon-cache's `LINE_RECEIVER_PORT` (2003); none by default.
+    #[serde(deserialize_with = "tcp_addrs")]
+    pub carbon_tcp: Vec<SocketAddr>,
+    /// UDP addresses to receive carbon's plaintext lines on, one or more a datagram
+    /// (carbon's `ENABLE_UDP_LISTENER`); none by default.
+    #[serde(deserialize_with = "udp_addrs")]
+    pub carbon_udp: Vec<SocketAddr>,
     /// Unix datagram sockets to create and receive StatsD on (DogStatsD's UDS transport).
     pub unix_datagram: Vec<PathBuf>,
     /// Unix stream sockets to create and receive newline-delimited StatsD on.
@@ -258,6 +266,8 @@ impl Default for Config {
         Config {
             udp: vec![SocketAddr::from(([127, 0, 0, 1], 8125))],
             tcp: Vec::new(),
+            carbon_tcp: Vec::new(),
+            carbon_udp: Vec::new(),
             unix_datagram: Vec::new(),
             unix_stream: Vec::new(),
             // Any local user may send, as over UDP on loopback; only the agent's user may
@@ -496,11 +506,26 @@ impl Config {
             && self.tcp.is_empty()
             && self.unix_datagram.is_empty()
             && self.unix_stream.is_empty()
+            && self.carbon_tcp.is_empty()
+            && self.carbon_udp.is_empty()
         {
             return Err(err(
                 "udp",
-                "at least one listener (udp, tcp, unix_datagram or unix_stream) is needed",
+                "at least one listener (udp, tcp, unix_datagram, unix_stream, carbon_tcp or carbon_udp) is needed",
             ));
+        }
+        if self.redis_mode == RedisMode::Cluster {
+            for (key, addrs) in [
+                ("carbon_tcp", &self.carbon_tcp),
+                ("carbon_udp", &self.carbon_udp),
+            ] {
+                if !addrs.is_empty() {
+                    return Err(err(
+                        key,
+                        "carbon's receivers take one Redis server (standalone or Sentinel), not yet a Redis Cluster",
+                    ));
+                }
+            }
         }
         for (key, paths) in [
             ("unix_datagram", &self.unix_datagram),
@@ -660,6 +685,24 @@ pub struct Args {
         value_parser = parse_tcp
     )]
     pub tcp: Option<Vec<SocketAddr>>,
+    /// TCP address to receive carbon's plaintext lines on; repeat for several [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_CARBON_TCP",
+        value_name = "ADDR",
+        value_delimiter = ',',
+        value_parser = parse_tcp
+    )]
+    pub carbon_tcp: Option<Vec<SocketAddr>>,
+    /// UDP address to receive carbon's plaintext lines on; repeat for several [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_CARBON_UDP",
+        value_name = "ADDR",
+        value_delimiter = ',',
+        value_parser = parse_udp
+    )]
+    pub carbon_udp: Option<Vec<SocketAddr>>,
     /// Unix datagram socket to create and receive on; repeat for several [default: none].
     #[arg(
         long,
@@ -1072,6 +1115,8 @@ impl Args {
         overlay!(
             udp,
             tcp,
+            carbon_tcp,
+            carbon_udp,
             unix_datagram,
             unix_stream,
             unix_socket_mode,

@@ -20,14 +20,19 @@ pub enum Transport {
     Unixgram,
     /// Unix stream socket.
     Unix,
+    /// Carbon's plaintext lines over TCP (`carbon_tcp`) and UDP (`carbon_udp`).
+    CarbonTcp,
+    CarbonUdp,
 }
 
 impl Transport {
-    pub const ALL: [Transport; 4] = [
+    pub const ALL: [Transport; 6] = [
         Transport::Udp,
         Transport::Tcp,
         Transport::Unixgram,
         Transport::Unix,
+        Transport::CarbonTcp,
+        Transport::CarbonUdp,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,7 +41,14 @@ impl Transport {
             Transport::Tcp => "tcp",
             Transport::Unixgram => "unixgram",
             Transport::Unix => "unix",
+            Transport::CarbonTcp => "carbon_tcp",
+            Transport::CarbonUdp => "carbon_udp",
         }
+    }
+
+    /// Whether it carries carbon's lines rather than StatsD's.
+    pub fn is_carbon(self) -> bool {
+        matches!(self, Transport::CarbonTcp | Transport::CarbonUdp)
     }
 }
 
@@ -226,6 +238,15 @@ impl Readiness {
 pub const TIMESTAMP_OUTCOMES: [&str; 5] =
     ["earlier", "current", "too_old", "too_far_ahead", "ignored"];
 
+/// The outcomes of carbon points, in [`Telemetry::carbon_points`]'s order.
+pub const POINT_OUTCOMES: [&str; 5] = [
+    "placed",
+    "too_old",
+    "too_far_ahead",
+    "not_a_number",
+    "series_cap",
+];
+
 /// Flush duration buckets: a healthy flush takes milliseconds; the upper buckets show a Redis
 /// that is slow or timing out. Between 0.1 and 1 s, where a busy agent's flushes fall against
 /// its 1 s window, they are 100 ms apart, so a p99 read from them is within 0.1 s.
@@ -285,7 +306,7 @@ pub struct Telemetry {
     /// Kept to register the metrics of what the configuration names (relay targets).
     recorder: metrics_exporter_prometheus::PrometheusRecorder,
     received: [Received; Transport::ALL.len()],
-    connections: [Connections; 2],
+    connections: [Connections; 3],
     /// Samples dropped by the series cap, by type.
     pub samples_dropped: [Counter; MetricType::ALL.len()],
     /// Samples dropped by the filters, by type.
@@ -296,6 +317,8 @@ pub struct Telemetry {
     pub app_series_refused: [Counter; crate::prometheus::Refused::ALL.len()],
     /// Timestamped samples by outcome: [`TIMESTAMP_OUTCOMES`].
     pub timestamped: [Counter; 5],
+    /// Carbon points by outcome: [`POINT_OUTCOMES`].
+    pub carbon_points: [Counter; 5],
     pub kernel_drops: Counter,
     pub active_series: [Gauge; MetricType::ALL.len()],
     pub flushes_ok: Counter,
@@ -469,7 +492,7 @@ impl Telemetry {
         };
         Telemetry {
             received: Transport::ALL.map(received),
-            connections: [Transport::Tcp, Transport::Unix].map(connections),
+            connections: [Transport::Tcp, Transport::Unix, Transport::CarbonTcp].map(connections),
             samples_dropped: MetricType::ALL.map(|t| {
                 counter(
                     "samples_dropped_total",
@@ -488,6 +511,13 @@ impl Telemetry {
                 counter(
                     "timestamped_samples_total",
                     "Samples sent with a timestamp (|T), by outcome: earlier (written at the slices of their own second), current (of the window they came in, or a little ahead: counted in it), too_old (past max_timestamp_age_secs: dropped), too_far_ahead (dropped), ignored (on another type than counters and gauges' values: taken as of now).",
+                    &[("outcome", outcome)],
+                )
+            }),
+            carbon_points: POINT_OUTCOMES.map(|outcome| {
+                counter(
+                    "carbon_points_total",
+                    "Carbon points (carbon_tcp, carbon_udp) by outcome: placed (into the slice of the finest precision that keeps their age; a later point of the same slice replaces it), too_old (as old as the longest retention: dropped, as whisper drops them), too_far_ahead (further ahead than the finest precision keeps: dropped), not_a_number (a NaN value: dropped, as carbon drops it), series_cap (a new series while the window already held max_series_per_window carbon series).",
                     &[("outcome", outcome)],
                 )
             }),
@@ -729,9 +759,14 @@ impl Telemetry {
         r.truncated_datagrams.increment(t.truncated_datagrams);
     }
 
-    /// A stream transport's connection counts (`Tcp` or `Unix`).
+    /// A stream transport's connection counts (`Tcp`, `Unix` or `CarbonTcp`).
     pub fn connections(&self, transport: Transport) -> &Connections {
-        &self.connections[usize::from(transport == Transport::Unix)]
+        let i = match transport {
+            Transport::Unix => 1,
+            Transport::CarbonTcp => 2,
+            _ => 0,
+        };
+        &self.connections[i]
     }
 
     /// Redis's `maxmemory-policy`, as the writer last read it, and whether Redis may evict

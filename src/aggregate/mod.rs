@@ -7,6 +7,7 @@
 //! exactly the values to write.
 
 mod log;
+pub mod points;
 pub mod sketch;
 
 pub use log::{LogEntry, Severity};
@@ -237,6 +238,13 @@ pub struct Window {
     pub stamped: HashMap<SeriesName, Vec<Stamped>>,
     /// Timestamps on other samples (timers, sets, gauge deltas…), taken as of now.
     pub stamps_ignored: u64,
+    /// Carbon points, by series: (timestamp, value) in the order they came
+    /// ([`points::place`] places them when the window closes).
+    pub points: HashMap<SeriesName, Vec<(f64, f64)>>,
+    /// Carbon points with a NaN value (carbon drops them without a word), and points of new
+    /// series dropped because the window held `max_series_per_window` carbon series.
+    pub points_nan: u64,
+    pub points_capped: u64,
     /// The seconds this window counts a timestamped value in, as it comes (from its start to
     /// [`STAMP_AHEAD_SECS`] past its end), once the closer has said which they are; and how
     /// many such values it took.
@@ -408,6 +416,15 @@ impl Window {
         }
     }
 
+    /// Keeps a carbon point of `series` (`at`: Unix seconds), unless the series is new and the
+    /// window already holds `max` carbon series.
+    pub fn record_point(&mut self, series: &str, at: f64, value: f64, max: usize) {
+        match slot(&mut self.points, series, max, Vec::new) {
+            Some(points) => points.push((at, value)),
+            None => self.points_capped += 1,
+        }
+    }
+
     /// Keeps a log entry unless the window already holds `max`.
     pub fn record_log(&mut self, entry: LogEntry, max: usize) {
         if self.logs.len() < max {
@@ -440,6 +457,8 @@ impl Window {
             && self.dropped == [0; MetricType::ALL.len() + 1]
             && self.stamps_ignored == 0
             && self.stamps_current == 0
+            && self.points_nan == 0
+            && self.points_capped == 0
         {
             // The usual case (one reader): take its maps instead of rebuilding them.
             *self = other;
@@ -464,6 +483,11 @@ impl Window {
         for (series, stamped) in other.stamped {
             self.stamped.entry(series).or_default().extend(stamped);
         }
+        for (series, points) in other.points {
+            self.points.entry(series).or_default().extend(points);
+        }
+        self.points_nan += other.points_nan;
+        self.points_capped += other.points_capped;
         for (series, options) in other.page_options {
             self.page_options.entry(series).or_insert(options);
         }
@@ -507,6 +531,7 @@ impl Window {
             && self.sets.is_empty()
             && self.logs.is_empty()
             && self.stamped.is_empty()
+            && self.points.is_empty()
     }
 }
 
@@ -540,6 +565,8 @@ pub struct ClosedWindow {
     pub stamped: Vec<StampedWrite>,
     /// What became of the window's timestamped values.
     pub stamps: StampOutcomes,
+    /// Carbon points, placed, by series.
+    pub points: Vec<(SeriesName, Vec<points::Placed>)>,
 }
 
 impl ClosedWindow {
@@ -550,6 +577,7 @@ impl ClosedWindow {
             && self.sets.is_empty()
             && self.logs.is_empty()
             && self.stamped.is_empty()
+            && self.points.is_empty()
     }
 }
 

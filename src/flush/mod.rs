@@ -14,6 +14,7 @@ mod backlog;
 mod coarse;
 mod codec;
 mod groups;
+mod points;
 mod quantiles;
 mod replay;
 mod report;
@@ -261,7 +262,9 @@ impl Closer {
             }
         }
         let ignored = merged.stamps_ignored;
+        let points = self.place_points(start, &mut merged);
         let mut closed = self.ledger.close(start, merged);
+        closed.points = points;
         self.report_stamps(closed.stamps, ignored);
         // Earlier seconds first, as they came before the window's own values.
         let earlier = self.stamped_chunks(start, std::mem::take(&mut closed.stamped));

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::aggregate::{LogEntry, Window};
-use crate::protocol::{self, BadLine, Line, Sample, SeriesNamer};
+use crate::protocol::{self, BadLine, Line, Sample, SeriesNamer, carbon};
 pub use crate::telemetry::Transport;
 use crate::telemetry::{LogLimit, Tally};
 use mapping::Mapped;
@@ -149,6 +149,8 @@ pub struct LineHandler {
     shared: Option<(Arc<SharedRules>, u64)>,
     /// With `relay`: the packet of received lines being filled.
     relay: Option<RelayBuffer>,
+    /// Whether the lines are carbon's (`path value timestamp`) rather than StatsD's.
+    carbon: bool,
 }
 
 impl LineHandler {
@@ -161,7 +163,20 @@ impl LineHandler {
             rules: None,
             shared: None,
             relay: None,
+            carbon: false,
         }
+    }
+
+    /// Takes the lines of `transport`: carbon's on the carbon receivers (which neither relay
+    /// nor apply the filters and mapping rules, which are StatsD's).
+    pub fn for_transport(mut self, transport: Transport) -> LineHandler {
+        self.carbon = transport.is_carbon();
+        if self.carbon {
+            self.relay = None;
+            self.shared = None;
+            self.rules = None;
+        }
+        self
     }
 
     /// Relays every line received through `relay`.
@@ -287,6 +302,9 @@ impl LineHandler {
 
     /// Records every good line of `body` (whole lines; the last needs no newline).
     pub fn handle_lines(&mut self, mut body: &[u8], window: &mut Window) {
+        if self.carbon {
+            return self.handle_carbon(body, window);
+        }
         // The common line is split and parsed in one pass; anything else is split off and
         // goes through the full parser.
         self.take_rules();
@@ -345,6 +363,29 @@ impl LineHandler {
                 window.record_log(LogEntry::from_service_check(&sc), self.max_series);
             }
             Err(reason) => self.reject(reason, line),
+        }
+    }
+
+    /// Records every good carbon line of `body` (empty lines skipped).
+    fn handle_carbon(&mut self, body: &[u8], window: &mut Window) {
+        let mut now = None;
+        for line in protocol::lines(body) {
+            self.tally.lines += 1;
+            match carbon::parse_line(line) {
+                Ok(carbon::Parsed::Point(p)) => {
+                    // Carbon's `-1`: the time the line came, as carbon takes time.time().
+                    let at = p.at.unwrap_or_else(|| {
+                        *now.get_or_insert_with(|| {
+                            std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0.0, |d| d.as_secs_f64())
+                        })
+                    });
+                    window.record_point(&p.path, at, p.value, self.max_series);
+                }
+                Ok(carbon::Parsed::NotANumber) => window.points_nan += 1,
+                Err(reason) => self.reject(reason, line),
+            }
         }
     }
 

@@ -31,7 +31,8 @@ const READ_BYTES: usize = 64 << 10;
 /// A bound stream listener.
 #[derive(Debug)]
 pub enum Listener {
-    Tcp(std::net::TcpListener),
+    /// StatsD's (`Transport::Tcp`) or carbon's (`Transport::CarbonTcp`) lines.
+    Tcp(std::net::TcpListener, Transport),
     /// The socket file is removed when the listener's task ends.
     Unix(std::os::unix::net::UnixListener, SocketFile),
 }
@@ -48,7 +49,7 @@ impl Listener {
         socket.bind(&addr.into())?;
         socket.listen(1024)?;
         socket.set_nonblocking(true)?;
-        Ok(Listener::Tcp(socket.into()))
+        Ok(Listener::Tcp(socket.into(), Transport::Tcp))
     }
 
     /// Creates the unix stream socket `path` (a stale one is replaced) with `mode` permissions.
@@ -60,9 +61,17 @@ impl Listener {
         Ok(Listener::Unix(listener, file))
     }
 
+    /// A TCP listener for `transport`'s lines (`Transport::CarbonTcp`).
+    pub fn carrying(self, transport: Transport) -> Listener {
+        match self {
+            Listener::Tcp(l, _) => Listener::Tcp(l, transport),
+            unix => unix,
+        }
+    }
+
     pub fn transport(&self) -> Transport {
         match self {
-            Listener::Tcp(_) => Transport::Tcp,
+            Listener::Tcp(_, transport) => *transport,
             Listener::Unix(..) => Transport::Unix,
         }
     }
@@ -98,7 +107,7 @@ pub fn serve(
 ) -> io::Result<impl std::future::Future<Output = ()>> {
     let transport = listener.transport();
     let (tcp, unix) = match listener {
-        Listener::Tcp(l) => (Some(tokio::net::TcpListener::from_std(l)?), None),
+        Listener::Tcp(l, _) => (Some(tokio::net::TcpListener::from_std(l)?), None),
         Listener::Unix(l, file) => (None, Some((tokio::net::UnixListener::from_std(l)?, file))),
     };
     Ok(async move {
@@ -199,11 +208,12 @@ struct Framer {
 }
 
 impl Framer {
-    fn new(settings: &Settings) -> Framer {
+    fn new(settings: &Settings, transport: Transport) -> Framer {
         Framer {
             handler: LineHandler::new(settings.sanitize_names, settings.max_series)
                 .with_rules(settings.rules.clone())
-                .with_relay(settings.relay.clone()),
+                .with_relay(settings.relay.clone())
+                .for_transport(transport),
             pending: Vec::with_capacity(READ_BYTES),
             skipping: false,
             max_line_bytes: settings.max_line_bytes,
@@ -283,7 +293,7 @@ async fn read_connection<S: AsyncRead + Unpin>(
     settings: &Settings,
     stop: &CancellationToken,
 ) {
-    let mut framer = Framer::new(settings);
+    let mut framer = Framer::new(settings, transport);
     let closed = loop {
         framer.pending.reserve(READ_BYTES);
         let read = tokio::select! {
@@ -371,7 +381,7 @@ mod tests {
     /// Feeds `reads` one after the other, then ends as a client's close would.
     fn frame(reads: &[&[u8]], max_line_bytes: usize) -> (Window, crate::telemetry::Tally) {
         let s = settings(max_line_bytes);
-        let mut framer = Framer::new(&s);
+        let mut framer = Framer::new(&s, Transport::Tcp);
         for read in reads {
             framer.pending.extend_from_slice(read);
             framer.take_lines(&s.window);
@@ -410,7 +420,7 @@ mod tests {
     #[test]
     fn a_stop_counts_a_partial_line_as_truncated() {
         let s = settings(100);
-        let mut framer = Framer::new(&s);
+        let mut framer = Framer::new(&s, Transport::Tcp);
         framer.pending.extend_from_slice(b"a:1|c\nb:1|c|#t");
         framer.take_lines(&s.window);
         framer.finish(false, &s.window);

@@ -5,6 +5,7 @@
 //! [`parse_plain`] reads the common untagged line straight off the datagram instead. No
 //! clock, socket or metric lives here: bad input is a [`BadLine`] value, never a panic.
 
+pub mod carbon;
 mod event;
 mod series;
 mod value;
@@ -93,10 +94,14 @@ pub enum BadLine {
     Truncated,
     /// A stream line longer than `max_datagram_bytes` (dropped up to its newline).
     LineTooLong,
+    /// A carbon line that is not `path value timestamp`.
+    FieldCount,
+    /// A carbon path's tags that carbon refuses (`name;k`, an empty key or value).
+    InvalidTags,
 }
 
 impl BadLine {
-    pub const ALL: [BadLine; 15] = [
+    pub const ALL: [BadLine; 17] = [
         BadLine::MissingValue,
         BadLine::MissingType,
         BadLine::EmptyName,
@@ -112,6 +117,8 @@ impl BadLine {
         BadLine::InvalidServiceCheck,
         BadLine::Truncated,
         BadLine::LineTooLong,
+        BadLine::FieldCount,
+        BadLine::InvalidTags,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -131,6 +138,8 @@ impl BadLine {
             BadLine::InvalidServiceCheck => "invalid_service_check",
             BadLine::Truncated => "truncated",
             BadLine::LineTooLong => "line_too_long",
+            BadLine::FieldCount => "field_count",
+            BadLine::InvalidTags => "invalid_tags",
         }
     }
 }

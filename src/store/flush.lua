@@ -1,5 +1,5 @@
 -- Applies the part of one flush chunk that is not counters or gauges: statistics and quantile
--- buckets, sets and logs (the layout: docs/layout.md). The chunk's counters and
+-- buckets, sets, logs and carbon's points (the layout: docs/layout.md). The chunk's counters and
 -- gauges are sent beside this call as bare commands, and the exactly-once check is made by the
 -- agent: the call is one command of the chunk's MULTI/EXEC, which runs only when the run's guard
 -- is still what the agent read (src/store/write/standalone.rs, where the argument for exactly once is
@@ -24,6 +24,10 @@
 --          gauges:     series, value (skipped here: they go bare)
 --          sets:       series, member count m, m members
 --          logs:       name, severity, message
+--          points:     (carbon's, points.lua; when the count is not 0) a count of archives,
+--                      each: precision, seconds kept, slots a block (0: none); then each
+--                      series: series, aggregation method, xFilesFactor, point count m, m
+--                      triples of archive (from 1), slice, value
 --
 -- Returns {key, error, key, error, ...}: each pair a write that Redis refused (a key of another
 -- type, a value that would not be a number) and that was skipped, the rest applied.
@@ -164,6 +168,9 @@ local function apply()
       failed(prefix .. 'recent:' .. name .. ':' .. severity, err)
     end
   end
+
+  -- Carbon points (a spool written before them has no such section).
+  i = write_points(prefix, tonumber(ARGV[1]), i)
 end
 local ok, err = pcall(apply)
 if not ok then

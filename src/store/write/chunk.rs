@@ -5,6 +5,7 @@
 
 use redis::{RedisWrite, ToRedisArgs};
 
+use crate::aggregate::points::Placed;
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
 use crate::retention::Retention;
 use crate::store::{Keys, StoreError, clock, keys};
@@ -161,6 +162,10 @@ pub(super) const SET_MEMBERS_PER_SERIES: usize = 100;
 /// histograms, keeps Redis busy for about as long as any other chunk, a few milliseconds.
 pub(super) const BUCKET_WRITES_PER_SERIES: usize = 24;
 
+/// ... and a carbon series one more per this many points (a point's write and the
+/// recomputed coarser slices cost Redis about what a counter series' seven writes do).
+pub(super) const POINTS_PER_SERIES: usize = 4;
+
 /// The part of a closed window that one chunk carries, as index ranges into its vectors.
 #[derive(Default)]
 struct Part {
@@ -169,6 +174,7 @@ struct Part {
     gauges: (usize, usize),
     sets: (usize, usize),
     logs: (usize, usize),
+    points: (usize, usize),
 }
 
 /// Splits `[0, len)` of each section (`counters` of the window's counters) into chunks of at
@@ -177,12 +183,14 @@ fn plan(window: &ClosedWindow, counters: usize, budget: usize, quantiles: usize)
     let set_cost = |i: usize| 1 + window.sets[i].1.len() / SET_MEMBERS_PER_SERIES;
     let stat_cost =
         |i: usize| 1 + window.stats[i].2.buckets.len() * quantiles / BUCKET_WRITES_PER_SERIES;
-    let sections: [(usize, &dyn Fn(usize) -> usize); 5] = [
+    let point_cost = |i: usize| 1 + window.points[i].1.len() / POINTS_PER_SERIES;
+    let sections: [(usize, &dyn Fn(usize) -> usize); 6] = [
         (counters, &|_| 1),
         (window.stats.len(), &stat_cost),
         (window.gauges.len(), &|_| 1),
         (window.sets.len(), &set_cost),
         (window.logs.len(), &|_| 1),
+        (window.points.len(), &point_cost),
     ];
     let mut chunks = Vec::new();
     let mut current = Part::default();
@@ -215,10 +223,11 @@ impl Part {
             &mut self.gauges,
             &mut self.sets,
             &mut self.logs,
+            &mut self.points,
         ]
         .into_iter()
         .nth(i)
-        .expect("five sections")
+        .expect("six sections")
     }
 }
 
@@ -370,8 +379,15 @@ pub fn build_chunks(
                     .arg(log.severity.as_str())
                     .arg(&log.message);
             }
+            let points = &window.points[part.points.0..part.points.1];
+            put_points(&mut cmd, points, &settings.retention);
             FlushChunk::packed(
-                counters.len() + stats.len() + gauges.len() + sets.len() + logs.len(),
+                counters.len()
+                    + stats.len()
+                    + gauges.len()
+                    + sets.len()
+                    + logs.len()
+                    + points.len(),
                 cmd,
             )
         })
@@ -389,6 +405,37 @@ pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
             cmd.arg(weight as i64);
         } else {
             cmd.arg(weight);
+        }
+    }
+}
+
+/// Carbon's defaults for a series no `storage_aggregation` section names: whisper's
+/// `average` of the finer slices, written once half of them are known.
+pub(super) const AGGREGATION: (&str, f64) = ("average", 0.5);
+
+/// The points section (`flush.lua`): its count; when there are any, the archives (precision,
+/// seconds kept, slots a block or 0: `Retention::history`), then each series with its
+/// aggregation method, its xFilesFactor (as whisper's header holds it, a 32-bit float), its
+/// count of points, and each point's archive (from 1), slice and value.
+fn put_points(cmd: &mut Argv, points: &[(SeriesName, Vec<Placed>)], retention: &Retention) {
+    cmd.arg(points.len());
+    if points.is_empty() {
+        return;
+    }
+    let archives = crate::aggregate::points::archives(retention);
+    cmd.arg(archives.len());
+    for (p, seconds) in archives {
+        let slots = retention.history(p).map_or(0, |g| g.slots);
+        cmd.arg(p).arg(seconds).arg(slots);
+    }
+    let (method, xff) = AGGREGATION;
+    for (series, placed) in points {
+        cmd.arg(&**series)
+            .arg(method)
+            .arg(f64::from(xff as f32))
+            .arg(placed.len());
+        for p in placed {
+            cmd.arg(p.archive + 1).arg(p.slice).arg(p.value);
         }
     }
 }

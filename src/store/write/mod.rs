@@ -27,6 +27,7 @@ use standalone::Indexed;
 const FLUSH_SCRIPT: &str = concat!(
     include_str!("../retention.lua"),
     include_str!("../hourly.lua"),
+    include_str!("../points.lua"),
     include_str!("../flush.lua")
 );
 const FLUSH_SLOT_SCRIPT: &str = concat!(

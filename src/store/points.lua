@@ -1,0 +1,190 @@
+-- Put in front of flush.lua: carbon points (docs/carbon.md), written as whisper writes them.
+-- A point is set into its slice of the finest archive that keeps its age (the agent chose
+-- the archive and the slice, and kept one point a slice), in the gauge family's hash,
+-- gauge:<p>:<series>; then each coarser archive's slice over it is recomputed from the finer
+-- archive's known slices in its interval, written only when known / total reaches the
+-- series' xFilesFactor, else left as it was, and the next archive is built from that one
+-- (whisper's __archive_update_many and __propagate). Setting and recomputing are idempotent:
+-- a chunk applied twice changes nothing.
+
+-- The slices the book's hash keeps of a long archive before the cleaner moves them into its
+-- blocks (history.lua), a block's group of eight slots, and how long past the hash's own
+-- boundary the cleaner may have moved (a clock ahead of the agent's; as the readers allow).
+local POINT_HASH_SLICES, POINT_GROUP, POINT_MARGIN = 120, 65, 300
+
+-- whisper.aggregate: `known` are the known values in time order, `total` the slices.
+local aggregations = {
+  average = function(known)
+    local s = 0
+    for _, v in ipairs(known) do s = s + v end
+    return s / #known
+  end,
+  sum = function(known)
+    local s = 0
+    for _, v in ipairs(known) do s = s + v end
+    return s
+  end,
+  avg_zero = function(known, total)
+    local s = 0
+    for _, v in ipairs(known) do s = s + v end
+    return s / total
+  end,
+  last = function(known) return known[#known] end,
+  max = function(known)
+    local m = known[1]
+    for _, v in ipairs(known) do if v > m then m = v end end
+    return m
+  end,
+  min = function(known)
+    local m = known[1]
+    for _, v in ipairs(known) do if v < m then m = v end end
+    return m
+  end,
+  -- Python's max/min with key=abs: the first of equal magnitudes.
+  absmax = function(known)
+    local m = known[1]
+    for _, v in ipairs(known) do if math.abs(v) > math.abs(m) then m = v end end
+    return m
+  end,
+  absmin = function(known)
+    local m = known[1]
+    for _, v in ipairs(known) do if math.abs(v) < math.abs(m) then m = v end end
+    return m
+  end,
+}
+
+-- A double as text that reads back as the same double, as short as %.15g allows.
+local function point_text(v)
+  local s = string.format('%.15g', v)
+  if tonumber(s) ~= v then
+    s = string.format('%.17g', v)
+  end
+  return s
+end
+
+-- The slot of slice `t` in the gauge block of `series` at `archive` (docs/layout.md,
+-- "History: fixed slots"), or nil.
+local function block_value(prefix, series, archive, t)
+  local index = t / archive.p
+  local block, slot = math.floor(index / archive.slots), index % archive.slots
+  local key = prefix .. 'history:gauge:' .. archive.p .. ':' .. series .. ':' .. archive.slots .. ':' .. block
+  local at = math.floor(slot / 8) * POINT_GROUP
+  local group = redis.call('GETRANGE', key, at, at + POINT_GROUP - 1)
+  if #group < POINT_GROUP then
+    return nil
+  end
+  local j = slot % 8
+  local flag = string.byte(group, 1)
+  if math.floor(flag / 2 ^ (7 - j)) % 2 ~= 1 then
+    return nil
+  end
+  return struct.unpack('>d', string.sub(group, 2 + j * 8, 9 + j * 8))
+end
+
+-- The points section, from ARGV[i] (flush.lua documents it). Returns the index after it.
+local function write_points(prefix, now, i)
+  local n = tonumber(ARGV[i]) or 0
+  i = i + 1
+  if n == 0 then
+    return i
+  end
+  local archives = {}
+  for a = 1, tonumber(ARGV[i]) do
+    local at = i + 1 + 3 * (a - 1)
+    archives[a] = {p = tonumber(ARGV[at]), kept = tonumber(ARGV[at + 1]), slots = tonumber(ARGV[at + 2])}
+  end
+  i = i + 1 + 3 * #archives
+  local index = prefix .. 'known:gauge:'
+  local members = {}
+
+  local function hash_of(series, a)
+    return prefix .. 'gauge:' .. archives[a].p .. ':' .. series
+  end
+
+  local function set(series, a, fields)
+    local hash = hash_of(series, a)
+    for j = 1, #fields, 2000 do
+      redis.call('HSET', hash, unpack(fields, j, math.min(j + 1999, #fields)))
+    end
+    members[#members + 1] = '0'
+    members[#members + 1] = archives[a].p .. ':' .. series
+  end
+
+  -- Recomputes the slice `t` of archive `lower` from archive `higher`; whether it was written.
+  local function propagate(series, method, xff, t, higher, lower)
+    local h = archives[higher]
+    local total = archives[lower].p / h.p
+    local fields = {}
+    for k = 1, total do
+      fields[k] = t + (k - 1) * h.p
+    end
+    local values = redis.call('HMGET', hash_of(series, higher), unpack(fields))
+    local in_hash = now - now % h.p - (POINT_HASH_SLICES - 1) * h.p - POINT_MARGIN
+    local known = {}
+    for k = 1, total do
+      local v = tonumber(values[k])
+      if v == nil and h.slots > 0 and fields[k] < in_hash then
+        v = block_value(prefix, series, h, fields[k])
+      end
+      -- A slice past the archive's retention is whisper's stale slot: not known.
+      if v ~= nil and fields[k] > now - h.kept then
+        known[#known + 1] = v
+      end
+    end
+    if #known == 0 or #known / total < xff then
+      return false
+    end
+    local value = aggregations[method](known, total)
+    if value ~= value or value == math.huge or value == -math.huge then
+      return false
+    end
+    set(series, lower, {t, point_text(value)})
+    return true
+  end
+
+  local function write(series, method, xff, first, m)
+    -- Each archive's points (the agent sent them archive by archive, slices in order), set,
+    -- then carried down to the coarser archives, finest first, as whisper writes a batch.
+    local j = first
+    while j < first + 3 * m do
+      local a = tonumber(ARGV[j])
+      local fields, slices = {}, {}
+      while j < first + 3 * m and tonumber(ARGV[j]) == a do
+        fields[#fields + 1], fields[#fields + 2] = ARGV[j + 1], ARGV[j + 2]
+        slices[#slices + 1] = tonumber(ARGV[j + 1])
+        j = j + 3
+      end
+      set(series, a, fields)
+      local higher = a
+      for lower = a + 1, #archives do
+        local p, seen, further = archives[lower].p, {}, false
+        for _, s in ipairs(slices) do
+          local t = s - s % p
+          if not seen[t] then
+            seen[t] = true
+            if propagate(series, method, xff, t, higher, lower) then
+              further = true
+            end
+          end
+        end
+        if not further then
+          break
+        end
+        higher = lower
+      end
+    end
+  end
+
+  for _ = 1, n do
+    local series, method, xff, m = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    local ok, err = pcall(write, series, method, xff, i + 4, m)
+    if not ok then
+      failed(prefix .. 'gauge:' .. archives[1].p .. ':' .. series, err)
+    end
+    i = i + 4 + 3 * m
+  end
+  for j = 1, #members, 1000 do
+    try(index, 'ZADD', index, unpack(members, j, math.min(j + 999, #members)))
+  end
+  return i
+end

@@ -1,0 +1,331 @@
+//! Carbon's plaintext receivers (`carbon_tcp`, `carbon_udp`) side by side with carbon-cache
+//! 1.1.7 itself (Debian's graphite-carbon, whisper files): the same lines go to both, over TCP
+//! and UDP, and every series reads back alike, the agent's through its Graphite API and
+//! carbon's through `whisper.fetch` (what graphite-web reads), at ranges that pick each of the
+//! schema's three archives: points in the finest archive that keeps their age, late points,
+//! repeated slices, too old, `-1`, NaN, bad lines, coarser slices written at and not below the
+//! xFilesFactor, and a coarser slice recomputed after the finer ones it is made of moved into
+//! the agent's blocks.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use redis::Commands;
+use serde_json::Value;
+
+const SCHEMA: &str = "10s:6h,1m:7d,1h:90d";
+
+/// carbon-cache on free ports with `SCHEMA` for every path and carbon's default aggregation
+/// (no storage-aggregation.conf: average, xFilesFactor 0.5), killed when dropped.
+struct Carbon {
+    dir: tempfile::TempDir,
+    tcp: u16,
+    udp: u16,
+    _process: Killed,
+}
+
+impl Carbon {
+    fn start() -> Carbon {
+        assert!(
+            Path::new("/usr/bin/carbon-cache").exists(),
+            "this test runs carbon: apt-get install -y --no-install-recommends graphite-carbon python3-whisper"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["conf", "whisper", "log", "pids", "lists"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let (tcp, udp, query) = (free_port(), free_port(), free_port());
+        let r = root.display();
+        std::fs::write(
+            root.join("conf/carbon.conf"),
+            format!(
+                "[cache]\nSTORAGE_DIR = {r}/\nLOCAL_DATA_DIR = {r}/whisper/\nWHITELISTS_DIR = {r}/lists/\n\
+                 CONF_DIR = {r}/conf/\nLOG_DIR = {r}/log/\nPID_DIR = {r}/pids/\nUSER =\n\
+                 ENABLE_LOGROTATION = False\nMAX_CACHE_SIZE = inf\nMAX_UPDATES_PER_SECOND = inf\n\
+                 MAX_CREATES_PER_MINUTE = inf\nMIN_TIMESTAMP_RESOLUTION = 0\n\
+                 LINE_RECEIVER_INTERFACE = 127.0.0.1\nLINE_RECEIVER_PORT = {tcp}\n\
+                 ENABLE_UDP_LISTENER = True\nUDP_RECEIVER_INTERFACE = 127.0.0.1\nUDP_RECEIVER_PORT = {udp}\n\
+                 PICKLE_RECEIVER_PORT = 0\nCACHE_QUERY_INTERFACE = 127.0.0.1\nCACHE_QUERY_PORT = {query}\n\
+                 CACHE_WRITE_STRATEGY = sorted\nWHISPER_AUTOFLUSH = False\nCARBON_METRIC_INTERVAL = 0\n\
+                 ENABLE_TAGS = False\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("conf/storage-schemas.conf"),
+            format!("[all]\npattern = .*\nretentions = {SCHEMA}\n"),
+        )
+        .unwrap();
+        let process = Command::new("/usr/bin/carbon-cache")
+            .arg(format!("--config={r}/conf/carbon.conf"))
+            .arg(format!("--pidfile={r}/pids/carbon.pid"))
+            .args(["--nodaemon", "start"])
+            .env("GRAPHITE_ROOT", root)
+            .stdout(std::fs::File::create(root.join("log/out")).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let process = Killed(process);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", tcp)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "carbon-cache did not listen: {}",
+                std::fs::read_to_string(root.join("log/out")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Carbon {
+            dir,
+            tcp,
+            udp,
+            _process: process,
+        }
+    }
+
+    fn whisper_file(&self, path: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("whisper")
+            .join(format!("{}.wsp", path.replace('.', "/")))
+    }
+
+    /// `whisper.fetch` of `path` over `[from, until]`: the points with their times, as
+    /// graphite-web reads them (None: no file).
+    fn fetch(&self, path: &str, from: u64, until: u64) -> Option<Vec<(u64, Option<f64>)>> {
+        let file = self.whisper_file(path);
+        if !file.exists() {
+            return None;
+        }
+        let out = run_ok(
+            Command::new("/usr/bin/python3").args([
+                "-c",
+                "import json, sys, whisper\n\
+                 (start, end, step), values = whisper.fetch(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))\n\
+                 print(json.dumps([[start + i * step, v] for i, v in enumerate(values)]))",
+                &file.display().to_string(),
+                &from.to_string(),
+                &until.to_string(),
+            ]),
+            "whisper.fetch (apt-get install -y python3-whisper)",
+        );
+        let points: Value = serde_json::from_slice(&out.stdout).unwrap();
+        Some(
+            points
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[0].as_u64().unwrap(), p[1].as_f64()))
+                .collect(),
+        )
+    }
+}
+
+/// The agent's render of `path` over `[from, until]` (None: no such series).
+fn render(http: u16, path: &str, from: u64, until: u64) -> Option<Vec<(u64, Option<f64>)>> {
+    let answer = curl_json(&format!(
+        "http://127.0.0.1:{http}/graphite/render?target={path}&from={from}&until={until}&format=json"
+    ));
+    let series = answer.as_array().unwrap().first()?;
+    Some(
+        series["datapoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[1].as_u64().unwrap(), p[0].as_f64()))
+            .collect(),
+    )
+}
+
+/// Sends `lines` over TCP to `port` in one connection.
+fn send_tcp(port: u16, lines: &[String]) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(lines.concat().as_bytes()).unwrap();
+}
+
+/// Sends `lines` over UDP to `port`, a few a datagram.
+fn send_udp(port: u16, lines: &[String]) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for datagram in lines.chunks(3) {
+        s.send_to(datagram.concat().as_bytes(), ("127.0.0.1", port))
+            .unwrap();
+    }
+}
+
+fn line(path: &str, value: f64, at: i64) -> String {
+    format!("{path} {value} {at}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
+    let redis = RedisServer::start();
+    let carbon = Carbon::start();
+    let (agent_tcp, agent_udp) = (free_port(), free_port());
+    let (agent, _, http) = spawn_agent(
+        &redis.url(),
+        &[
+            "--retentions",
+            SCHEMA,
+            "--carbon-tcp",
+            &format!("127.0.0.1:{agent_tcp}"),
+            "--carbon-udp",
+            &format!("127.0.0.1:{agent_udp}"),
+            "--cleaner-interval-secs",
+            "1",
+        ],
+    );
+    let _agent = Killed(agent);
+
+    // Sent while the current ten seconds are well under way, so that `-1` is the same slice
+    // for both.
+    while !(2..6).contains(&(unix_now() % 10)) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let now = unix_now() as i64;
+    let minute = now - now % 60;
+    let mut tcp = Vec::new();
+    let mut udp = Vec::new();
+    // Every ten seconds of the last 30 minutes, a little off the slice's start.
+    for k in 1..=180 {
+        tcp.push(line("c.full", (k * 7 % 23) as f64 + 0.25, now - k * 10 + 3));
+    }
+    // Minutes of 2 (below the xFilesFactor) and 3 of 6 known slices (at it).
+    for k in 0..2 {
+        tcp.push(line("c.partial", k as f64, minute - 600 + k * 10));
+    }
+    for k in 0..3 {
+        tcp.push(line("c.partial", 10.0 + k as f64, minute - 300 + k * 10));
+    }
+    // Seven hours old, out of order: the minutes' archive itself.
+    for k in [5, 1, 4, 0, 3, 2, 9, 8, 7, 6] {
+        tcp.push(line("c.hours", k as f64 * 1.5, minute - 7 * 3600 - k * 60));
+    }
+    // Eight days old: the hours' archive; a hundred days: dropped by both.
+    tcp.push(line("c.days", 42.0, now - 8 * 86400));
+    tcp.push(line("c.days", 43.0, now - 100 * 86400));
+    // A repeated timestamp: the last sent; a later timestamp of the same slice, sent later.
+    tcp.push(line("c.dup", 1.0, minute - 120));
+    tcp.push(line("c.dup", 2.0, minute - 120));
+    tcp.push(line("c.dup", 5.0, minute - 60));
+    tcp.push(line("c.dup", 6.0, minute - 57));
+    // Now, NaN, bad lines, and separators carbon takes.
+    tcp.push("c.now 7 -1\n".into());
+    tcp.push(format!("c.nan nan {}\nc.nan 1 {}\n", now - 30, now - 40));
+    tcp.push(format!("c.ws\t\t3.5   {}\r\n", now - 50));
+    tcp.push("bad\nc.bad 1\nc.bad x 1\nc.bad 1 N\n".into());
+    for k in 0..12 {
+        udp.push(line("c.udp", k as f64, now - 5 - k * 10));
+    }
+    // Two of a minute 40 minutes ago: below the xFilesFactor, until a third comes once the
+    // agent's cleaner moved the first into its blocks.
+    let late = minute - 2400;
+    tcp.push(line("c.late", 1.0, late));
+    tcp.push(line("c.late", 2.0, late + 10));
+
+    for port in [carbon.tcp, agent_tcp] {
+        send_tcp(port, &tcp);
+    }
+    for port in [carbon.udp, agent_udp] {
+        send_udp(port, &udp);
+    }
+    eventually(
+        Duration::from_secs(20),
+        "the agent moved c.late's first slice into a block",
+        || {
+            !redis
+                .conn()
+                .keys::<_, Vec<String>>("history:gauge:10:c.late:*")
+                .unwrap()
+                .is_empty()
+        },
+    )
+    .await;
+    let third = [line("c.late", 6.0, late + 20)];
+    for port in [carbon.tcp, agent_tcp] {
+        send_tcp(port, &third);
+    }
+
+    let paths = [
+        "c.full",
+        "c.partial",
+        "c.hours",
+        "c.days",
+        "c.dup",
+        "c.now",
+        "c.nan",
+        "c.ws",
+        "c.udp",
+        "c.late",
+    ];
+    let until = now as u64;
+    // Ranges that pick the ten seconds, the minutes and the hours.
+    let ranges = [
+        (until - 5 * 3600, until),
+        (until - 6 * 86400, until),
+        (until - 89 * 86400, until),
+    ];
+    let mut last = String::new();
+    for _ in 0..60 {
+        let mut differences = Vec::new();
+        for path in paths {
+            for &(from, until) in &ranges {
+                let (want, got) = (
+                    carbon.fetch(path, from, until),
+                    render(http, path, from, until),
+                );
+                if want != got {
+                    let shown = |p: &Option<Vec<(u64, Option<f64>)>>| {
+                        p.as_ref().map(|p| {
+                            p.iter()
+                                .filter(|(_, v)| v.is_some())
+                                .map(|(t, v)| (*t, v.unwrap()))
+                                .collect::<BTreeMap<_, _>>()
+                        })
+                    };
+                    differences.push(format!(
+                        "{path} over {}: carbon {:?}, agent {:?}",
+                        until - from,
+                        shown(&want),
+                        shown(&got)
+                    ));
+                }
+            }
+        }
+        if differences.is_empty() {
+            last.clear();
+            break;
+        }
+        last = differences.join("\n");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(last.is_empty(), "{last}");
+    for path in paths {
+        let held = ranges.iter().any(|&(from, until)| {
+            carbon
+                .fetch(path, from, until)
+                .is_some_and(|p| p.iter().any(|(_, v)| v.is_some()))
+        });
+        assert!(held, "{path}: carbon kept nothing to compare");
+    }
+    // What both dropped, the agent counted.
+    let metric = |m: &str| metric_at(format!("127.0.0.1:{http}").parse().unwrap(), m);
+    assert_eq!(metric("carbon_points_total{outcome=\"too_old\"}"), 1.0);
+    assert_eq!(metric("carbon_points_total{outcome=\"not_a_number\"}"), 1.0);
+    assert_eq!(metric("bad_lines_total{transport=\"carbon_tcp\"}"), 4.0);
+    assert!(carbon.fetch("c.bad", until - 3600, until).is_none());
+    // The schema's other shapes: the last minute c.partial kept is the one at the factor.
+    let minutes = render(http, "c.partial", until - 6 * 86400, until).unwrap();
+    let written: Vec<(u64, f64)> = minutes
+        .iter()
+        .filter_map(|(t, v)| v.map(|v| (*t, v)))
+        .collect();
+    assert_eq!(written, [((minute - 300) as u64, 11.0)]);
+}

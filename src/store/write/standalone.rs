@@ -806,7 +806,7 @@ mod tests {
         assert_eq!(script.len(), args.len() - 4 - 2);
         assert_eq!(script[sections.counters_at], b"0");
         assert!(
-            script.ends_with(&[&b"1"[..], b"s", b"1", b"m", b"0"]),
+            script.ends_with(&[&b"1"[..], b"s", b"1", b"m", b"0", b"0"]),
             "{script:?}"
         );
     }

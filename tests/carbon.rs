@@ -329,3 +329,59 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
         .collect();
     assert_eq!(written, [((minute - 300) as u64, 11.0)]);
 }
+
+/// Points in flight while Redis is down, then the agent killed (SIGKILL): the spool brings them
+/// to the Redis that comes back, each slice once, the coarser one made of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_through_an_outage_and_a_kill_arrive_whole() {
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let spool = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let args = [
+        "--retentions",
+        SCHEMA,
+        "--carbon-tcp",
+        &format!("127.0.0.1:{port}"),
+        "--spool-dir",
+        &spool.path().display().to_string(),
+    ];
+    let (agent, _, http) = spawn_agent(&redis.url(), &args);
+    let mut agent = Killed(agent);
+    let now = unix_now() as i64;
+    let minute = now - now % 60 - 120;
+    let lines: Vec<String> = (0..6)
+        .map(|k| line("c.outage", k as f64, minute + k * 10))
+        .collect();
+    send_tcp(port, &lines);
+    let http: std::net::SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
+    eventually(Duration::from_secs(10), "the points placed", || {
+        metric_at(http, "carbon_points_total{outcome=\"placed\"}") == 6.0
+    })
+    .await;
+    // Placed at the close, then spooled before the window is queued.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    agent.kill();
+    redis.restart_after(Duration::ZERO, &[]);
+    let (again, _, _) = spawn_agent(&redis.url(), &args);
+    let _again = Killed(again);
+    let mut conn = redis.conn();
+    let want_fine: BTreeMap<String, String> = (0..6)
+        .map(|k| ((minute + k * 10).to_string(), format!("{k}")))
+        .collect();
+    let want_minute = BTreeMap::from([(minute.to_string(), "2.5".to_string())]);
+    eventually(
+        Duration::from_secs(20),
+        "the spooled points written",
+        || {
+            let fine: BTreeMap<String, String> = conn.hgetall("gauge:10:c.outage").unwrap();
+            let minutes: BTreeMap<String, String> = conn.hgetall("gauge:60:c.outage").unwrap();
+            let fine: BTreeMap<String, String> = fine
+                .into_iter()
+                .map(|(t, v)| (t, v.parse::<f64>().unwrap().to_string()))
+                .collect();
+            fine == want_fine && minutes == want_minute
+        },
+    )
+    .await;
+}

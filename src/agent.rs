@@ -104,6 +104,8 @@ pub fn check(config: &Config) -> Result<(), crate::config::ConfigError> {
     Rules::from_config(config)?;
     Target::parse_checked(config)?;
     web_config::load_configured(config)?;
+    crate::storage_conf::Aggregations::load(&config.storage_aggregation)
+        .map_err(|e| crate::config::err("storage_aggregation", e))?;
     Ok(())
 }
 

@@ -28,6 +28,9 @@ pub struct Config {
     /// (carbon's `ENABLE_UDP_LISTENER`); none by default.
     #[serde(deserialize_with = "udp_addrs")]
     pub carbon_udp: Vec<SocketAddr>,
+    /// Carbon's `storage-aggregation.conf`: how each carbon path's coarser slices are made
+    /// (`crate::storage_conf`); none: whisper's defaults (average, xFilesFactor 0.5).
+    pub storage_aggregation: PathBuf,
     /// Unix datagram sockets to create and receive StatsD on (DogStatsD's UDS transport).
     pub unix_datagram: Vec<PathBuf>,
     /// Unix stream sockets to create and receive newline-delimited StatsD on.
@@ -268,6 +271,7 @@ impl Default for Config {
             tcp: Vec::new(),
             carbon_tcp: Vec::new(),
             carbon_udp: Vec::new(),
+            storage_aggregation: PathBuf::new(),
             unix_datagram: Vec::new(),
             unix_stream: Vec::new(),
             // Any local user may send, as over UDP on loopback; only the agent's user may
@@ -703,6 +707,9 @@ pub struct Args {
         value_parser = parse_udp
     )]
     pub carbon_udp: Option<Vec<SocketAddr>>,
+    /// Carbon's storage-aggregation.conf, for carbon's paths [default: none].
+    #[arg(long, env = "STATSD_REDIS_STORAGE_AGGREGATION", value_name = "PATH")]
+    pub storage_aggregation: Option<PathBuf>,
     /// Unix datagram socket to create and receive on; repeat for several [default: none].
     #[arg(
         long,
@@ -1117,6 +1124,7 @@ impl Args {
             tcp,
             carbon_tcp,
             carbon_udp,
+            storage_aggregation,
             unix_datagram,
             unix_stream,
             unix_socket_mode,

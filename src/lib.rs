@@ -44,5 +44,6 @@ pub mod prometheus;
 pub mod protocol;
 pub mod retention;
 pub mod spool;
+pub mod storage_conf;
 pub mod store;
 pub mod telemetry;

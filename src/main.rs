@@ -297,7 +297,7 @@ struct Reload {
 
 /// Keys a SIGHUP applies to the running agent (`log_level` in the binary, the others through
 /// [`agent::run_reloading`]); a change to any other waits for a restart.
-const RELOADABLE: [&str; 11] = [
+const RELOADABLE: [&str; 12] = [
     "log_level",
     "max_series_per_chunk",
     "max_backlog_windows",
@@ -309,10 +309,11 @@ const RELOADABLE: [&str; 11] = [
     "drop_tags",
     "mapping_file",
     "web_config_file",
+    "storage_aggregation",
 ];
 
 /// Files read again at every SIGHUP, their names changed or not: what changed is in them.
-const REREAD: [&str; 2] = ["mapping_file", "web_config_file"];
+const REREAD: [&str; 3] = ["mapping_file", "web_config_file", "storage_aggregation"];
 
 impl Reload {
     /// Reads the configuration again. A bad one is logged and the running one kept;
@@ -368,6 +369,7 @@ impl Reload {
             drop_tags: new.drop_tags,
             mapping_file: new.mapping_file,
             web_config_file: new.web_config_file,
+            storage_aggregation: new.storage_aggregation,
             ..self.running.clone()
         };
         if !applied.is_empty()

@@ -54,6 +54,20 @@ fn bad_values_exit_2_with_one_line_naming_the_key() {
     std::fs::write(&file, "sampel_count = 3\n").unwrap();
     assert_config_error(bin().arg("--config").arg(&file), "sampel_count");
     assert_config_error(bin().args(["--config", "/nonexistent.toml"]), "config");
+    // Carbon's receivers and files.
+    std::fs::write(&file, "[a]\npattern = .\naggregationMethod = median\n").unwrap();
+    assert_config_error(
+        bin().arg("--storage-aggregation").arg(&file),
+        "storage_aggregation",
+    );
+    assert_config_error(
+        bin().args(["--storage-aggregation", "/nonexistent.conf"]),
+        "storage_aggregation",
+    );
+    assert_config_error(
+        bin().args(["--carbon-tcp", ":2003", "--redis-mode", "cluster"]),
+        "carbon_tcp",
+    );
 }
 
 #[test]

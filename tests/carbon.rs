@@ -22,8 +22,51 @@ use serde_json::Value;
 
 const SCHEMA: &str = "10s:6h,1m:7d,1h:90d";
 
-/// carbon-cache on free ports with `SCHEMA` for every path and carbon's default aggregation
-/// (no storage-aggregation.conf: average, xFilesFactor 0.5), killed when dropped.
+/// One section a method, at an xFilesFactor of 0, one of 0.1 (whisper keeps it as a 32-bit
+/// float: 6 known minutes of an hour's 60 are below it), and carbon's default for the rest.
+const AGGREGATION: &str = "\
+[sum]
+pattern = \\.sum$
+xFilesFactor = 0
+aggregationMethod = sum
+
+[last]
+pattern = \\.last$
+xFilesFactor = 0
+aggregationMethod = last
+
+[max]
+pattern = \\.max$
+xFilesFactor = 0
+aggregationMethod = max
+
+[min]
+pattern = \\.min$
+xFilesFactor = 0
+aggregationMethod = min
+
+[avg_zero]
+pattern = \\.avg_zero$
+xFilesFactor = 0
+aggregationMethod = avg_zero
+
+[absmax]
+pattern = \\.absmax$
+xFilesFactor = 0
+aggregationMethod = absmax
+
+[absmin]
+pattern = \\.absmin$
+xFilesFactor: 0
+AggregationMethod: absmin
+
+[tenth]
+pattern = ^t\\.tenth
+xFilesFactor = 0.1
+";
+
+/// carbon-cache on free ports with `SCHEMA` for every path and `AGGREGATION` (carbon's default
+/// for the paths it does not name: average, xFilesFactor 0.5), killed when dropped.
 struct Carbon {
     dir: tempfile::TempDir,
     tcp: u16,
@@ -64,6 +107,7 @@ impl Carbon {
             format!("[all]\npattern = .*\nretentions = {SCHEMA}\n"),
         )
         .unwrap();
+        std::fs::write(root.join("conf/storage-aggregation.conf"), AGGREGATION).unwrap();
         let process = Command::new("/usr/bin/carbon-cache")
             .arg(format!("--config={r}/conf/carbon.conf"))
             .arg(format!("--pidfile={r}/pids/carbon.pid"))
@@ -168,6 +212,7 @@ fn line(path: &str, value: f64, at: i64) -> String {
 async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
     let redis = RedisServer::start();
     let carbon = Carbon::start();
+    let aggregation = carbon.dir.path().join("conf/storage-aggregation.conf");
     let (agent_tcp, agent_udp) = (free_port(), free_port());
     let (agent, _, http) = spawn_agent(
         &redis.url(),
@@ -180,6 +225,8 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
             &format!("127.0.0.1:{agent_udp}"),
             "--cleaner-interval-secs",
             "1",
+            "--storage-aggregation",
+            &aggregation.display().to_string(),
         ],
     );
     let _agent = Killed(agent);
@@ -224,6 +271,28 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
     for k in 0..12 {
         udp.push(line("c.udp", k as f64, now - 5 - k * 10));
     }
+    // Each method over minutes of one to six known slices, negative values and ties of
+    // magnitude among them.
+    let methods = ["sum", "last", "max", "min", "avg_zero", "absmax", "absmin"];
+    for method in methods {
+        for m in 1..=6 {
+            for k in 0..m {
+                let v = ((m * 7 + k * 5) % 11) as f64 - 5.0;
+                tcp.push(line(
+                    &format!("m.{method}"),
+                    v,
+                    minute - 600 + m * 60 + k * 10,
+                ));
+            }
+        }
+    }
+    // Six known minutes of an hour are below an xFilesFactor of 0.1, seven at it.
+    let hour = minute - 7 * 3600 - (minute - 7 * 3600) % 3600;
+    for (path, known) in [("t.tenth.six", 6), ("t.tenth.seven", 7)] {
+        for k in 0..known {
+            tcp.push(line(path, k as f64, hour + k * 60));
+        }
+    }
     // Two of a minute 40 minutes ago: below the xFilesFactor, until a third comes once the
     // agent's cleaner moved the first into its blocks.
     let late = minute - 2400;
@@ -253,7 +322,7 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
         send_tcp(port, &third);
     }
 
-    let paths = [
+    let mut paths = vec![
         "c.full",
         "c.partial",
         "c.hours",
@@ -264,7 +333,11 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
         "c.ws",
         "c.udp",
         "c.late",
+        "t.tenth.six",
+        "t.tenth.seven",
     ];
+    let method_paths: Vec<String> = methods.iter().map(|m| format!("m.{m}")).collect();
+    paths.extend(method_paths.iter().map(String::as_str));
     let until = now as u64;
     // Ranges that pick the ten seconds, the minutes and the hours.
     let ranges = [
@@ -275,7 +348,7 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
     let mut last = String::new();
     for _ in 0..60 {
         let mut differences = Vec::new();
-        for path in paths {
+        for &path in &paths {
             for &(from, until) in &ranges {
                 let (want, got) = (
                     carbon.fetch(path, from, until),
@@ -307,7 +380,7 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(last.is_empty(), "{last}");
-    for path in paths {
+    for &path in &paths {
         let held = ranges.iter().any(|&(from, until)| {
             carbon
                 .fetch(path, from, until)
@@ -328,6 +401,14 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
         .filter_map(|(t, v)| v.map(|v| (*t, v)))
         .collect();
     assert_eq!(written, [((minute - 300) as u64, 11.0)]);
+    let hours = |path| {
+        render(http, path, until - 89 * 86400, until)
+            .unwrap()
+            .into_iter()
+            .filter(|(_, v)| v.is_some())
+            .count()
+    };
+    assert_eq!((hours("t.tenth.six"), hours("t.tenth.seven")), (0, 1));
 }
 
 /// Points in flight while Redis is down, then the agent killed (SIGKILL): the spool brings them
@@ -384,4 +465,64 @@ async fn points_through_an_outage_and_a_kill_arrive_whole() {
         },
     )
     .await;
+}
+
+/// `storage_aggregation` read again at SIGHUP: slices written from then on aggregate by the
+/// edited file (carbon's paths it already has too, which carbon never does), those written
+/// before keep theirs, and a file that does not read keeps the running one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_aggregation_file_applies_at_sighup() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("storage-aggregation.conf");
+    let method =
+        |m: &str| format!("[h]\npattern = ^h\\.\nxFilesFactor = 0\naggregationMethod = {m}\n");
+    std::fs::write(&file, method("sum")).unwrap();
+    let port = free_port();
+    let (agent, _, _) = spawn_agent(
+        &redis.url(),
+        &[
+            "--retentions",
+            SCHEMA,
+            "--carbon-tcp",
+            &format!("127.0.0.1:{port}"),
+            "--storage-aggregation",
+            &file.display().to_string(),
+        ],
+    );
+    let agent = Killed(agent);
+    let now = unix_now() as i64;
+    let minute = now - now % 60 - 600;
+    let minute_of =
+        |m: i64| -> Vec<String> { (1..=3).map(|k| line("h.x", k as f64, m + k * 10)).collect() };
+    let mut conn = redis.conn();
+    let mut minutes = || -> BTreeMap<i64, String> { conn.hgetall("gauge:60:h.x").unwrap() };
+    let hup = |agent: &Killed| unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+
+    send_tcp(port, &minute_of(minute));
+    eventually(Duration::from_secs(10), "the sum", || {
+        minutes().get(&minute).map(String::as_str) == Some("6")
+    })
+    .await;
+    std::fs::write(&file, method("max")).unwrap();
+    hup(&agent);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    send_tcp(port, &minute_of(minute + 60));
+    eventually(Duration::from_secs(10), "the max", || {
+        minutes().get(&(minute + 60)).map(String::as_str) == Some("3")
+    })
+    .await;
+    std::fs::write(&file, "[h]\npattern = (\n").unwrap();
+    hup(&agent);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    send_tcp(port, &minute_of(minute + 120));
+    eventually(Duration::from_secs(10), "still the max", || {
+        minutes().get(&(minute + 120)).map(String::as_str) == Some("3")
+    })
+    .await;
+    assert_eq!(
+        minutes()[&minute],
+        "6",
+        "a minute written before keeps its sum"
+    );
 }

@@ -566,7 +566,7 @@ pub struct ClosedWindow {
     /// What became of the window's timestamped values.
     pub stamps: StampOutcomes,
     /// Carbon points, placed, by series.
-    pub points: Vec<(SeriesName, Vec<points::Placed>)>,
+    pub points: Vec<points::SeriesPoints>,
 }
 
 impl ClosedWindow {

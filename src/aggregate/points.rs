@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::SeriesName;
 use crate::retention::Retention;
+use crate::storage_conf::{Aggregation, Aggregations};
 
 /// A point placed: its archive (an index into the retention's archives, finest first), its
 /// slice, its value.
@@ -13,6 +14,15 @@ pub struct Placed {
     pub archive: usize,
     pub slice: u64,
     pub value: f64,
+}
+
+/// A carbon series' points, placed, and how its coarser slices are made
+/// (`storage_aggregation`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeriesPoints {
+    pub series: SeriesName,
+    pub aggregation: Aggregation,
+    pub placed: Vec<Placed>,
 }
 
 /// What became of a window's carbon points.
@@ -46,7 +56,8 @@ pub fn place(
     points: Vec<(SeriesName, Vec<(f64, f64)>)>,
     archives: &[(u64, u64)],
     now: u64,
-) -> (Vec<(SeriesName, Vec<Placed>)>, PointOutcomes) {
+    aggregations: &Aggregations,
+) -> (Vec<SeriesPoints>, PointOutcomes) {
     let mut outcomes = PointOutcomes::default();
     let longest = archives.iter().map(|a| a.1).max().unwrap_or(0);
     let ahead = archives.first().map_or(0, |a| a.1);
@@ -84,7 +95,11 @@ pub fn place(
                     value,
                 })
                 .collect();
-            (!placed.is_empty()).then_some((series, placed))
+            (!placed.is_empty()).then(|| SeriesPoints {
+                aggregation: aggregations.of(&series),
+                series,
+                placed,
+            })
         })
         .collect();
     (placed, outcomes)
@@ -99,8 +114,14 @@ mod tests {
     }
 
     fn placed(points: &[(f64, f64)], now: u64) -> (Vec<Placed>, PointOutcomes) {
-        let (mut series, outcomes) = place(vec![("a".into(), points.to_vec())], &etsy(), now);
-        (series.pop().map(|s| s.1).unwrap_or_default(), outcomes)
+        let aggregations = Aggregations::default();
+        let (mut series, outcomes) = place(
+            vec![("a".into(), points.to_vec())],
+            &etsy(),
+            now,
+            &aggregations,
+        );
+        (series.pop().map(|s| s.placed).unwrap_or_default(), outcomes)
     }
 
     fn at(archive: usize, slice: u64, value: f64) -> Placed {

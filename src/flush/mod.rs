@@ -67,6 +67,8 @@ struct Closer {
     coarse: Option<Coarse>,
     /// `quantile_write_secs`, when it defers the buckets.
     quantiles: Option<QuantileGroups>,
+    /// How carbon's paths aggregate (`storage_aggregation`), read again at a SIGHUP.
+    aggregations: crate::storage_conf::Aggregations,
     /// Samples dropped by the series cap: logged at most every 10 s.
     drop_log: LogLimit,
     /// Timestamped samples dropped (too old, too far ahead): logged at most every 10 s.
@@ -149,6 +151,13 @@ impl Flusher {
                 chunker,
                 coarse: Coarse::new(&config),
                 quantiles: QuantileGroups::new(&config),
+                // Read when the configuration was (`agent::check`): a file gone since is
+                // logged, and every path takes whisper's defaults until a SIGHUP reads one.
+                aggregations: crate::storage_conf::Aggregations::load(&config.storage_aggregation)
+                    .unwrap_or_else(|e| {
+                        tracing::error!(error = %e, "storage_aggregation does not read; whisper's defaults apply");
+                        Default::default()
+                    }),
                 drop_log: LogLimit::default(),
                 stamp_log: LogLimit::default(),
                 window_spool_log: LogLimit::default(),
@@ -236,6 +245,12 @@ impl Closer {
             self.config.max_series_per_chunk = new.max_series_per_chunk;
             self.config.max_backlog_windows = new.max_backlog_windows;
             self.config.max_backlog_bytes = new.max_backlog_bytes;
+            match crate::storage_conf::Aggregations::load(&new.storage_aggregation) {
+                Ok(a) => self.aggregations = a,
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: storage_aggregation does not read; the running one is kept")
+                }
+            }
         }
     }
 

@@ -3,17 +3,13 @@
 //! chunks (`flush.lua`'s points section), so exactly once as everything else.
 
 use super::Closer;
-use crate::aggregate::points::{self, Placed};
-use crate::aggregate::{SeriesName, Window};
+use crate::aggregate::Window;
+use crate::aggregate::points::{self, SeriesPoints};
 
 impl Closer {
     /// Takes `window`'s carbon points and places them at `start` (the window's time is
     /// whisper's `now`); counts what became of them.
-    pub(super) fn place_points(
-        &self,
-        start: u64,
-        window: &mut Window,
-    ) -> Vec<(SeriesName, Vec<Placed>)> {
+    pub(super) fn place_points(&self, start: u64, window: &mut Window) -> Vec<SeriesPoints> {
         let counts = &self.telemetry.carbon_points;
         counts[3].increment(std::mem::take(&mut window.points_nan));
         counts[4].increment(std::mem::take(&mut window.points_capped));
@@ -23,7 +19,7 @@ impl Closer {
         let mut taken: Vec<_> = std::mem::take(&mut window.points).into_iter().collect();
         taken.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let archives = points::archives(&self.config.retention());
-        let (placed, outcomes) = points::place(taken, &archives, start);
+        let (placed, outcomes) = points::place(taken, &archives, start, &self.aggregations);
         counts[0].increment(outcomes.placed);
         counts[1].increment(outcomes.too_old);
         counts[2].increment(outcomes.too_far_ahead);

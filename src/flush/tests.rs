@@ -27,6 +27,7 @@ fn closer_with(config: Config) -> (Closer, Arc<Mutex<Window>>) {
         last_window: 0,
         coarse: Coarse::new(&config),
         quantiles: QuantileGroups::new(&config),
+        aggregations: Default::default(),
         drop_log: Default::default(),
         stamp_log: Default::default(),
         window_spool_log: Default::default(),

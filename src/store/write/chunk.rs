@@ -5,7 +5,7 @@
 
 use redis::{RedisWrite, ToRedisArgs};
 
-use crate::aggregate::points::Placed;
+use crate::aggregate::points::SeriesPoints;
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
 use crate::retention::Retention;
 use crate::store::{Keys, StoreError, clock, keys};
@@ -183,7 +183,7 @@ fn plan(window: &ClosedWindow, counters: usize, budget: usize, quantiles: usize)
     let set_cost = |i: usize| 1 + window.sets[i].1.len() / SET_MEMBERS_PER_SERIES;
     let stat_cost =
         |i: usize| 1 + window.stats[i].2.buckets.len() * quantiles / BUCKET_WRITES_PER_SERIES;
-    let point_cost = |i: usize| 1 + window.points[i].1.len() / POINTS_PER_SERIES;
+    let point_cost = |i: usize| 1 + window.points[i].placed.len() / POINTS_PER_SERIES;
     let sections: [(usize, &dyn Fn(usize) -> usize); 6] = [
         (counters, &|_| 1),
         (window.stats.len(), &stat_cost),
@@ -409,15 +409,11 @@ pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
     }
 }
 
-/// Carbon's defaults for a series no `storage_aggregation` section names: whisper's
-/// `average` of the finer slices, written once half of them are known.
-pub(super) const AGGREGATION: (&str, f64) = ("average", 0.5);
-
 /// The points section (`flush.lua`): its count; when there are any, the archives (precision,
 /// seconds kept, slots a block or 0: `Retention::history`), then each series with its
 /// aggregation method, its xFilesFactor (as whisper's header holds it, a 32-bit float), its
 /// count of points, and each point's archive (from 1), slice and value.
-fn put_points(cmd: &mut Argv, points: &[(SeriesName, Vec<Placed>)], retention: &Retention) {
+fn put_points(cmd: &mut Argv, points: &[SeriesPoints], retention: &Retention) {
     cmd.arg(points.len());
     if points.is_empty() {
         return;
@@ -428,13 +424,12 @@ fn put_points(cmd: &mut Argv, points: &[(SeriesName, Vec<Placed>)], retention: &
         let slots = retention.history(p).map_or(0, |g| g.slots);
         cmd.arg(p).arg(seconds).arg(slots);
     }
-    let (method, xff) = AGGREGATION;
-    for (series, placed) in points {
-        cmd.arg(&**series)
-            .arg(method)
-            .arg(f64::from(xff as f32))
-            .arg(placed.len());
-        for p in placed {
+    for s in points {
+        cmd.arg(&*s.series)
+            .arg(s.aggregation.method.as_str())
+            .arg(f64::from(s.aggregation.x_files_factor))
+            .arg(s.placed.len());
+        for p in &s.placed {
             cmd.arg(p.archive + 1).arg(p.slice).arg(p.value);
         }
     }

@@ -68,6 +68,10 @@ impl Listeners {
         self.stream_addrs(Transport::CarbonTcp)
     }
 
+    pub fn carbon_pickle_addrs(&self) -> Vec<SocketAddr> {
+        self.stream_addrs(Transport::CarbonPickle)
+    }
+
     fn stream_addrs(&self, transport: Transport) -> Vec<SocketAddr> {
         self.streams
             .iter()
@@ -173,6 +177,13 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
             .map_err(listen_err(format!("carbon's TCP {addr}")))?
             .carrying(Transport::CarbonTcp);
         tracing::info!(addr = %addr, "listening for carbon's plaintext lines (TCP)");
+        streams.push(listener);
+    }
+    for &addr in &config.carbon_pickle {
+        let listener = stream::Listener::bind_tcp(addr)
+            .map_err(listen_err(format!("carbon's pickle TCP {addr}")))?
+            .carrying(Transport::CarbonPickle);
+        tracing::info!(addr = %addr, "listening for carbon's pickle protocol (TCP)");
         streams.push(listener);
     }
     let mut carbon_udp = Vec::new();
@@ -318,6 +329,7 @@ pub async fn run_reloading(
             sanitize_names: config.sanitize_names,
             max_series: config.max_series_per_window,
             max_line_bytes: config.max_datagram_bytes,
+            max_pickle_bytes: config.carbon_pickle_max_bytes,
             max_connections: config.max_connections,
             idle_timeout: (config.stream_idle_timeout_secs > 0)
                 .then(|| Duration::from_secs(config.stream_idle_timeout_secs)),

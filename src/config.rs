@@ -28,6 +28,13 @@ pub struct Config {
     /// (carbon's `ENABLE_UDP_LISTENER`); none by default.
     #[serde(deserialize_with = "udp_addrs")]
     pub carbon_udp: Vec<SocketAddr>,
+    /// TCP addresses to receive carbon's pickle protocol on (carbon-relay, Dropwizard's
+    /// `PickledGraphite`), as carbon-cache's `PICKLE_RECEIVER_PORT` (2004); none by default.
+    #[serde(deserialize_with = "tcp_addrs")]
+    pub carbon_pickle: Vec<SocketAddr>,
+    /// The longest pickle message taken (carbon's `PICKLE_RECEIVER_MAX_LENGTH`); a longer one
+    /// is skipped and counted, the connection going on.
+    pub carbon_pickle_max_bytes: usize,
     /// Carbon's `storage-aggregation.conf`: how each carbon path's coarser slices are made
     /// (`crate::storage_conf`); none: whisper's defaults (average, xFilesFactor 0.5).
     pub storage_aggregation: PathBuf,
@@ -271,6 +278,8 @@ impl Default for Config {
             tcp: Vec::new(),
             carbon_tcp: Vec::new(),
             carbon_udp: Vec::new(),
+            carbon_pickle: Vec::new(),
+            carbon_pickle_max_bytes: 1 << 20,
             storage_aggregation: PathBuf::new(),
             unix_datagram: Vec::new(),
             unix_stream: Vec::new(),
@@ -512,16 +521,18 @@ impl Config {
             && self.unix_stream.is_empty()
             && self.carbon_tcp.is_empty()
             && self.carbon_udp.is_empty()
+            && self.carbon_pickle.is_empty()
         {
             return Err(err(
                 "udp",
-                "at least one listener (udp, tcp, unix_datagram, unix_stream, carbon_tcp or carbon_udp) is needed",
+                "at least one listener (udp, tcp, unix_datagram, unix_stream, carbon_tcp, carbon_udp or carbon_pickle) is needed",
             ));
         }
         if self.redis_mode == RedisMode::Cluster {
             for (key, addrs) in [
                 ("carbon_tcp", &self.carbon_tcp),
                 ("carbon_udp", &self.carbon_udp),
+                ("carbon_pickle", &self.carbon_pickle),
             ] {
                 if !addrs.is_empty() {
                     return Err(err(
@@ -540,6 +551,12 @@ impl Config {
             }
         }
         self.socket_mode()?;
+        if self.carbon_pickle_max_bytes == 0 || self.carbon_pickle_max_bytes > u32::MAX as usize {
+            return Err(err(
+                "carbon_pickle_max_bytes",
+                "from 1 to 4294967295 (a message's length is 4 bytes)",
+            ));
+        }
         if self.max_connections == 0 {
             return Err(err("max_connections", "must be at least 1"));
         }
@@ -707,6 +724,22 @@ pub struct Args {
         value_parser = parse_udp
     )]
     pub carbon_udp: Option<Vec<SocketAddr>>,
+    /// TCP address to receive carbon's pickle protocol on; repeat for several [default: none].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_CARBON_PICKLE",
+        value_name = "ADDR",
+        value_delimiter = ',',
+        value_parser = parse_tcp
+    )]
+    pub carbon_pickle: Option<Vec<SocketAddr>>,
+    /// The longest carbon pickle message taken [default: 1048576].
+    #[arg(
+        long,
+        env = "STATSD_REDIS_CARBON_PICKLE_MAX_BYTES",
+        value_name = "BYTES"
+    )]
+    pub carbon_pickle_max_bytes: Option<usize>,
     /// Carbon's storage-aggregation.conf, for carbon's paths [default: none].
     #[arg(long, env = "STATSD_REDIS_STORAGE_AGGREGATION", value_name = "PATH")]
     pub storage_aggregation: Option<PathBuf>,
@@ -1124,6 +1157,8 @@ impl Args {
             tcp,
             carbon_tcp,
             carbon_udp,
+            carbon_pickle,
+            carbon_pickle_max_bytes,
             storage_aggregation,
             unix_datagram,
             unix_stream,

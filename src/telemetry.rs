@@ -23,16 +23,19 @@ pub enum Transport {
     /// Carbon's plaintext lines over TCP (`carbon_tcp`) and UDP (`carbon_udp`).
     CarbonTcp,
     CarbonUdp,
+    /// Carbon's pickle protocol over TCP (`carbon_pickle`).
+    CarbonPickle,
 }
 
 impl Transport {
-    pub const ALL: [Transport; 6] = [
+    pub const ALL: [Transport; 7] = [
         Transport::Udp,
         Transport::Tcp,
         Transport::Unixgram,
         Transport::Unix,
         Transport::CarbonTcp,
         Transport::CarbonUdp,
+        Transport::CarbonPickle,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -43,12 +46,16 @@ impl Transport {
             Transport::Unix => "unix",
             Transport::CarbonTcp => "carbon_tcp",
             Transport::CarbonUdp => "carbon_udp",
+            Transport::CarbonPickle => "carbon_pickle",
         }
     }
 
     /// Whether it carries carbon's lines rather than StatsD's.
     pub fn is_carbon(self) -> bool {
-        matches!(self, Transport::CarbonTcp | Transport::CarbonUdp)
+        matches!(
+            self,
+            Transport::CarbonTcp | Transport::CarbonUdp | Transport::CarbonPickle
+        )
     }
 }
 
@@ -306,7 +313,7 @@ pub struct Telemetry {
     /// Kept to register the metrics of what the configuration names (relay targets).
     recorder: metrics_exporter_prometheus::PrometheusRecorder,
     received: [Received; Transport::ALL.len()],
-    connections: [Connections; 3],
+    connections: [Connections; 4],
     /// Samples dropped by the series cap, by type.
     pub samples_dropped: [Counter; MetricType::ALL.len()],
     /// Samples dropped by the filters, by type.
@@ -492,7 +499,13 @@ impl Telemetry {
         };
         Telemetry {
             received: Transport::ALL.map(received),
-            connections: [Transport::Tcp, Transport::Unix, Transport::CarbonTcp].map(connections),
+            connections: [
+                Transport::Tcp,
+                Transport::Unix,
+                Transport::CarbonTcp,
+                Transport::CarbonPickle,
+            ]
+            .map(connections),
             samples_dropped: MetricType::ALL.map(|t| {
                 counter(
                     "samples_dropped_total",
@@ -759,11 +772,12 @@ impl Telemetry {
         r.truncated_datagrams.increment(t.truncated_datagrams);
     }
 
-    /// A stream transport's connection counts (`Tcp`, `Unix` or `CarbonTcp`).
+    /// A stream transport's connection counts (`Tcp`, `Unix`, `CarbonTcp`, `CarbonPickle`).
     pub fn connections(&self, transport: Transport) -> &Connections {
         let i = match transport {
             Transport::Unix => 1,
             Transport::CarbonTcp => 2,
+            Transport::CarbonPickle => 3,
             _ => 0,
         };
         &self.connections[i]

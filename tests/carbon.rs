@@ -71,6 +71,7 @@ struct Carbon {
     dir: tempfile::TempDir,
     tcp: u16,
     udp: u16,
+    pickle: u16,
     _process: Killed,
 }
 
@@ -85,7 +86,7 @@ impl Carbon {
         for d in ["conf", "whisper", "log", "pids", "lists"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
-        let (tcp, udp, query) = (free_port(), free_port(), free_port());
+        let (tcp, udp, pickle, query) = (free_port(), free_port(), free_port(), free_port());
         let r = root.display();
         std::fs::write(
             root.join("conf/carbon.conf"),
@@ -96,7 +97,7 @@ impl Carbon {
                  MAX_CREATES_PER_MINUTE = inf\nMIN_TIMESTAMP_RESOLUTION = 0\n\
                  LINE_RECEIVER_INTERFACE = 127.0.0.1\nLINE_RECEIVER_PORT = {tcp}\n\
                  ENABLE_UDP_LISTENER = True\nUDP_RECEIVER_INTERFACE = 127.0.0.1\nUDP_RECEIVER_PORT = {udp}\n\
-                 PICKLE_RECEIVER_PORT = 0\nCACHE_QUERY_INTERFACE = 127.0.0.1\nCACHE_QUERY_PORT = {query}\n\
+                 PICKLE_RECEIVER_INTERFACE = 127.0.0.1\nPICKLE_RECEIVER_PORT = {pickle}\nCACHE_QUERY_INTERFACE = 127.0.0.1\nCACHE_QUERY_PORT = {query}\n\
                  CACHE_WRITE_STRATEGY = sorted\nWHISPER_AUTOFLUSH = False\nCARBON_METRIC_INTERVAL = 0\n\
                  ENABLE_TAGS = False\n"
             ),
@@ -131,6 +132,7 @@ impl Carbon {
             dir,
             tcp,
             udp,
+            pickle,
             _process: process,
         }
     }
@@ -525,4 +527,110 @@ async fn an_edited_aggregation_file_applies_at_sighup() {
         "6",
         "a minute written before keeps its sum"
     );
+}
+
+/// Carbon's pickle receiver beside carbon-cache's: messages as carbon-relay sends them (Python's
+/// `pickle.dumps(points, protocol=2)`) and as Dropwizard's `PickledGraphite` writes them
+/// (protocol 0, the timestamp a long, the value a string), items carbon skips among good ones;
+/// and, to the agent alone (carbon closes the connection there), a message over
+/// `carbon_pickle_max_bytes` between two good ones on one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pickles_read_back_as_carbon_cache_keeps_them() {
+    let redis = RedisServer::start();
+    let carbon = Carbon::start();
+    let port = free_port();
+    let (agent, _, http) = spawn_agent(
+        &redis.url(),
+        &[
+            "--retentions",
+            SCHEMA,
+            "--carbon-pickle",
+            &format!("127.0.0.1:{port}"),
+            "--carbon-pickle-max-bytes",
+            "4096",
+        ],
+    );
+    let _agent = Killed(agent);
+    let now = unix_now() as i64;
+    let minute = now - now % 60 - 120;
+    let out = run_ok(
+        Command::new("/usr/bin/python3").args([
+            "-c",
+            "import pickle, struct, sys\n\
+             m = int(sys.argv[1])\n\
+             def framed(p): return struct.pack('!L', len(p)) + p\n\
+             two = [('p.two', (m + k * 10, k * 1.5)) for k in range(6)]\n\
+             mixed = [('p.mixed', (m, 1)), ('bad', 1), ('p.mixed', (m + 10, 'x')), ('p.mixed', (m + 20, '2.5')), 7, ('p.mixed', (m + 30, None)), ('p.mixed', (m + 40, 4))]\n\
+             refused = [('p.refused', (m, 1)), (b'p.bytes', (m, 1))]\n\
+             zero = b''.join(b\"(S'p.zero'\\n(L%dL\\nS'%d.25'\\ntta\" % (m + k * 10, k) for k in range(4))\n\
+             sys.stdout.buffer.write(framed(pickle.dumps(two, protocol=2)) + framed(pickle.dumps(mixed, protocol=2)) + framed(b'(l' + zero + b'.') + framed(pickle.dumps(refused, protocol=2)))",
+            &minute.to_string(),
+        ]),
+        "python3",
+    );
+    let messages = out.stdout;
+    for port in [carbon.pickle, port] {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(&messages).unwrap();
+    }
+    // Past the limit: skipped, the messages either side kept.
+    let big = [&[0, 0, 0x20, 0][..], &[b'x'; 0x2000]].concat();
+    let after = run_ok(
+        Command::new("/usr/bin/python3").args([
+            "-c",
+            "import pickle, struct, sys; p = pickle.dumps([('p.after', (int(sys.argv[1]), 9))], protocol=2); sys.stdout.buffer.write(struct.pack('!L', len(p)) + p)",
+            &minute.to_string(),
+        ]),
+        "python3",
+    )
+    .stdout;
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(&[&big[..], &after].concat()).unwrap();
+    drop(s);
+
+    let until = now as u64;
+    let ranges = [(until - 5 * 3600, until), (until - 6 * 86400, until)];
+    let paths = ["p.two", "p.mixed", "p.zero"];
+    // Python 3 pickles bytes at protocol 2 as a call of `_codecs.encode`: carbon's unpickler
+    // refuses the message whole, and so does the agent.
+    let mut last = String::new();
+    for _ in 0..40 {
+        last.clear();
+        for path in paths {
+            for &(from, until) in &ranges {
+                let (want, got) = (
+                    carbon.fetch(path, from, until),
+                    render(http, path, from, until),
+                );
+                if want.is_none() || want != got {
+                    let known = |p: Option<Vec<(u64, Option<f64>)>>| {
+                        p.map(|p| {
+                            p.into_iter()
+                                .filter(|(_, v)| v.is_some())
+                                .collect::<Vec<_>>()
+                        })
+                    };
+                    last += &format!("{path}: carbon {:?}, agent {:?}\n", known(want), known(got));
+                }
+            }
+        }
+        if last.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(last.is_empty(), "{last}");
+    let later = render(http, "p.after", until - 3600, until).unwrap();
+    assert_eq!(
+        later.iter().filter_map(|p| p.1).collect::<Vec<_>>(),
+        [9.0],
+        "the message after the long one"
+    );
+    let metric = |m: &str| metric_at(format!("127.0.0.1:{http}").parse().unwrap(), m);
+    assert_eq!(metric("bad_lines_total{reason=\"pickle_too_large\"}"), 1.0);
+    assert!(carbon.fetch("p.refused", until - 3600, until).is_none());
+    assert!(render(http, "p.refused", until - 3600, until).is_none());
+    assert_eq!(metric("bad_lines_total{reason=\"invalid_pickle\"}"), 1.0);
+    // ('bad', 1) and 7 are no pair, 'x' and None no number; and the two messages.
+    assert_eq!(metric("bad_lines_total{transport=\"carbon_pickle\"}"), 6.0);
 }

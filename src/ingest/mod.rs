@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::aggregate::{LogEntry, Window};
-use crate::protocol::{self, BadLine, Line, Sample, SeriesNamer, carbon};
+use crate::protocol::{self, BadLine, Line, Sample, SeriesNamer, carbon, pickle};
 pub use crate::telemetry::Transport;
 use crate::telemetry::{LogLimit, Tally};
 use mapping::Mapped;
@@ -371,21 +371,57 @@ impl LineHandler {
         let mut now = None;
         for line in protocol::lines(body) {
             self.tally.lines += 1;
-            match carbon::parse_line(line) {
-                Ok(carbon::Parsed::Point(p)) => {
-                    // Carbon's `-1`: the time the line came, as carbon takes time.time().
-                    let at = p.at.unwrap_or_else(|| {
-                        *now.get_or_insert_with(|| {
-                            std::time::SystemTime::now()
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map_or(0.0, |d| d.as_secs_f64())
-                        })
-                    });
-                    window.record_point(&p.path, at, p.value, self.max_series);
-                }
-                Ok(carbon::Parsed::NotANumber) => window.points_nan += 1,
-                Err(reason) => self.reject(reason, line),
+            let parsed = carbon::parse_line(line);
+            self.record_point(parsed, &mut now, line, window);
+        }
+    }
+
+    /// Records the items of one pickle message (`carbon_pickle`): each item a line, a message
+    /// that does not decode one bad line.
+    pub fn handle_pickle(&mut self, message: &[u8], window: &mut Window) {
+        let decoded = match pickle::decode(message) {
+            Ok(decoded) => decoded,
+            Err(_) => {
+                self.tally.lines += 1;
+                return self.reject(BadLine::InvalidPickle, message);
             }
+        };
+        let mut now = None;
+        for item in decoded.items() {
+            self.tally.lines += 1;
+            let parsed = match item {
+                pickle::Item::Point { path, at, value } => std::str::from_utf8(path)
+                    .map_err(|_| BadLine::InvalidUtf8)
+                    .and_then(|path| carbon::point(path, value, at)),
+                pickle::Item::Shape => Err(BadLine::FieldCount),
+                pickle::Item::Number => Err(BadLine::InvalidValue),
+            };
+            self.record_point(parsed, &mut now, b"(a pickle item)", window);
+        }
+    }
+
+    /// A carbon point into `window`, or its line counted bad. Carbon's `-1` is the time it
+    /// came (`now`, read once a batch), as carbon takes `time.time()`.
+    fn record_point(
+        &mut self,
+        parsed: Result<carbon::Parsed<'_>, BadLine>,
+        now: &mut Option<f64>,
+        line: &[u8],
+        window: &mut Window,
+    ) {
+        match parsed {
+            Ok(carbon::Parsed::Point(p)) => {
+                let at = p.at.unwrap_or_else(|| {
+                    *now.get_or_insert_with(|| {
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0.0, |d| d.as_secs_f64())
+                    })
+                });
+                window.record_point(&p.path, at, p.value, self.max_series);
+            }
+            Ok(carbon::Parsed::NotANumber) => window.points_nan += 1,
+            Err(reason) => self.reject(reason, line),
         }
     }
 

@@ -85,6 +85,8 @@ pub struct Settings {
     pub sanitize_names: bool,
     pub max_series: usize,
     pub max_line_bytes: usize,
+    /// The longest carbon pickle message (`carbon_pickle_max_bytes`).
+    pub max_pickle_bytes: usize,
     pub max_connections: usize,
     /// None: never.
     pub idle_timeout: Option<Duration>,
@@ -205,6 +207,10 @@ struct Framer {
     /// Dropping the rest of a line that grew past the limit, up to its newline.
     skipping: bool,
     max_line_bytes: usize,
+    /// On a carbon pickle connection: messages, not lines, each at most this long, and the
+    /// bytes of a longer one still to skip.
+    pickle: Option<usize>,
+    skip: usize,
 }
 
 impl Framer {
@@ -217,11 +223,48 @@ impl Framer {
             pending: Vec::with_capacity(READ_BYTES),
             skipping: false,
             max_line_bytes: settings.max_line_bytes,
+            pickle: (transport == Transport::CarbonPickle).then_some(settings.max_pickle_bytes),
+            skip: 0,
         }
+    }
+
+    /// Records the whole pickle messages now in `pending` (a 4-byte big-endian length, then
+    /// the message) and keeps the partial last one. A message over `max` is counted and its
+    /// bytes skipped as they come; the connection goes on (carbon closes it).
+    fn take_messages(&mut self, max: usize, window: &Mutex<Window>) {
+        let mut pending = std::mem::take(&mut self.pending);
+        let mut at = self.skip.min(pending.len());
+        self.skip -= at;
+        let mut locked = None;
+        while let Some(head) = pending.get(at..at + 4) {
+            let len = u32::from_be_bytes(head.try_into().expect("four bytes")) as usize;
+            if len > max {
+                self.handler.tally.lines += 1;
+                self.handler.reject(BadLine::PickleTooLarge, head);
+                at += 4;
+                let here = len.min(pending.len() - at);
+                at += here;
+                self.skip = len - here;
+                continue;
+            }
+            let Some(message) = pending.get(at + 4..at + 4 + len) else {
+                break;
+            };
+            let window =
+                locked.get_or_insert_with(|| window.lock().unwrap_or_else(|p| p.into_inner()));
+            self.handler.handle_pickle(message, window);
+            at += 4 + len;
+        }
+        drop(locked);
+        pending.drain(..at);
+        self.pending = pending;
     }
 
     /// Records the whole lines now in `pending` and keeps the partial last one.
     fn take_lines(&mut self, window: &Mutex<Window>) {
+        if let Some(max) = self.pickle {
+            return self.take_messages(max, window);
+        }
         if self.skipping {
             match memchr::memchr(b'\n', &self.pending) {
                 Some(end) => {
@@ -270,7 +313,7 @@ impl Framer {
             return;
         }
         let line = std::mem::take(&mut self.pending);
-        if closed {
+        if closed && self.pickle.is_none() {
             let mut window = window.lock().unwrap_or_else(|p| p.into_inner());
             self.handler.handle_lines(&line, &mut window);
         } else {
@@ -370,6 +413,7 @@ mod tests {
             sanitize_names: true,
             max_series: usize::MAX,
             max_line_bytes,
+            max_pickle_bytes: max_line_bytes,
             max_connections: 10,
             idle_timeout: None,
             bad_lines: Default::default(),
@@ -380,8 +424,16 @@ mod tests {
 
     /// Feeds `reads` one after the other, then ends as a client's close would.
     fn frame(reads: &[&[u8]], max_line_bytes: usize) -> (Window, crate::telemetry::Tally) {
+        frame_as(Transport::Tcp, reads, max_line_bytes)
+    }
+
+    fn frame_as(
+        transport: Transport,
+        reads: &[&[u8]],
+        max_line_bytes: usize,
+    ) -> (Window, crate::telemetry::Tally) {
         let s = settings(max_line_bytes);
-        let mut framer = Framer::new(&s, Transport::Tcp);
+        let mut framer = Framer::new(&s, transport);
         for read in reads {
             framer.pending.extend_from_slice(read);
             framer.take_lines(&s.window);
@@ -389,6 +441,55 @@ mod tests {
         framer.finish(true, &s.window);
         let window = std::mem::take(&mut *s.window.lock().unwrap());
         (window, framer.handler.tally)
+    }
+
+    /// A carbon pickle message: its length, then the pickle of `[(path, (1700000000, 1))]`.
+    fn pickle_message(path: &str) -> Vec<u8> {
+        let mut p = b"\x80\x02](X".to_vec();
+        p.extend((path.len() as u32).to_le_bytes());
+        p.extend(path.as_bytes());
+        p.extend(b"J\x00\xf1SeK\x01\x86\x86e.");
+        [(p.len() as u32).to_be_bytes().to_vec(), p].concat()
+    }
+
+    #[test]
+    fn pickle_messages_split_across_reads_and_one_too_long_skipped() {
+        let (a, long, b) = (
+            pickle_message("a"),
+            pickle_message(&"x".repeat(200)),
+            pickle_message("b"),
+        );
+        let stream = [&a[..], &long, &b, &pickle_message("c")[..10]].concat();
+        // Every cut of the stream into two reads.
+        for cut in 0..stream.len() {
+            let (w, t) = frame_as(
+                Transport::CarbonPickle,
+                &[&stream[..cut], &stream[cut..]],
+                100,
+            );
+            let paths: Vec<&str> = w.points.keys().map(|s| s.as_str()).collect();
+            assert_eq!(w.points.len(), 2, "cut at {cut}: {paths:?}");
+            assert!(w.points.contains_key("a") && w.points.contains_key("b"));
+            assert_eq!(t.bad[BadLine::PickleTooLarge as usize], 1, "cut at {cut}");
+            // The last bytes are a partial message when the client closes.
+            assert_eq!(t.bad[BadLine::Truncated as usize], 1, "cut at {cut}");
+            assert_eq!(t.lines, 4);
+        }
+        let (w, t) = frame_as(
+            Transport::CarbonPickle,
+            &[b"\x00\x00\x00\x02N.\x00\x00\x00\x02]."],
+            100,
+        );
+        assert_eq!(
+            t.bad[BadLine::InvalidPickle as usize],
+            1,
+            "None is not a list"
+        );
+        assert_eq!(
+            (t.lines, w.points.len()),
+            (1, 0),
+            "an empty list holds no items"
+        );
     }
 
     #[test]

@@ -37,6 +37,12 @@ pub fn parse_line(line: &[u8]) -> Result<Parsed<'_>, BadLine> {
     };
     let value = python_float(value).ok_or(BadLine::InvalidValue)?;
     let at = python_float(at).ok_or(BadLine::InvalidTimestamp)?;
+    point(path, value, at)
+}
+
+/// A point from its three fields as numbers (a plaintext line's, or a pickle item's), as
+/// carbon's `metricReceived` takes it.
+pub fn point(path: &str, value: f64, at: f64) -> Result<Parsed<'_>, BadLine> {
     if !at.is_finite() {
         // Carbon's int() of it raises: the connection (or the rest of the datagram) is lost
         // there; here only the line.
@@ -57,7 +63,7 @@ pub fn parse_line(line: &[u8]) -> Result<Parsed<'_>, BadLine> {
 
 /// A number as Python's `float()` reads it: Rust's own syntax (signs, exponents, `inf`,
 /// `infinity`, `nan` in any case), plus underscores between digits (`1_000`).
-fn python_float(text: &str) -> Option<f64> {
+pub(crate) fn python_float(text: &str) -> Option<f64> {
     if !text.contains('_') {
         return text.parse().ok();
     }

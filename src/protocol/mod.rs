@@ -7,6 +7,7 @@
 
 pub mod carbon;
 mod event;
+pub mod pickle;
 mod series;
 mod value;
 
@@ -98,10 +99,14 @@ pub enum BadLine {
     FieldCount,
     /// A carbon path's tags that carbon refuses (`name;k`, an empty key or value).
     InvalidTags,
+    /// A carbon pickle message that does not decode, or holds anything but data.
+    InvalidPickle,
+    /// A carbon pickle message longer than `carbon_pickle_max_bytes` (skipped).
+    PickleTooLarge,
 }
 
 impl BadLine {
-    pub const ALL: [BadLine; 17] = [
+    pub const ALL: [BadLine; 19] = [
         BadLine::MissingValue,
         BadLine::MissingType,
         BadLine::EmptyName,
@@ -119,6 +124,8 @@ impl BadLine {
         BadLine::LineTooLong,
         BadLine::FieldCount,
         BadLine::InvalidTags,
+        BadLine::InvalidPickle,
+        BadLine::PickleTooLarge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -140,6 +147,8 @@ impl BadLine {
             BadLine::LineTooLong => "line_too_long",
             BadLine::FieldCount => "field_count",
             BadLine::InvalidTags => "invalid_tags",
+            BadLine::InvalidPickle => "invalid_pickle",
+            BadLine::PickleTooLarge => "pickle_too_large",
         }
     }
 }

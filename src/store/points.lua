@@ -110,15 +110,23 @@ local function write_points(prefix, now, i)
     members[#members + 1] = archives[a].p .. ':' .. series
   end
 
-  -- Recomputes the slice `t` of archive `lower` from archive `higher`; whether it was written.
-  local function propagate(series, method, xff, t, higher, lower)
+  -- The slice `t` of archive `lower` made of archive `higher`'s (`wrote`: those this item
+  -- just wrote there, by slice, which are all that is read when they fill the interval), or
+  -- nil where too few are known.
+  local function propagate(method, xff, t, higher, lower, series, wrote)
     local h = archives[higher]
     local total = archives[lower].p / h.p
-    local fields = {}
+    local fields, whole = {}, true
     for k = 1, total do
       fields[k] = t + (k - 1) * h.p
+      whole = whole and wrote[fields[k]] ~= nil
     end
-    local values = redis.call('HMGET', hash_of(series, higher), unpack(fields))
+    local values = {}
+    if whole then
+      for k = 1, total do values[k] = wrote[fields[k]] end
+    else
+      values = redis.call('HMGET', hash_of(series, higher), unpack(fields))
+    end
     local in_hash = now - now % h.p - (POINT_HASH_SLICES - 1) * h.p - POINT_MARGIN
     local known = {}
     for k = 1, total do
@@ -132,44 +140,54 @@ local function write_points(prefix, now, i)
       end
     end
     if #known == 0 or #known / total < xff then
-      return false
+      return nil
     end
     local value = aggregations[method](known, total)
     if value ~= value or value == math.huge or value == -math.huge then
-      return false
+      return nil
     end
-    set(series, lower, {t, point_text(value)})
-    return true
+    return value
   end
 
   local function write(series, method, xff, first, m)
     -- Each archive's points (the agent sent them archive by archive, slices in order), set,
     -- then carried down to the coarser archives, finest first, as whisper writes a batch.
+    -- What the item wrote, by archive and slice: the points, then what was made of them.
+    local wrote = {}
+    for a = 1, #archives do
+      wrote[a] = {}
+    end
     local j = first
     while j < first + 3 * m do
       local a = tonumber(ARGV[j])
       local fields, slices = {}, {}
       while j < first + 3 * m and tonumber(ARGV[j]) == a do
+        local slice = tonumber(ARGV[j + 1])
         fields[#fields + 1], fields[#fields + 2] = ARGV[j + 1], ARGV[j + 2]
-        slices[#slices + 1] = tonumber(ARGV[j + 1])
+        slices[#slices + 1] = slice
+        wrote[a][slice] = tonumber(ARGV[j + 2])
         j = j + 3
       end
       set(series, a, fields)
       local higher = a
       for lower = a + 1, #archives do
-        local p, seen, further = archives[lower].p, {}, false
+        local p, seen, made = archives[lower].p, {}, {}
         for _, s in ipairs(slices) do
           local t = s - s % p
           if not seen[t] then
             seen[t] = true
-            if propagate(series, method, xff, t, higher, lower) then
-              further = true
+            local v = propagate(method, xff, t, higher, lower, series, wrote[higher])
+            if v ~= nil then
+              made[#made + 1], made[#made + 2] = t, point_text(v)
+              wrote[lower][t] = v
             end
           end
         end
-        if not further then
+        -- Written before the next archive reads them.
+        if #made == 0 then
           break
         end
+        set(series, lower, made)
         higher = lower
       end
     end

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::answers::differences;
 use common::*;
 use redis::Commands;
 use serde_json::Value;
@@ -77,11 +78,15 @@ struct Carbon {
 
 impl Carbon {
     fn start() -> Carbon {
+        Carbon::start_in(tempfile::tempdir().unwrap(), "ENABLE_TAGS = False\n")
+    }
+
+    /// In `dir` (its whisper files in `dir/whisper`), `settings` added to carbon.conf.
+    fn start_in(dir: tempfile::TempDir, settings: &str) -> Carbon {
         assert!(
             Path::new("/usr/bin/carbon-cache").exists(),
             "this test runs carbon: apt-get install -y --no-install-recommends graphite-carbon python3-whisper"
         );
-        let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         for d in ["conf", "whisper", "log", "pids", "lists"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
@@ -99,7 +104,7 @@ impl Carbon {
                  ENABLE_UDP_LISTENER = True\nUDP_RECEIVER_INTERFACE = 127.0.0.1\nUDP_RECEIVER_PORT = {udp}\n\
                  PICKLE_RECEIVER_INTERFACE = 127.0.0.1\nPICKLE_RECEIVER_PORT = {pickle}\nCACHE_QUERY_INTERFACE = 127.0.0.1\nCACHE_QUERY_PORT = {query}\n\
                  CACHE_WRITE_STRATEGY = sorted\nWHISPER_AUTOFLUSH = False\nCARBON_METRIC_INTERVAL = 0\n\
-                 ENABLE_TAGS = False\n"
+                 {settings}"
             ),
         )
         .unwrap();
@@ -633,4 +638,143 @@ async fn pickles_read_back_as_carbon_cache_keeps_them() {
     assert_eq!(metric("bad_lines_total{reason=\"invalid_pickle\"}"), 1.0);
     // ('bad', 1) and 7 are no pair, 'x' and None no number; and the two messages.
     assert_eq!(metric("bad_lines_total{transport=\"carbon_pickle\"}"), 6.0);
+}
+
+/// graphite-web 1.1.10 over carbon's whisper files and its tag database (carbon registers each
+/// tagged path with graphite-web's tags API), stopped when dropped.
+struct GraphiteWeb {
+    state: tempfile::TempDir,
+    url: String,
+}
+
+impl GraphiteWeb {
+    fn start(whisper: &Path) -> GraphiteWeb {
+        let state = tempfile::tempdir().unwrap();
+        let out = run_ok(
+            Command::new("bash")
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphite/graphite-web.sh"))
+                .arg("start")
+                .env("ORACLE_WHISPER_DIR", whisper)
+                .env("ORACLE_STATE", state.path().join("gw"))
+                .env("ORACLE_SERVER", ""),
+            "graphite-web did not start",
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let url = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("GRAPHITE_URL="))
+            .unwrap_or_else(|| panic!("no GRAPHITE_URL in {text}"))
+            .to_string();
+        GraphiteWeb { state, url }
+    }
+}
+
+impl Drop for GraphiteWeb {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphite/graphite-web.sh"))
+            .arg("stop")
+            .env("ORACLE_STATE", self.state.path().join("gw"))
+            .output();
+    }
+}
+
+/// Tagged paths, normalized as carbon normalizes them (tags sorted as `;k=v` texts, a repeated
+/// tag's last value, `name=` the path's), sent to carbon-cache and the agent: `seriesByTag`
+/// renders and the tags API answer alike from graphite-web over carbon's files and tag
+/// database and from the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tagged_paths_answer_as_graphite_web_over_carbon() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("whisper")).unwrap();
+    let web = GraphiteWeb::start(&dir.path().join("whisper"));
+    let carbon = Carbon::start_in(
+        dir,
+        &format!(
+            "ENABLE_TAGS = True\nTAG_UPDATE_INTERVAL = 1\nTAG_HASH_FILENAMES = True\nGRAPHITE_URL = {}\n",
+            web.url
+        ),
+    );
+    let redis = RedisServer::start();
+    let port = free_port();
+    let (agent, _, http) = spawn_agent(
+        &redis.url(),
+        &[
+            "--retentions",
+            SCHEMA,
+            "--carbon-tcp",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    let _agent = Killed(agent);
+    let now = unix_now() as i64;
+    let minute = now - now % 60 - 120;
+    let mut lines = Vec::new();
+    for k in 0..6 {
+        let t = minute + k * 10;
+        lines.push(line("disk.used;host=a;env=prod", k as f64, t));
+        lines.push(line("disk.used;env=prod;host=b", 10.0 + k as f64, t));
+        // Repeated: the last; `name=` the path's; `host2` sorts before `host` as `;k=v` texts.
+        lines.push(line(
+            "disk.used;host=c;env=dev;env=test",
+            20.0 + k as f64,
+            t,
+        ));
+        lines.push(line(
+            "disk.free;name=other;host=a;host2=x",
+            30.0 + k as f64,
+            t,
+        ));
+    }
+    for port in [carbon.tcp, port] {
+        send_tcp(port, &lines);
+    }
+    let agent_url = format!("http://127.0.0.1:{http}/graphite");
+    let until = now as u64;
+    let requests = [
+        format!(
+            "/render?target={}&from={}&until={until}&format=json",
+            query_encode("seriesByTag('name=disk.used')"),
+            until - 3600
+        ),
+        format!(
+            "/render?target={}&from={}&until={until}&format=json",
+            query_encode("seriesByTag('env=~p.*','host!=b')"),
+            until - 3600
+        ),
+        format!(
+            "/render?target={}&from={}&until={until}&format=json",
+            query_encode("sumSeries(seriesByTag('name=~disk.*'))"),
+            until - 3600
+        ),
+        format!(
+            "/render?target={}&from={}&until={until}&format=json",
+            query_encode("seriesByTag('host2=x')"),
+            until - 6 * 86400
+        ),
+        "/tags/findSeries?expr=env%3Dprod".to_string(),
+        "/tags/findSeries?expr=name%3D~disk.*".to_string(),
+        "/tags/autoComplete/tags".to_string(),
+        "/tags/autoComplete/values?tag=env".to_string(),
+    ];
+    let mut last = Vec::new();
+    for _ in 0..60 {
+        last.clear();
+        for request in &requests {
+            let (want, got) = (
+                curl_json(&format!("{}{request}", web.url)),
+                curl_json(&format!("{agent_url}{request}")),
+            );
+            let empty = want.as_array().is_some_and(Vec::is_empty);
+            if empty {
+                last.push(format!("{request}: graphite-web has nothing yet"));
+            }
+            differences(&want, &got, request, &mut last);
+        }
+        if last.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(last.is_empty(), "{}", last.join("\n"));
 }

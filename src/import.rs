@@ -10,6 +10,11 @@
 //! import changes nothing; a
 //! slice that ends after the cut-off (`--until`, default now) is left to the agent. A file that
 //! does not read is named and skipped.
+//!
+//! Every other file outside Etsy's namespaces (`stats`, `stats_counts`) and carbon's tag tree
+//! (`_tagged`) is a carbon path (docs/carbon.md): its archives go into the gauge family's keys
+//! as whisper holds them, each archive at the precision of its own step (a precision the file
+//! has no archive of stays empty, as whisper never had it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -122,15 +127,27 @@ impl Whisper {
     }
 }
 
-/// What a whisper file under the tree holds, by its path: a counter's counts or a gauge's
-/// values, and the series name; `None` for what is not imported (rates, timers, sets).
-pub fn series_of(relative: &Path) -> Option<(bool, String)> {
+/// What a whisper file holds: Etsy's counts or gauge values, or a carbon path's points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Path,
+}
+
+/// What a whisper file under the tree holds, by its path, and the series name; `None` for what
+/// is not imported (Etsy's rates, timers and sets, carbon's tagged files).
+pub fn series_of(relative: &Path) -> Option<(Kind, String)> {
     let text = relative.to_str()?.strip_suffix(".wsp")?;
     let parts: Vec<&str> = text.split('/').collect();
     match parts.as_slice() {
-        ["stats_counts", key @ ..] if !key.is_empty() => Some((true, key.join("."))),
-        ["stats", "counters", key @ .., "count"] if !key.is_empty() => Some((true, key.join("."))),
-        ["stats", "gauges", key @ ..] if !key.is_empty() => Some((false, key.join("."))),
+        ["stats_counts", key @ ..] if !key.is_empty() => Some((Kind::Counter, key.join("."))),
+        ["stats", "counters", key @ .., "count"] if !key.is_empty() => {
+            Some((Kind::Counter, key.join(".")))
+        }
+        ["stats", "gauges", key @ ..] if !key.is_empty() => Some((Kind::Gauge, key.join("."))),
+        ["stats" | "stats_counts" | "_tagged", ..] => None,
+        path if path.iter().all(|c| !c.is_empty()) => Some((Kind::Path, path.join("."))),
         _ => None,
     }
 }
@@ -212,7 +229,8 @@ pub async fn import(
     let now = crate::store::clock::unix_now();
     let retention = config.retention();
     let mut done = Imported::default();
-    for (path, counter, series) in &files {
+    for (path, kind, series) in &files {
+        let counter = *kind == Kind::Counter;
         let whisper = match std::fs::read(path)
             .map_err(|e| e.to_string())
             .and_then(|bytes| read_whisper(&bytes))
@@ -231,14 +249,22 @@ pub async fn import(
             .sum::<usize>();
         // The index members and the gauge's value in one pipeline, after the hashes.
         let mut pipe = redis::pipe();
-        let archives = whisper.exact(*counter);
+        let archives = whisper.exact(counter);
         for a in retention.archives() {
             let p = a.precision;
-            let mut found = slices(archives, p, *counter, (until, now, a.count));
+            // A carbon path's archives each at their own step: what whisper shows there.
+            let own: Vec<&Archive> = whisper.archives.iter().filter(|w| w.step == p).collect();
+            let mut found = match kind {
+                Kind::Path => own
+                    .first()
+                    .map(|w| slices(std::slice::from_ref(*w), p, false, (until, now, a.count)))
+                    .unwrap_or_default(),
+                _ => slices(archives, p, counter, (until, now, a.count)),
+            };
             if found.is_empty() {
                 continue;
             }
-            let (key, index) = if *counter {
+            let (key, index) = if counter {
                 (keys.counter(p, series), keys.known())
             } else {
                 (keys.gauge(p, series), keys.known_gauges())
@@ -268,7 +294,7 @@ pub async fn import(
                     p,
                     a.seconds(),
                     &older,
-                    *counter,
+                    counter,
                     now,
                 )
                 .await
@@ -277,7 +303,7 @@ pub async fn import(
             }
             let fields: Vec<(String, String)> = newer
                 .iter()
-                .map(|(slice, v)| (slice.to_string(), number(*v, *counter)))
+                .map(|(slice, v)| (slice.to_string(), number(*v, counter)))
                 .collect();
             set_hash(&mut conn, &key, &fields)
                 .await
@@ -285,7 +311,7 @@ pub async fn import(
             pipe.zadd(&index, keys::known_member(p, series), 0).ignore();
             done.slices += fields.len();
         }
-        if !*counter
+        if *kind == Kind::Gauge
             && let Some(&(_, last)) = archives
                 .iter()
                 .filter_map(|a| a.points.last())
@@ -416,8 +442,8 @@ fn number(v: f64, counter: bool) -> String {
     }
 }
 
-/// Every `.wsp` file under `dir` that holds a counter or a gauge, with its kind and series.
-fn collect(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, bool, String)>) {
+/// Every `.wsp` file under `dir` that is imported, with its kind and series.
+fn collect(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, Kind, String)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -425,8 +451,8 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, bool, String)>) {
         let path = entry.path();
         if path.is_dir() {
             collect(root, &path, out);
-        } else if let Some((counter, series)) = path.strip_prefix(root).ok().and_then(series_of) {
-            out.push((path, counter, series));
+        } else if let Some((kind, series)) = path.strip_prefix(root).ok().and_then(series_of) {
+            out.push((path, kind, series));
         }
     }
 }
@@ -520,19 +546,28 @@ mod tests {
     }
 
     #[test]
-    fn paths_name_counters_and_gauges() {
+    fn paths_name_counters_gauges_and_carbons_paths() {
         let of = |p: &str| series_of(Path::new(p));
         assert_eq!(
             of("stats_counts/api/hits.wsp"),
-            Some((true, "api.hits".into()))
+            Some((Kind::Counter, "api.hits".into()))
         );
         assert_eq!(
             of("stats/counters/api/hits/count.wsp"),
-            Some((true, "api.hits".into()))
+            Some((Kind::Counter, "api.hits".into()))
         );
-        assert_eq!(of("stats/gauges/queue.wsp"), Some((false, "queue".into())));
+        assert_eq!(
+            of("stats/gauges/queue.wsp"),
+            Some((Kind::Gauge, "queue".into()))
+        );
         assert_eq!(of("stats/api/hits.wsp"), None, "a rate");
         assert_eq!(of("stats/timers/api/upper_90.wsp"), None);
         assert_eq!(of("stats/sets/users/count.wsp"), None);
+        assert_eq!(
+            of("collectd/web1/cpu-0/idle.wsp"),
+            Some((Kind::Path, "collectd.web1.cpu-0.idle".into()))
+        );
+        assert_eq!(of("_tagged/3a1/0b2/disk_DOT_used;env=prod.wsp"), None);
+        assert_eq!(of("notes.txt"), None);
     }
 }

@@ -32,6 +32,7 @@ write("stats_counts/app/hits.wsp", "sum", lambda t: (t // 10) % 7)
 write("stats/counters/app/api/calls/count.wsp", "sum", lambda t: 2)
 write("stats/gauges/app/queue.wsp", "last", lambda t: (t // 10) % 100 - 20)
 write("stats/app/hits.wsp", "average", lambda t: 0.5)
+write("collectd/web1/load.wsp", "average", lambda t: (t // 10) % 13 / 4)
 with open(os.path.join(root, "stats_counts/app/broken.wsp"), "wb") as f:
     f.write(b"\x00\x00\x00\x02" + b"\x00" * 20)
 "#;
@@ -102,7 +103,7 @@ fn whisper_history_is_imported_once_and_nothing_after_the_cut_off() {
     let now = unix_now() / 600 * 600;
     write_whisper(dir.path(), now);
     let (out, err) = import(&redis, dir.path(), None);
-    assert!(out.starts_with("imported 3 files ("), "{out}");
+    assert!(out.starts_with("imported 4 files ("), "{out}");
     assert!(err.contains("points read"), "the progress line: {err}");
     assert!(
         err.contains("skipped ") && err.contains("broken.wsp"),
@@ -132,6 +133,11 @@ fn whisper_history_is_imported_once_and_nothing_after_the_cut_off() {
             .known("known:gauge:")
             .contains(&"300:app.queue".to_string())
     );
+    // A carbon path: its minutes' archive at 60 s, as whisper made it, as far back as the
+    // book's 120 slices keep (no 10 s precision here; its values: the test below).
+    let load = redis.history("gauge:60:collectd.web1.load");
+    assert!((100..=120).contains(&load.len()), "{}", load.len());
+    assert!(redis.history("gauge:300:collectd.web1.load").is_empty());
 
     // Again: nothing changes.
     import(&redis, dir.path(), None);
@@ -284,6 +290,9 @@ async fn with_the_files_schema_every_archive_is_kept_and_read_as_graphite_web_re
         ("stats_counts.app.hits", "app.hits", 2 * 3600, 60),
         ("stats.gauges.app.queue", "app.queue", 3000, 10),
         ("stats.gauges.app.queue", "app.queue", 3 * 3600, 60),
+        // A carbon path: each archive at its own step, averages as whisper made them.
+        ("collectd.web1.load", "collectd.web1.load", 3000, 10),
+        ("collectd.web1.load", "collectd.web1.load", 3 * 3600, 60),
     ] {
         let theirs = render(&oracle.url, etsy, now - back);
         let mine = render(&agent_url, ours, now - back);

@@ -680,9 +680,10 @@ impl Drop for GraphiteWeb {
 }
 
 /// Tagged paths, normalized as carbon normalizes them (tags sorted as `;k=v` texts, a repeated
-/// tag's last value, `name=` the path's), sent to carbon-cache and the agent: `seriesByTag`
-/// renders and the tags API answer alike from graphite-web over carbon's files and tag
-/// database and from the agent.
+/// tag's last value, `name=` the path's), and untagged ones, sent to carbon-cache and the
+/// agent: `seriesByTag` renders, the tags API, globbed renders at ranges that pick the ten
+/// seconds and the minutes, a function of them and `find` answer alike from graphite-web over
+/// carbon's files and tag database and from the agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tagged_paths_answer_as_graphite_web_over_carbon() {
     let dir = tempfile::tempdir().unwrap();
@@ -726,6 +727,14 @@ async fn tagged_paths_answer_as_graphite_web_over_carbon() {
             t,
         ));
     }
+    // Untagged paths beside them: ten-second points of the last half hour, minutes of seven
+    // hours ago.
+    for k in 1..=180 {
+        lines.push(line("u.plain.a", (k % 17) as f64 / 4.0, now - k * 10));
+    }
+    for k in 0..30 {
+        lines.push(line("u.plain.b", k as f64, minute - 7 * 3600 + k * 60));
+    }
     for port in [carbon.tcp, port] {
         send_tcp(port, &lines);
     }
@@ -756,6 +765,21 @@ async fn tagged_paths_answer_as_graphite_web_over_carbon() {
         "/tags/findSeries?expr=name%3D~disk.*".to_string(),
         "/tags/autoComplete/tags".to_string(),
         "/tags/autoComplete/values?tag=env".to_string(),
+        format!(
+            "/render?target=u.plain.*&from={}&until={until}&format=json",
+            until - 3600
+        ),
+        format!(
+            "/render?target=u.plain.*&from={}&until={until}&format=json",
+            until - 6 * 86400
+        ),
+        format!(
+            "/render?target={}&from={}&until={until}&format=json",
+            query_encode("summarize(u.plain.a,'5min','max')"),
+            until - 3600
+        ),
+        "/metrics/find?query=u.*".to_string(),
+        "/metrics/find?query=u.plain.*".to_string(),
     ];
     let mut last = Vec::new();
     for _ in 0..60 {

@@ -245,6 +245,39 @@ impl Readiness {
 pub const TIMESTAMP_OUTCOMES: [&str; 5] =
     ["earlier", "current", "too_old", "too_far_ahead", "ignored"];
 
+/// Why a series of a window is left off the page; the label `reason` of
+/// `statsd_redis_app_series_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The name already shows another type: the first type seen wins.
+    TypeConflict,
+    /// The name beside another would make the page invalid (a summary `x` and a counter
+    /// `x_count`).
+    NameCollision,
+    /// Nothing is left of the name after escaping.
+    EmptyName,
+    /// A new series while the page already holds `max_series_per_window` series.
+    SeriesCap,
+}
+
+impl Refused {
+    pub const ALL: [Refused; 4] = [
+        Refused::TypeConflict,
+        Refused::NameCollision,
+        Refused::EmptyName,
+        Refused::SeriesCap,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refused::TypeConflict => "type_conflict",
+            Refused::NameCollision => "name_collision",
+            Refused::EmptyName => "empty_name",
+            Refused::SeriesCap => "series_cap",
+        }
+    }
+}
+
 /// The outcomes of carbon points, in [`Telemetry::carbon_points`]'s order.
 pub const POINT_OUTCOMES: [&str; 5] = [
     "placed",
@@ -320,8 +353,8 @@ pub struct Telemetry {
     pub samples_filtered: [Counter; MetricType::ALL.len()],
     pub logs_dropped: Counter,
     /// Series of a window left off the Prometheus page (`prometheus_app_metrics`), by
-    /// [`crate::prometheus::Refused`].
-    pub app_series_refused: [Counter; crate::prometheus::Refused::ALL.len()],
+    /// [`Refused`].
+    pub app_series_refused: [Counter; Refused::ALL.len()],
     /// Timestamped samples by outcome: [`TIMESTAMP_OUTCOMES`].
     pub timestamped: [Counter; 5],
     /// Carbon points by outcome: [`POINT_OUTCOMES`].
@@ -534,7 +567,7 @@ impl Telemetry {
                     &[("outcome", outcome)],
                 )
             }),
-            app_series_refused: crate::prometheus::Refused::ALL.map(|r| {
+            app_series_refused: Refused::ALL.map(|r| {
                 counter(
                     "app_series_refused_total",
                     "With prometheus_app_metrics: series left off /metrics, once per window they came in, by reason: type_conflict (the name already shows another type; the first seen wins), name_collision (beside another name it would make the page invalid, as a summary x beside a counter x_count), empty_name, series_cap (a new series while the page holds max_series_per_window).",

@@ -127,7 +127,7 @@ local function write_points(prefix, now, i)
     else
       values = redis.call('HMGET', hash_of(series, higher), unpack(fields))
     end
-    local in_hash = now - now % h.p - (POINT_HASH_SLICES - 1) * h.p - POINT_MARGIN
+    local in_hash = now - now % h.p - (POINT_HASH_SLICES - 1) * h.p + POINT_MARGIN
     local known = {}
     for k = 1, total do
       local v = tonumber(values[k])

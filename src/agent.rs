@@ -166,25 +166,26 @@ pub fn bind(config: &Config) -> Result<Listeners, AgentError> {
         unix_datagram.push(bound);
     }
     let mut streams = Vec::new();
-    for &addr in &config.tcp {
-        let listener =
-            stream::Listener::bind_tcp(addr).map_err(listen_err(format!("TCP {addr}")))?;
-        tracing::info!(addr = %addr, "listening for StatsD (TCP)");
-        streams.push(listener);
-    }
-    for &addr in &config.carbon_tcp {
-        let listener = stream::Listener::bind_tcp(addr)
-            .map_err(listen_err(format!("carbon's TCP {addr}")))?
-            .carrying(Transport::CarbonTcp);
-        tracing::info!(addr = %addr, "listening for carbon's plaintext lines (TCP)");
-        streams.push(listener);
-    }
-    for &addr in &config.carbon_pickle {
-        let listener = stream::Listener::bind_tcp(addr)
-            .map_err(listen_err(format!("carbon's pickle TCP {addr}")))?
-            .carrying(Transport::CarbonPickle);
-        tracing::info!(addr = %addr, "listening for carbon's pickle protocol (TCP)");
-        streams.push(listener);
+    let tcp = [
+        (&config.tcp, Transport::Tcp, "StatsD (TCP)"),
+        (
+            &config.carbon_tcp,
+            Transport::CarbonTcp,
+            "carbon's plaintext lines (TCP)",
+        ),
+        (
+            &config.carbon_pickle,
+            Transport::CarbonPickle,
+            "carbon's pickle protocol (TCP)",
+        ),
+    ];
+    for (addrs, transport, what) in tcp {
+        for &addr in addrs {
+            let listener = stream::Listener::bind_tcp(addr, transport)
+                .map_err(listen_err(format!("{what} {addr}")))?;
+            tracing::info!(addr = %addr, "listening for {what}");
+            streams.push(listener);
+        }
     }
     let mut carbon_udp = Vec::new();
     for &addr in &config.carbon_udp {

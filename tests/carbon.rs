@@ -640,45 +640,6 @@ async fn pickles_read_back_as_carbon_cache_keeps_them() {
     assert_eq!(metric("bad_lines_total{transport=\"carbon_pickle\"}"), 6.0);
 }
 
-/// graphite-web 1.1.10 over carbon's whisper files and its tag database (carbon registers each
-/// tagged path with graphite-web's tags API), stopped when dropped.
-struct GraphiteWeb {
-    state: tempfile::TempDir,
-    url: String,
-}
-
-impl GraphiteWeb {
-    fn start(whisper: &Path) -> GraphiteWeb {
-        let state = tempfile::tempdir().unwrap();
-        let out = run_ok(
-            Command::new("bash")
-                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphite/graphite-web.sh"))
-                .arg("start")
-                .env("ORACLE_WHISPER_DIR", whisper)
-                .env("ORACLE_STATE", state.path().join("gw"))
-                .env("ORACLE_SERVER", ""),
-            "graphite-web did not start",
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let url = text
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("GRAPHITE_URL="))
-            .unwrap_or_else(|| panic!("no GRAPHITE_URL in {text}"))
-            .to_string();
-        GraphiteWeb { state, url }
-    }
-}
-
-impl Drop for GraphiteWeb {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphite/graphite-web.sh"))
-            .arg("stop")
-            .env("ORACLE_STATE", self.state.path().join("gw"))
-            .output();
-    }
-}
-
 /// Tagged paths, normalized as carbon normalizes them (tags sorted as `;k=v` texts, a repeated
 /// tag's last value, `name=` the path's), and untagged ones, sent to carbon-cache and the
 /// agent: `seriesByTag` renders, the tags API, globbed renders at ranges that pick the ten
@@ -688,7 +649,9 @@ impl Drop for GraphiteWeb {
 async fn tagged_paths_answer_as_graphite_web_over_carbon() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("whisper")).unwrap();
-    let web = GraphiteWeb::start(&dir.path().join("whisper"));
+    // graphite-web over carbon's files and tag database (carbon registers each tagged path
+    // with its tags API).
+    let web = GraphiteWeb::over(&dir.path().join("whisper"));
     let carbon = Carbon::start_in(
         dir,
         &format!(

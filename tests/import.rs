@@ -7,8 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use common::*;
 
@@ -37,44 +36,6 @@ with open(os.path.join(root, "stats_counts/app/broken.wsp"), "wb") as f:
     f.write(b"\x00\x00\x00\x02" + b"\x00" * 20)
 "#;
     with_python_whisper(script, &[root.to_str().unwrap(), &now.to_string()]);
-}
-
-/// graphite-web 1.1.10 over the whisper files under a folder (tests/graphite/graphite-web.sh),
-/// stopped when dropped.
-struct GraphiteWeb {
-    state: tempfile::TempDir,
-    url: String,
-}
-
-impl GraphiteWeb {
-    fn over(whisper: &Path) -> GraphiteWeb {
-        let state = tempfile::tempdir().unwrap();
-        run_ok(
-            Command::new(Self::script())
-                .arg("start")
-                .env("ORACLE_WHISPER_DIR", whisper)
-                .env("ORACLE_STATE", state.path()),
-            "graphite-web",
-        );
-        let url = std::fs::read_to_string(state.path().join("url")).unwrap();
-        GraphiteWeb {
-            url: url.trim().to_string(),
-            state,
-        }
-    }
-
-    fn script() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/graphite/graphite-web.sh")
-    }
-}
-
-impl Drop for GraphiteWeb {
-    fn drop(&mut self) {
-        let _ = Command::new(Self::script())
-            .arg("stop")
-            .env("ORACLE_STATE", self.state.path())
-            .output();
-    }
 }
 
 fn import(redis: &RedisServer, root: &Path, until: Option<u64>) -> (String, String) {

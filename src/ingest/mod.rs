@@ -167,15 +167,12 @@ impl LineHandler {
         }
     }
 
-    /// Takes the lines of `transport`: carbon's on the carbon receivers (which neither relay
-    /// nor apply the filters and mapping rules, which are StatsD's).
+    /// Takes the lines of `transport`: carbon's on the carbon receivers. [`handle_lines`] hands
+    /// those over before it relays or applies the filters and mapping rules, which are StatsD's.
+    ///
+    /// [`handle_lines`]: LineHandler::handle_lines
     pub fn for_transport(mut self, transport: Transport) -> LineHandler {
         self.carbon = transport.is_carbon();
-        if self.carbon {
-            self.relay = None;
-            self.shared = None;
-            self.rules = None;
-        }
         self
     }
 

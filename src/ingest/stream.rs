@@ -38,7 +38,8 @@ pub enum Listener {
 }
 
 impl Listener {
-    pub fn bind_tcp(addr: std::net::SocketAddr) -> io::Result<Listener> {
+    /// A TCP listener of `transport`'s lines (`Tcp`, `CarbonTcp`, `CarbonPickle`).
+    pub fn bind_tcp(addr: std::net::SocketAddr, transport: Transport) -> io::Result<Listener> {
         use socket2::{Domain, Socket, Type};
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
         if addr.is_ipv6() && addr.ip().is_unspecified() {
@@ -49,7 +50,7 @@ impl Listener {
         socket.bind(&addr.into())?;
         socket.listen(1024)?;
         socket.set_nonblocking(true)?;
-        Ok(Listener::Tcp(socket.into(), Transport::Tcp))
+        Ok(Listener::Tcp(socket.into(), transport))
     }
 
     /// Creates the unix stream socket `path` (a stale one is replaced) with `mode` permissions.
@@ -59,14 +60,6 @@ impl Listener {
         let (listener, file) = SocketFile::bind(path, mode, probe, |p| UnixListener::bind(p))?;
         listener.set_nonblocking(true)?;
         Ok(Listener::Unix(listener, file))
-    }
-
-    /// A TCP listener for `transport`'s lines (`Transport::CarbonTcp`).
-    pub fn carrying(self, transport: Transport) -> Listener {
-        match self {
-            Listener::Tcp(l, _) => Listener::Tcp(l, transport),
-            unix => unix,
-        }
     }
 
     pub fn transport(&self) -> Transport {

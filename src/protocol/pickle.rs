@@ -216,11 +216,18 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn decimal(line: &[u8]) -> Result<u64, PickleError> {
-        std::str::from_utf8(line)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .ok_or(PickleError::Malformed)
+    /// The memo key of a put or get opcode: decimal text (`p`, `g`), a byte (`q`, `h`), four
+    /// little-endian bytes (`r`, `j`), or the next key (`MEMOIZE`).
+    fn memo_key(&mut self, op: u8) -> Result<u64, PickleError> {
+        match op {
+            b'p' | b'g' => std::str::from_utf8(self.line()?)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .ok_or(PickleError::Malformed),
+            b'q' | b'h' => Ok(u64::from(self.byte()?)),
+            b'r' | b'j' => self.le(4),
+            _ => Ok(self.memo.len() as u64),
+        }
     }
 
     /// Runs to `STOP`; the value it returns.
@@ -352,39 +359,13 @@ impl Machine<'_> {
                     None
                 }
                 b'2' => Some(self.stack.last().ok_or(PickleError::Malformed)?.clone()),
-                b'p' => {
-                    let key = Self::decimal(self.line()?)?;
+                b'p' | b'q' | b'r' | 0x94 => {
+                    let key = self.memo_key(op)?;
                     self.put(key)?;
                     None
                 }
-                b'q' => {
-                    let key = u64::from(self.byte()?);
-                    self.put(key)?;
-                    None
-                }
-                b'r' => {
-                    let key = self.le(4)?;
-                    self.put(key)?;
-                    None
-                }
-                0x94 => {
-                    // MEMOIZE: the next key.
-                    let key = self.memo.len() as u64;
-                    self.put(key)?;
-                    None
-                }
-                b'g' => {
-                    let key = Self::decimal(self.line()?)?;
-                    self.get(key)?;
-                    None
-                }
-                b'h' => {
-                    let key = u64::from(self.byte()?);
-                    self.get(key)?;
-                    None
-                }
-                b'j' => {
-                    let key = self.le(4)?;
+                b'g' | b'h' | b'j' => {
+                    let key = self.memo_key(op)?;
                     self.get(key)?;
                     None
                 }

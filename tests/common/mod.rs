@@ -978,3 +978,41 @@ pub fn node(script: &str) {
     node.env("NODE_PATH", clients().join("node_modules"));
     run_ok(node.args(["-e", script]), "node");
 }
+
+/// graphite-web 1.1.10 over the whisper files under a folder (tests/graphite/graphite-web.sh),
+/// stopped when dropped.
+pub struct GraphiteWeb {
+    state: tempfile::TempDir,
+    pub url: String,
+}
+
+impl GraphiteWeb {
+    pub fn over(whisper: &std::path::Path) -> GraphiteWeb {
+        let state = tempfile::tempdir().unwrap();
+        run_ok(
+            Command::new(Self::script())
+                .arg("start")
+                .env("ORACLE_WHISPER_DIR", whisper)
+                .env("ORACLE_STATE", state.path()),
+            "graphite-web",
+        );
+        let url = std::fs::read_to_string(state.path().join("url")).unwrap();
+        GraphiteWeb {
+            url: url.trim().to_string(),
+            state,
+        }
+    }
+
+    fn script() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/graphite/graphite-web.sh")
+    }
+}
+
+impl Drop for GraphiteWeb {
+    fn drop(&mut self) {
+        let _ = Command::new(Self::script())
+            .arg("stop")
+            .env("ORACLE_STATE", self.state.path())
+            .output();
+    }
+}

@@ -9,7 +9,9 @@
 #   rounds:  ROUND_SERIES series, one point each every 5 s for ROUNDS rounds (collectd's shape)
 #
 #   scripts/bench-carbon.sh [runs]          (SHAPES="batch rounds", SERIES=2000 POINTS=360
-#                                            ROUND_SERIES=20000 ROUNDS=12)
+#                                            ROUND_SERIES=20000 ROUNDS=12,
+#                                            SCHEMA=10s:6h,1m:7d,1h:90d,1d:5y; CARBON=0: the
+#                                            agent alone, to compare schemas)
 #
 # carbon-cache runs as its users run it: MAX_CACHE_SIZE, MAX_UPDATES_PER_SECOND and
 # MAX_CREATES_PER_MINUTE unlimited (Debian's limits would make it slower still), the sorted write
@@ -22,7 +24,8 @@ RUNS=${1:-1}
 SHAPES=${SHAPES:-batch rounds}
 SERIES=${SERIES:-2000}; POINTS=${POINTS:-360}
 ROUND_SERIES=${ROUND_SERIES:-20000}; ROUNDS=${ROUNDS:-12}
-SCHEMA=10s:6h,1m:7d,1h:90d,1d:5y
+SCHEMA=${SCHEMA:-10s:6h,1m:7d,1h:90d,1d:5y}
+CARBON=${CARBON:-1}
 
 # cpu_of PID: its CPU seconds so far (user + system, its threads included).
 cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
@@ -109,19 +112,22 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 printf '%-7s %4s %12s %12s %10s %12s %10s %8s %8s\n' shape run points carbon_cpu carbon_s agent+redis agent_s ratio lost
 for run in $(seq 1 "$RUNS"); do
   for shape in $SHAPES; do
-    start_carbon
-    c0=$(cpu_of "$carbon_pid")
-    sent=$(send "$carbon_port" "$shape")
-    carbon_s=$(settle "$carbon_pid")
-    c1=$(cpu_of "$carbon_pid")
-    kill "$carbon_pid"; wait "$carbon_pid" 2>/dev/null || true
+    c0=0; c1=0; carbon_s=0
+    if [ "$CARBON" = 1 ]; then
+      start_carbon
+      c0=$(cpu_of "$carbon_pid")
+      sent=$(send "$carbon_port" "$shape")
+      carbon_s=$(settle "$carbon_pid")
+      c1=$(cpu_of "$carbon_pid")
+      kill "$carbon_pid"; wait "$carbon_pid" 2>/dev/null || true
+    fi
 
     sock=$dir/redis.sock; rm -f "$sock"
     start_redis "$sock"
     agent_carbon=$(free_port)
     start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$SCHEMA" --carbon-tcp "127.0.0.1:$agent_carbon"
     a0=$(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid")" | bc)
-    send "$agent_carbon" "$shape" >/dev/null
+    sent=$(send "$agent_carbon" "$shape")
     agent_s=$(settle "$agent_pid" "$redis_pid")
     a1=$(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid")" | bc)
     placed=$(agent_metric "$http" carbon_points_total)
@@ -131,8 +137,9 @@ for run in $(seq 1 "$RUNS"); do
 
     carbon_cpu=$(echo "($c1 - $c0) * 1000000 / $sent" | bc -l)
     agent_cpu=$(echo "($a1 - $a0) * 1000000 / $sent" | bc -l)
+    ratio=0; [ "$CARBON" = 1 ] && ratio=$(echo "$agent_cpu / $carbon_cpu" | bc -l)
     printf '%-7s %4d %12d %12.2f %10.1f %12.2f %10.1f %8.3f %8d\n' "$shape" "$run" "$sent" \
-      "$carbon_cpu" "$carbon_s" "$agent_cpu" "$agent_s" "$(echo "$agent_cpu / $carbon_cpu" | bc -l)" \
+      "$carbon_cpu" "$carbon_s" "$agent_cpu" "$agent_s" "$ratio" \
       "$((sent - ${placed%.*} + ${failed%.*}))"
   done
 done

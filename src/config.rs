@@ -398,6 +398,37 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// The largest file the agent reads as configuration (its own file, the mapping, carbon's
+/// schema files, the web configuration, certificates and keys): a path to a device or an
+/// endless stream (`/dev/zero`) is an error, not a hang.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// The file at `path`, when it holds at most [`MAX_FILE_BYTES`].
+pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "larger than 64 MiB (a configuration file is smaller)",
+        ));
+    }
+    Ok(bytes)
+}
+
+/// The text of the file at `path`, as [`read_file`] reads it.
+pub fn read_text(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_file(path)?).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
+}
+
 pub(crate) fn err(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         key: key.into(),
@@ -1137,7 +1168,7 @@ impl Args {
             .or_else(|| default_file.exists().then_some(default_file));
         let mut config = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
+                let text = read_text(path)
                     .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
                 Config::from_toml(&text)?
             }

@@ -80,7 +80,8 @@ impl Aggregations {
         if path.as_os_str().is_empty() {
             return Ok(Aggregations::default());
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text =
+            crate::config::read_text(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Aggregations::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 

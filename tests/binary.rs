@@ -68,6 +68,21 @@ fn bad_values_exit_2_with_one_line_naming_the_key() {
         bin().args(["--carbon-tcp", ":2003", "--redis-mode", "cluster"]),
         "carbon_tcp",
     );
+    // A path to an endless stream is refused at its size, not read for ever.
+    for (flag, key) in [
+        ("--config", "config"),
+        ("--mapping-file", "mapping_file"),
+        ("--storage-aggregation", "storage_aggregation"),
+        ("--web-config-file", "web_config_file"),
+        ("--redis-tls-ca-file", "redis_tls_ca_file"),
+    ] {
+        let (code, _, stderr) = run(bin().args([flag, "/dev/zero"]));
+        assert_eq!(code, 2, "{flag}: {stderr}");
+        assert!(
+            stderr.contains(key) && stderr.contains("larger than 64 MiB"),
+            "{flag}: {stderr}"
+        );
+    }
 }
 
 #[test]

@@ -231,8 +231,9 @@ fn client_verifier(
 }
 
 fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+    let pem = crate::config::read_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{}: {e}", path.display()))?;
     if certs.is_empty() {
         return Err(format!("{}: no PEM certificate in it", path.display()));
@@ -341,7 +342,9 @@ fn certified_key(
     provider: &CryptoProvider,
 ) -> Result<Arc<CertifiedKey>, String> {
     let chain = read_certificates(cert).map_err(|e| format!("cert_file {e}"))?;
-    let private = PrivateKeyDer::from_pem_file(key)
+    let private = crate::config::read_file(key)
+        .map_err(|e| e.to_string())
+        .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem).map_err(|e| e.to_string()))
         .map_err(|e| format!("key_file {}: {e}", key.display()))?;
     CertifiedKey::from_der(chain, private, provider)
         .map(Arc::new)

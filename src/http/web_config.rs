@@ -122,7 +122,7 @@ pub fn load_configured(config: &Config) -> Result<Option<WebConfig>, ConfigError
 }
 
 fn read(path: &Path) -> Result<WebConfig, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let text = crate::config::read_text(path).map_err(|e| e.to_string())?;
     parse(&text, path.parent().unwrap_or(Path::new(".")))
 }
 

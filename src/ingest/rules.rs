@@ -69,7 +69,7 @@ fn read_mapping(path: &std::path::Path) -> Result<Mapper, ConfigError> {
     if path.as_os_str().is_empty() {
         return Ok(Mapper::default());
     }
-    let text = std::fs::read_to_string(path)
+    let text = crate::config::read_text(path)
         .map_err(|e| err("mapping_file", format!("{}: {e}", path.display())))?;
     Mapper::from_yaml(&text).map_err(|e| err("mapping_file", format!("{}: {e}", path.display())))
 }

@@ -541,7 +541,7 @@ fn tls_certificates(config: &Config) -> Result<Option<TlsCertificates>, ConfigEr
         if path.as_os_str().is_empty() {
             return Ok(None);
         }
-        std::fs::read(path)
+        crate::config::read_file(path)
             .map(Some)
             .map_err(|e| err(key, format!("cannot read {}: {e}", path.display())))
     };

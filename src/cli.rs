@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use crate::aggregate::StatKind;
 use crate::config::Config;
-use crate::store::query::{PercentilesQuery, parse_duration, parse_quantile};
+use crate::store::query::{Moment, PercentilesQuery, Span, parse_duration, parse_quantile};
 use crate::store::{Queries, QueryError, Store, StoreError, clock};
 
 #[derive(Debug, Clone, Subcommand)]
@@ -21,6 +21,8 @@ pub enum Query {
         series: String,
         #[arg(long, default_value_t = 1)]
         precision: u64,
+        #[command(flatten)]
+        span: SpanArgs,
     },
     /// A timer's, histogram's or distribution's statistics for the current hour (get_stats).
     Stats {
@@ -47,12 +49,16 @@ pub enum Query {
         series: String,
         #[arg(long)]
         precision: Option<u64>,
+        #[command(flatten)]
+        span: SpanArgs,
     },
     /// Distinct members of a set per slice.
     Set {
         series: String,
         #[arg(long, default_value_t = 60)]
         precision: u64,
+        #[command(flatten)]
+        span: SpanArgs,
     },
     /// Quantiles of a timer's, histogram's or distribution's values, merged from the buckets
     /// over the range: the current hour (default), the hour before, or the last DURATION.
@@ -86,6 +92,26 @@ pub enum Query {
 }
 
 /// The exit code for a query's error: 1 unknown series, 2 bad arguments, 3 Redis unreachable.
+/// The slices a history query shows [default: the whole retention up to now].
+#[derive(Debug, Clone, clap::Args)]
+pub struct SpanArgs {
+    /// The oldest slice's start: Unix seconds, `now`, or a duration back (`-1d`, `-90m`).
+    #[arg(long, value_parser = Moment::from_str, allow_hyphen_values = true)]
+    from: Option<Moment>,
+    /// The newest slice's start, in the same forms [default: now].
+    #[arg(long, value_parser = Moment::from_str, allow_hyphen_values = true)]
+    until: Option<Moment>,
+}
+
+impl SpanArgs {
+    fn span(&self) -> Span {
+        Span {
+            from: self.from,
+            until: self.until,
+        }
+    }
+}
+
 pub fn exit_code(error: &QueryError) -> u8 {
     match error {
         QueryError::NotFound(_) => 1,
@@ -96,6 +122,17 @@ pub fn exit_code(error: &QueryError) -> u8 {
 
 /// Runs `query` against the Redis of `config`; returns what to print.
 pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String, QueryError> {
+    if let Query::Gauge {
+        precision: None,
+        span,
+        ..
+    } = query
+        && span.span() != Span::default()
+    {
+        return Err(QueryError::BadArgument(
+            "--from and --until show slices: give --precision too".into(),
+        ));
+    }
     // The configuration was validated, so the store opens.
     let store = Store::open(config).map_err(|e| {
         StoreError::Redis(redis::RedisError::from((
@@ -111,8 +148,12 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
     };
     let mut out = String::new();
     match query {
-        Query::Counter { series, precision } => {
-            let samples = queries.counter(series, *precision).await?;
+        Query::Counter {
+            series,
+            precision,
+            span,
+        } => {
+            let samples = queries.counter(series, *precision, span.span()).await?;
             if as_json {
                 return Ok(json!(samples).to_string());
             }
@@ -179,6 +220,7 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
         Query::Gauge {
             series,
             precision: None,
+            ..
         } => {
             let v = queries.gauge(series).await?;
             return Ok(if as_json {
@@ -190,8 +232,9 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
         Query::Gauge {
             series,
             precision: Some(p),
+            span,
         } => {
-            let samples = queries.gauge_samples(series, *p).await?;
+            let samples = queries.gauge_samples(series, *p, span.span()).await?;
             if as_json {
                 return Ok(json!(samples).to_string());
             }
@@ -203,8 +246,12 @@ pub async fn run(config: &Config, query: &Query, as_json: bool) -> Result<String
                     .map(|(s, v)| vec![clock::datetime(*s), number(*v)]),
             );
         }
-        Query::Set { series, precision } => {
-            let samples = queries.set(series, *precision).await?;
+        Query::Set {
+            series,
+            precision,
+            span,
+        } => {
+            let samples = queries.set(series, *precision, span.span()).await?;
             if as_json {
                 return Ok(json!(samples).to_string());
             }

@@ -236,6 +236,81 @@ async fn moved_slices_read_back_as_the_hash_held_them() {
         .map(|s| (s[0].as_u64().unwrap(), s[1].as_i64().unwrap()))
         .collect();
     assert_eq!(samples, sent);
+    // A range: exactly the slices that start in it, and the blocks it spans, not the 60 days'.
+    let getranges = || {
+        let info: String = cmd(&redis, redis::cmd("INFO").arg("commandstats"));
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_getrange:calls="))
+            .map_or(0, |l| l.split(',').next().unwrap().parse::<u64>().unwrap())
+    };
+    let (a, b) = (t - 30 * 86_400 + 60, t - 29 * 86_400);
+    let before = getranges();
+    let day = api(&format!("counter/h.c?precision=60&from={a}&until={b}"));
+    let day_reads = getranges() - before;
+    let before = getranges();
+    api("counter/h.c?precision=60");
+    let whole_reads = getranges() - before;
+    let in_day: BTreeMap<u64, i64> = sent.range(a..=b).map(|(k, v)| (*k, *v)).collect();
+    assert!(in_day.len() > 5, "{in_day:?}");
+    let day: BTreeMap<u64, i64> = samples_of(&day)
+        .into_iter()
+        .map(|(k, v)| (k, v as i64))
+        .collect();
+    assert_eq!(day, in_day);
+    // The CLI's, with a time back from now, as its flags take it.
+    let out = run_ok(
+        bin().args([
+            "get",
+            "--json",
+            "counter",
+            "h.c",
+            "--precision",
+            "60",
+            "--from",
+            &a.to_string(),
+            "--until",
+            &format!("-{}", unix_now() - b),
+            "--redis",
+            &redis.url(),
+            "--retentions",
+            SCHEMA,
+        ]),
+        "statsd-redis get counter",
+    );
+    let cli: Vec<(u64, i64)> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli.into_iter().collect::<BTreeMap<_, _>>(), in_day);
+    assert!(
+        day_reads <= 2 && whole_reads >= 40,
+        "a day read {day_reads} blocks, the whole retention {whole_reads}"
+    );
+    let gauge_day = samples_of(&api(&format!("gauge/h.g?precision=60&from={a}&until={b}")));
+    let gauges_in_day: BTreeMap<u64, f64> = samples_of(&api_gauges)
+        .into_iter()
+        .filter(|(k, _)| (a..=b).contains(k))
+        .collect();
+    assert!(!gauges_in_day.is_empty());
+    assert_eq!(gauge_day, gauges_in_day);
+    // A range with no slice is not found; one upside down, or a time that is none, is refused.
+    let status = |path: &str| {
+        let url = format!("http://{}/api/v1/{path}", agent.http);
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &url])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (old, older) = (t - 80 * 86_400, t - 79 * 86_400);
+    assert_eq!(
+        status(&format!(
+            "counter/h.c?precision=60&from={old}&until={older}"
+        )),
+        "404"
+    );
+    assert_eq!(
+        status(&format!("counter/h.c?precision=60&from={b}&until={a}")),
+        "400"
+    );
+    assert_eq!(status("counter/h.c?precision=60&from=yesterday"), "400");
     same!(
         render(&agent, "h.g", from, t),
         gauges_before,
@@ -741,6 +816,12 @@ async fn a_sets_older_slices_move_into_blocks_and_read_back_the_same() {
     let api = |path: &str| curl_json(&format!("http://{}/api/v1/{path}", agent.http));
     let samples = samples_of(&api("set/h.s?precision=60"));
     assert_eq!(samples, want, "the JSON API");
+    // A range of them: from a moved minute's start to just before another's.
+    let (a, b) = (t0 + 20 * 60, t0 + 90 * 60 - 1);
+    let part = samples_of(&api(&format!("set/h.s?precision=60&from={a}&until={b}")));
+    let in_part: BTreeMap<u64, f64> = want.range(a..=b).map(|(k, v)| (*k, *v)).collect();
+    assert_eq!(in_part.len(), 70);
+    assert_eq!(part, in_part, "a range of the JSON API");
     // Found by name from its blocks alone, as a set that stopped long ago is.
     let found = api("series?type=set&precision=60&match=h.s");
     assert_eq!(found["series"], serde_json::json!(["h.s"]), "{found}");

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use crate::aggregate::StatKind;
-use crate::store::query::{PercentilesQuery, parse_duration, parse_quantile};
+use crate::store::query::{PercentilesQuery, Span, parse_duration, parse_quantile};
 use crate::store::{QueryError, Schedule, StoreError};
 
 /// Largest page of the known-series list and longest slowest/log listing.
@@ -86,6 +86,19 @@ fn bad(e: String) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, e)
 }
 
+/// The `from` and `until` parameters (Unix seconds, `now`, or a duration back: `-1d`).
+fn span(q: &HashMap<String, String>) -> Result<Span, ApiError> {
+    let moment = |name: &str| {
+        q.get(name)
+            .map(|v| v.parse().map_err(|e| bad(format!("`{name}`: {e}"))))
+            .transpose()
+    };
+    Ok(Span {
+        from: moment("from")?,
+        until: moment("until")?,
+    })
+}
+
 /// The `type` parameter: AccessTime (the default), Histogram or Distribution.
 fn stat_kind(q: &HashMap<String, String>) -> Result<StatKind, ApiError> {
     q.get("type")
@@ -114,8 +127,9 @@ async fn counter(
     Query(q): Params,
 ) -> ApiResult {
     let precision = positive(&q, "precision", 1)?;
+    let span = span(&q)?;
     let mut queries = s.queries().await?;
-    let samples = queries.counter(&series, precision).await?;
+    let samples = queries.counter(&series, precision, span).await?;
     let arriving_from = queries.arriving_from(Schedule::Counters, precision);
     Ok(Json(
         json!({ "series": series, "precision": precision, "samples": samples, "arriving_from": arriving_from }),
@@ -218,7 +232,7 @@ async fn gauge(
     let value = queries.gauge(&series).await?;
     let precision = positive(&q, "precision", s.config.counter_precisions()[0])?;
     // A gauge with a value but no slice at this precision (yet) has no samples, not 404.
-    let samples = queries.gauge_history(&series, precision).await?;
+    let samples = queries.gauge_history(&series, precision, span(&q)?).await?;
     let arriving_from = queries.arriving_from(Schedule::Values, precision);
     Ok(Json(
         json!({ "series": series, "value": value, "precision": precision, "samples": samples, "arriving_from": arriving_from }),
@@ -227,8 +241,9 @@ async fn gauge(
 
 async fn set(State(s): State<AppState>, Path(series): Path<String>, Query(q): Params) -> ApiResult {
     let precision = positive(&q, "precision", 60)?;
+    let span = span(&q)?;
     let mut queries = s.queries().await?;
-    let samples = queries.set(&series, precision).await?;
+    let samples = queries.set(&series, precision, span).await?;
     let arriving_from = queries.arriving_from(Schedule::Values, precision);
     Ok(Json(
         json!({ "series": series, "precision": precision, "samples": samples, "arriving_from": arriving_from }),

@@ -23,6 +23,71 @@ pub enum QueryError {
 
 pub type QueryResult<T> = Result<T, QueryError>;
 
+/// A moment as `from` and `until` take it: Unix seconds, `now`, or a duration back from now
+/// (`-1d`, `-90m`, `-3600`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    At(u64),
+    Ago(u64),
+}
+
+impl Moment {
+    pub fn at(self, now: u64) -> u64 {
+        match self {
+            Moment::At(t) => t,
+            Moment::Ago(d) => now.saturating_sub(d),
+        }
+    }
+}
+
+impl FromStr for Moment {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Moment, String> {
+        match s {
+            "now" => Ok(Moment::Ago(0)),
+            _ => match s.strip_prefix('-') {
+                Some(back) => parse_duration(back).map(Moment::Ago),
+                None => s.parse().map(Moment::At).map_err(|_| {
+                    format!("`{s}`: a time is Unix seconds, `now`, or a duration back (`-1d`)")
+                }),
+            },
+        }
+    }
+}
+
+/// The slices a read answers with: those whose start lies between `from` and `until`, both
+/// included; a missing end is the retention's oldest slice, or now. What is read from Redis is
+/// what the span holds, not the whole retention.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Span {
+    pub from: Option<Moment>,
+    pub until: Option<Moment>,
+}
+
+impl Span {
+    /// The first and last second the span holds at `now`.
+    fn bounds(&self, now: u64) -> QueryResult<(u64, u64)> {
+        let from = self.from.map_or(0, |m| m.at(now));
+        let until = self.until.map_or(now, |m| m.at(now));
+        if from > until {
+            return Err(QueryError::BadArgument(format!(
+                "`from` ({from}) is after `until` ({until})"
+            )));
+        }
+        Ok((from, until))
+    }
+
+    /// How a "not found" names the span: nothing for the whole retention.
+    fn named(&self) -> &'static str {
+        if *self == Span::default() {
+            ""
+        } else {
+            " in that range"
+        }
+    }
+}
+
 /// What `percentiles` reads: the quantiles of a series over a range of slices.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PercentilesQuery {
@@ -52,32 +117,46 @@ impl Queries<'_> {
         arriving_from(self.config, schedule, precision, self.now)
     }
 
-    /// The book's `get_counter`: a counter's slices at `precision`, oldest first; of a long
-    /// archive, its blocks' slices too (the whole retention).
-    pub async fn counter(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, i64)>> {
+    /// The book's `get_counter`: a counter's slices at `precision` in `span`, oldest first; of
+    /// a long archive, its blocks' slices too.
+    pub async fn counter(
+        &mut self,
+        series: &str,
+        precision: u64,
+        span: Span,
+    ) -> QueryResult<Vec<(u64, i64)>> {
+        let bounds = span.bounds(self.now)?;
         let mut samples = self.reader.counter(series, precision).await?;
-        if let Some(history) = self.history_range(precision, !samples.is_empty()) {
+        if let Some(history) = self.history_range(precision, !samples.is_empty(), bounds) {
             let hash = self.reader.keys().counter(precision, series);
             let series = (hash.as_str(), precision, Family::Counter);
             samples = self
                 .with_blocks(samples, series, history, |n, v| n.unwrap_or(0) + v as i64)
                 .await?;
         }
+        within(&mut samples, bounds);
         found(samples, || {
-            format!("no counter `{series}` at precision {precision}")
+            format!(
+                "no counter `{series}` at precision {precision}{}",
+                span.named()
+            )
         })
     }
 
-    /// The slices a long archive's blocks may hold at `precision` (its retention up to now),
-    /// when the series has a hash there (the hash keeps its newest slice while it has history),
-    /// and the retention's cut.
-    fn history_range(&self, precision: u64, has_hash: bool) -> Option<((u64, u64), Geometry)> {
+    /// The slices a long archive's blocks may hold at `precision` (its retention up to now)
+    /// within `(from, until)`, when the series has a hash there (the hash keeps its newest
+    /// slice while it has history), and the retention's cut.
+    fn history_range(
+        &self,
+        precision: u64,
+        has_hash: bool,
+        (from, until): (u64, u64),
+    ) -> Option<((u64, u64), Geometry)> {
         let retention = self.config.retention();
         let cut = retention.history(precision)?;
-        has_hash.then(|| {
-            let from = self.now.saturating_sub(retention.seconds(precision));
-            ((from, self.now), cut)
-        })
+        let from = from.max(self.now.saturating_sub(retention.seconds(precision)));
+        let until = until.min(self.now);
+        (has_hash && from <= until).then_some(((from, until), cut))
     }
 
     /// `samples` (the hash's, or a set's HyperLogLogs', oldest first) with what the blocks of
@@ -93,7 +172,7 @@ impl Queries<'_> {
     ) -> Result<Vec<(u64, T)>, StoreError> {
         let older = self
             .reader
-            .history(name, precision, range, (cut, family))
+            .history(name, precision, (range, self.now), (cut, family))
             .await?;
         let mut all: std::collections::BTreeMap<u64, T> = samples.into_iter().collect();
         for (slice, v) in older {
@@ -103,15 +182,17 @@ impl Queries<'_> {
         Ok(all.into_iter().collect())
     }
 
-    /// A gauge's value per slice at `precision`, oldest first (of a long archive, its blocks'
-    /// too); empty when it has none there.
+    /// A gauge's value per slice at `precision` in `span`, oldest first (of a long archive, its
+    /// blocks' too); empty when it has none there.
     pub async fn gauge_history(
         &mut self,
         series: &str,
         precision: u64,
+        span: Span,
     ) -> QueryResult<Vec<(u64, f64)>> {
+        let bounds = span.bounds(self.now)?;
         let mut samples = self.reader.gauge_samples(series, precision).await?;
-        if let Some(history) = self.history_range(precision, !samples.is_empty()) {
+        if let Some(history) = self.history_range(precision, !samples.is_empty(), bounds) {
             let hash = self.reader.keys().gauge(precision, series);
             let series = (hash.as_str(), precision, Family::Gauge);
             // The hash's value is the newer where both hold a slice.
@@ -119,6 +200,7 @@ impl Queries<'_> {
                 .with_blocks(samples, series, history, |g, v| g.unwrap_or(v))
                 .await?;
         }
+        within(&mut samples, bounds);
         Ok(samples)
     }
 
@@ -199,25 +281,42 @@ impl Queries<'_> {
             .ok_or_else(|| QueryError::NotFound(format!("no gauge `{series}`")))
     }
 
-    /// A gauge's value per slice at `precision`, oldest first.
+    /// A gauge's value per slice at `precision` in `span`, oldest first.
     pub async fn gauge_samples(
         &mut self,
         series: &str,
         precision: u64,
+        span: Span,
     ) -> QueryResult<Vec<(u64, f64)>> {
-        let samples = self.gauge_history(series, precision).await?;
+        let samples = self.gauge_history(series, precision, span).await?;
         found(samples, || {
-            format!("no gauge `{series}` at precision {precision}")
+            format!(
+                "no gauge `{series}` at precision {precision}{}",
+                span.named()
+            )
         })
     }
 
-    /// A set's distinct members per slice at `precision`, for the slices kept: of a long
-    /// archive, the newest in their HyperLogLogs and the older in blocks.
-    pub async fn set(&mut self, series: &str, precision: u64) -> QueryResult<Vec<(u64, u64)>> {
+    /// A set's distinct members per slice at `precision` in `span`, for the slices kept: of a
+    /// long archive, the newest in their HyperLogLogs and the older in blocks.
+    pub async fn set(
+        &mut self,
+        series: &str,
+        precision: u64,
+        span: Span,
+    ) -> QueryResult<Vec<(u64, u64)>> {
+        let (from, until) = span.bounds(self.now)?;
         let retention = self.config.retention();
-        let newest = super::keys::slice(self.now, precision);
-        let oldest =
-            newest.saturating_sub(retention.samples(precision).saturating_sub(1) * precision);
+        let newest = super::keys::slice(until, precision);
+        let kept = super::keys::slice(self.now, precision)
+            .saturating_sub(retention.samples(precision).saturating_sub(1) * precision);
+        // The first slice that starts at or after `from`.
+        let oldest = kept.max(from.div_ceil(precision.max(1)) * precision);
+        if oldest > newest {
+            return Err(QueryError::NotFound(format!(
+                "no set `{series}` at precision {precision} in that range"
+            )));
+        }
         let cut = retention.history(precision);
         // What the cleaner has surely moved is read from the blocks only.
         let from_keys = match cut {
@@ -243,7 +342,7 @@ impl Queries<'_> {
                 .await?;
         }
         found(samples, || {
-            format!("no set `{series}` at precision {precision}")
+            format!("no set `{series}` at precision {precision}{}", span.named())
         })
     }
 
@@ -285,6 +384,11 @@ pub fn arriving_from(config: &Config, schedule: Schedule, precision: u64, now: u
     };
     let held = if period > interval { period } else { 0 };
     super::keys::slice(now.saturating_sub(interval + held), precision.max(1))
+}
+
+/// Keeps the samples whose slice starts between `from` and `until`.
+fn within<T>(samples: &mut Vec<(u64, T)>, (from, until): (u64, u64)) {
+    samples.retain(|(slice, _)| (from..=until).contains(slice));
 }
 
 /// `samples`, or not found (`what`) when there are none.
@@ -407,6 +511,33 @@ const MAX_QUANTILE_SLICES: u64 = 10_000;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn moments_and_spans() {
+        let now = 1_800_000_000;
+        let at = |s: &str| s.parse::<Moment>().map(|m| m.at(now));
+        assert_eq!(at("now"), Ok(now));
+        assert_eq!(at("-1d"), Ok(now - 86_400));
+        assert_eq!(at("-90m"), Ok(now - 5_400));
+        assert_eq!(at("-3600"), Ok(now - 3_600));
+        assert_eq!(at("1700000000"), Ok(1_700_000_000));
+        for bad in ["", "-", "-0", "yesterday", "-1y", "1.5", "+1d"] {
+            assert!(at(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(Span::default().bounds(now).unwrap(), (0, now));
+        let span = |from: &str, until: &str| Span {
+            from: Some(from.parse().unwrap()),
+            until: Some(until.parse().unwrap()),
+        };
+        assert_eq!(
+            span("-2d", "-1d").bounds(now).unwrap(),
+            (now - 172_800, now - 86_400)
+        );
+        assert!(span("-1d", "-2d").bounds(now).is_err());
+        let mut samples = vec![(60, 'a'), (120, 'b'), (180, 'c')];
+        within(&mut samples, (61, 180));
+        assert_eq!(samples, [(120, 'b'), (180, 'c')]);
+    }
 
     #[test]
     fn durations_and_ranges() {

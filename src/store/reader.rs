@@ -175,14 +175,14 @@ impl Reader {
     }
 
     /// What the blocks of the hash `hash` at `precision` (a long archive's older slices,
-    /// [`crate::store::history`]) hold from slice `from` to slice `until` (now), oldest first:
+    /// [`crate::store::history`]) hold from slice `from` to slice `until`, as they stand at `now`, oldest first:
     /// the slots asked of each block of the configured `cut`, and of the other cut's where one
     /// exists ([`super::history::add_blocks`]).
     pub async fn history(
         &mut self,
         hash: &str,
         precision: u64,
-        (from, until): (u64, u64),
+        ((from, until), now): ((u64, u64), u64),
         (cut, family): (super::history::Geometry, super::history::Family),
     ) -> Result<Vec<(u64, f64)>, StoreError> {
         let p = precision.max(1);
@@ -191,7 +191,7 @@ impl Reader {
         super::history::add_blocks(
             &self.conn,
             &self.keys,
-            until,
+            now,
             vec![super::history::Asked {
                 name: hash.to_string(),
                 precision: p,

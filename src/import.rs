@@ -11,12 +11,14 @@
 //! slice that ends after the cut-off (`--until`, default now) is left to the agent. A file that
 //! does not read is named and skipped.
 //!
-//! Every other file outside Etsy's namespaces (`stats`, `stats_counts`) and carbon's tag tree
-//! (`_tagged`) is a carbon path (docs/carbon.md): its archives go into the gauge family's keys
-//! as whisper holds them, each archive at the precision of its own step (a precision the file
-//! has no archive of stays empty, as whisper never had it).
+//! Every other file outside Etsy's namespaces (`stats`, `stats_counts`) is a carbon path
+//! (docs/carbon.md): its archives go into the gauge family's keys as whisper holds them, each
+//! archive at the precision of its own step (a precision the file has no archive of stays
+//! empty, as whisper never had it). A tagged path's file (`_tagged/<h>/<h>/<file>.wsp`, `h` its
+//! SHA-256's first digits) is named by the path, its dots written `_DOT_`, or, under carbon's
+//! default `TAG_HASH_FILENAMES`, by the hash alone: such a path comes from [`TaggedNames`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
@@ -135,21 +137,84 @@ pub enum Kind {
     Path,
 }
 
+/// Carbon's tagged paths by their SHA-256, for the files carbon names by the hash alone: a JSON
+/// list of paths (graphite-web's answer to `/tags/findSeries?expr=name=~.`) or one path a
+/// line (`import whisper --tagged-names`).
+#[derive(Debug, Default)]
+pub struct TaggedNames(HashMap<String, String>);
+
+impl TaggedNames {
+    pub fn parse(text: &str) -> Result<TaggedNames, String> {
+        let paths: Vec<String> = if text.trim_start().starts_with('[') {
+            serde_json::from_str(text).map_err(|e| format!("not a JSON list of paths: {e}"))?
+        } else {
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        Ok(TaggedNames(
+            paths.into_iter().map(|p| (sha256_hex(&p), p)).collect(),
+        ))
+    }
+}
+
+/// The hexadecimal SHA-256 of `text`, as carbon names a tagged path's file.
+fn sha256_hex(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a file holds and the series' name, or why it is not imported.
+pub type Found = Result<(Kind, String), String>;
+
 /// What a whisper file under the tree holds, by its path, and the series name; `None` for what
-/// is not imported (Etsy's rates, timers and sets, carbon's tagged files).
-pub fn series_of(relative: &Path) -> Option<(Kind, String)> {
+/// is not imported (Etsy's rates, timers and sets), why not for a tagged file whose path is
+/// not known.
+pub fn series_of(relative: &Path, tagged: &TaggedNames) -> Option<Found> {
     let text = relative.to_str()?.strip_suffix(".wsp")?;
     let parts: Vec<&str> = text.split('/').collect();
-    match parts.as_slice() {
-        ["stats_counts", key @ ..] if !key.is_empty() => Some((Kind::Counter, key.join("."))),
+    let found = match parts.as_slice() {
+        ["stats_counts", key @ ..] if !key.is_empty() => (Kind::Counter, key.join(".")),
         ["stats", "counters", key @ .., "count"] if !key.is_empty() => {
-            Some((Kind::Counter, key.join(".")))
+            (Kind::Counter, key.join("."))
         }
-        ["stats", "gauges", key @ ..] if !key.is_empty() => Some((Kind::Gauge, key.join("."))),
-        ["stats" | "stats_counts" | "_tagged", ..] => None,
-        path if path.iter().all(|c| !c.is_empty()) => Some((Kind::Path, path.join("."))),
-        _ => None,
+        ["stats", "gauges", key @ ..] if !key.is_empty() => (Kind::Gauge, key.join(".")),
+        ["_tagged", a, b, file] => return Some(tagged_path([a, b], file, tagged)),
+        ["stats" | "stats_counts" | "_tagged", ..] => return None,
+        path if path.iter().all(|c| !c.is_empty()) => (Kind::Path, path.join(".")),
+        _ => return None,
+    };
+    Some(Ok(found))
+}
+
+/// The path of carbon's tagged file `file` in the directories `dirs`, as the agent keeps it
+/// (normalized as its carbon receivers normalize it): from the name, or from `tagged` by the
+/// hash; refused when the directories are not the path's hash's, where carbon would not have
+/// filed it.
+fn tagged_path(
+    dirs: [&str; 2],
+    file: &str,
+    tagged: &TaggedNames,
+) -> Result<(Kind, String), String> {
+    let path = if file.contains(';') {
+        file.replace("_DOT_", ".")
+    } else {
+        tagged.0.get(file).cloned().ok_or(
+            "a tagged path's file named by its hash: give the path in --tagged-names \
+             (graphite-web's /tags/findSeries?expr=name=~.)",
+        )?
+    };
+    let hash = sha256_hex(&path);
+    if hash[..3] != *dirs[0] || hash[3..6] != *dirs[1] {
+        return Err(format!(
+            "`{path}` is not filed here by carbon (its SHA-256 is {hash})"
+        ));
     }
+    let normalized = crate::protocol::carbon::normalize(&path)
+        .map_err(|why| format!("`{path}`: {}", why.as_str()))?;
+    Ok((Kind::Path, normalized.into_owned()))
 }
 
 /// The slices of precision `p` the archives fill exactly, each from the finest archive whose
@@ -217,18 +282,25 @@ pub struct Imported {
 pub async fn import(
     config: &Config,
     root: &Path,
-    until: u64,
+    (until, tagged): (u64, &TaggedNames),
     mut progress: impl FnMut(&Imported, usize),
 ) -> Result<Imported, String> {
-    let mut files = Vec::new();
-    collect(root, root, &mut files);
+    let mut found = Vec::new();
+    collect(root, root, tagged, &mut found);
+    let total = found.len();
+    let (mut files, mut done) = (Vec::new(), Imported::default());
+    for (path, what) in found {
+        match what {
+            Ok((kind, series)) => files.push((path, kind, series)),
+            Err(why) => done.skipped.push((path, why)),
+        }
+    }
     files.sort();
     let store = Store::open(config).map_err(|e| e.to_string())?;
     let mut conn = store.connect().await.map_err(|e| e.to_string())?;
     let keys = store.keys().clone();
     let now = crate::store::clock::unix_now();
     let retention = config.retention();
-    let mut done = Imported::default();
     for (path, kind, series) in &files {
         let counter = *kind == Kind::Counter;
         let whisper = match std::fs::read(path)
@@ -238,7 +310,7 @@ pub async fn import(
             Ok(whisper) => whisper,
             Err(why) => {
                 done.skipped.push((path.clone(), why));
-                progress(&done, files.len());
+                progress(&done, total);
                 continue;
             }
         };
@@ -325,7 +397,7 @@ pub async fn import(
             .await
             .map_err(|e| format!("{}: {e}", path.display()))?;
         done.files += 1;
-        progress(&done, files.len());
+        progress(&done, total);
     }
     Ok(done)
 }
@@ -443,16 +515,21 @@ fn number(v: f64, counter: bool) -> String {
 }
 
 /// Every `.wsp` file under `dir` that is imported, with its kind and series.
-fn collect(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, Kind, String)>) {
+/// The files under `dir` that [`series_of`] names: what each holds, or why it is skipped.
+fn collect(root: &Path, dir: &Path, tagged: &TaggedNames, out: &mut Vec<(PathBuf, Found)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            collect(root, &path, out);
-        } else if let Some((kind, series)) = path.strip_prefix(root).ok().and_then(series_of) {
-            out.push((path, kind, series));
+            collect(root, &path, tagged, out);
+        } else if let Some(found) = path
+            .strip_prefix(root)
+            .ok()
+            .and_then(|relative| series_of(relative, tagged))
+        {
+            out.push((path, found));
         }
     }
 }
@@ -547,7 +624,8 @@ mod tests {
 
     #[test]
     fn paths_name_counters_gauges_and_carbons_paths() {
-        let of = |p: &str| series_of(Path::new(p));
+        let none = TaggedNames::default();
+        let of = |p: &str| series_of(Path::new(p), &none).map(Result::unwrap);
         assert_eq!(
             of("stats_counts/api/hits.wsp"),
             Some((Kind::Counter, "api.hits".into()))
@@ -567,7 +645,33 @@ mod tests {
             of("collectd/web1/cpu-0/idle.wsp"),
             Some((Kind::Path, "collectd.web1.cpu-0.idle".into()))
         );
-        assert_eq!(of("_tagged/3a1/0b2/disk_DOT_used;env=prod.wsp"), None);
         assert_eq!(of("notes.txt"), None);
+    }
+
+    /// Carbon's own example (its test_database.py): the path's file with TAG_HASH_FILENAMES
+    /// off, and with it on (the default), the hash's, found from a list of paths.
+    #[test]
+    fn tagged_files_by_their_name_or_their_hash() {
+        let path = "stats.example.counts;tag1=value1";
+        let hash = sha256_hex(path);
+        assert!(hash.starts_with("872252"), "{hash}");
+        let none = TaggedNames::default();
+        let want = Some(Ok((Kind::Path, path.to_string())));
+        let named = "_tagged/872/252/stats_DOT_example_DOT_counts;tag1=value1.wsp";
+        assert_eq!(series_of(Path::new(named), &none), want);
+        let hashed = format!("_tagged/872/252/{hash}.wsp");
+        let unknown = series_of(Path::new(&hashed), &none).unwrap();
+        assert!(unknown.unwrap_err().contains("--tagged-names"));
+        for list in [
+            format!("[\"other;a=b\", \"{path}\"]"),
+            format!("other;a=b\n  {path}  \n\n"),
+        ] {
+            let tagged = TaggedNames::parse(&list).unwrap();
+            assert_eq!(series_of(Path::new(&hashed), &tagged), want, "{list}");
+        }
+        // Under directories that are not its hash's, or a name whose tags the agent refuses.
+        let elsewhere = "_tagged/000/252/stats_DOT_example_DOT_counts;tag1=value1.wsp";
+        assert!(series_of(Path::new(elsewhere), &none).unwrap().is_err());
+        assert!(TaggedNames::parse("[1, 2]").is_err());
     }
 }

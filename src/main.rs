@@ -55,7 +55,8 @@ enum Command {
 #[derive(clap::Subcommand)]
 enum ImportSource {
     /// The whisper files Etsy's statsd left through carbon: counters (stats_counts.*) and
-    /// gauges (stats.gauges.*), at every precision their archives fill whole.
+    /// gauges (stats.gauges.*), at every precision their archives fill whole; every other
+    /// path's archives as whisper holds them.
     Whisper {
         /// carbon's storage directory (the one holding stats_counts/ and stats/).
         dir: std::path::PathBuf,
@@ -63,6 +64,10 @@ enum ImportSource {
         /// writes [default: now].
         #[arg(long)]
         until: Option<u64>,
+        /// The tagged paths whose files carbon named by their hash (TAG_HASH_FILENAMES): a
+        /// file of graphite-web's answer to /tags/findSeries?expr=name=~. or one path a line.
+        #[arg(long)]
+        tagged_names: Option<std::path::PathBuf>,
     },
 }
 
@@ -132,10 +137,15 @@ fn main() -> ExitCode {
         return get(&config, query, *json);
     }
     if let Some(Command::Import {
-        source: ImportSource::Whisper { dir, until },
+        source:
+            ImportSource::Whisper {
+                dir,
+                until,
+                tagged_names,
+            },
     }) = &cli.command
     {
-        return import_whisper(&config, dir, *until);
+        return import_whisper(&config, dir, *until, tagged_names.as_deref());
     }
     if cli.print_config {
         match toml::to_string(&config.redacted()) {
@@ -199,12 +209,30 @@ fn write_out(text: &str) {
 /// `import whisper`: a progress line on stderr, each file that does not read named, then what
 /// was imported. Exit code 2 when `dir` is no directory, 3 when Redis cannot be reached.
 #[tokio::main(flavor = "current_thread")]
-async fn import_whisper(config: &Config, dir: &std::path::Path, until: Option<u64>) -> ExitCode {
+async fn import_whisper(
+    config: &Config,
+    dir: &std::path::Path,
+    until: Option<u64>,
+    tagged_names: Option<&std::path::Path>,
+) -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     if !dir.is_dir() {
         eprintln!("error: {}: not a directory", dir.display());
         return ExitCode::from(2);
     }
+    let tagged = match tagged_names.map(|path| {
+        statsd_redis::config::read_text(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| statsd_redis::import::TaggedNames::parse(&text))
+            .map_err(|e| format!("--tagged-names {}: {e}", path.display()))
+    }) {
+        None => Default::default(),
+        Some(Ok(tagged)) => tagged,
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let until = until.unwrap_or_else(statsd_redis::store::clock::unix_now);
     let progress = |done: &statsd_redis::import::Imported, files: usize| {
         eprint!(
@@ -215,7 +243,7 @@ async fn import_whisper(config: &Config, dir: &std::path::Path, until: Option<u6
             done.slices
         );
     };
-    match statsd_redis::import::import(config, dir, until, progress).await {
+    match statsd_redis::import::import(config, dir, (until, &tagged), progress).await {
         Ok(imported) => {
             eprintln!();
             for (path, why) in &imported.skipped {

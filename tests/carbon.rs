@@ -744,24 +744,70 @@ async fn tagged_paths_answer_as_graphite_web_over_carbon() {
         "/metrics/find?query=u.*".to_string(),
         "/metrics/find?query=u.plain.*".to_string(),
     ];
-    let mut last = Vec::new();
-    for _ in 0..60 {
-        last.clear();
-        for request in &requests {
-            let (want, got) = (
-                curl_json(&format!("{}{request}", web.url)),
-                curl_json(&format!("{agent_url}{request}")),
-            );
-            let empty = want.as_array().is_some_and(Vec::is_empty);
-            if empty {
-                last.push(format!("{request}: graphite-web has nothing yet"));
+    // What differs between graphite-web's answers and an agent's, retried while carbon writes.
+    let compare = |agent_url: String| {
+        let (web, requests) = (&web, &requests);
+        async move {
+            let mut last = Vec::new();
+            for _ in 0..60 {
+                last.clear();
+                for request in requests {
+                    let (want, got) = (
+                        curl_json(&format!("{}{request}", web.url)),
+                        curl_json(&format!("{agent_url}{request}")),
+                    );
+                    let empty = want.as_array().is_some_and(Vec::is_empty);
+                    if empty {
+                        last.push(format!("{request}: graphite-web has nothing yet"));
+                    }
+                    differences(&want, &got, request, &mut last);
+                }
+                if last.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            differences(&want, &got, request, &mut last);
+            last
         }
-        if last.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    };
+    let last = compare(agent_url).await;
     assert!(last.is_empty(), "{}", last.join("\n"));
+
+    // The same files imported into another Redis: the tagged ones, named by their hash, from
+    // the paths graphite-web lists (a file that lists none of them is named as skipped).
+    let listed = carbon.dir.path().join("tagged.json");
+    let names = curl_json(&format!("{}/tags/findSeries?expr=name%3D~.", web.url));
+    let tagged = names
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n.as_str().is_some_and(|n| n.contains(';')))
+        .count();
+    assert_eq!(tagged, 4, "{names}");
+    std::fs::write(&listed, names.to_string()).unwrap();
+    let imported = RedisServer::start();
+    let whisper = carbon.dir.path().join("whisper");
+    let import = |names: &Path| {
+        run_ok(
+            bin()
+                .args(["import", "whisper"])
+                .arg(&whisper)
+                .arg("--tagged-names")
+                .arg(names)
+                .args(["--redis", &imported.url(), "--retentions", SCHEMA]),
+            "statsd-redis import whisper",
+        )
+    };
+    let unlisted = carbon.dir.path().join("none.txt");
+    std::fs::write(&unlisted, "other.path;a=b\n").unwrap();
+    let out = import(&unlisted);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("skipped 4"), "{said}");
+    let out = import(&listed);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("skipped 0"), "{said}");
+    let (reader, _, http) = spawn_agent(&imported.url(), &["--retentions", SCHEMA]);
+    let _reader = Killed(reader);
+    let last = compare(format!("http://127.0.0.1:{http}/graphite")).await;
+    assert!(last.is_empty(), "imported: {}", last.join("\n"));
 }

@@ -17,7 +17,6 @@
 
 use super::names::NodePattern;
 use super::series::Point;
-use super::source::Kind;
 use crate::aggregate::StatKind;
 use crate::aggregate::sketch::{Buckets, Mapping};
 use crate::config::Config;
@@ -71,6 +70,17 @@ impl View {
             }
         }
     }
+}
+
+/// Where a Graphite series' points come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Set,
+    Stat(StatKind, &'static str),
+    /// One of Etsy's statistics of a timer ([`Field`]).
+    Etsy(StatKind, Field),
 }
 
 /// A statistic Etsy's `lib/process_metrics.js` writes for a timer, made here from a slice's

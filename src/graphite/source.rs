@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::GraphiteError;
-use super::etsy::{self, Plan, View};
+use super::etsy::{self, Kind, Plan, View};
 use super::names::{NodePattern, agent_name, graphite_name};
 use super::series::{Point, Series};
 use crate::aggregate::{Buckets, Mapping, StatKind};
@@ -43,17 +43,6 @@ const SCANNED_NAMES: usize = 20_000;
 pub const STATS: [&str; 11] = [
     "count", "sum", "mean", "min", "max", "p50", "p75", "p90", "p95", "p99", "p999",
 ];
-
-/// Where a Graphite series' points come from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Kind {
-    Counter,
-    Gauge,
-    Set,
-    Stat(StatKind, &'static str),
-    /// One of Etsy's statistics of a timer ([`etsy::Field`]).
-    Etsy(StatKind, etsy::Field),
-}
 
 /// A series found: its Graphite name, the agent's name, and its kind.
 #[derive(Debug, Clone, PartialEq)]

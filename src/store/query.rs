@@ -57,8 +57,9 @@ impl FromStr for Moment {
 }
 
 /// The slices a read answers with: those whose start lies between `from` and `until`, both
-/// included; a missing end is the retention's oldest slice, or now. What is read from Redis is
-/// what the span holds, not the whole retention.
+/// included; a missing end is the retention's oldest slice, or the newest slice there is (one
+/// a clock ahead wrote included). What is read from Redis is what the span holds, not the
+/// whole retention.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Span {
     pub from: Option<Moment>,
@@ -69,7 +70,7 @@ impl Span {
     /// The first and last second the span holds at `now`.
     fn bounds(&self, now: u64) -> QueryResult<(u64, u64)> {
         let from = self.from.map_or(0, |m| m.at(now));
-        let until = self.until.map_or(now, |m| m.at(now));
+        let until = self.until.map_or(u64::MAX, |m| m.at(now));
         if from > until {
             return Err(QueryError::BadArgument(format!(
                 "`from` ({from}) is after `until` ({until})"
@@ -307,7 +308,7 @@ impl Queries<'_> {
     ) -> QueryResult<Vec<(u64, u64)>> {
         let (from, until) = span.bounds(self.now)?;
         let retention = self.config.retention();
-        let newest = super::keys::slice(until, precision);
+        let newest = super::keys::slice(until.min(self.now), precision);
         let kept = super::keys::slice(self.now, precision)
             .saturating_sub(retention.samples(precision).saturating_sub(1) * precision);
         // The first slice that starts at or after `from`.
@@ -524,7 +525,7 @@ mod tests {
         for bad in ["", "-", "-0", "yesterday", "-1y", "1.5", "+1d"] {
             assert!(at(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(Span::default().bounds(now).unwrap(), (0, now));
+        assert_eq!(Span::default().bounds(now).unwrap(), (0, u64::MAX));
         let span = |from: &str, until: &str| Span {
             from: Some(from.parse().unwrap()),
             until: Some(until.parse().unwrap()),

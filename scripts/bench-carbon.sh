@@ -11,7 +11,8 @@
 #   scripts/bench-carbon.sh [runs]          (SHAPES="batch rounds", SERIES=2000 POINTS=360
 #                                            ROUND_SERIES=20000 ROUNDS=12,
 #                                            SCHEMA=10s:6h,1m:7d,1h:90d,1d:5y; CARBON=0: the
-#                                            agent alone, to compare schemas)
+#                                            agent alone, to compare schemas;
+#                                            COMMANDSTATS=1: Redis's own time by command)
 #
 # carbon-cache runs as its users run it: MAX_CACHE_SIZE, MAX_UPDATES_PER_SECOND and
 # MAX_CREATES_PER_MINUTE unlimited (Debian's limits would make it slower still), the sorted write
@@ -130,6 +131,9 @@ for run in $(seq 1 "$RUNS"); do
     sent=$(send "$agent_carbon" "$shape")
     agent_s=$(settle "$agent_pid" "$redis_pid")
     a1=$(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid")" | bc)
+    if [ -n "${COMMANDSTATS:-}" ]; then
+      redis-cli -s "$sock" info commandstats | grep -E 'cmdstat_(evalsha|hset|hmget|getrange|zadd|eval)' >&2
+    fi
     placed=$(agent_metric "$http" carbon_points_total)
     failed=$(agent_metric "$http" write_failures_total)
     kill "$agent_pid"; wait "$agent_pid" 2>/dev/null || true

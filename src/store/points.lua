@@ -53,6 +53,21 @@ local aggregations = {
   end,
 }
 
+-- Redis 7.0 formats a number argument of redis.call with printf's %.17g, and Lua a number
+-- joined to a string with %.14g: each several microseconds, most of a point's cost when a
+-- point's coarser slices read a few dozen fields. So slices, offsets and precisions go to
+-- Redis as text, each number written once a call (the items of a chunk share their slices):
+-- %d, which gives the same digits for these whole numbers.
+local point_texts = {}
+local function whole_text(n)
+  local s = point_texts[n]
+  if s == nil then
+    s = string.format('%d', n)
+    point_texts[n] = s
+  end
+  return s
+end
+
 -- A double as text that reads back as the same double, as short as %.15g allows.
 local function point_text(v)
   local s = string.format('%.15g', v)
@@ -67,9 +82,9 @@ end
 local function block_value(prefix, series, archive, t)
   local index = t / archive.p
   local block, slot = math.floor(index / archive.slots), index % archive.slots
-  local key = prefix .. 'history:gauge:' .. archive.p .. ':' .. series .. ':' .. archive.slots .. ':' .. block
+  local key = prefix .. 'history:gauge:' .. archive.text .. ':' .. series .. ':' .. whole_text(archive.slots) .. ':' .. whole_text(block)
   local at = math.floor(slot / 8) * POINT_GROUP
-  local group = redis.call('GETRANGE', key, at, at + POINT_GROUP - 1)
+  local group = redis.call('GETRANGE', key, whole_text(at), whole_text(at + POINT_GROUP - 1))
   if #group < POINT_GROUP then
     return nil
   end
@@ -91,14 +106,14 @@ local function write_points(prefix, now, i)
   local archives = {}
   for a = 1, tonumber(ARGV[i]) do
     local at = i + 1 + 3 * (a - 1)
-    archives[a] = {p = tonumber(ARGV[at]), kept = tonumber(ARGV[at + 1]), slots = tonumber(ARGV[at + 2])}
+    archives[a] = {p = tonumber(ARGV[at]), text = ARGV[at], kept = tonumber(ARGV[at + 1]), slots = tonumber(ARGV[at + 2])}
   end
   i = i + 1 + 3 * #archives
   local index = prefix .. 'known:gauge:'
   local members = {}
 
   local function hash_of(series, a)
-    return prefix .. 'gauge:' .. archives[a].p .. ':' .. series
+    return prefix .. 'gauge:' .. archives[a].text .. ':' .. series
   end
 
   local function set(series, a, fields)
@@ -107,7 +122,7 @@ local function write_points(prefix, now, i)
       redis.call('HSET', hash, unpack(fields, j, math.min(j + 1999, #fields)))
     end
     members[#members + 1] = '0'
-    members[#members + 1] = archives[a].p .. ':' .. series
+    members[#members + 1] = archives[a].text .. ':' .. series
   end
 
   -- The slice `t` of archive `lower` made of archive `higher`'s (`wrote`: those this item
@@ -125,7 +140,9 @@ local function write_points(prefix, now, i)
     if whole then
       for k = 1, total do values[k] = wrote[fields[k]] end
     else
-      values = redis.call('HMGET', hash_of(series, higher), unpack(fields))
+      local texts = {}
+      for k = 1, total do texts[k] = whole_text(fields[k]) end
+      values = redis.call('HMGET', hash_of(series, higher), unpack(texts))
     end
     local in_hash = now - now % h.p - (POINT_HASH_SLICES - 1) * h.p + POINT_MARGIN
     local known = {}
@@ -178,7 +195,7 @@ local function write_points(prefix, now, i)
             seen[t] = true
             local v = propagate(method, xff, t, higher, lower, series, wrote[higher])
             if v ~= nil then
-              made[#made + 1], made[#made + 2] = t, point_text(v)
+              made[#made + 1], made[#made + 2] = whole_text(t), point_text(v)
               wrote[lower][t] = v
             end
           end
@@ -197,7 +214,7 @@ local function write_points(prefix, now, i)
     local series, method, xff, m = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
     local ok, err = pcall(write, series, method, xff, i + 4, m)
     if not ok then
-      failed(prefix .. 'gauge:' .. archives[1].p .. ':' .. series, err)
+      failed(prefix .. 'gauge:' .. archives[1].text .. ':' .. series, err)
     end
     i = i + 4 + 3 * m
   end

@@ -193,11 +193,7 @@ pub fn series_of(relative: &Path, tagged: &TaggedNames) -> Option<Found> {
 /// (normalized as its carbon receivers normalize it): from the name, or from `tagged` by the
 /// hash; refused when the directories are not the path's hash's, where carbon would not have
 /// filed it.
-fn tagged_path(
-    dirs: [&str; 2],
-    file: &str,
-    tagged: &TaggedNames,
-) -> Result<(Kind, String), String> {
+fn tagged_path(dirs: [&str; 2], file: &str, tagged: &TaggedNames) -> Found {
     let path = if file.contains(';') {
         file.replace("_DOT_", ".")
     } else {
@@ -514,7 +510,6 @@ fn number(v: f64, counter: bool) -> String {
     }
 }
 
-/// Every `.wsp` file under `dir` that is imported, with its kind and series.
 /// The files under `dir` that [`series_of`] names: what each holds, or why it is skipped.
 fn collect(root: &Path, dir: &Path, tagged: &TaggedNames, out: &mut Vec<(PathBuf, Found)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -19,7 +19,11 @@
 # sized for them a while), less what the key space holds empty afterwards (the agent's visits
 # leave Redis a few hundred KB of its own, its scripts' Lua memory among them).
 #
-#   [SCHEMA=...] [AGENT=...] scripts/hist-bytes.sh [series=20] [slices=1440] [values=60]
+# With RENDERS=n, once every slice is packed: n renders of the timers' p99 over the last
+# `slices` minutes (`bench.*.latency.p99`, JSON), the agent's cleaner off; their median time
+# and Redis's own time a render (INFO commandstats), to set a long archive beside a short one.
+#
+#   [SCHEMA=...] [AGENT=...] [RENDERS=n] scripts/hist-bytes.sh [series=20] [slices=1440] [values=60]
 #
 # Needs: apt-get install -y python3-redis
 set -euo pipefail
@@ -90,6 +94,19 @@ echo "  whisper, 14 names:  168 bytes a slice (12.0 a point)"
 cpu=$(pack)
 blocks=$(keys 'history:hist:*')
 packed=$(used)
+if [ -n "${RENDERS:-}" ]; then
+  start_agent "$dir/agent.log" --redis "unix://$sock" --cleaner-enabled false \
+    --retentions "${SCHEMA:-10s:6h,1min:6d,10min:1800d}" --quantile-precisions 60
+  url="http://127.0.0.1:$http/graphite/render?target=bench.*.latency.p99&from=-$((slices * 60))s&format=json"
+  until curl -sfg -o /dev/null "$url"; do sleep 0.1; done
+  curl -sg "$url" | python3 -c 'import json,sys; a=json.load(sys.stdin); print("  rendered:", len(a), "series,", sum(v is not None for s in a for v, _ in s["datapoints"]), "points")'
+  redis-cli -s "$sock" config resetstat >/dev/null
+  for _ in $(seq "$RENDERS"); do curl -sg -o /dev/null -w '%{time_total}\n' "$url"; done |
+    sort -n | awk '{t[NR] = $1} END {printf "  render p99 of the last %d minutes: median %.2f ms\n", '"$slices"', t[int((NR + 1) / 2)] * 1000}'
+  redis-cli -s "$sock" info commandstats | tr -d '\r' |
+    awk -F'[=,]' -v n="$RENDERS" '/^cmdstat_/ {u += $4} END {printf "  of which Redis: %.2f ms a render\n", u / n / 1000}'
+  kill "$agent_pid"; wait "$agent_pid" || true
+fi
 idle=$(pack)
 fill 6 11 >/dev/null
 steady=$(pack)

@@ -132,7 +132,27 @@ impl Ord for Bucket {
 pub struct Buckets(Vec<(Bucket, f64)>);
 
 impl Buckets {
+    /// Room for `n` buckets before the first is added.
+    pub fn with_capacity(n: usize) -> Buckets {
+        Buckets(Vec::with_capacity(n))
+    }
+
     pub fn add(&mut self, bucket: Bucket, weight: f64) {
+        // Buckets that come in value order (a block's, a hash's once sorted) go on the end.
+        match self.0.last_mut().map(|(b, w)| ((*b).cmp(&bucket), w)) {
+            None | Some((std::cmp::Ordering::Less, _)) => {
+                self.0.push((bucket, weight));
+                if self.0.len() > MAX_BUCKETS {
+                    self.collapse();
+                }
+                return;
+            }
+            Some((std::cmp::Ordering::Equal, w)) => {
+                *w += weight;
+                return;
+            }
+            Some((std::cmp::Ordering::Greater, _)) => {}
+        }
         match self.0.binary_search_by(|(b, _)| b.cmp(&bucket)) {
             Ok(at) => self.0[at].1 += weight,
             Err(at) => {
@@ -372,6 +392,43 @@ mod tests {
         values.sort_by(f64::total_cmp);
         let buckets: Vec<Bucket> = values.iter().map(|&v| m.bucket(v)).collect();
         assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+    }
+
+    /// Buckets added in value order (the end's fast path), in reverse and shuffled, repeats
+    /// included, make the same counts.
+    #[test]
+    fn the_order_buckets_come_in_does_not_matter() {
+        let mut list: Vec<(Bucket, f64)> = (-20..20)
+            .flat_map(|i| {
+                let b = match i {
+                    0 => Bucket::Zero,
+                    i if i < 0 => Bucket::Negative(-i),
+                    i => Bucket::Positive(i),
+                };
+                [(b, 1.0), (b, 0.5)]
+            })
+            .collect();
+        list.sort_by_key(|(b, _)| *b);
+        let made = |list: &[(Bucket, f64)]| {
+            let mut b = Buckets::default();
+            for &(bucket, w) in list {
+                b.add(bucket, w);
+            }
+            b
+        };
+        let ordered = made(&list);
+        assert_eq!(ordered.len(), 40);
+        assert!(ordered.iter().all(|(_, w)| w == 1.5));
+        list.reverse();
+        assert_eq!(made(&list), ordered);
+        let mut state = 7u64;
+        for i in (1..list.len()).rev() {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            list.swap(i, (state >> 33) as usize % (i + 1));
+        }
+        assert_eq!(made(&list), ordered);
     }
 
     #[test]

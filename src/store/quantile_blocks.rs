@@ -218,7 +218,12 @@ pub fn decode(bytes: &[u8]) -> Option<(f64, Vec<Part>)> {
         at += len;
         let (&slot, rest) = body.split_first()?;
         let token: [u8; 4] = rest.get(..4)?.try_into().ok()?;
-        let (mut i, mut prev, mut buckets) = (4, 0i64, Buckets::default());
+        // A bucket takes a byte at least.
+        let room = rest
+            .len()
+            .saturating_sub(4)
+            .min(crate::aggregate::sketch::MAX_BUCKETS);
+        let (mut i, mut prev, mut buckets) = (4, 0i64, Buckets::with_capacity(room));
         while i < rest.len() {
             let (step, w) = bucket(rest, &mut i)?;
             prev = prev.checked_add(step)?;
@@ -303,7 +308,7 @@ pub async fn read(
             if sealed.get(&slice) == Some(&part.token) {
                 continue;
             }
-            add(&mut out[i], alpha, &part.buckets);
+            add(&mut out[i], alpha, part.buckets);
         }
     }
     Ok(out)
@@ -311,10 +316,10 @@ pub async fn read(
 
 /// Adds `buckets` of accuracy `alpha` into a slice read so far (a foreign accuracy's buckets
 /// at their estimates, as merging hashes does).
-pub(crate) fn add(slice: &mut Slice, alpha: f64, buckets: &Buckets) {
+pub(crate) fn add(slice: &mut Slice, alpha: f64, buckets: Buckets) {
     match slice {
-        None => *slice = Some((alpha, buckets.clone())),
-        Some((mine, all)) if *mine == alpha => all.merge(buckets),
+        None => *slice = Some((alpha, buckets)),
+        Some((mine, all)) if *mine == alpha => all.merge(&buckets),
         Some((mine, all)) => {
             let (to, from) = (
                 crate::aggregate::sketch::Mapping::new(*mine),

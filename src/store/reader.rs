@@ -264,7 +264,7 @@ impl Reader {
                         quantiles: quantiles_of(&buckets, &mapping, qs),
                     });
                 }
-                super::quantile_blocks::add(&mut merged, alpha, &buckets);
+                super::quantile_blocks::add(&mut merged, alpha, buckets);
             }
         }
         let Some((alpha, buckets)) = merged.filter(|(_, b)| b.total() > 0.0) else {

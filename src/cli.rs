@@ -91,7 +91,6 @@ pub enum Query {
     },
 }
 
-/// The exit code for a query's error: 1 unknown series, 2 bad arguments, 3 Redis unreachable.
 /// The slices a history query shows [default: the whole retention up to now].
 #[derive(Debug, Clone, clap::Args)]
 pub struct SpanArgs {
@@ -112,6 +111,7 @@ impl SpanArgs {
     }
 }
 
+/// The exit code for a query's error: 1 unknown series, 2 bad arguments, 3 Redis unreachable.
 pub fn exit_code(error: &QueryError) -> u8 {
     match error {
         QueryError::NotFound(_) => 1,

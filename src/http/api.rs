@@ -228,11 +228,12 @@ async fn gauge(
     Path(series): Path<String>,
     Query(q): Params,
 ) -> ApiResult {
+    let precision = positive(&q, "precision", s.config.counter_precisions()[0])?;
+    let span = span(&q)?;
     let mut queries = s.queries().await?;
     let value = queries.gauge(&series).await?;
-    let precision = positive(&q, "precision", s.config.counter_precisions()[0])?;
     // A gauge with a value but no slice at this precision (yet) has no samples, not 404.
-    let samples = queries.gauge_history(&series, precision, span(&q)?).await?;
+    let samples = queries.gauge_history(&series, precision, span).await?;
     let arriving_from = queries.arriving_from(Schedule::Values, precision);
     Ok(Json(
         json!({ "series": series, "value": value, "precision": precision, "samples": samples, "arriving_from": arriving_from }),

@@ -409,11 +409,7 @@ impl LineHandler {
         match parsed {
             Ok(carbon::Parsed::Point(p)) => {
                 let at = p.at.unwrap_or_else(|| {
-                    *now.get_or_insert_with(|| {
-                        std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0.0, |d| d.as_secs_f64())
-                    })
+                    *now.get_or_insert_with(|| crate::store::clock::since_epoch().as_secs_f64())
                 });
                 window.record_point(&p.path, at, p.value, self.max_series);
             }

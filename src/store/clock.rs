@@ -61,7 +61,7 @@ pub fn unix_now() -> u64 {
 }
 
 /// Time since the epoch now, to the nanosecond (zero if the clock is before 1970).
-fn since_epoch() -> std::time::Duration {
+pub fn since_epoch() -> std::time::Duration {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()

@@ -116,6 +116,7 @@ fn chunks(c: &mut Criterion) {
             &[1, 5, 60, 300, 3600, 18000, 86400],
             120,
         ),
+        schemas: statsd_redis::config::Config::default().schemas(),
         log_ttl_secs: 0,
         max_series: 100,
         quantiles: Default::default(),

@@ -92,6 +92,7 @@ async fn main() {
     let settings = ChunkSettings {
         keys: store.keys().clone(),
         retention: config.retention(),
+        schemas: config.schemas(),
         log_ttl_secs: 0,
         max_series: config.max_series_per_chunk,
         quantiles: statsd_redis::store::QuantileSettings {

@@ -92,6 +92,13 @@ pub struct Config {
     /// carbon's `retentions` (`10s:6h,1m:7d,1h:90d,1d:5y`): the precisions, each with how long
     /// it is kept, in place of `precisions` and `sample_count`; empty: those two.
     pub retentions: String,
+    /// Carbon's `storage-schemas.conf`: each path's retentions by the first section whose
+    /// pattern matches it (`crate::storage_conf::Schemas`), in place of `retentions`; none: one
+    /// schema for every path.
+    pub storage_schemas: PathBuf,
+    /// `storage_schemas` as read (by [`Args::into_config`]); none without the file.
+    #[serde(skip)]
+    pub schemas: Option<crate::storage_conf::Schemas>,
     /// Relative accuracy of the quantiles read back from the timer, histogram and distribution
     /// buckets (DDSketch's α).
     pub quantile_relative_accuracy: f64,
@@ -314,6 +321,8 @@ impl Default for Config {
             sample_count: 120,
             // The book's spelling above.
             retentions: String::new(),
+            storage_schemas: PathBuf::new(),
+            schemas: None,
             // 1 %: a p99 of 200 ms reads back between 198 and 202 ms.
             quantile_relative_accuracy: 0.01,
             // "The last 15 minutes" (two hours of minutes) and "yesterday 14:00" (five days
@@ -608,6 +617,20 @@ impl Config {
         }
         if self.sample_count == 0 {
             return Err(err("sample_count", "must be at least 1"));
+        }
+        if !self.storage_schemas.as_os_str().is_empty() {
+            if !self.retentions.is_empty() {
+                return Err(err(
+                    "storage_schemas",
+                    "give either storage_schemas or retentions, not both",
+                ));
+            }
+            if self.precisions != DEFAULT_PRECISIONS || self.sample_count != 120 {
+                return Err(err(
+                    "storage_schemas",
+                    "give either storage_schemas or precisions with sample_count, not both",
+                ));
+            }
         }
         if !self.retentions.is_empty() {
             crate::retention::Retention::parse(&self.retentions)
@@ -913,6 +936,15 @@ pub struct Args {
         value_name = "RETENTIONS"
     )]
     pub retentions: Option<String>,
+    /// carbon's storage-schemas.conf: each path's retentions, in place of --retentions
+    /// [default: none].
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_STORAGE_SCHEMAS",
+        value_name = "PATH"
+    )]
+    pub storage_schemas: Option<PathBuf>,
     /// Relative accuracy of quantiles [default: 0.01].
     #[arg(
         long,
@@ -1118,16 +1150,35 @@ pub struct Args {
 }
 
 impl Config {
-    /// The precisions and how many slices each keeps: `retentions` when given, else
-    /// `precisions` with `sample_count` (a configuration that `validate` refused reads as the
-    /// latter).
+    /// The precisions and how many slices each keeps: with `storage_schemas`, every precision
+    /// of any of its schemas, as long as the longest keeps it (what is written, and where a long
+    /// archive's blocks are cut); `retentions` when given; else `precisions` with
+    /// `sample_count` (a configuration that `validate` refused reads as the latter).
     pub fn retention(&self) -> crate::retention::Retention {
         use crate::retention::Retention;
+        if let Some(schemas) = &self.schemas {
+            return schemas.union();
+        }
         match self.retentions.as_str() {
             "" => Retention::book(&self.precisions, self.sample_count),
             text => Retention::parse(text)
                 .unwrap_or_else(|_| Retention::book(&self.precisions, self.sample_count)),
         }
+    }
+
+    /// Each path's own schema: `storage_schemas`' sections, or [`Config::retention`] for every
+    /// path.
+    pub fn schemas(&self) -> crate::storage_conf::Schemas {
+        match &self.schemas {
+            Some(s) => s.clone(),
+            None => crate::storage_conf::Schemas::single(self.retention()),
+        }
+    }
+
+    /// Whether the retention is carbon's (`retentions` or `storage_schemas`) rather than the
+    /// book's.
+    pub fn carbon_retention(&self) -> bool {
+        !self.retentions.is_empty() || self.schemas.is_some()
     }
 
     /// The counter, gauge and set precisions in force, in the configured order.
@@ -1141,7 +1192,7 @@ impl Config {
     /// up to a multiple of `flush_interval_secs`, as the key must be.
     pub fn coarse_write_secs(&self) -> u64 {
         let window = self.flush_interval_secs.max(1);
-        match (self.coarse_write_secs, self.retentions.is_empty()) {
+        match (self.coarse_write_secs, !self.carbon_retention()) {
             (Some(k), _) => k,
             (None, false) if window <= 3600 => 60u64.div_ceil(window) * window,
             (None, _) => 0,
@@ -1214,6 +1265,7 @@ impl Args {
             precisions,
             sample_count,
             retentions,
+            storage_schemas,
             quantile_relative_accuracy,
             quantile_precisions,
             quantile_write_secs,
@@ -1255,6 +1307,12 @@ impl Args {
             log_level,
             log_format
         );
+        if !config.storage_schemas.as_os_str().is_empty() {
+            config.schemas = Some(
+                crate::storage_conf::Schemas::load(&config.storage_schemas)
+                    .map_err(|e| err("storage_schemas", e))?,
+            );
+        }
         config.validate()?;
         Ok(config)
     }

@@ -341,7 +341,12 @@ const RELOADABLE: [&str; 12] = [
 ];
 
 /// Files read again at every SIGHUP, their names changed or not: what changed is in them.
-const REREAD: [&str; 3] = ["mapping_file", "web_config_file", "storage_aggregation"];
+const REREAD: [&str; 4] = [
+    "mapping_file",
+    "web_config_file",
+    "storage_aggregation",
+    "storage_schemas",
+];
 
 impl Reload {
     /// Reads the configuration again. A bad one is logged and the running one kept;

@@ -199,6 +199,44 @@ impl Retention {
             .join(",")
     }
 
+    /// Every precision any of `all` lists, each kept as long as the longest of them keeps it
+    /// (`storage_schemas`: what the agent writes and where a long archive's blocks are cut).
+    pub fn union<'a>(all: impl IntoIterator<Item = &'a Retention>) -> Retention {
+        let mut archives: Vec<Archive> = Vec::new();
+        for a in all.into_iter().flat_map(|r| &r.archives) {
+            match archives.iter_mut().find(|b| b.precision == a.precision) {
+                Some(b) => b.count = b.count.max(a.count),
+                None => archives.push(*a),
+            }
+        }
+        archives.sort_by_key(|a| a.precision);
+        Retention {
+            archives,
+            uniform: None,
+        }
+    }
+
+    /// What the cleaner keeps of a series of this schema when the agent writes `union`'s
+    /// precisions (`storage_schemas`): this schema's archives, and each precision of `union` it
+    /// does not list at the book's 120 slices (at most as many as `union` keeps), which no
+    /// Graphite read of the series takes.
+    pub fn within(&self, union: &Retention) -> Retention {
+        let mut archives = self.archives.clone();
+        for a in &union.archives {
+            if !archives.iter().any(|b| b.precision == a.precision) {
+                archives.push(Archive {
+                    precision: a.precision,
+                    count: a.count.min(crate::store::history::HASH_SLICES),
+                });
+            }
+        }
+        archives.sort_by_key(|a| a.precision);
+        Retention {
+            archives,
+            uniform: None,
+        }
+    }
+
     /// Reads [`Retention::encode`]'s form back (a spool written by an earlier version carries
     /// the one count).
     pub fn decode(text: &str) -> Option<Retention> {

@@ -1,12 +1,16 @@
-//! Carbon's `storage-aggregation.conf` (`storage_aggregation`), read as carbon-cache 1.1 reads
-//! it: sections in file order, each a `pattern` (a regular expression searched for anywhere in
-//! the path), an `xFilesFactor` and an `aggregationMethod`; the first section whose pattern
-//! matches a path decides, a missing key takes whisper's default (0.5, `average`), and a path
-//! no section matches takes both defaults.
+//! Carbon's `storage-aggregation.conf` (`storage_aggregation`) and `storage-schemas.conf`
+//! (`storage_schemas`), read as carbon-cache 1.1 reads them: sections in file order, each a
+//! `pattern` (a regular expression searched for anywhere in the path) and its settings; the
+//! first section whose pattern matches a path decides. Aggregation: an `xFilesFactor` and an
+//! `aggregationMethod`, a missing key taking whisper's default (0.5, `average`), a path no
+//! section matches both defaults. Schemas: `retentions`, a path no section matches taking
+//! carbon's own fallback, a minute's slices for a week (`60:10080`).
 
 use std::path::Path;
 
 use regex::{Regex, RegexSet};
+
+use crate::retention::Retention;
 
 /// Whisper's aggregation methods (`whisper.aggregationMethods`), written into `points.lua`'s
 /// arguments by name.
@@ -133,6 +137,115 @@ impl Aggregations {
             .as_ref()
             .and_then(|set| set.matches(path).iter().next())
             .map_or_else(Aggregation::default, |i| self.rules[i])
+    }
+}
+
+/// carbon's retention for a path no section of `storage-schemas.conf` matches
+/// (`carbon.storage.defaultSchema`): a minute's slices for a week.
+pub const FALLBACK_RETENTIONS: &str = "60:10080";
+
+/// The sections of a `storage-schemas.conf`, in order, then carbon's fallback; or the one
+/// schema of `retentions` (or the book's precisions) for every path.
+#[derive(Debug, Clone)]
+pub struct Schemas {
+    patterns: Option<RegexSet>,
+    /// Each section's name, then the fallback's (`default` as carbon logs it).
+    names: Vec<String>,
+    /// Each section's retention, then the fallback's.
+    retentions: Vec<Retention>,
+}
+
+impl PartialEq for Schemas {
+    fn eq(&self, other: &Schemas) -> bool {
+        let patterns = |s: &Schemas| s.patterns.as_ref().map(|p| p.patterns().to_vec());
+        patterns(self) == patterns(other)
+            && self.names == other.names
+            && self.retentions == other.retentions
+    }
+}
+
+impl Schemas {
+    /// One schema for every path.
+    pub fn single(retention: Retention) -> Schemas {
+        Schemas {
+            patterns: None,
+            names: vec!["default".into()],
+            retentions: vec![retention],
+        }
+    }
+
+    /// The file at `path`.
+    pub fn load(path: &Path) -> Result<Schemas, String> {
+        let text =
+            crate::config::read_text(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Schemas::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// A file's text. Refused, where carbon would log and skip a section or stop: a section
+    /// without `pattern` or `retentions`, a pattern that is no regular expression here (Rust's
+    /// `regex`), a `retentions` carbon or whisper refuses ([`Retention::parse`]), and a file
+    /// with no section.
+    pub fn parse(text: &str) -> Result<Schemas, String> {
+        let mut patterns = Vec::new();
+        let mut names = Vec::new();
+        let mut retentions = Vec::new();
+        for (name, options) in sections(text)? {
+            let get = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
+            let pattern = get("pattern").ok_or_else(|| format!("[{name}]: no `pattern`"))?;
+            Regex::new(pattern).map_err(|e| format!("[{name}]: pattern `{pattern}`: {e}"))?;
+            let text = get("retentions").ok_or_else(|| format!("[{name}]: no `retentions`"))?;
+            let retention =
+                Retention::parse(text).map_err(|e| format!("[{name}]: retentions {e}"))?;
+            patterns.push(pattern.clone());
+            names.push(name);
+            retentions.push(retention);
+        }
+        if patterns.is_empty() {
+            return Err("no section: a [name] with `pattern` and `retentions` is needed".into());
+        }
+        names.push("default".into());
+        retentions.push(Retention::parse(FALLBACK_RETENTIONS).expect("carbon's fallback"));
+        let patterns = Some(RegexSet::new(&patterns).map_err(|e| e.to_string())?);
+        Ok(Schemas {
+            patterns,
+            names,
+            retentions,
+        })
+    }
+
+    /// Which schema `path` (normalized, tags and all; a StatsD series by its name) takes: the
+    /// first section that matches, else the fallback (the last).
+    pub fn index(&self, path: &str) -> usize {
+        self.patterns
+            .as_ref()
+            .and_then(|set| set.matches(path).iter().next())
+            .unwrap_or(self.retentions.len() - 1)
+    }
+
+    /// The retention of schema `i` ([`Schemas::index`]).
+    pub fn retention(&self, i: usize) -> &Retention {
+        &self.retentions[i.min(self.retentions.len() - 1)]
+    }
+
+    /// The retention of `path`.
+    pub fn of(&self, path: &str) -> &Retention {
+        self.retention(self.index(path))
+    }
+
+    /// The section's name of schema `i`, as the logs name it.
+    pub fn name(&self, i: usize) -> &str {
+        &self.names[i.min(self.names.len() - 1)]
+    }
+
+    /// Every schema, the fallback last.
+    pub fn all(&self) -> &[Retention] {
+        &self.retentions
+    }
+
+    /// Every precision any schema keeps, as long as the longest keeps it
+    /// ([`Retention::union`]).
+    pub fn union(&self) -> Retention {
+        Retention::union(&self.retentions)
     }
 }
 
@@ -267,6 +380,68 @@ aggregationMethod = average
             ("[a]\npattern .\n", "key = value"),
         ] {
             let e = Aggregations::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+    }
+
+    /// Debian's `/etc/carbon/storage-schemas.conf`, and sections carbon's example shows.
+    const SCHEMAS: &str = "\
+# Schema definitions for Whisper files. Entries are scanned in order,
+[carbon]
+pattern = ^carbon\\.
+retentions = 60:90d
+
+[tagged]
+pattern = ;env=prod(;|$)
+retentions = 10s:1h,1m:1d
+
+[default_1min_for_1day]
+pattern = .*
+retentions = 60s:1d,5m:30d,1h:3y
+";
+
+    #[test]
+    fn the_first_matching_schema_decides() {
+        let s = Schemas::parse(SCHEMAS).unwrap();
+        let of = |p| s.of(p).encode();
+        assert_eq!(of("carbon.agents.a.cpu"), "60:129600");
+        // Unanchored, searched in the normalized path, tags and all.
+        assert_eq!(of("disk.used;env=prod;host=a"), "10:360,60:1440");
+        assert_eq!(
+            of("disk.used;env=production"),
+            "60:1440,300:8640,3600:26280"
+        );
+        assert_eq!(of("a.carbon.x"), "60:1440,300:8640,3600:26280");
+        assert_eq!(s.name(s.index("carbon.x")), "carbon");
+        // Every precision any section keeps, as long as the longest keeps it.
+        assert_eq!(s.union().encode(), "10:360,60:129600,300:8640,3600:26280");
+        // Nothing matches: carbon's fallback, a week of minutes.
+        let only = Schemas::parse("[c]\npattern = ^carbon\\.\nretentions = 10s:1d\n").unwrap();
+        assert_eq!(only.of("app.x").encode(), "60:10080");
+        assert_eq!(only.name(only.index("app.x")), "default");
+        assert_eq!(only.union().encode(), "10:8640,60:10080");
+        // What the cleaner keeps: a precision the schema does not list, the book's 120.
+        let kept = |p| only.of(p).within(&only.union()).encode();
+        assert_eq!(kept("app.x"), "10:120,60:10080");
+        assert_eq!(kept("carbon.x"), "10:8640,60:120");
+        let one = Schemas::single(Retention::parse("10s:6h").unwrap());
+        assert_eq!(one.of("anything").encode(), "10:2160");
+    }
+
+    #[test]
+    fn what_carbon_refuses_in_schemas_is_refused() {
+        for (text, says) in [
+            ("[a]\nretentions = 60:1d\n", "no `pattern`"),
+            ("[a]\npattern = .\n", "no `retentions`"),
+            ("[a]\npattern = (\nretentions = 60:1d\n", "pattern"),
+            (
+                "[a]\npattern = .\nretentions = 60:1d,61:2d\n",
+                "[a]: retentions",
+            ),
+            ("[a]\npattern = .\nretentions = 10X:1d\n", "[a]: retentions"),
+            ("# nothing\n", "no section"),
+        ] {
+            let e = Schemas::parse(text).unwrap_err();
             assert!(e.contains(says), "{text:?}: {e}");
         }
     }

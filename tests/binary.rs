@@ -68,11 +68,29 @@ fn bad_values_exit_2_with_one_line_naming_the_key() {
         bin().args(["--carbon-tcp", ":2003", "--redis-mode", "cluster"]),
         "carbon_tcp",
     );
+    std::fs::write(&file, "[a]\npattern = .\nretentions = 60:1d,61:2d\n").unwrap();
+    assert_config_error(bin().arg("--storage-schemas").arg(&file), "storage_schemas");
+    std::fs::write(&file, "[a]\npattern = .\nretentions = 60:1d\n").unwrap();
+    assert_config_error(
+        bin()
+            .arg("--storage-schemas")
+            .arg(&file)
+            .args(["--retentions", "10s:6h"]),
+        "storage_schemas",
+    );
+    assert_config_error(
+        bin()
+            .arg("--storage-schemas")
+            .arg(&file)
+            .args(["--sample-count", "200"]),
+        "storage_schemas",
+    );
     // A path to an endless stream is refused at its size, not read for ever.
     for (flag, key) in [
         ("--config", "config"),
         ("--mapping-file", "mapping_file"),
         ("--storage-aggregation", "storage_aggregation"),
+        ("--storage-schemas", "storage_schemas"),
         ("--web-config-file", "web_config_file"),
         ("--redis-tls-ca-file", "redis_tls_ca_file"),
     ] {

@@ -83,6 +83,12 @@ impl Carbon {
 
     /// In `dir` (its whisper files in `dir/whisper`), `settings` added to carbon.conf.
     fn start_in(dir: tempfile::TempDir, settings: &str) -> Carbon {
+        let schemas = format!("[all]\npattern = .*\nretentions = {SCHEMA}\n");
+        Carbon::start_with(dir, settings, &schemas)
+    }
+
+    /// [`Carbon::start_in`] with `schemas` as its storage-schemas.conf.
+    fn start_with(dir: tempfile::TempDir, settings: &str, schemas: &str) -> Carbon {
         assert!(
             Path::new("/usr/bin/carbon-cache").exists(),
             "this test runs carbon: apt-get install -y --no-install-recommends graphite-carbon python3-whisper"
@@ -108,11 +114,7 @@ impl Carbon {
             ),
         )
         .unwrap();
-        std::fs::write(
-            root.join("conf/storage-schemas.conf"),
-            format!("[all]\npattern = .*\nretentions = {SCHEMA}\n"),
-        )
-        .unwrap();
+        std::fs::write(root.join("conf/storage-schemas.conf"), schemas).unwrap();
         std::fs::write(root.join("conf/storage-aggregation.conf"), AGGREGATION).unwrap();
         let process = Command::new("/usr/bin/carbon-cache")
             .arg(format!("--config={r}/conf/carbon.conf"))
@@ -420,6 +422,208 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
 
 /// Points in flight while Redis is down, then the agent killed (SIGKILL): the spool brings them
 /// to the Redis that comes back, each slice once, the coarser one made of them.
+/// Debian's storage-schemas.conf (`[carbon]`, and its `[default_1min_for_1day]` narrowed to
+/// `d.`), a short and a long section, and carbon's own fallback for every other path.
+const SCHEMAS: &str = "\
+[carbon]
+pattern = ^carbon\\.
+retentions = 60:90d
+
+[short]
+pattern = ^s\\.
+retentions = 10s:1h,1m:1d
+
+[long]
+pattern = ^l\\.
+retentions = 10s:1d,1m:7d
+
+[default_1min_for_1day]
+pattern = ^d\\.
+retentions = 60s:1d,5m:30d,1h:3y
+";
+
+/// `storage_schemas`: the same file for carbon-cache and the agent; each path's points kept,
+/// carried down and read back through its own schema's archives (graphite-web's choice of
+/// archive at ranges that pick each of them), a path no section matches under carbon's
+/// fallback; each StatsD series read and trimmed by its own schema too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_path_keeps_its_own_schema_as_carbon_cache_does() {
+    let redis = RedisServer::start();
+    let carbon = Carbon::start_with(
+        tempfile::tempdir().unwrap(),
+        "ENABLE_TAGS = False\n",
+        SCHEMAS,
+    );
+    let schemas = carbon.dir.path().join("conf/storage-schemas.conf");
+    let schemas = schemas.display().to_string();
+    let agent_tcp = free_port();
+    let (agent, udp, http) = spawn_agent(
+        &redis.url(),
+        &[
+            "--storage-schemas",
+            &schemas,
+            "--carbon-tcp",
+            &format!("127.0.0.1:{agent_tcp}"),
+            "--cleaner-interval-secs",
+            "1",
+        ],
+    );
+    let _agent = Killed(agent);
+
+    while !(2..6).contains(&(unix_now() % 10)) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let now = unix_now() as i64;
+    let paths = ["carbon.a", "s.a", "l.a", "d.a", "other.a"];
+    let mut lines = Vec::new();
+    for (n, path) in (0i64..).zip(paths) {
+        // Every ten seconds of the last 20 minutes, every minute of the last three hours,
+        // then single points at ages only some schemas keep.
+        for k in 1..=120 {
+            lines.push(line(path, (k * 7 % 23 + n) as f64, now - k * 10 + 3));
+        }
+        for k in 21..=180 {
+            lines.push(line(path, (k % 13 + n) as f64 + 0.5, now - k * 60 + 1));
+        }
+        for (days, value) in [(3, 1.0), (10, 2.0), (60, 3.0), (100, 4.0), (700, 5.0)] {
+            lines.push(line(path, value + n as f64, now - days * 86400 - 7));
+        }
+    }
+    for port in [carbon.tcp, agent_tcp] {
+        send_tcp(port, &lines);
+    }
+
+    let until = now as u64;
+    // Ranges that pick each archive of each schema, and some past the shorter ones.
+    let ranges: Vec<(u64, u64)> = [
+        1800,
+        5 * 3600,
+        2 * 86400,
+        20 * 86400,
+        80 * 86400,
+        800 * 86400,
+    ]
+    .iter()
+    .map(|&r| (until - r, until))
+    .collect();
+    let mut last = String::new();
+    for _ in 0..60 {
+        let mut differences = Vec::new();
+        for path in paths {
+            for &(from, until) in &ranges {
+                let (want, got) = (
+                    carbon.fetch(path, from, until),
+                    render(http, path, from, until),
+                );
+                if want != got {
+                    let shown = |p: &Option<Vec<(u64, Option<f64>)>>| {
+                        p.as_ref().map(|p| {
+                            let step = p.get(1).map_or(0, |b| b.0 - p[0].0);
+                            let known: BTreeMap<u64, f64> =
+                                p.iter().filter_map(|(t, v)| Some((*t, (*v)?))).collect();
+                            (step, known)
+                        })
+                    };
+                    differences.push(format!(
+                        "{path} over {}: carbon {:?}, agent {:?}",
+                        until - from,
+                        shown(&want),
+                        shown(&got)
+                    ));
+                }
+            }
+        }
+        if differences.is_empty() {
+            last.clear();
+            break;
+        }
+        last = differences.join("\n");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(last.is_empty(), "{last}");
+    // Points are kept only in their own schema's hashes.
+    let mut conn = redis.conn();
+    for (path, precisions) in [
+        ("carbon.a", &[60][..]),
+        ("s.a", &[10, 60]),
+        ("l.a", &[10, 60]),
+        ("d.a", &[60, 300, 3600]),
+        ("other.a", &[60]),
+    ] {
+        let mut held: Vec<u64> = conn
+            .keys::<_, Vec<String>>(format!("gauge:*:{path}"))
+            .unwrap()
+            .iter()
+            .map(|k| k.split(':').nth(1).unwrap().parse().unwrap())
+            .collect();
+        held.sort_unstable();
+        assert_eq!(held, precisions, "{path}");
+    }
+
+    // A StatsD counter of each schema: read at its own archives, trimmed to its own length.
+    // A slice two hours old at 10 s: kept in blocks for l. (a day), trimmed for s. (an
+    // hour) and for a path whose schema does not list 10 s (the book's 120 slices).
+    let old = (now - 7200 - now % 10) as u64;
+    for name in ["s.c", "l.c", "other.c"] {
+        let _: () = conn.hset(format!("count:10:{name}"), old, 5).unwrap();
+        let _: () = conn.zadd("known:", format!("10:{name}"), 0).unwrap();
+    }
+    let statsd = UdpSocket::bind("127.0.0.1:0").unwrap();
+    statsd
+        .send_to(b"s.c:1|c\nl.c:1|c\nother.c:1|c", ("127.0.0.1", udp))
+        .unwrap();
+    let cli = |name: &str| -> Vec<(u64, i64)> {
+        let out = run_ok(
+            bin().args([
+                "get",
+                "--json",
+                "counter",
+                name,
+                "--precision",
+                "10",
+                "--redis",
+                &redis.url(),
+                "--storage-schemas",
+                &schemas,
+            ]),
+            "statsd-redis get counter",
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the cleaner trimmed s.c's and other.c's old slice and moved l.c's into a block",
+        || {
+            let old_in = |name: &str| cli(name).iter().any(|(t, _)| *t == old);
+            let wrote = |name: &str| cli(name).iter().any(|(t, n)| *t > old && *n == 1);
+            !old_in("s.c") && !old_in("other.c") && old_in("l.c") && wrote("s.c") && wrote("l.c")
+        },
+    )
+    .await;
+    assert!(
+        !conn
+            .keys::<_, Vec<String>>("history:count:10:l.c:*")
+            .unwrap()
+            .is_empty()
+    );
+    // The Graphite API shows each counter at its own schema's finest archive that covers the
+    // range: ten seconds for s.c over half an hour, a minute for other.c (carbon's fallback).
+    let step = |name: &str| {
+        let p = render(http, name, until - 1800, until + 60).unwrap();
+        p[1].0 - p[0].0
+    };
+    assert_eq!((step("s.c"), step("other.c")), (10, 60));
+    // Every kept point was compared: each path has points carbon kept.
+    for path in paths {
+        let held = ranges.iter().any(|&(from, until)| {
+            carbon
+                .fetch(path, from, until)
+                .is_some_and(|p| p.iter().any(|(_, v)| v.is_some()))
+        });
+        assert!(held, "{path}: carbon kept nothing to compare");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn points_through_an_outage_and_a_kill_arrive_whole() {
     let mut redis = RedisServer::start();

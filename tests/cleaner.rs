@@ -238,6 +238,7 @@ async fn a_concurrent_write_keeps_its_index_member() {
         let settings = ChunkSettings {
             keys: keys.clone(),
             retention: Retention::book(&[1], 10),
+            schemas: statsd_redis::storage_conf::Schemas::single(Retention::book(&[1], 10)),
             log_ttl_secs: 0,
             max_series: 100,
             quantiles: Default::default(),
@@ -474,6 +475,7 @@ async fn a_gauge_written_again_during_the_pass_keeps_its_field() {
     let settings = ChunkSettings {
         keys: Keys::new(""),
         retention: Retention::book(&[1], 10),
+        schemas: statsd_redis::storage_conf::Schemas::single(Retention::book(&[1], 10)),
         log_ttl_secs: 0,
         max_series: 1000,
         quantiles: Default::default(),

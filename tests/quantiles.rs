@@ -268,6 +268,7 @@ async fn fifteen_one_minute_slices_merge_into_the_quantiles_of_all_their_values(
     let settings = ChunkSettings {
         keys: store.keys().clone(),
         retention: statsd_redis::config::Config::default().retention(),
+        schemas: statsd_redis::config::Config::default().schemas(),
         log_ttl_secs: 0,
         max_series: 100,
         quantiles: Default::default(),

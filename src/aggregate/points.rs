@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use super::SeriesName;
 use crate::retention::Retention;
-use crate::storage_conf::{Aggregation, Aggregations};
+use crate::storage_conf::{Aggregation, Aggregations, Schemas};
 
-/// A point placed: its archive (an index into the retention's archives, finest first), its
+/// A point placed: its archive (an index into its schema's archives, finest first), its
 /// slice, its value.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Placed {
@@ -21,6 +21,8 @@ pub struct Placed {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SeriesPoints {
     pub series: SeriesName,
+    /// Its schema ([`Schemas::index`]), whose archives `placed` counts in.
+    pub schema: usize,
     pub aggregation: Aggregation,
     pub placed: Vec<Placed>,
 }
@@ -48,22 +50,26 @@ pub fn archives(retention: &Retention) -> Vec<(u64, u64)> {
     archives
 }
 
-/// Places each series' points (`(timestamp, value)` as they came) at `now`. Within a window,
+/// Places each series' points (`(timestamp, value)` as they came) at `now`, in the archives
+/// of the series' own schema (`storage_schemas`). Within a window,
 /// as within one of whisper's `update_many` batches, a slice takes the point with the latest
 /// timestamp, and of equal timestamps the last that came (carbon's cache keeps the last);
 /// across windows the later write replaces the earlier, as across whisper's writes.
 pub fn place(
     points: Vec<(SeriesName, Vec<(f64, f64)>)>,
-    archives: &[(u64, u64)],
+    schemas: &Schemas,
     now: u64,
     aggregations: &Aggregations,
 ) -> (Vec<SeriesPoints>, PointOutcomes) {
     let mut outcomes = PointOutcomes::default();
-    let longest = archives.iter().map(|a| a.1).max().unwrap_or(0);
-    let ahead = archives.first().map_or(0, |a| a.1);
+    let all: Vec<Vec<(u64, u64)>> = schemas.all().iter().map(archives).collect();
     let placed = points
         .into_iter()
         .filter_map(|(series, values)| {
+            let schema = schemas.index(&series);
+            let archives = &all[schema];
+            let longest = archives.iter().map(|a| a.1).max().unwrap_or(0);
+            let ahead = archives.first().map_or(0, |a| a.1);
             let mut slices: BTreeMap<(usize, u64), (f64, f64)> = BTreeMap::new();
             for (at, value) in values {
                 // Whisper's int(): toward zero.
@@ -97,6 +103,7 @@ pub fn place(
                 .collect();
             (!placed.is_empty()).then(|| SeriesPoints {
                 aggregation: aggregations.of(&series),
+                schema,
                 series,
                 placed,
             })
@@ -109,8 +116,8 @@ pub fn place(
 mod tests {
     use super::*;
 
-    fn etsy() -> Vec<(u64, u64)> {
-        archives(&Retention::parse("10s:6h,1m:7d,1h:90d").unwrap())
+    fn etsy() -> Schemas {
+        Schemas::single(Retention::parse("10s:6h,1m:7d,1h:90d").unwrap())
     }
 
     fn placed(points: &[(f64, f64)], now: u64) -> (Vec<Placed>, PointOutcomes) {
@@ -189,5 +196,48 @@ mod tests {
         );
         assert_eq!(p, [at(0, now + 6 * 3600, 1.0)]);
         assert_eq!(o.too_far_ahead, 1);
+    }
+
+    #[test]
+    fn each_series_takes_its_own_schemas_archives() {
+        let now = 1_000_000_000;
+        let schemas = Schemas::parse(
+            "[short]\npattern = ^s\\.\nretentions = 10s:1h,1m:1d\n\
+             [long]\npattern = ^l\\.\nretentions = 1m:90d\n",
+        )
+        .unwrap();
+        let two_hours = (now - 7200) as f64;
+        let (placed, o) = place(
+            vec![
+                ("l.a".into(), vec![(two_hours, 1.0)]),
+                (
+                    "other".into(),
+                    vec![(two_hours, 2.0), ((now - 8 * 86400) as f64, 3.0)],
+                ),
+                (
+                    "s.a".into(),
+                    vec![(two_hours, 4.0), ((now - 2 * 86400) as f64, 5.0)],
+                ),
+            ],
+            &schemas,
+            now,
+            &Aggregations::default(),
+        );
+        let got: Vec<(&str, usize, Vec<Placed>)> = placed
+            .iter()
+            .map(|s| (&*s.series, s.schema, s.placed.clone()))
+            .collect();
+        let minute = now - 7200 - (now - 7200) % 60;
+        assert_eq!(
+            got,
+            [
+                ("l.a", 1, vec![at(0, minute, 1.0)]),
+                // carbon's fallback, a week of minutes: eight days is too old.
+                ("other", 2, vec![at(0, minute, 2.0)]),
+                // Two hours is past the 10 s archive: the minutes'; two days past both.
+                ("s.a", 0, vec![at(1, minute, 4.0)]),
+            ]
+        );
+        assert_eq!(o.too_old, 2);
     }
 }

@@ -18,8 +18,8 @@ impl Closer {
         }
         let mut taken: Vec<_> = std::mem::take(&mut window.points).into_iter().collect();
         taken.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let archives = points::archives(&self.chunker.settings.retention);
-        let (placed, outcomes) = points::place(taken, &archives, start, &self.aggregations);
+        let schemas = &self.chunker.settings.schemas;
+        let (placed, outcomes) = points::place(taken, schemas, start, &self.aggregations);
         counts[0].increment(outcomes.placed);
         counts[1].increment(outcomes.too_old);
         counts[2].increment(outcomes.too_far_ahead);

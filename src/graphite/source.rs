@@ -27,6 +27,7 @@ use super::series::{Point, Series};
 use crate::aggregate::{Buckets, Mapping, StatKind};
 use crate::config::Config;
 use crate::retention::Retention;
+use crate::storage_conf::Schemas;
 use crate::store::bulk::{BulkPool, Hmget, LexRange, Members};
 use crate::store::history::{self, Family};
 use crate::store::quantile_blocks;
@@ -249,6 +250,8 @@ pub struct Source<'a> {
     grids: std::cell::RefCell<Vec<Grid>>,
     /// How long each precision is kept (`Config::retention`), read once a request.
     retention: std::cell::OnceCell<Retention>,
+    /// Each series' own schema (`Config::schemas`), read once a request.
+    schemas: std::cell::OnceCell<Schemas>,
 }
 
 impl<'a> Source<'a> {
@@ -266,6 +269,7 @@ impl<'a> Source<'a> {
             remembered,
             grids: Default::default(),
             retention: Default::default(),
+            schemas: Default::default(),
         }
     }
 
@@ -1031,10 +1035,14 @@ impl<'a> Source<'a> {
         }
     }
 
-    /// Whisper's choice of archive and slices for `leaf` over the range; `None` when the range
-    /// lies wholly outside the retention.
+    /// Whisper's choice of archive and slices for `leaf` over the range, by the archives of
+    /// its series' own schema (`storage_schemas`); `None` when the range lies wholly outside
+    /// its retention.
     fn window(&self, leaf: &Leaf, from: i64, until: i64, now: i64) -> Option<Window> {
-        let retention = self.retention();
+        let retention = self
+            .schemas
+            .get_or_init(|| self.config.schemas())
+            .of(&leaf.series);
         let mut archives: Vec<(i64, i64)> = match leaf.kind {
             Kind::Stat(..) | Kind::Etsy(..) => self.config.quantile_precisions.clone(),
             _ => retention.precisions(),

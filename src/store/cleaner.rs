@@ -23,6 +23,7 @@ use super::quantile_blocks;
 use super::{Cached, Connection, Keys, Store, StoreError};
 use crate::aggregate::StatKind;
 use crate::retention::Retention;
+use crate::storage_conf::Schemas;
 use crate::telemetry::Telemetry;
 
 /// Index members per script call: each member's hash holds its precision's count of slices, so
@@ -63,6 +64,10 @@ pub struct Cleaner {
     interval: Duration,
     /// How long each precision is kept, as the scripts take it (`Retention::encode`).
     retention: String,
+    /// With `storage_schemas`, each path's own schema and its retention as the scripts take
+    /// it: a hash is trimmed to what its series' schema keeps (`retention`, every schema's
+    /// longest, cuts the blocks).
+    schemas: Option<(Schemas, Vec<String>)>,
     /// The long archives' cuts (`Retention::encode_history`).
     history: String,
     /// The precisions, finest first: where a gauge's last write is looked for.
@@ -116,6 +121,7 @@ impl Cleaner {
             owner,
             interval,
             retention: retention.encode(),
+            schemas: None,
             history: retention.encode_history(),
             precisions: {
                 let mut p = retention.precisions();
@@ -165,6 +171,45 @@ impl Cleaner {
     pub fn forgetting(mut self, secs: u64) -> Cleaner {
         self.forget_secs = secs;
         self
+    }
+
+    /// Trims each hash to what its series' own schema keeps (`storage_schemas`;
+    /// [`Retention::within`]); the blocks stay cut as the retention `new` took (every
+    /// schema's longest) says.
+    pub fn trimming(mut self, schemas: Schemas) -> Cleaner {
+        if schemas.all().len() > 1 {
+            let union = schemas.union();
+            let encoded = (schemas.all().iter())
+                .map(|own| own.within(&union).encode())
+                .collect();
+            self.schemas = Some((schemas, encoded));
+        }
+        self
+    }
+
+    /// The due members of a batch, grouped by the retention (as the scripts take it) their
+    /// series' schema keeps them for.
+    fn by_schema<'m>(&self, due: Vec<&'m Vec<u8>>) -> Vec<(String, Vec<&'m Vec<u8>>)> {
+        let Some((schemas, encoded)) = &self.schemas else {
+            return (!due.is_empty())
+                .then(|| (self.retention.clone(), due))
+                .into_iter()
+                .collect();
+        };
+        let mut groups: Vec<Vec<&Vec<u8>>> = vec![Vec::new(); encoded.len()];
+        for m in due {
+            let series = m
+                .iter()
+                .position(|b| *b == b':')
+                .map_or(&m[..], |i| &m[i + 1..]);
+            groups[schemas.index(&String::from_utf8_lossy(series))].push(m);
+        }
+        groups
+            .into_iter()
+            .zip(encoded)
+            .filter(|(g, _)| !g.is_empty())
+            .map(|(g, e)| (e.clone(), g))
+            .collect()
     }
 
     /// Packs the quantile slices at `precisions` (`quantile_precisions`) that `retention`
@@ -323,15 +368,16 @@ impl Cleaner {
                 .iter()
                 .filter(|m| precision_of(m).is_none_or(|p| self.due(p)))
                 .collect();
-            if !due.is_empty() {
+            for (retention, due) in self.by_schema(due) {
                 let r = if self.store.is_cluster() {
-                    self.clean_slots(&mut conn, index, now, &due).await
+                    self.clean_slots(&mut conn, index, (now, &retention), &due)
+                        .await
                 } else {
                     self.clean
                         .arg(&index.key)
                         .arg(&index.hash_prefix)
                         .arg(now)
-                        .arg(&self.retention)
+                        .arg(&retention)
                         .arg(&self.history)
                         .arg(&index.block_prefix)
                         .arg(u8::from(index.gauge))
@@ -360,7 +406,7 @@ impl Cleaner {
         &mut self,
         conn: &mut Connection,
         index: &Index,
-        now: u64,
+        (now, retention): (u64, &str),
         members: &[&Vec<u8>],
     ) -> Result<(u64, u64, u64), StoreError> {
         let hash = |m: &[u8]| [index.hash_prefix.as_bytes(), m].concat();
@@ -375,7 +421,7 @@ impl Cleaner {
             let hashes = members.iter().map(|m| hash(m)).collect();
             let settings = SlotSettings {
                 now,
-                retention: &self.retention,
+                retention,
                 history: &self.history,
                 keys: &self.keys,
                 gauge: index.gauge,

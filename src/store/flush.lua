@@ -27,7 +27,8 @@
 --          points:     (carbon's, points.lua; when the count is not 0) a count of archives,
 --                      each: precision, seconds kept, slots a block (0: none); then each
 --                      series: series, aggregation method, xFilesFactor, point count m, m
---                      triples of archive (from 1), slice, value
+--                      triples of archive (from 1), slice, value. One such section a schema
+--                      (storage_schemas) the chunk's points use, to the end of the arguments
 --
 -- Returns {key, error, key, error, ...}: each pair a write that Redis refused (a key of another
 -- type, a value that would not be a number) and that was skipped, the rest applied.
@@ -169,8 +170,10 @@ local function apply()
     end
   end
 
-  -- Carbon points (a spool written before them has no such section).
-  i = write_points(prefix, tonumber(ARGV[1]), i)
+  -- Carbon points, a section a schema (a spool written before them has no such section).
+  repeat
+    i = write_points(prefix, tonumber(ARGV[1]), i)
+  until ARGV[i] == nil
 end
 local ok, err = pcall(apply)
 if not ok then

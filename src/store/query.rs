@@ -128,7 +128,8 @@ impl Queries<'_> {
     ) -> QueryResult<Vec<(u64, i64)>> {
         let bounds = span.bounds(self.now)?;
         let mut samples = self.reader.counter(series, precision).await?;
-        if let Some(history) = self.history_range(precision, !samples.is_empty(), bounds) {
+        if let Some(history) = self.history_range((series, precision), !samples.is_empty(), bounds)
+        {
             let hash = self.reader.keys().counter(precision, series);
             let series = (hash.as_str(), precision, Family::Counter);
             samples = self
@@ -144,18 +145,18 @@ impl Queries<'_> {
         })
     }
 
-    /// The slices a long archive's blocks may hold at `precision` (its retention up to now)
-    /// within `(from, until)`, when the series has a hash there (the hash keeps its newest
-    /// slice while it has history), and the retention's cut.
+    /// The slices a long archive's blocks may hold of `series` at `precision` (its own
+    /// schema's retention up to now) within `(from, until)`, when the series has a hash there
+    /// (the hash keeps its newest slice while it has history), and the agent's cut.
     fn history_range(
         &self,
-        precision: u64,
+        (series, precision): (&str, u64),
         has_hash: bool,
         (from, until): (u64, u64),
     ) -> Option<((u64, u64), Geometry)> {
-        let retention = self.config.retention();
-        let cut = retention.history(precision)?;
-        let from = from.max(self.now.saturating_sub(retention.seconds(precision)));
+        let cut = self.config.retention().history(precision)?;
+        let kept = self.config.schemas().of(series).seconds(precision);
+        let from = from.max(self.now.saturating_sub(kept));
         let until = until.min(self.now);
         (has_hash && from <= until).then_some(((from, until), cut))
     }
@@ -193,7 +194,8 @@ impl Queries<'_> {
     ) -> QueryResult<Vec<(u64, f64)>> {
         let bounds = span.bounds(self.now)?;
         let mut samples = self.reader.gauge_samples(series, precision).await?;
-        if let Some(history) = self.history_range(precision, !samples.is_empty(), bounds) {
+        if let Some(history) = self.history_range((series, precision), !samples.is_empty(), bounds)
+        {
             let hash = self.reader.keys().gauge(precision, series);
             let series = (hash.as_str(), precision, Family::Gauge);
             // The hash's value is the newer where both hold a slice.
@@ -308,9 +310,10 @@ impl Queries<'_> {
     ) -> QueryResult<Vec<(u64, u64)>> {
         let (from, until) = span.bounds(self.now)?;
         let retention = self.config.retention();
+        let own = self.config.schemas().of(series).samples(precision);
         let newest = super::keys::slice(until.min(self.now), precision);
         let kept = super::keys::slice(self.now, precision)
-            .saturating_sub(retention.samples(precision).saturating_sub(1) * precision);
+            .saturating_sub(own.saturating_sub(1) * precision);
         // The first slice that starts at or after `from`.
         let oldest = kept.max(from.div_ceil(precision.max(1)) * precision);
         if oldest > newest {

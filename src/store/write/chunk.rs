@@ -8,6 +8,7 @@ use redis::{RedisWrite, ToRedisArgs};
 use crate::aggregate::points::SeriesPoints;
 use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
 use crate::retention::Retention;
+use crate::storage_conf::Schemas;
 use crate::store::{Keys, StoreError, clock, keys};
 
 /// A bounded part of a window: applied atomically, and at most once thanks to its number.
@@ -264,6 +265,9 @@ pub struct ChunkSettings {
     /// How long each precision's slices are kept (sets' and quantile slices' expiry; the
     /// scripts take it as `Retention::encode` writes it).
     pub retention: Retention,
+    /// Each path's own schema (`storage_schemas`): the archives a carbon series' points are
+    /// placed in and carried down through.
+    pub schemas: Schemas,
     /// Idle lifetime of the log keys (`recent:`, `common:`); 0: none.
     pub log_ttl_secs: u64,
     pub max_series: usize,
@@ -277,6 +281,7 @@ impl ChunkSettings {
         ChunkSettings {
             keys: Keys::new(prefix),
             retention: Retention::book(&crate::config::DEFAULT_PRECISIONS, 120),
+            schemas: Schemas::single(Retention::book(&crate::config::DEFAULT_PRECISIONS, 120)),
             log_ttl_secs: 0,
             max_series,
             quantiles: Default::default(),
@@ -380,7 +385,7 @@ pub fn build_chunks(
                     .arg(&log.message);
             }
             let points = &window.points[part.points.0..part.points.1];
-            put_points(&mut cmd, points, &settings.retention);
+            put_points(&mut cmd, points, settings);
             FlushChunk::packed(
                 counters.len()
                     + stats.len()
@@ -409,19 +414,38 @@ pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
     }
 }
 
-/// The points section (`flush.lua`): its count; when there are any, the archives (precision,
-/// seconds kept, slots a block or 0: `Retention::history`), then each series with its
-/// aggregation method, its xFilesFactor (as whisper's header holds it, a 32-bit float), its
-/// count of points, and each point's archive (from 1), slice and value.
-fn put_points(cmd: &mut Argv, points: &[SeriesPoints], retention: &Retention) {
-    cmd.arg(points.len());
+/// The points sections (`flush.lua`), one a schema that `points` use (none: one empty
+/// section): its count; when there are any, the schema's archives (precision, seconds kept,
+/// slots a block or 0: the agent's [`Retention::history`], where the cleaner cuts blocks),
+/// then each series with its aggregation method, its xFilesFactor (as whisper's header holds
+/// it, a 32-bit float), its count of points, and each point's archive (from 1), slice and
+/// value.
+fn put_points(cmd: &mut Argv, points: &[SeriesPoints], settings: &ChunkSettings) {
     if points.is_empty() {
+        cmd.arg(0);
         return;
     }
-    let archives = crate::aggregate::points::archives(retention);
+    let mut schemas: Vec<usize> = points.iter().map(|s| s.schema).collect();
+    schemas.sort_unstable();
+    schemas.dedup();
+    for schema in schemas {
+        let points: Vec<&SeriesPoints> = points.iter().filter(|s| s.schema == schema).collect();
+        put_schema_points(cmd, &points, settings, settings.schemas.retention(schema));
+    }
+}
+
+/// One points section: `points`, all of the schema `own`.
+fn put_schema_points(
+    cmd: &mut Argv,
+    points: &[&SeriesPoints],
+    settings: &ChunkSettings,
+    own: &Retention,
+) {
+    cmd.arg(points.len());
+    let archives = crate::aggregate::points::archives(own);
     cmd.arg(archives.len());
     for (p, seconds) in archives {
-        let slots = retention.history(p).map_or(0, |g| g.slots);
+        let slots = settings.retention.history(p).map_or(0, |g| g.slots);
         cmd.arg(p).arg(seconds).arg(slots);
     }
     for s in points {

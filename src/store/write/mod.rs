@@ -49,6 +49,7 @@ impl Chunker {
             settings: ChunkSettings {
                 keys,
                 retention: config.retention(),
+                schemas: config.schemas(),
                 log_ttl_secs: config.log_idle_secs,
                 max_series: config.max_series_per_chunk,
                 quantiles: QuantileSettings {

@@ -96,9 +96,10 @@ pub struct Config {
     /// pattern matches it (`crate::storage_conf::Schemas`), in place of `retentions`; none: one
     /// schema for every path.
     pub storage_schemas: PathBuf,
-    /// `storage_schemas` as read (by [`Args::into_config`]); none without the file.
+    /// `storage_schemas` as read (by [`Args::into_config`]), shared by the configuration's
+    /// clones (a SIGHUP replaces it in place); none without the file.
     #[serde(skip)]
-    pub schemas: Option<crate::storage_conf::Schemas>,
+    pub schemas: Option<crate::storage_conf::SharedSchemas>,
     /// Relative accuracy of the quantiles read back from the timer, histogram and distribution
     /// buckets (DDSketch's α).
     pub quantile_relative_accuracy: f64,
@@ -1157,7 +1158,7 @@ impl Config {
     pub fn retention(&self) -> crate::retention::Retention {
         use crate::retention::Retention;
         if let Some(schemas) = &self.schemas {
-            return schemas.union();
+            return schemas.get().union();
         }
         match self.retentions.as_str() {
             "" => Retention::book(&self.precisions, self.sample_count),
@@ -1170,7 +1171,7 @@ impl Config {
     /// path.
     pub fn schemas(&self) -> crate::storage_conf::Schemas {
         match &self.schemas {
-            Some(s) => s.clone(),
+            Some(s) => s.get(),
             None => crate::storage_conf::Schemas::single(self.retention()),
         }
     }
@@ -1308,10 +1309,10 @@ impl Args {
             log_format
         );
         if !config.storage_schemas.as_os_str().is_empty() {
-            config.schemas = Some(
+            config.schemas = Some(crate::storage_conf::SharedSchemas::new(
                 crate::storage_conf::Schemas::load(&config.storage_schemas)
                     .map_err(|e| err("storage_schemas", e))?,
-            );
+            ));
         }
         config.validate()?;
         Ok(config)

@@ -325,7 +325,7 @@ struct Reload {
 
 /// Keys a SIGHUP applies to the running agent (`log_level` in the binary, the others through
 /// [`agent::run_reloading`]); a change to any other waits for a restart.
-const RELOADABLE: [&str; 12] = [
+const RELOADABLE: [&str; 13] = [
     "log_level",
     "max_series_per_chunk",
     "max_backlog_windows",
@@ -338,6 +338,7 @@ const RELOADABLE: [&str; 12] = [
     "mapping_file",
     "web_config_file",
     "storage_aggregation",
+    "storage_schemas",
 ];
 
 /// Files read again at every SIGHUP, their names changed or not: what changed is in them.
@@ -383,6 +384,10 @@ impl Reload {
         if changed.is_empty() {
             tracing::info!("SIGHUP: the configuration is unchanged");
         }
+        let mut changed = changed;
+        if changed.iter().any(|k| *k == "storage_schemas") && !self.take_schemas(&new) {
+            changed.retain(|k| *k != "storage_schemas");
+        }
         for key in changed.iter().filter(|k| !RELOADABLE.contains(&k.as_str())) {
             tracing::warn!(key = %key, "SIGHUP: this key changed; it takes effect at the next start");
         }
@@ -411,6 +416,33 @@ impl Reload {
             agent.send_replace(self.running.clone());
             tracing::info!(keys = ?applied, "SIGHUP: applied");
         }
+    }
+}
+
+impl Reload {
+    /// Puts the new `storage_schemas` in force for every part of the agent (they share it),
+    /// when the running agent has such a file and the new one keeps its precisions (what the
+    /// agent writes was set up from them). Otherwise says that it waits for the next start.
+    fn take_schemas(&mut self, new: &Config) -> bool {
+        let why = match (&self.running.schemas, &new.schemas) {
+            (Some(running), Some(fresh)) => {
+                let precisions =
+                    |s: &statsd_redis::storage_conf::SharedSchemas| s.get().union().precisions();
+                if precisions(running) == precisions(fresh) {
+                    running.replace(fresh.get());
+                    self.running.storage_schemas = new.storage_schemas.clone();
+                    return true;
+                }
+                "its sections' precisions changed"
+            }
+            _ => "it was set or unset",
+        };
+        tracing::warn!(
+            key = "storage_schemas",
+            reason = why,
+            "SIGHUP: this key changed; it takes effect at the next start"
+        );
+        false
     }
 }
 

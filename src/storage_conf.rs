@@ -249,6 +249,34 @@ impl Schemas {
     }
 }
 
+/// The [`Schemas`] in force, shared by every clone of the configuration that holds it: a SIGHUP
+/// puts a new file's in place for all of them at once (the HTTP side's, the flush's, the
+/// cleaner's).
+#[derive(Debug, Clone)]
+pub struct SharedSchemas(std::sync::Arc<std::sync::RwLock<Schemas>>);
+
+impl SharedSchemas {
+    pub fn new(schemas: Schemas) -> SharedSchemas {
+        SharedSchemas(std::sync::Arc::new(std::sync::RwLock::new(schemas)))
+    }
+
+    /// The schemas in force.
+    pub fn get(&self) -> Schemas {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `schemas` in force for every holder.
+    pub fn replace(&self, schemas: Schemas) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = schemas;
+    }
+}
+
+impl PartialEq for SharedSchemas {
+    fn eq(&self, other: &SharedSchemas) -> bool {
+        self.get() == other.get()
+    }
+}
+
 /// A section's name and its options (key, value), in order.
 type Section = (String, Vec<(String, String)>);
 

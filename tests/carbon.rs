@@ -738,6 +738,90 @@ async fn an_edited_aggregation_file_applies_at_sighup() {
     );
 }
 
+/// `storage_schemas` read again at SIGHUP and applied to every series, stored ones included:
+/// a longer retention is read from then on, a shorter one trimmed at the cleaner's next pass;
+/// a file that does not read, and one whose precisions differ, keep the running one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_schemas_file_applies_at_sighup() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("storage-schemas.conf");
+    let schema = |r: &str| format!("[s]\npattern = ^s\\.\nretentions = {r}\n");
+    std::fs::write(&file, schema("10s:1h,1m:1d")).unwrap();
+    let port = free_port();
+    let (agent, _, http) = spawn_agent(
+        &redis.url(),
+        &[
+            "--storage-schemas",
+            &file.display().to_string(),
+            "--carbon-tcp",
+            &format!("127.0.0.1:{port}"),
+            "--cleaner-interval-secs",
+            "1",
+        ],
+    );
+    let agent = Killed(agent);
+    let hup = |agent: &Killed| unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    let now = unix_now() as i64;
+    let until = now as u64;
+    // The step of a render of the last `secs`.
+    let step = |secs: u64| {
+        let p = render(http, "s.x", until - secs, until + 300).unwrap();
+        p[1].0 - p[0].0
+    };
+    let ten = |age: i64| (now - age) - (now - age) % 10;
+    let mut conn = redis.conn();
+    let mut at_ten = |slice: i64| -> Option<String> { conn.hget("gauge:10:s.x", slice).unwrap() };
+
+    send_tcp(
+        port,
+        &[line("s.x", 1.0, ten(1800)), line("s.x", 2.0, ten(5400))],
+    );
+    eventually(Duration::from_secs(10), "the points", || {
+        at_ten(ten(1800)).is_some()
+    })
+    .await;
+    assert_eq!(at_ten(ten(5400)), None, "an hour and a half: the minutes'");
+    assert_eq!(step(7200), 60);
+
+    // Longer: two hours is read at 10 s, and a point that old is placed there.
+    std::fs::write(&file, schema("10s:3h,1m:1d")).unwrap();
+    hup(&agent);
+    eventually(Duration::from_secs(10), "two hours at 10 s", || {
+        step(7200) == 10
+    })
+    .await;
+    send_tcp(port, &[line("s.x", 3.0, ten(6000))]);
+    eventually(
+        Duration::from_secs(10),
+        "a point 100 minutes old at 10 s",
+        || at_ten(ten(6000)).is_some(),
+    )
+    .await;
+
+    // Shorter: the cleaner trims what the new file no longer keeps.
+    std::fs::write(&file, schema("10s:20min,1m:1d")).unwrap();
+    hup(&agent);
+    eventually(
+        Duration::from_secs(30),
+        "the 10 s slices past 20 minutes trimmed",
+        || at_ten(ten(1800)).is_none() && at_ten(ten(6000)).is_none(),
+    )
+    .await;
+    assert_eq!((step(600), step(7200)), (10, 60));
+
+    // A file that does not read, and one of other precisions: the running one stays.
+    for bad in [
+        "[s]\npattern = (\nretentions = 10s:3h\n".to_string(),
+        schema("5s:3h,1m:1d"),
+    ] {
+        std::fs::write(&file, bad).unwrap();
+        hup(&agent);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!((step(600), step(7200)), (10, 60));
+    }
+}
+
 /// Carbon's pickle receiver beside carbon-cache's: messages as carbon-relay sends them (Python's
 /// `pickle.dumps(points, protocol=2)`) and as Dropwizard's `PickledGraphite` writes them
 /// (protocol 0, the timestamp a long, the value a string), items carbon skips among good ones;

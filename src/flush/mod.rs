@@ -233,8 +233,9 @@ impl Closer {
         self.close(window_start(self.clock.now(), interval), true, backlog);
     }
 
-    /// Takes the keys of a reloaded configuration that apply without a restart: chunk size
-    /// and backlog bounds (the others were logged as waiting for one).
+    /// Takes the keys of a reloaded configuration that apply without a restart: chunk size,
+    /// backlog bounds, storage_schemas and storage_aggregation (the others were logged as
+    /// waiting for one).
     fn take_reload(&mut self) {
         let Some(reloads) = self.reloads.as_mut() else {
             return;
@@ -245,6 +246,12 @@ impl Closer {
             self.config.max_series_per_chunk = new.max_series_per_chunk;
             self.config.max_backlog_windows = new.max_backlog_windows;
             self.config.max_backlog_bytes = new.max_backlog_bytes;
+            // storage_schemas (put in force by the binary, shared with `self.config`): each
+            // carbon path's archives, and the union's expiries.
+            if new.schemas.is_some() {
+                self.chunker.settings.schemas = new.schemas();
+                self.chunker.settings.retention = new.retention();
+            }
             match crate::storage_conf::Aggregations::load(&new.storage_aggregation) {
                 Ok(a) => self.aggregations = a,
                 Err(e) => {

@@ -92,6 +92,8 @@ pub struct Cleaner {
     /// The quantile precisions packed into blocks (`store::quantile_blocks`), with their
     /// seconds kept.
     packed: Vec<(u64, u64)>,
+    /// `quantile_precisions`: of which `packed` is made.
+    quantile_precisions: Vec<u64>,
     /// When (the pass's `now`) the quantile slices were last walked.
     hists_walked: Option<u64>,
     hist_seal: Script,
@@ -114,35 +116,28 @@ impl Cleaner {
         retention: &Retention,
         telemetry: Arc<Telemetry>,
     ) -> Cleaner {
-        Cleaner {
+        let mut cleaner = Cleaner {
             keys: store.keys().clone(),
             store,
             connection: Cached::default(),
             owner,
             interval,
-            retention: retention.encode(),
+            retention: String::new(),
             schemas: None,
-            history: retention.encode_history(),
-            precisions: {
-                let mut p = retention.precisions();
-                p.sort_unstable();
-                p
-            },
+            history: String::new(),
+            precisions: Vec::new(),
             forget_secs: 86_400,
             unjudged: HashSet::new(),
             idle: Script::new(include_str!("idle.lua")),
             forget: Script::new(include_str!("forget.lua")),
             stats_clean: Script::new(include_str!("stats_clean.lua")),
             stats_walked: None,
-            long: retention
-                .precisions()
-                .into_iter()
-                .filter_map(|p| Some((p, retention.history(p)?, retention.seconds(p))))
-                .collect(),
+            long: Vec::new(),
             sets_walked: None,
             set_move: Script::new(include_str!("set_move.lua")),
             set_drop: Script::new(include_str!("set_drop.lua")),
             packed: Vec::new(),
+            quantile_precisions: Vec::new(),
             hists_walked: None,
             hist_seal: Script::new(include_str!("hist_seal.lua")),
             hist_move: Script::new(include_str!("hist_move.lua")),
@@ -163,7 +158,9 @@ impl Cleaner {
             )),
             lease: Script::new(include_str!("lease.lua")),
             telemetry,
-        }
+        };
+        cleaner.keep(retention);
+        cleaner
     }
 
     /// Gauges no agent wrote for `secs` lose their `gauges:` field (`forget_idle_secs`; a day
@@ -177,14 +174,18 @@ impl Cleaner {
     /// [`Retention::within`]); the blocks stay cut as the retention `new` took (every
     /// schema's longest) says.
     pub fn trimming(mut self, schemas: Schemas) -> Cleaner {
-        if schemas.all().len() > 1 {
+        self.trim_by(schemas);
+        self
+    }
+
+    fn trim_by(&mut self, schemas: Schemas) {
+        self.schemas = (schemas.all().len() > 1).then(|| {
             let union = schemas.union();
             let encoded = (schemas.all().iter())
                 .map(|own| own.within(&union).encode())
                 .collect();
-            self.schemas = Some((schemas, encoded));
-        }
-        self
+            (schemas, encoded)
+        });
     }
 
     /// The due members of a batch, grouped by the retention (as the scripts take it) their
@@ -215,12 +216,25 @@ impl Cleaner {
     /// Packs the quantile slices at `precisions` (`quantile_precisions`) that `retention`
     /// keeps long into blocks ([`Retention::packs_quantiles`]).
     pub fn packing(mut self, precisions: &[u64], retention: &Retention) -> Cleaner {
-        self.packed = precisions
-            .iter()
+        self.quantile_precisions = precisions.to_vec();
+        self.keep(retention);
+        self
+    }
+
+    /// Takes `retention` (the agent's: what is written, where blocks are cut) for everything
+    /// the cleaner derives from it.
+    fn keep(&mut self, retention: &Retention) {
+        self.retention = retention.encode();
+        self.history = retention.encode_history();
+        self.precisions = retention.precisions();
+        self.precisions.sort_unstable();
+        self.long = (retention.precisions().into_iter())
+            .filter_map(|p| Some((p, retention.history(p)?, retention.seconds(p))))
+            .collect();
+        self.packed = (self.quantile_precisions.iter())
             .filter(|&&p| retention.packs_quantiles(p))
             .map(|&p| (p, retention.seconds(p)))
             .collect();
-        self
     }
 
     async fn connection(&mut self) -> Result<Connection, StoreError> {
@@ -1038,12 +1052,17 @@ impl Cleaner {
     ) {
         let mut last_pass: Option<Instant> = None;
         loop {
-            // A SIGHUP's cleaner_interval_secs applies from the next pass on.
+            // A SIGHUP's cleaner_interval_secs and storage_schemas apply from the next pass on.
             if let Some(r) = reloads
                 .as_mut()
                 .filter(|r| r.has_changed().unwrap_or(false))
             {
-                self.interval = Duration::from_secs(r.borrow_and_update().cleaner_interval_secs);
+                let new = r.borrow_and_update();
+                self.interval = Duration::from_secs(new.cleaner_interval_secs);
+                if new.schemas.is_some() {
+                    self.keep(&new.retention());
+                    self.trim_by(new.schemas());
+                }
             }
             let tick = (self.interval / 4).max(Duration::from_millis(100));
             match self.hold_lease().await {

@@ -418,7 +418,7 @@ pub async fn run_reloading(
             telemetry.clone(),
         )
         .forgetting(config.forget_idle_secs)
-        .trimming(config.schemas())
+        .trimming(config.schemas(), crate::storage_conf::Namer::new(&config))
         .packing(&config.quantile_precisions, &config.retention());
         tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))
     });

@@ -247,6 +247,97 @@ impl Schemas {
     pub fn union(&self) -> Retention {
         Retention::union(&self.retentions)
     }
+
+    /// What a series shown under `names` ([`Namer::names`]) is kept for: each precision as
+    /// long as the longest of its names' schemas keeps it (each name is read by its own, as
+    /// carbon keeps a file a name).
+    pub fn stored(&self, names: &[String]) -> Retention {
+        self.stored_by(&self.indexes(names))
+    }
+
+    /// The schemas `names` take ([`Schemas::index`]), each once, in order.
+    pub fn indexes(&self, names: &[String]) -> Vec<usize> {
+        let mut indexes: Vec<usize> = names.iter().map(|n| self.index(n)).collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        indexes
+    }
+
+    /// [`Schemas::stored`] of the names that take schemas `indexes`.
+    pub fn stored_by(&self, indexes: &[usize]) -> Retention {
+        match indexes {
+            [one] => self.retention(*one).clone(),
+            _ => Retention::union(indexes.iter().map(|&i| self.retention(i))),
+        }
+    }
+}
+
+/// The family of a stored series, as its Graphite names depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Counter,
+    Gauge,
+    Set,
+}
+
+/// The Graphite names a series is shown under, which `storage_schemas` matches: its own name,
+/// and with `graphite_etsy_names` the names Etsy's statsd writes for it (a counter's count and
+/// rate, a gauge's, a set's count), as `graphite::etsy` serves them.
+#[derive(Debug, Clone, Default)]
+pub struct Namer {
+    /// Per family, the nodes before and after the series' name in each of its Etsy names
+    /// (none without `graphite_etsy_names`).
+    etsy: [Vec<(String, String)>; 3],
+}
+
+impl Namer {
+    pub fn new(config: &crate::config::Config) -> Namer {
+        if !config.graphite_etsy_names {
+            return Namer::default();
+        }
+        let join = |parts: &[&str]| {
+            (parts.iter())
+                .flat_map(|p| p.split('.'))
+                .filter(|n| !n.is_empty())
+                .collect::<Vec<_>>()
+                .join(".")
+        };
+        let suffix = config.graphite_etsy_global_suffix.as_str();
+        let name = |head: &[&str], tail: &[&str]| (join(head), join(&[tail, &[suffix]].concat()));
+        let c = config;
+        let prefix = c.graphite_etsy_global_prefix.as_str();
+        let etsy = if c.graphite_etsy_legacy_namespace {
+            [
+                vec![name(&["stats_counts"], &[]), name(&["stats"], &[])],
+                vec![name(&["stats", "gauges"], &[])],
+                vec![name(&["stats", "sets"], &["count"])],
+            ]
+        } else {
+            let counters = [prefix, &c.graphite_etsy_prefix_counter];
+            [
+                vec![name(&counters, &["count"]), name(&counters, &["rate"])],
+                vec![name(&[prefix, &c.graphite_etsy_prefix_gauge], &[])],
+                vec![name(&[prefix, &c.graphite_etsy_prefix_set], &["count"])],
+            ]
+        };
+        Namer { etsy }
+    }
+
+    /// `series`' Graphite names, its own first.
+    pub fn names(&self, family: Family, series: &str) -> Vec<String> {
+        let (metric, tags) = match series.split_once(';') {
+            Some((m, t)) => (m, format!(";{t}")),
+            None => (series, String::new()),
+        };
+        let etsy = &self.etsy[family as usize];
+        std::iter::once(series.to_string())
+            .chain(etsy.iter().map(|(head, tail)| {
+                let nodes = [head.as_str(), metric, tail.as_str()];
+                let path: Vec<&str> = nodes.into_iter().filter(|n| !n.is_empty()).collect();
+                format!("{}{tags}", path.join("."))
+            }))
+            .collect()
+    }
 }
 
 /// The [`Schemas`] in force, shared by every clone of the configuration that holds it: a SIGHUP
@@ -454,6 +545,51 @@ retentions = 60s:1d,5m:30d,1h:3y
         assert_eq!(kept("carbon.x"), "10:8640,60:120");
         let one = Schemas::single(Retention::parse("10s:6h").unwrap());
         assert_eq!(one.of("anything").encode(), "10:2160");
+    }
+
+    #[test]
+    fn a_series_is_kept_as_long_as_its_longest_named_schema_says() {
+        let s = Schemas::parse(
+            "[counts]\npattern = ^stats_counts\\.\nretentions = 10s:1d\n\
+             [rates]\npattern = ^stats\\.\nretentions = 10s:6h,1m:7d\n",
+        )
+        .unwrap();
+        let mut config = crate::config::Config {
+            graphite_etsy_names: true,
+            ..Default::default()
+        };
+        let names = |c: &crate::config::Config, f, series| Namer::new(c).names(f, series);
+        assert_eq!(
+            names(&config, Family::Counter, "app.hits;env=a"),
+            [
+                "app.hits;env=a",
+                "stats_counts.app.hits;env=a",
+                "stats.app.hits;env=a"
+            ]
+        );
+        assert_eq!(
+            s.stored(&names(&config, Family::Counter, "app.hits"))
+                .encode(),
+            "10:8640,60:10080"
+        );
+        assert_eq!(names(&config, Family::Set, "u")[1], "stats.sets.u.count");
+        config.graphite_etsy_legacy_namespace = false;
+        config.graphite_etsy_global_suffix = "sfx".into();
+        assert_eq!(
+            names(&config, Family::Counter, "app.hits")[1..],
+            [
+                "stats.counters.app.hits.count.sfx",
+                "stats.counters.app.hits.rate.sfx"
+            ]
+        );
+        assert_eq!(names(&config, Family::Gauge, "g")[1], "stats.gauges.g.sfx");
+        config.graphite_etsy_names = false;
+        assert_eq!(names(&config, Family::Gauge, "g"), ["g"]);
+        // A name no section matches: carbon's fallback.
+        assert_eq!(
+            s.stored(&names(&config, Family::Gauge, "g")).encode(),
+            "60:10080"
+        );
     }
 
     #[test]

@@ -476,6 +476,35 @@ mod tests {
             .collect()
     }
 
+    /// `storage_schemas` matches a series by the names `storage_conf::Namer` gives it: the
+    /// Etsy paths this module serves it under.
+    #[test]
+    fn the_schemas_names_are_the_etsy_paths() {
+        use crate::storage_conf::{Family, Namer};
+        for (legacy, suffix) in [(true, ""), (true, "s.x"), (false, ""), (false, "sfx")] {
+            let config = config(legacy, suffix);
+            for (family, kind) in [
+                (Family::Counter, Kind::Counter),
+                (Family::Gauge, Kind::Gauge),
+                (Family::Set, Kind::Set),
+            ] {
+                let mut served: Vec<String> = namespaces(&config)
+                    .iter()
+                    .filter(|n| n.kind == kind)
+                    .flat_map(|n| n.tails.iter().map(|t| n.path("a.b", t, t.nodes.len())))
+                    .collect();
+                let mut named = Namer::new(&config).names(family, "a.b");
+                assert_eq!(named.remove(0), "a.b");
+                served.sort();
+                named.sort();
+                assert_eq!(
+                    named, served,
+                    "{family:?}, legacy {legacy}, suffix {suffix:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn etsy_paths_name_the_agents_series() {
         let legacy = config(true, "");

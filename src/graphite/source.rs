@@ -1036,13 +1036,13 @@ impl<'a> Source<'a> {
     }
 
     /// Whisper's choice of archive and slices for `leaf` over the range, by the archives of
-    /// its series' own schema (`storage_schemas`); `None` when the range lies wholly outside
-    /// its retention.
+    /// its Graphite name's own schema (`storage_schemas`, as carbon gives each file its own);
+    /// `None` when the range lies wholly outside its retention.
     fn window(&self, leaf: &Leaf, from: i64, until: i64, now: i64) -> Option<Window> {
         let retention = self
             .schemas
             .get_or_init(|| self.config.schemas())
-            .of(&leaf.series);
+            .of(&leaf.path);
         let mut archives: Vec<(i64, i64)> = match leaf.kind {
             Kind::Stat(..) | Kind::Etsy(..) => self.config.quantile_precisions.clone(),
             _ => retention.precisions(),

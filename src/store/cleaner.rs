@@ -23,7 +23,7 @@ use super::quantile_blocks;
 use super::{Cached, Connection, Keys, Store, StoreError};
 use crate::aggregate::StatKind;
 use crate::retention::Retention;
-use crate::storage_conf::Schemas;
+use crate::storage_conf::{Family, Namer, Schemas};
 use crate::telemetry::Telemetry;
 
 /// Index members per script call: each member's hash holds its precision's count of slices, so
@@ -64,10 +64,9 @@ pub struct Cleaner {
     interval: Duration,
     /// How long each precision is kept, as the scripts take it (`Retention::encode`).
     retention: String,
-    /// With `storage_schemas`, each path's own schema and its retention as the scripts take
-    /// it: a hash is trimmed to what its series' schema keeps (`retention`, every schema's
-    /// longest, cuts the blocks).
-    schemas: Option<(Schemas, Vec<String>)>,
+    /// With `storage_schemas`: a hash is trimmed to what its series' names' schemas keep
+    /// (`retention`, every schema's longest, cuts the blocks).
+    schemas: Option<Trim>,
     /// The long archives' cuts (`Retention::encode_history`).
     history: String,
     /// The precisions, finest first: where a gauge's last write is looked for.
@@ -170,46 +169,61 @@ impl Cleaner {
         self
     }
 
-    /// Trims each hash to what its series' own schema keeps (`storage_schemas`;
-    /// [`Retention::within`]); the blocks stay cut as the retention `new` took (every
-    /// schema's longest) says.
-    pub fn trimming(mut self, schemas: Schemas) -> Cleaner {
-        self.trim_by(schemas);
+    /// Trims each hash to what its series' names' schemas keep (`storage_schemas`:
+    /// [`Schemas::stored`], [`Retention::within`]); the blocks stay cut as the retention `new`
+    /// took (every schema's longest) says.
+    pub fn trimming(mut self, schemas: Schemas, namer: Namer) -> Cleaner {
+        self.trim_by(schemas, namer);
         self
     }
 
-    fn trim_by(&mut self, schemas: Schemas) {
-        self.schemas = (schemas.all().len() > 1).then(|| {
-            let union = schemas.union();
-            let encoded = (schemas.all().iter())
-                .map(|own| own.within(&union).encode())
-                .collect();
-            (schemas, encoded)
+    fn trim_by(&mut self, schemas: Schemas, namer: Namer) {
+        self.schemas = (schemas.all().len() > 1).then(|| Trim {
+            union: schemas.union(),
+            schemas,
+            namer,
+            encoded: HashMap::new(),
         });
     }
 
-    /// The due members of a batch, grouped by the retention (as the scripts take it) their
-    /// series' schema keeps them for.
-    fn by_schema<'m>(&self, due: Vec<&'m Vec<u8>>) -> Vec<(String, Vec<&'m Vec<u8>>)> {
-        let Some((schemas, encoded)) = &self.schemas else {
+    /// The due members of a batch of `index`, grouped by the retention (as the scripts take
+    /// it) their series' names keep them for.
+    fn by_schema<'m>(
+        &mut self,
+        index: &Index,
+        due: Vec<&'m Vec<u8>>,
+    ) -> Vec<(String, Vec<&'m Vec<u8>>)> {
+        let Some(trim) = &mut self.schemas else {
             return (!due.is_empty())
                 .then(|| (self.retention.clone(), due))
                 .into_iter()
                 .collect();
         };
-        let mut groups: Vec<Vec<&Vec<u8>>> = vec![Vec::new(); encoded.len()];
+        let family = if index.gauge {
+            Family::Gauge
+        } else {
+            Family::Counter
+        };
+        let mut groups: HashMap<Vec<usize>, Vec<&Vec<u8>>> = HashMap::new();
         for m in due {
             let series = m
                 .iter()
                 .position(|b| *b == b':')
                 .map_or(&m[..], |i| &m[i + 1..]);
-            groups[schemas.index(&String::from_utf8_lossy(series))].push(m);
+            let names = trim.namer.names(family, &String::from_utf8_lossy(series));
+            groups
+                .entry(trim.schemas.indexes(&names))
+                .or_default()
+                .push(m);
         }
         groups
             .into_iter()
-            .zip(encoded)
-            .filter(|(g, _)| !g.is_empty())
-            .map(|(g, e)| (e.clone(), g))
+            .map(|(indexes, members)| {
+                let encoded = trim.encoded.entry(indexes).or_insert_with_key(|indexes| {
+                    trim.schemas.stored_by(indexes).within(&trim.union).encode()
+                });
+                (encoded.clone(), members)
+            })
             .collect()
     }
 
@@ -382,7 +396,7 @@ impl Cleaner {
                 .iter()
                 .filter(|m| precision_of(m).is_none_or(|p| self.due(p)))
                 .collect();
-            for (retention, due) in self.by_schema(due) {
+            for (retention, due) in self.by_schema(index, due) {
                 let r = if self.store.is_cluster() {
                     self.clean_slots(&mut conn, index, (now, &retention), &due)
                         .await
@@ -1061,7 +1075,7 @@ impl Cleaner {
                 self.interval = Duration::from_secs(new.cleaner_interval_secs);
                 if new.schemas.is_some() {
                     self.keep(&new.retention());
-                    self.trim_by(new.schemas());
+                    self.trim_by(new.schemas(), Namer::new(&new));
                 }
             }
             let tick = (self.interval / 4).max(Duration::from_millis(100));
@@ -1207,6 +1221,16 @@ async fn clean_slot(
 }
 
 /// The precision of a `<precision>:<series>` member.
+/// What the cleaner trims each series to under `storage_schemas` ([`Cleaner::trimming`]).
+struct Trim {
+    schemas: Schemas,
+    namer: Namer,
+    /// Every schema's precisions, as long as the longest keeps each.
+    union: Retention,
+    /// The retention, as the scripts take it, of each combination of schemas met.
+    encoded: HashMap<Vec<usize>, String>,
+}
+
 fn precision_of(member: &[u8]) -> Option<u64> {
     let end = member.iter().position(|b| *b == b':')?;
     std::str::from_utf8(&member[..end]).ok()?.parse().ok()

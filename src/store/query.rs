@@ -2,6 +2,7 @@
 //! parses its arguments the same way and says "not found" in the same words, whichever asks.
 //! The CLI prints the answers as tables or JSON (`cli`), the API as JSON (`http::api`).
 
+use crate::storage_conf::{Family as Named, Namer};
 use std::str::FromStr;
 
 use super::history::{self, Family, Geometry};
@@ -128,8 +129,11 @@ impl Queries<'_> {
     ) -> QueryResult<Vec<(u64, i64)>> {
         let bounds = span.bounds(self.now)?;
         let mut samples = self.reader.counter(series, precision).await?;
-        if let Some(history) = self.history_range((series, precision), !samples.is_empty(), bounds)
-        {
+        if let Some(history) = self.history_range(
+            (series, precision, Named::Counter),
+            !samples.is_empty(),
+            bounds,
+        ) {
             let hash = self.reader.keys().counter(precision, series);
             let series = (hash.as_str(), precision, Family::Counter);
             samples = self
@@ -145,17 +149,23 @@ impl Queries<'_> {
         })
     }
 
+    /// What `series` is kept for: its names' schemas' (`storage_schemas`), else the agent's.
+    fn stored(&self, family: Named, series: &str) -> crate::retention::Retention {
+        let names = Namer::new(self.config).names(family, series);
+        self.config.schemas().stored(&names)
+    }
+
     /// The slices a long archive's blocks may hold of `series` at `precision` (its own
     /// schema's retention up to now) within `(from, until)`, when the series has a hash there
     /// (the hash keeps its newest slice while it has history), and the agent's cut.
     fn history_range(
         &self,
-        (series, precision): (&str, u64),
+        (series, precision, family): (&str, u64, Named),
         has_hash: bool,
         (from, until): (u64, u64),
     ) -> Option<((u64, u64), Geometry)> {
         let cut = self.config.retention().history(precision)?;
-        let kept = self.config.schemas().of(series).seconds(precision);
+        let kept = self.stored(family, series).seconds(precision);
         let from = from.max(self.now.saturating_sub(kept));
         let until = until.min(self.now);
         (has_hash && from <= until).then_some(((from, until), cut))
@@ -194,8 +204,11 @@ impl Queries<'_> {
     ) -> QueryResult<Vec<(u64, f64)>> {
         let bounds = span.bounds(self.now)?;
         let mut samples = self.reader.gauge_samples(series, precision).await?;
-        if let Some(history) = self.history_range((series, precision), !samples.is_empty(), bounds)
-        {
+        if let Some(history) = self.history_range(
+            (series, precision, Named::Gauge),
+            !samples.is_empty(),
+            bounds,
+        ) {
             let hash = self.reader.keys().gauge(precision, series);
             let series = (hash.as_str(), precision, Family::Gauge);
             // The hash's value is the newer where both hold a slice.
@@ -310,7 +323,7 @@ impl Queries<'_> {
     ) -> QueryResult<Vec<(u64, u64)>> {
         let (from, until) = span.bounds(self.now)?;
         let retention = self.config.retention();
-        let own = self.config.schemas().of(series).samples(precision);
+        let own = self.stored(Named::Set, series).samples(precision);
         let newest = super::keys::slice(until.min(self.now), precision);
         let kept = super::keys::slice(self.now, precision)
             .saturating_sub(own.saturating_sub(1) * precision);

@@ -6,10 +6,41 @@
 use redis::{RedisWrite, ToRedisArgs};
 
 use crate::aggregate::points::SeriesPoints;
-use crate::aggregate::{Buckets, ClosedWindow, SeriesName, sketch};
+use crate::aggregate::{
+    Buckets, ClosedWindow, LogEntry, Member, SeriesName, StatKind, Stats, sketch,
+};
 use crate::retention::Retention;
 use crate::storage_conf::Schemas;
 use crate::store::{Keys, StoreError, clock, keys};
+
+/// What a set of chunks writes of a closed window: all of it ([`Parts::of`]), or under
+/// `storage_schemas` the series that one list of precisions is written for
+/// ([`super::Chunker::chunks`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Parts<'a> {
+    pub start: u64,
+    pub counters: &'a [(SeriesName, i64)],
+    pub stats: &'a [(SeriesName, StatKind, Stats)],
+    pub gauges: &'a [(SeriesName, f64)],
+    pub sets: &'a [(SeriesName, Vec<Member>)],
+    pub logs: &'a [LogEntry],
+    pub points: &'a [SeriesPoints],
+}
+
+impl<'a> Parts<'a> {
+    /// The whole of `window`.
+    pub fn of(window: &'a ClosedWindow) -> Parts<'a> {
+        Parts {
+            start: window.start,
+            counters: &window.counters,
+            stats: &window.stats,
+            gauges: &window.gauges,
+            sets: &window.sets,
+            logs: &window.logs,
+            points: &window.points,
+        }
+    }
+}
 
 /// A bounded part of a window: applied atomically, and at most once thanks to its number.
 #[derive(Debug, Clone)]
@@ -180,7 +211,7 @@ struct Part {
 
 /// Splits `[0, len)` of each section (`counters` of the window's counters) into chunks of at
 /// most `budget` cost, in section order.
-fn plan(window: &ClosedWindow, counters: usize, budget: usize, quantiles: usize) -> Vec<Part> {
+fn plan(window: Parts<'_>, counters: usize, budget: usize, quantiles: usize) -> Vec<Part> {
     let set_cost = |i: usize| 1 + window.sets[i].1.len() / SET_MEMBERS_PER_SERIES;
     let stat_cost =
         |i: usize| 1 + window.stats[i].2.buckets.len() * quantiles / BUCKET_WRITES_PER_SERIES;
@@ -315,12 +346,21 @@ pub fn build_chunks(
     precisions: &[(u64, CounterWrite)],
     settings: &ChunkSettings,
 ) -> Vec<FlushChunk> {
+    build_parts(Parts::of(window), precisions, settings)
+}
+
+/// [`build_chunks`] of `window`'s parts.
+pub(super) fn build_parts(
+    window: Parts<'_>,
+    precisions: &[(u64, CounterWrite)],
+    settings: &ChunkSettings,
+) -> Vec<FlushChunk> {
     let keys = &settings.keys;
     let hour = clock::hour_start(window.start);
     let asctime = clock::asctime(window.start);
     // Counters that no listed precision takes (all of them coarse) are left out, not sent.
     let counted = precisions.iter().any(|(_, c)| *c != CounterWrite::Skip);
-    let all_counters: &[(SeriesName, i64)] = if counted { &window.counters } else { &[] };
+    let all_counters: &[(SeriesName, i64)] = if counted { window.counters } else { &[] };
     let quantiles = settings.quantiles.precisions.len();
     plan(window, all_counters.len(), settings.max_series, quantiles)
         .into_iter()

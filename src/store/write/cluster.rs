@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use redis::aio::ConnectionLike;
 
 use super::chunk::{
-    Argv, BUCKET_WRITES_PER_SERIES, SET_MEMBERS_PER_SERIES, put_buckets, unexpected,
+    Argv, BUCKET_WRITES_PER_SERIES, Parts, SET_MEMBERS_PER_SERIES, put_buckets, unexpected,
 };
 use super::{
     ChunkSettings, Connection, CounterWrite, FlushChunk, GUARD_IDLE_SECS, Outcome, Writer,
@@ -74,8 +74,17 @@ impl Op<'_> {
 
 /// Splits a closed window into slot chunks (argument layout in `flush_slot.lua`), each at most
 /// about `max_series × precisions` writes, numbered 0 until the flusher numbers them.
-pub fn build_slot_chunks<'a>(
-    window: &'a ClosedWindow,
+pub fn build_slot_chunks(
+    window: &ClosedWindow,
+    precisions: &[(u64, CounterWrite)],
+    settings: &ChunkSettings,
+) -> Vec<FlushChunk> {
+    build_slot_parts(Parts::of(window), precisions, settings)
+}
+
+/// [`build_slot_chunks`] of `window`'s parts.
+pub(super) fn build_slot_parts<'a>(
+    window: Parts<'a>,
     precisions: &[(u64, CounterWrite)],
     settings: &ChunkSettings,
 ) -> Vec<FlushChunk> {
@@ -87,7 +96,7 @@ pub fn build_slot_chunks<'a>(
             .or_default()
             .push(op);
     };
-    for (series, n) in &window.counters {
+    for (series, n) in window.counters {
         for &(p, write) in precisions {
             if write != CounterWrite::Skip {
                 add(Op::Counter(
@@ -99,7 +108,7 @@ pub fn build_slot_chunks<'a>(
             }
         }
     }
-    for (series, value) in &window.gauges {
+    for (series, value) in window.gauges {
         for &(p, _) in precisions {
             add(Op::Gauge(
                 keys.gauge(p, series),
@@ -111,7 +120,7 @@ pub fn build_slot_chunks<'a>(
     for part in window.gauges.chunks(settings.max_series.max(1)) {
         add(Op::Values(keys.gauges(), part));
     }
-    for (series, members) in &window.sets {
+    for (series, members) in window.sets {
         for &(p, _) in precisions {
             let slice = keys::slice(window.start, p);
             add(Op::Set(
@@ -121,7 +130,7 @@ pub fn build_slot_chunks<'a>(
             ));
         }
     }
-    for (series, kind, stats) in &window.stats {
+    for (series, kind, stats) in window.stats {
         // A count of 0: the buckets of a group of windows alone (`quantile_write_secs`).
         if stats.count > 0.0 {
             add(Op::Stat(
@@ -142,7 +151,7 @@ pub fn build_slot_chunks<'a>(
         }
     }
     let asctime = clock::asctime(window.start);
-    for log in &window.logs {
+    for log in window.logs {
         let severity = log.severity.as_str();
         add(Op::Recent(
             keys.recent(&log.name, severity),

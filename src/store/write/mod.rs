@@ -10,6 +10,7 @@ use redis::Script;
 
 mod chunk;
 mod cluster;
+mod split;
 mod standalone;
 
 pub use chunk::{ChunkSettings, CounterWrite, FlushChunk, QuantileSettings, build_chunks};
@@ -38,6 +39,8 @@ const FLUSH_SLOT_SCRIPT: &str = concat!(
 /// Makes a closed window's chunks: `flush.lua` chunks, or slot chunks in a cluster.
 pub struct Chunker {
     pub settings: ChunkSettings,
+    /// The Graphite names `storage_schemas` matches a series by.
+    namer: crate::storage_conf::Namer,
     cluster: bool,
     /// Every precision written and indexed: how a window is written whole.
     everywhere: Vec<(u64, CounterWrite)>,
@@ -57,21 +60,37 @@ impl Chunker {
                     precisions: config.quantile_precisions.clone(),
                 },
             },
+            namer: crate::storage_conf::Namer::new(config),
             cluster: config.redis_mode == crate::config::RedisMode::Cluster,
             everywhere: CounterWrite::everywhere(&config.counter_precisions()),
         }
     }
 
-    /// The chunks writing `window` at `precisions` (what each does with the counters).
+    /// The chunks writing `window` at `precisions` (what each does with the counters); under
+    /// `storage_schemas`, each series only at those its names' schemas keep.
     pub fn chunks(
         &self,
         window: &ClosedWindow,
         precisions: &[(u64, CounterWrite)],
     ) -> Vec<FlushChunk> {
+        let schemas = &self.settings.schemas;
+        match split::by_precisions(window, precisions, schemas, &self.namer) {
+            None => self.build(chunk::Parts::of(window), precisions),
+            Some(groups) => (groups.iter().enumerate())
+                .flat_map(|(i, g)| self.build(g.parts(window, i == 0), &g.precisions))
+                .collect(),
+        }
+    }
+
+    fn build(
+        &self,
+        parts: chunk::Parts<'_>,
+        precisions: &[(u64, CounterWrite)],
+    ) -> Vec<FlushChunk> {
         if self.cluster {
-            build_slot_chunks(window, precisions, &self.settings)
+            cluster::build_slot_parts(parts, precisions, &self.settings)
         } else {
-            build_chunks(window, precisions, &self.settings)
+            chunk::build_parts(parts, precisions, &self.settings)
         }
     }
 

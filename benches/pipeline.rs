@@ -132,6 +132,32 @@ fn chunks(c: &mut Criterion) {
             )
         })
     });
+    // Under storage_schemas, each series written at its own schema's precisions: the window's
+    // series matched and grouped before the chunks are made (Debian's storage-schemas.conf,
+    // whose `[carbon]` section keeps fewer precisions than its default one).
+    let debian = statsd_redis::storage_conf::Schemas::parse(
+        "[carbon]\npattern = ^carbon\\.\nretentions = 60:90d\n\
+         [default_1min_for_1day]\npattern = .*\nretentions = 60s:1d,5m:30d,1h:3y\n",
+    )
+    .unwrap();
+    for (name, schemas) in [("one_schema", None), ("debian_schemas", Some(debian))] {
+        let config = statsd_redis::config::Config {
+            // The default section's, for every series, beside the file itself.
+            retentions: if schemas.is_none() {
+                "60s:1d,5m:30d,1h:3y".into()
+            } else {
+                String::new()
+            },
+            schemas: schemas.map(statsd_redis::storage_conf::SharedSchemas::new),
+            max_series_per_chunk: 100,
+            ..Default::default()
+        };
+        let chunker = statsd_redis::store::Chunker::new(Keys::new(""), &config);
+        let every = CounterWrite::everywhere(&config.counter_precisions());
+        g.bench_function(format!("chunker_1000_counters_{name}"), |b| {
+            b.iter(|| chunker.chunks(black_box(&closed), &every))
+        });
+    }
     // What spool_dir costs the closer per window: the window's file written (and removed, as
     // the writer does once Redis has it), without and with fsync, in the target directory's
     // file system.

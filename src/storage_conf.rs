@@ -148,7 +148,9 @@ pub const FALLBACK_RETENTIONS: &str = "60:10080";
 /// schema of `retentions` (or the book's precisions) for every path.
 #[derive(Debug, Clone)]
 pub struct Schemas {
-    patterns: Option<RegexSet>,
+    /// Each section's pattern, in order (tried one at a time: the first match decides, and
+    /// the common files' first sections are few and cheap).
+    patterns: Vec<Regex>,
     /// Each section's name, then the fallback's (`default` as carbon logs it).
     names: Vec<String>,
     /// Each section's retention, then the fallback's.
@@ -157,7 +159,9 @@ pub struct Schemas {
 
 impl PartialEq for Schemas {
     fn eq(&self, other: &Schemas) -> bool {
-        let patterns = |s: &Schemas| s.patterns.as_ref().map(|p| p.patterns().to_vec());
+        fn patterns(s: &Schemas) -> Vec<&str> {
+            s.patterns.iter().map(Regex::as_str).collect()
+        }
         patterns(self) == patterns(other)
             && self.names == other.names
             && self.retentions == other.retentions
@@ -168,7 +172,7 @@ impl Schemas {
     /// One schema for every path.
     pub fn single(retention: Retention) -> Schemas {
         Schemas {
-            patterns: None,
+            patterns: Vec::new(),
             names: vec!["default".into()],
             retentions: vec![retention],
         }
@@ -192,11 +196,12 @@ impl Schemas {
         for (name, options) in sections(text)? {
             let get = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
             let pattern = get("pattern").ok_or_else(|| format!("[{name}]: no `pattern`"))?;
-            Regex::new(pattern).map_err(|e| format!("[{name}]: pattern `{pattern}`: {e}"))?;
+            let regex =
+                Regex::new(pattern).map_err(|e| format!("[{name}]: pattern `{pattern}`: {e}"))?;
             let text = get("retentions").ok_or_else(|| format!("[{name}]: no `retentions`"))?;
             let retention =
                 Retention::parse(text).map_err(|e| format!("[{name}]: retentions {e}"))?;
-            patterns.push(pattern.clone());
+            patterns.push(regex);
             names.push(name);
             retentions.push(retention);
         }
@@ -205,7 +210,6 @@ impl Schemas {
         }
         names.push("default".into());
         retentions.push(Retention::parse(FALLBACK_RETENTIONS).expect("carbon's fallback"));
-        let patterns = Some(RegexSet::new(&patterns).map_err(|e| e.to_string())?);
         Ok(Schemas {
             patterns,
             names,
@@ -216,9 +220,8 @@ impl Schemas {
     /// Which schema `path` (normalized, tags and all; a StatsD series by its name) takes: the
     /// first section that matches, else the fallback (the last).
     pub fn index(&self, path: &str) -> usize {
-        self.patterns
-            .as_ref()
-            .and_then(|set| set.matches(path).iter().next())
+        (self.patterns.iter())
+            .position(|r| r.is_match(path))
             .unwrap_or(self.retentions.len() - 1)
     }
 
@@ -325,18 +328,34 @@ impl Namer {
 
     /// `series`' Graphite names, its own first.
     pub fn names(&self, family: Family, series: &str) -> Vec<String> {
-        let (metric, tags) = match series.split_once(';') {
-            Some((m, t)) => (m, format!(";{t}")),
-            None => (series, String::new()),
-        };
+        let mut names = Vec::new();
+        self.each(family, series, |name| names.push(name.to_string()));
+        names
+    }
+
+    /// Calls `f` with each of `series`' Graphite names, its own first (without allocating
+    /// one a name).
+    pub fn each(&self, family: Family, series: &str, mut f: impl FnMut(&str)) {
+        f(series);
         let etsy = &self.etsy[family as usize];
-        std::iter::once(series.to_string())
-            .chain(etsy.iter().map(|(head, tail)| {
-                let nodes = [head.as_str(), metric, tail.as_str()];
-                let path: Vec<&str> = nodes.into_iter().filter(|n| !n.is_empty()).collect();
-                format!("{}{tags}", path.join("."))
-            }))
-            .collect()
+        if etsy.is_empty() {
+            return;
+        }
+        let (metric, tags) = series.split_at(series.find(';').unwrap_or(series.len()));
+        let mut name = String::with_capacity(series.len() + 32);
+        for (head, tail) in etsy {
+            name.clear();
+            for node in [head.as_str(), metric, tail.as_str()] {
+                if !node.is_empty() {
+                    if !name.is_empty() {
+                        name.push('.');
+                    }
+                    name.push_str(node);
+                }
+            }
+            name.push_str(tags);
+            f(&name);
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! by the precisions each is written at, each group made into chunks of its own (a chunk lists
 //! its precisions once, for all its series).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use super::chunk::{CounterWrite, Parts};
 use crate::aggregate::{ClosedWindow, Member, SeriesName};
@@ -47,60 +47,64 @@ pub(super) fn by_precisions(
     let keeps = |i: usize| schemas.retention(i).precisions();
     let all_keep =
         (0..schemas.all().len()).all(|i| precisions.iter().all(|(p, _)| keeps(i).contains(p)));
+    // (Past 128 sections, a file far beyond any seen, every series is written at every
+    // precision and trimmed by the cleaner.)
     if all_keep
+        || schemas.all().len() > 128
         || (window.counters.is_empty() && window.gauges.is_empty() && window.sets.is_empty())
     {
         return None;
     }
-    // The precisions kept, by the combination of schemas a series' names take.
-    let mut kept: HashMap<Vec<usize>, Vec<u64>> = HashMap::new();
-    let mut list_of = |family: Family, series: &str| -> Vec<u64> {
-        let indexes = schemas.indexes(&namer.names(family, series));
-        (kept.entry(indexes).or_insert_with_key(|indexes| {
-            let stored = schemas.stored_by(indexes).precisions();
-            (precisions.iter())
-                .map(|(p, _)| *p)
-                .filter(|p| stored.contains(p))
-                .collect()
-        }))
-        .clone()
+    // The group of each combination of schemas a series' names take (a bit a schema).
+    let mut groups: Vec<Group> = Vec::new();
+    let mut of_mask: HashMap<u128, usize> = HashMap::new();
+    let mut group_of = |family: Family, series: &str| -> usize {
+        let mut mask = 0u128;
+        namer.each(family, series, |name| mask |= 1u128 << schemas.index(name));
+        if let Some(&g) = of_mask.get(&mask) {
+            return g;
+        }
+        let indexes: Vec<usize> = (0..128).filter(|i| mask & (1u128 << i) != 0).collect();
+        let stored = schemas.stored_by(&indexes).precisions();
+        let list: Vec<(u64, CounterWrite)> = (precisions.iter())
+            .filter(|(p, _)| stored.contains(p))
+            .copied()
+            .collect();
+        let g = match groups.iter().position(|g| g.precisions == list) {
+            Some(g) => g,
+            None => {
+                groups.push(Group {
+                    precisions: list,
+                    ..Group::default()
+                });
+                groups.len() - 1
+            }
+        };
+        of_mask.insert(mask, g);
+        g
     };
-    let mut groups: BTreeMap<Vec<u64>, Group> = BTreeMap::new();
-    for (series, n) in &window.counters {
-        let list = list_of(Family::Counter, series);
-        group(&mut groups, list, precisions)
-            .counters
-            .push((series.clone(), *n));
+    let counters: Vec<usize> = (window.counters.iter())
+        .map(|(series, _)| group_of(Family::Counter, series))
+        .collect();
+    let gauges: Vec<usize> = (window.gauges.iter())
+        .map(|(series, _)| group_of(Family::Gauge, series))
+        .collect();
+    let sets: Vec<usize> = (window.sets.iter())
+        .map(|(series, _)| group_of(Family::Set, series))
+        .collect();
+    for ((series, n), g) in window.counters.iter().zip(counters) {
+        groups[g].counters.push((series.clone(), *n));
     }
-    for (series, value) in &window.gauges {
-        let list = list_of(Family::Gauge, series);
-        group(&mut groups, list, precisions)
-            .gauges
-            .push((series.clone(), *value));
+    for ((series, value), g) in window.gauges.iter().zip(gauges) {
+        groups[g].gauges.push((series.clone(), *value));
     }
-    for (series, members) in &window.sets {
-        let list = list_of(Family::Set, series);
-        (group(&mut groups, list, precisions).sets).push((series.clone(), members.clone()));
+    for ((series, members), g) in window.sets.iter().zip(sets) {
+        groups[g].sets.push((series.clone(), members.clone()));
     }
-    // The longest list first: most often every precision, which then leads as before.
-    let mut groups: Vec<Group> = groups.into_values().collect();
+    // The longest list first (most often every precision, which then leads as before), then
+    // in the order met.
     groups.sort_by_key(|g| std::cmp::Reverse(g.precisions.len()));
     Some(groups)
-}
-
-/// The group of the precisions `list`, made when it is the first.
-fn group<'g>(
-    groups: &'g mut BTreeMap<Vec<u64>, Group>,
-    list: Vec<u64>,
-    precisions: &[(u64, CounterWrite)],
-) -> &'g mut Group {
-    groups.entry(list).or_insert_with_key(|list| Group {
-        precisions: (precisions.iter())
-            .filter(|(p, _)| list.contains(p))
-            .copied()
-            .collect(),
-        ..Group::default()
-    })
 }
 
 #[cfg(test)]
@@ -136,8 +140,8 @@ mod tests {
         assert_eq!(
             got,
             [
-                (vec![10, 60], vec!["s.a"], vec!["s.g"]),
                 (vec![60, 3600], vec!["l.a"], vec![]),
+                (vec![10, 60], vec!["s.a"], vec!["s.g"]),
                 (vec![60], vec!["x"], vec![]),
             ]
         );

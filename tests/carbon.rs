@@ -422,6 +422,56 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
 
 /// Points in flight while Redis is down, then the agent killed (SIGKILL): the spool brings them
 /// to the Redis that comes back, each slice once, the coarser one made of them.
+/// What differs between carbon's files (`whisper.fetch`) and the agent's renders at `http`,
+/// for each of `paths` over each of `ranges`, retried for up to 30 s (both write a while
+/// after the lines); empty when everything agrees.
+async fn agree_with_carbon(
+    carbon: &Carbon,
+    http: u16,
+    paths: &[&str],
+    ranges: &[(u64, u64)],
+) -> String {
+    let mut last = String::new();
+    for _ in 0..60 {
+        let mut differences = Vec::new();
+        for &path in paths {
+            // Both written first: carbon's cache writes its files a while after the lines.
+            if !carbon.whisper_file(path).exists() {
+                differences.push(format!("{path}: carbon wrote no file yet"));
+                continue;
+            }
+            for &(from, until) in ranges {
+                let (want, got) = (
+                    carbon.fetch(path, from, until),
+                    render(http, path, from, until),
+                );
+                if want != got {
+                    let shown = |p: &Option<Vec<(u64, Option<f64>)>>| {
+                        p.as_ref().map(|p| {
+                            let step = p.get(1).map_or(0, |b| b.0 - p[0].0);
+                            let known: BTreeMap<u64, f64> =
+                                p.iter().filter_map(|(t, v)| Some((*t, (*v)?))).collect();
+                            (step, known)
+                        })
+                    };
+                    differences.push(format!(
+                        "{path} over {}: carbon {:?}, agent {:?}",
+                        until - from,
+                        shown(&want),
+                        shown(&got)
+                    ));
+                }
+            }
+        }
+        if differences.is_empty() {
+            return String::new();
+        }
+        last = differences.join("\n");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    last
+}
+
 /// Debian's storage-schemas.conf (`[carbon]`, and its `[default_1min_for_1day]` narrowed to
 /// `d.`), a short and a long section, and carbon's own fallback for every other path.
 const SCHEMAS: &str = "\
@@ -509,46 +559,24 @@ async fn each_path_keeps_its_own_schema_as_carbon_cache_does() {
     .iter()
     .map(|&r| (until - r, until))
     .collect();
-    let mut last = String::new();
-    for _ in 0..60 {
-        let mut differences = Vec::new();
-        for path in paths {
-            // Both written first: carbon's cache writes its files a while after the lines.
-            if !carbon.whisper_file(path).exists() {
-                differences.push(format!("{path}: carbon wrote no file yet"));
-                continue;
-            }
-            for &(from, until) in &ranges {
-                let (want, got) = (
-                    carbon.fetch(path, from, until),
-                    render(http, path, from, until),
-                );
-                if want != got {
-                    let shown = |p: &Option<Vec<(u64, Option<f64>)>>| {
-                        p.as_ref().map(|p| {
-                            let step = p.get(1).map_or(0, |b| b.0 - p[0].0);
-                            let known: BTreeMap<u64, f64> =
-                                p.iter().filter_map(|(t, v)| Some((*t, (*v)?))).collect();
-                            (step, known)
-                        })
-                    };
-                    differences.push(format!(
-                        "{path} over {}: carbon {:?}, agent {:?}",
-                        until - from,
-                        shown(&want),
-                        shown(&got)
-                    ));
-                }
-            }
-        }
-        if differences.is_empty() {
-            last.clear();
-            break;
-        }
-        last = differences.join("\n");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let last = agree_with_carbon(&carbon, http, &paths, &ranges).await;
     assert!(last.is_empty(), "{last}");
+    // Carbon's files imported into another Redis under the same file, read by an agent over
+    // it: the same answers.
+    let imported = RedisServer::start();
+    run_ok(
+        bin()
+            .args(["import", "whisper"])
+            .arg(carbon.dir.path().join("whisper"))
+            .args(["--redis", &imported.url(), "--storage-schemas", &schemas])
+            // The minute under way too (by default the import leaves it to the agent).
+            .args(["--until", &(until + 3600).to_string()]),
+        "statsd-redis import whisper",
+    );
+    let (reader, _, reader_http) = spawn_agent(&imported.url(), &["--storage-schemas", &schemas]);
+    let _reader = Killed(reader);
+    let last = agree_with_carbon(&carbon, reader_http, &paths, &ranges).await;
+    assert!(last.is_empty(), "imported: {last}");
     // Points are kept only in their own schema's hashes.
     let mut conn = redis.conn();
     for (path, precisions) in [

@@ -354,40 +354,7 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
         (until - 6 * 86400, until),
         (until - 89 * 86400, until),
     ];
-    let mut last = String::new();
-    for _ in 0..60 {
-        let mut differences = Vec::new();
-        for &path in &paths {
-            for &(from, until) in &ranges {
-                let (want, got) = (
-                    carbon.fetch(path, from, until),
-                    render(http, path, from, until),
-                );
-                if want != got {
-                    let shown = |p: &Option<Vec<(u64, Option<f64>)>>| {
-                        p.as_ref().map(|p| {
-                            p.iter()
-                                .filter(|(_, v)| v.is_some())
-                                .map(|(t, v)| (*t, v.unwrap()))
-                                .collect::<BTreeMap<_, _>>()
-                        })
-                    };
-                    differences.push(format!(
-                        "{path} over {}: carbon {:?}, agent {:?}",
-                        until - from,
-                        shown(&want),
-                        shown(&got)
-                    ));
-                }
-            }
-        }
-        if differences.is_empty() {
-            last.clear();
-            break;
-        }
-        last = differences.join("\n");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let last = agree_with_carbon(&carbon, http, &paths, &ranges).await;
     assert!(last.is_empty(), "{last}");
     for &path in &paths {
         let held = ranges.iter().any(|&(from, until)| {

@@ -165,8 +165,8 @@ pub struct Config {
     pub max_series_per_chunk: usize,
     /// 0: every precision every window. Otherwise K: counters at precision `p` are summed in the
     /// agent and written once per `min(p, K)` seconds; the hourly statistics go with the shortest
-    /// such period. Unset: 60 with `retentions` or `storage_schemas` (a write into a long listpack scans it), else 0;
-    /// read it with [`Config::coarse_write_secs`].
+    /// such period. Unset: 60 with `retentions` or `storage_schemas` (a write into a long
+    /// listpack scans it), else 0; read it with [`Config::coarse_write_secs`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coarse_write_secs: Option<u64>,
     /// The Graphite API also serves Etsy statsd's Graphite names (`stats_counts.<name>`,

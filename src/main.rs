@@ -376,7 +376,7 @@ impl Reload {
         let reread = |key: &str, value: &toml::Value| {
             REREAD.contains(&key) && value.as_str().is_some_and(|path| !path.is_empty())
         };
-        let changed: Vec<&String> = fresh
+        let mut changed: Vec<&String> = fresh
             .iter()
             .filter(|(key, value)| old.get(*key) != Some(*value) || reread(key, value))
             .map(|(key, _)| key)
@@ -384,7 +384,6 @@ impl Reload {
         if changed.is_empty() {
             tracing::info!("SIGHUP: the configuration is unchanged");
         }
-        let mut changed = changed;
         if changed.iter().any(|k| *k == "storage_schemas") && !self.take_schemas(&new) {
             changed.retain(|k| *k != "storage_schemas");
         }
@@ -417,9 +416,7 @@ impl Reload {
             tracing::info!(keys = ?applied, "SIGHUP: applied");
         }
     }
-}
 
-impl Reload {
     /// Puts the new `storage_schemas` in force for every part of the agent (they share it),
     /// when the running agent has such a file and the new one keeps its precisions (what the
     /// agent writes was set up from them). Otherwise says that it waits for the next start.

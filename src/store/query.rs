@@ -2,7 +2,6 @@
 //! parses its arguments the same way and says "not found" in the same words, whichever asks.
 //! The CLI prints the answers as tables or JSON (`cli`), the API as JSON (`http::api`).
 
-use crate::storage_conf::{Family as Named, Namer};
 use std::str::FromStr;
 
 use super::history::{self, Family, Geometry};
@@ -10,6 +9,7 @@ use super::reader::{KnownSeries, LogView, QuantileRange, QuantilesView, Reader, 
 use super::{StoreError, clock};
 use crate::aggregate::StatKind;
 use crate::config::Config;
+use crate::storage_conf::{Family as Named, Namer};
 
 /// Why a query has no answer: exit code 1 / HTTP 404, 2 / 400, 3 / 503.
 #[derive(Debug, thiserror::Error)]

@@ -38,6 +38,11 @@ pub struct Config {
     /// Carbon's `storage-aggregation.conf`: how each carbon path's coarser slices are made
     /// (`crate::storage_conf`); none: whisper's defaults (average, xFilesFactor 0.5).
     pub storage_aggregation: PathBuf,
+    /// Carbon's `whitelist.conf`: when it holds any pattern, only the carbon paths one of them
+    /// matches are taken (`USE_WHITELIST`); none: every path.
+    pub carbon_whitelist: PathBuf,
+    /// Carbon's `blacklist.conf`: the carbon paths one of its patterns matches are dropped.
+    pub carbon_blacklist: PathBuf,
     /// Unix datagram sockets to create and receive StatsD on (DogStatsD's UDS transport).
     pub unix_datagram: Vec<PathBuf>,
     /// Unix stream sockets to create and receive newline-delimited StatsD on.
@@ -289,6 +294,8 @@ impl Default for Config {
             carbon_pickle: Vec::new(),
             carbon_pickle_max_bytes: 1 << 20,
             storage_aggregation: PathBuf::new(),
+            carbon_whitelist: PathBuf::new(),
+            carbon_blacklist: PathBuf::new(),
             unix_datagram: Vec::new(),
             unix_stream: Vec::new(),
             // Any local user may send, as over UDP on loopback; only the agent's user may
@@ -798,6 +805,12 @@ pub struct Args {
     /// Carbon's storage-aggregation.conf, for carbon's paths [default: none].
     #[arg(long, env = "STATSD_REDIS_STORAGE_AGGREGATION", value_name = "PATH")]
     pub storage_aggregation: Option<PathBuf>,
+    /// Carbon's whitelist.conf: only the carbon paths its patterns match [default: none].
+    #[arg(long, env = "STATSD_REDIS_CARBON_WHITELIST", value_name = "PATH")]
+    pub carbon_whitelist: Option<PathBuf>,
+    /// Carbon's blacklist.conf: the carbon paths its patterns match are dropped [default: none].
+    #[arg(long, env = "STATSD_REDIS_CARBON_BLACKLIST", value_name = "PATH")]
+    pub carbon_blacklist: Option<PathBuf>,
     /// Unix datagram socket to create and receive on; repeat for several [default: none].
     #[arg(
         long,
@@ -1243,6 +1256,8 @@ impl Args {
             carbon_pickle,
             carbon_pickle_max_bytes,
             storage_aggregation,
+            carbon_whitelist,
+            carbon_blacklist,
             unix_datagram,
             unix_stream,
             unix_socket_mode,

@@ -325,7 +325,7 @@ struct Reload {
 
 /// Keys a SIGHUP applies to the running agent (`log_level` in the binary, the others through
 /// [`agent::run_reloading`]); a change to any other waits for a restart.
-const RELOADABLE: [&str; 13] = [
+const RELOADABLE: [&str; 15] = [
     "log_level",
     "max_series_per_chunk",
     "max_backlog_windows",
@@ -339,14 +339,18 @@ const RELOADABLE: [&str; 13] = [
     "web_config_file",
     "storage_aggregation",
     "storage_schemas",
+    "carbon_whitelist",
+    "carbon_blacklist",
 ];
 
 /// Files read again at every SIGHUP, their names changed or not: what changed is in them.
-const REREAD: [&str; 4] = [
+const REREAD: [&str; 6] = [
     "mapping_file",
     "web_config_file",
     "storage_aggregation",
     "storage_schemas",
+    "carbon_whitelist",
+    "carbon_blacklist",
 ];
 
 impl Reload {
@@ -407,6 +411,8 @@ impl Reload {
             mapping_file: new.mapping_file,
             web_config_file: new.web_config_file,
             storage_aggregation: new.storage_aggregation,
+            carbon_whitelist: new.carbon_whitelist,
+            carbon_blacklist: new.carbon_blacklist,
             ..self.running.clone()
         };
         if !applied.is_empty()

@@ -99,7 +99,7 @@ impl Aggregations {
         for (name, options) in sections(text)? {
             let get = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
             let pattern = get("pattern").ok_or_else(|| format!("[{name}]: no `pattern`"))?;
-            Regex::new(pattern).map_err(|e| format!("[{name}]: pattern `{pattern}`: {e}"))?;
+            pattern_of(pattern).map_err(|e| format!("[{name}]: {e}"))?;
             let mut rule = Aggregation::default();
             if let Some(xff) = get("xfilesfactor") {
                 let x: f64 = xff
@@ -196,8 +196,7 @@ impl Schemas {
         for (name, options) in sections(text)? {
             let get = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
             let pattern = get("pattern").ok_or_else(|| format!("[{name}]: no `pattern`"))?;
-            let regex =
-                Regex::new(pattern).map_err(|e| format!("[{name}]: pattern `{pattern}`: {e}"))?;
+            let regex = pattern_of(pattern).map_err(|e| format!("[{name}]: {e}"))?;
             let text = get("retentions").ok_or_else(|| format!("[{name}]: no `retentions`"))?;
             let retention =
                 Retention::parse(text).map_err(|e| format!("[{name}]: retentions {e}"))?;
@@ -385,6 +384,16 @@ impl PartialEq for SharedSchemas {
     fn eq(&self, other: &SharedSchemas) -> bool {
         self.get() == other.get()
     }
+}
+
+/// A pattern of carbon's files as a regular expression, or why not in one line (the `regex`
+/// crate's message spans several, the pattern drawn with a caret under the fault).
+pub(crate) fn pattern_of(pattern: &str) -> Result<Regex, String> {
+    Regex::new(pattern).map_err(|e| {
+        let text = e.to_string();
+        let why = text.lines().last().unwrap_or_default().trim();
+        format!("pattern `{pattern}`: {}", why.trim_start_matches("error: "))
+    })
 }
 
 /// A section's name and its options (key, value), in order.

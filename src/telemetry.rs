@@ -279,12 +279,14 @@ impl Refused {
 }
 
 /// The outcomes of carbon points, in [`Telemetry::carbon_points`]'s order.
-pub const POINT_OUTCOMES: [&str; 5] = [
+pub const POINT_OUTCOMES: [&str; 7] = [
     "placed",
     "too_old",
     "too_far_ahead",
     "not_a_number",
     "series_cap",
+    "blacklisted",
+    "not_whitelisted",
 ];
 
 /// Flush duration buckets: a healthy flush takes milliseconds; the upper buckets show a Redis
@@ -358,7 +360,7 @@ pub struct Telemetry {
     /// Timestamped samples by outcome: [`TIMESTAMP_OUTCOMES`].
     pub timestamped: [Counter; 5],
     /// Carbon points by outcome: [`POINT_OUTCOMES`].
-    pub carbon_points: [Counter; 5],
+    pub carbon_points: [Counter; 7],
     pub kernel_drops: Counter,
     pub active_series: [Gauge; MetricType::ALL.len()],
     pub flushes_ok: Counter,
@@ -563,7 +565,7 @@ impl Telemetry {
             carbon_points: POINT_OUTCOMES.map(|outcome| {
                 counter(
                     "carbon_points_total",
-                    "Carbon points (carbon_tcp, carbon_udp) by outcome: placed (into the slice of the finest precision that keeps their age; a later point of the same slice replaces it), too_old (as old as the longest retention: dropped, as whisper drops them), too_far_ahead (further ahead than the finest precision keeps: dropped), not_a_number (a NaN value: dropped, as carbon drops it), series_cap (a new series while the window already held max_series_per_window carbon series).",
+                    "Carbon points (carbon_tcp, carbon_udp) by outcome: placed (into the slice of the finest precision that keeps their age; a later point of the same slice replaces it), too_old (as old as the longest retention: dropped, as whisper drops them), too_far_ahead (further ahead than the finest precision keeps: dropped), not_a_number (a NaN value: dropped, as carbon drops it), series_cap (a new series while the window already held max_series_per_window carbon series), blacklisted (a pattern of carbon_blacklist matches the path), not_whitelisted (carbon_whitelist has patterns and none matches it).",
                     &[("outcome", outcome)],
                 )
             }),

@@ -68,6 +68,11 @@ fn bad_values_exit_2_with_one_line_naming_the_key() {
         bin().args(["--carbon-tcp", ":2003", "--redis-mode", "cluster"]),
         "carbon_tcp",
     );
+    std::fs::write(&file, "^web\\.\n(\n").unwrap();
+    assert_config_error(
+        bin().arg("--carbon-blacklist").arg(&file),
+        "carbon_blacklist",
+    );
     std::fs::write(&file, "[a]\npattern = .\nretentions = 60:1d,61:2d\n").unwrap();
     assert_config_error(bin().arg("--storage-schemas").arg(&file), "storage_schemas");
     std::fs::write(&file, "[a]\npattern = .\nretentions = 60:1d\n").unwrap();
@@ -91,6 +96,7 @@ fn bad_values_exit_2_with_one_line_naming_the_key() {
         ("--mapping-file", "mapping_file"),
         ("--storage-aggregation", "storage_aggregation"),
         ("--storage-schemas", "storage_schemas"),
+        ("--carbon-whitelist", "carbon_whitelist"),
         ("--web-config-file", "web_config_file"),
         ("--redis-tls-ca-file", "redis_tls_ca_file"),
     ] {

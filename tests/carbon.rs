@@ -913,6 +913,84 @@ async fn etsy_names_take_their_own_schemas() {
     assert!(counts.contains(&(old, Some(5.0))), "{counts:?}");
 }
 
+/// Carbon's `whitelist.conf` and `blacklist.conf` (`USE_WHITELIST = True`) given to carbon-cache
+/// and to the agent alike: the same paths kept and dropped, the drops counted; an edited
+/// whitelist applies at SIGHUP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn carbons_lists_keep_and_drop_what_carbon_cache_does() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    let (white, black) = (conf.join("whitelist.conf"), conf.join("blacklist.conf"));
+    std::fs::write(&white, "# what we keep\n^web\\.\n\n  ^db\\.  \n").unwrap();
+    std::fs::write(&black, "\\.debug\\.\ntmp$\n").unwrap();
+    let carbon = Carbon::start_with(
+        dir,
+        "ENABLE_TAGS = False\nUSE_WHITELIST = True\n",
+        &format!("[all]\npattern = .*\nretentions = {SCHEMA}\n"),
+    );
+    let port = free_port();
+    let (agent, _, http) = spawn_agent(
+        &redis.url(),
+        &[
+            "--retentions",
+            SCHEMA,
+            "--carbon-tcp",
+            &format!("127.0.0.1:{port}"),
+            "--carbon-whitelist",
+            &white.display().to_string(),
+            "--carbon-blacklist",
+            &black.display().to_string(),
+        ],
+    );
+    let agent = Killed(agent);
+    let now = unix_now() as i64;
+    let paths = [
+        "web.a",
+        "db.c",
+        "web.debug.b",
+        "web.tmp",
+        "app.d",
+        "x.web.e",
+    ];
+    let lines: Vec<String> = paths.iter().map(|p| line(p, 1.0, now - 30)).collect();
+    for to in [carbon.tcp, port] {
+        send_tcp(to, &lines);
+    }
+    let (from, until) = (now as u64 - 3600, now as u64);
+    eventually(Duration::from_secs(30), "both kept web.a and db.c", || {
+        ["web.a", "db.c"]
+            .iter()
+            .all(|p| carbon.whisper_file(p).exists() && render(http, p, from, until).is_some())
+    })
+    .await;
+    for path in paths {
+        assert_eq!(
+            render(http, path, from, until).is_some(),
+            carbon.whisper_file(path).exists(),
+            "{path}"
+        );
+    }
+    let metric = |m: &str| metric_at(format!("127.0.0.1:{http}").parse().unwrap(), m);
+    assert_eq!(metric("carbon_points_total{outcome=\"blacklisted\"}"), 2.0);
+    assert_eq!(
+        metric("carbon_points_total{outcome=\"not_whitelisted\"}"),
+        2.0
+    );
+
+    std::fs::write(&white, "^web\\.\n^db\\.\n^app\\.\n").unwrap();
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    send_tcp(port, &[line("app.d", 2.0, now - 20)]);
+    eventually(
+        Duration::from_secs(10),
+        "app.d taken after the SIGHUP",
+        || render(http, "app.d", from, until).is_some(),
+    )
+    .await;
+}
+
 /// Carbon's pickle receiver beside carbon-cache's: messages as carbon-relay sends them (Python's
 /// `pickle.dumps(points, protocol=2)`) and as Dropwizard's `PickledGraphite` writes them
 /// (protocol 0, the timestamp a long, the value a string), items carbon skips among good ones;

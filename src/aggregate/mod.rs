@@ -245,6 +245,9 @@ pub struct Window {
     /// series dropped because the window held `max_series_per_window` carbon series.
     pub points_nan: u64,
     pub points_capped: u64,
+    /// Carbon points carbon's lists refused (`carbon_blacklist`, `carbon_whitelist`).
+    pub points_blacklisted: u64,
+    pub points_not_whitelisted: u64,
     /// The seconds this window counts a timestamped value in, as it comes (from its start to
     /// [`STAMP_AHEAD_SECS`] past its end), once the closer has said which they are; and how
     /// many such values it took.
@@ -459,6 +462,8 @@ impl Window {
             && self.stamps_current == 0
             && self.points_nan == 0
             && self.points_capped == 0
+            && self.points_blacklisted == 0
+            && self.points_not_whitelisted == 0
         {
             // The usual case (one reader): take its maps instead of rebuilding them.
             *self = other;
@@ -488,6 +493,8 @@ impl Window {
         }
         self.points_nan += other.points_nan;
         self.points_capped += other.points_capped;
+        self.points_blacklisted += other.points_blacklisted;
+        self.points_not_whitelisted += other.points_not_whitelisted;
         for (series, options) in other.page_options {
             self.page_options.entry(series).or_insert(options);
         }

@@ -13,6 +13,8 @@ impl Closer {
         let counts = &self.telemetry.carbon_points;
         counts[3].increment(std::mem::take(&mut window.points_nan));
         counts[4].increment(std::mem::take(&mut window.points_capped));
+        counts[5].increment(std::mem::take(&mut window.points_blacklisted));
+        counts[6].increment(std::mem::take(&mut window.points_not_whitelisted));
         if window.points.is_empty() {
             return Vec::new();
         }

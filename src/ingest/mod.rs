@@ -19,7 +19,7 @@ pub use crate::telemetry::Transport;
 use crate::telemetry::{LogLimit, Tally};
 use mapping::Mapped;
 use relay::{Relay, RelayBuffer};
-use rules::{Rules, SharedRules};
+use rules::{Listed, Rules, SharedRules};
 
 /// Bad lines kept for the log: the longest prefix of a line worth printing.
 const BAD_LINE_LOG_BYTES: usize = 200;
@@ -146,6 +146,8 @@ pub struct LineHandler {
     /// The filters and mapping rules in use (none: `None`), the shared ones a SIGHUP
     /// replaces, and the version of those taken.
     rules: Option<Arc<Rules>>,
+    /// The rules when they hold carbon's lists (none: `None`).
+    carbon_lists: Option<Arc<Rules>>,
     shared: Option<(Arc<SharedRules>, u64)>,
     /// With `relay`: the packet of received lines being filled.
     relay: Option<RelayBuffer>,
@@ -161,6 +163,7 @@ impl LineHandler {
             tally: Tally::default(),
             bad_example: None,
             rules: None,
+            carbon_lists: None,
             shared: None,
             relay: None,
             carbon: false,
@@ -212,6 +215,7 @@ impl LineHandler {
         };
         if let Some(rules) = shared.changed_since(version) {
             self.namer.drop_tags = rules.drop_tags.clone();
+            self.carbon_lists = rules.has_carbon_lists().then(|| rules.clone());
             self.rules = (!rules.is_empty()).then_some(rules);
         }
     }
@@ -408,6 +412,13 @@ impl LineHandler {
     ) {
         match parsed {
             Ok(carbon::Parsed::Point(p)) => {
+                if let Some(refused) = self.carbon_lists.as_ref().and_then(|r| r.refuses(p.sent)) {
+                    match refused {
+                        Listed::Blacklisted => window.points_blacklisted += 1,
+                        Listed::NotWhitelisted => window.points_not_whitelisted += 1,
+                    }
+                    return;
+                }
                 let at = p.at.unwrap_or_else(|| {
                     *now.get_or_insert_with(|| crate::store::clock::since_epoch().as_secs_f64())
                 });

@@ -1,7 +1,8 @@
 //! What the readers do to a sample before it reaches a window: the filters (`keep_names`,
-//! `drop_names`, `drop_types`, `drop_tags`), then the mapping rules (`mapping_file`). Made
-//! from the configuration at start and again at each SIGHUP; a reader takes the new rules at
-//! its next datagram ([`SharedRules`]).
+//! `drop_names`, `drop_types`, `drop_tags`), then the mapping rules (`mapping_file`); and to a
+//! carbon point, carbon's lists (`carbon_whitelist`, `carbon_blacklist`). Made from the
+//! configuration at start and again at each SIGHUP; a reader takes the new rules at its next
+//! datagram ([`SharedRules`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +23,18 @@ pub struct Rules {
     pub drop_tags: Vec<String>,
     /// The mapping file's rules (none without one).
     pub mapper: Mapper,
+    /// Carbon's whitelist and blacklist, their patterns in file order.
+    carbon_whitelist: Vec<regex::Regex>,
+    carbon_blacklist: Vec<regex::Regex>,
+}
+
+/// Why carbon's lists refuse a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    /// A pattern of the blacklist matches it (carbon's `blacklistMatches`).
+    Blacklisted,
+    /// The whitelist has patterns and none matches it (carbon's `whitelistRejects`).
+    NotWhitelisted,
 }
 
 impl Rules {
@@ -43,7 +56,21 @@ impl Rules {
             drop_types,
             drop_tags: config.drop_tags.clone(),
             mapper: read_mapping(&config.mapping_file)?,
+            carbon_whitelist: read_list("carbon_whitelist", &config.carbon_whitelist)?,
+            carbon_blacklist: read_list("carbon_blacklist", &config.carbon_blacklist)?,
         })
+    }
+
+    /// Whether carbon's lists refuse carbon path `path` (as sent), checked as carbon's
+    /// `metricReceived` checks them: the blacklist first, each pattern searched for anywhere.
+    #[inline]
+    pub fn refuses(&self, path: &str) -> Option<Listed> {
+        if self.carbon_blacklist.iter().any(|r| r.is_match(path)) {
+            return Some(Listed::Blacklisted);
+        }
+        let listed = self.carbon_whitelist.is_empty()
+            || self.carbon_whitelist.iter().any(|r| r.is_match(path));
+        (!listed).then_some(Listed::NotWhitelisted)
     }
 
     /// Whether a sample of metric `name` (without its tags) and type `kind` is kept.
@@ -62,6 +89,11 @@ impl Rules {
             && self.drop_types == [false; MetricType::ALL.len()]
             && self.mapper.is_empty()
     }
+
+    /// Whether carbon's lists hold any pattern.
+    pub fn has_carbon_lists(&self) -> bool {
+        !(self.carbon_whitelist.is_empty() && self.carbon_blacklist.is_empty())
+    }
 }
 
 /// The rules of the mapping file at `path` (none for an empty path).
@@ -72,6 +104,33 @@ fn read_mapping(path: &std::path::Path) -> Result<Mapper, ConfigError> {
     let text = crate::config::read_text(path)
         .map_err(|e| err("mapping_file", format!("{}: {e}", path.display())))?;
     Mapper::from_yaml(&text).map_err(|e| err("mapping_file", format!("{}: {e}", path.display())))
+}
+
+/// A carbon list file (`whitelist.conf`, `blacklist.conf`) read as carbon's `RegexList` reads
+/// it: a pattern a line, trimmed; a line that starts with `#`, or is blank, is skipped. Where
+/// carbon logs and skips a pattern it cannot compile, the agent refuses the file, naming the
+/// line (Rust's `regex`: no look-around or back-references).
+fn read_list(key: &str, path: &std::path::Path) -> Result<Vec<regex::Regex>, ConfigError> {
+    if path.as_os_str().is_empty() {
+        return Ok(Vec::new());
+    }
+    let text =
+        crate::config::read_text(path).map_err(|e| err(key, format!("{}: {e}", path.display())))?;
+    parse_list(&text).map_err(|e| err(key, format!("{}: {e}", path.display())))
+}
+
+fn parse_list(text: &str) -> Result<Vec<regex::Regex>, String> {
+    let mut list = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let pattern = line.trim();
+        if line.starts_with('#') || pattern.is_empty() {
+            continue;
+        }
+        list.push(
+            crate::storage_conf::pattern_of(pattern).map_err(|e| format!("line {}: {e}", n + 1))?,
+        );
+    }
+    Ok(list)
 }
 
 /// Name globs (`*` any run of characters, dots too; `?` one character; the rest literal), as
@@ -128,6 +187,33 @@ mod tests {
             drop_types: strings(types),
             ..Config::default()
         })
+    }
+
+    #[test]
+    fn carbons_lists_as_carbon_reads_them() {
+        let list = |text: &str| parse_list(text).unwrap();
+        let rules = |white: &str, black: &str| Rules {
+            carbon_whitelist: list(white),
+            carbon_blacklist: list(black),
+            ..Rules::default()
+        };
+        // Comments only at the start of a line; blank lines and surrounding blanks ignored.
+        let r = rules("# web only\n\n  ^web\\.  \n  #x\n", "\\.debug\\.\n");
+        assert!(
+            r.is_empty() && r.has_carbon_lists(),
+            "StatsD's rules stay empty"
+        );
+        assert_eq!(r.refuses("web.a"), None);
+        assert_eq!(r.refuses("db.a"), Some(Listed::NotWhitelisted));
+        // "  #x" is a pattern: carbon skips only lines that start with '#'.
+        assert_eq!(r.refuses("a#x"), None);
+        // The blacklist first, searched anywhere.
+        assert_eq!(r.refuses("web.debug.a"), Some(Listed::Blacklisted));
+        let none = rules("", "");
+        assert!(!none.has_carbon_lists());
+        assert_eq!(none.refuses("anything"), None);
+        let e = parse_list("ok\n(\n").unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
     }
 
     #[test]

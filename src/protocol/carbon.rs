@@ -13,6 +13,8 @@ use super::BadLine;
 pub struct Point<'a> {
     /// The path, normalized ([`normalize`]).
     pub path: Cow<'a, str>,
+    /// The path as sent (what carbon's lists match).
+    pub sent: &'a str,
     pub value: f64,
     /// Unix seconds as sent; `None`: now (carbon's `-1`).
     pub at: Option<f64>,
@@ -48,6 +50,7 @@ pub fn point(path: &str, value: f64, at: f64) -> Result<Parsed<'_>, BadLine> {
         // there; here only the line.
         return Err(BadLine::InvalidTimestamp);
     }
+    let sent = path;
     let path = normalize(path)?;
     if value.is_nan() {
         return Ok(Parsed::NotANumber);
@@ -58,7 +61,12 @@ pub fn point(path: &str, value: f64, at: f64) -> Result<Parsed<'_>, BadLine> {
     }
     // Carbon takes int(timestamp) == -1 as now: any timestamp in (-2, -1].
     let at = (at.trunc() != -1.0).then_some(at);
-    Ok(Parsed::Point(Point { path, value, at }))
+    Ok(Parsed::Point(Point {
+        path,
+        sent,
+        value,
+        at,
+    }))
 }
 
 /// A number as Python's `float()` reads it: Rust's own syntax (signs, exponents, `inf`,

@@ -954,7 +954,9 @@ async fn carbons_lists_keep_and_drop_what_carbon_cache_does() {
         "app.d",
         "x.web.e",
     ];
-    let lines: Vec<String> = paths.iter().map(|p| line(p, 1.0, now - 30)).collect();
+    let mut lines: Vec<String> = paths.iter().map(|p| line(p, 1.0, now - 30)).collect();
+    // The lists come before the NaN check, as in carbon's metricReceived.
+    lines.push(format!("web.debug.n nan {}\n", now - 30));
     for to in [carbon.tcp, port] {
         send_tcp(to, &lines);
     }
@@ -973,7 +975,8 @@ async fn carbons_lists_keep_and_drop_what_carbon_cache_does() {
         );
     }
     let metric = |m: &str| metric_at(format!("127.0.0.1:{http}").parse().unwrap(), m);
-    assert_eq!(metric("carbon_points_total{outcome=\"blacklisted\"}"), 2.0);
+    assert_eq!(metric("carbon_points_total{outcome=\"blacklisted\"}"), 3.0);
+    assert_eq!(metric("carbon_points_total{outcome=\"not_a_number\"}"), 0.0);
     assert_eq!(
         metric("carbon_points_total{outcome=\"not_whitelisted\"}"),
         2.0

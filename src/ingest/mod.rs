@@ -410,21 +410,22 @@ impl LineHandler {
         line: &[u8],
         window: &mut Window,
     ) {
+        // Carbon's lists come first, as in its metricReceived: before the NaN check.
+        if let (Ok(p), Some(lists)) = (&parsed, &self.carbon_lists) {
+            match lists.refuses(p.sent()) {
+                Some(Listed::Blacklisted) => return window.points_blacklisted += 1,
+                Some(Listed::NotWhitelisted) => return window.points_not_whitelisted += 1,
+                None => {}
+            }
+        }
         match parsed {
             Ok(carbon::Parsed::Point(p)) => {
-                if let Some(refused) = self.carbon_lists.as_ref().and_then(|r| r.refuses(p.sent)) {
-                    match refused {
-                        Listed::Blacklisted => window.points_blacklisted += 1,
-                        Listed::NotWhitelisted => window.points_not_whitelisted += 1,
-                    }
-                    return;
-                }
                 let at = p.at.unwrap_or_else(|| {
                     *now.get_or_insert_with(|| crate::store::clock::since_epoch().as_secs_f64())
                 });
                 window.record_point(&p.path, at, p.value, self.max_series);
             }
-            Ok(carbon::Parsed::NotANumber) => window.points_nan += 1,
+            Ok(carbon::Parsed::NotANumber(_)) => window.points_nan += 1,
             Err(reason) => self.reject(reason, line),
         }
     }

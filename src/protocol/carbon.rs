@@ -20,12 +20,22 @@ pub struct Point<'a> {
     pub at: Option<f64>,
 }
 
-/// What a line is: a point, or a point carbon drops without a word (a NaN value), which the
-/// agent counts.
+/// What a line is: a point, or a point carbon drops without a word (a NaN value, its path as
+/// sent), which the agent counts.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Parsed<'a> {
     Point(Point<'a>),
-    NotANumber,
+    NotANumber(&'a str),
+}
+
+impl<'a> Parsed<'a> {
+    /// The path as sent (what carbon's lists match).
+    pub fn sent(&self) -> &'a str {
+        match self {
+            Parsed::Point(p) => p.sent,
+            Parsed::NotANumber(sent) => sent,
+        }
+    }
 }
 
 /// Parses one line (without its newline).
@@ -53,7 +63,7 @@ pub fn point(path: &str, value: f64, at: f64) -> Result<Parsed<'_>, BadLine> {
     let sent = path;
     let path = normalize(path)?;
     if value.is_nan() {
-        return Ok(Parsed::NotANumber);
+        return Ok(Parsed::NotANumber(sent));
     }
     if value.is_infinite() {
         // Whisper would keep it; no reader can show it (JSON has no infinity).
@@ -159,7 +169,7 @@ mod tests {
         assert_eq!(point("a 1 -2").at, Some(-2.0));
         assert_eq!(
             parse_line(b"a nan 100"),
-            Ok(Parsed::NotANumber),
+            Ok(Parsed::NotANumber("a")),
             "a NaN value is dropped"
         );
     }

@@ -389,6 +389,18 @@ async fn carbon_lines_read_back_as_carbon_cache_keeps_them() {
 
 /// Points in flight while Redis is down, then the agent killed (SIGKILL): the spool brings them
 /// to the Redis that comes back, each slice once, the coarser one made of them.
+/// The precisions at which `series` has a hash of `family` (`count`, `gauge`), in order.
+fn held(conn: &mut redis::Connection, family: &str, series: &str) -> Vec<u64> {
+    let mut held: Vec<u64> = conn
+        .keys::<_, Vec<String>>(format!("{family}:*:{series}"))
+        .unwrap()
+        .iter()
+        .map(|k| k.split(':').nth(1).unwrap().parse().unwrap())
+        .collect();
+    held.sort_unstable();
+    held
+}
+
 /// What differs between carbon's files (`whisper.fetch`) and the agent's renders at `http`,
 /// for each of `paths` over each of `ranges`, retried for up to 30 s (both write a while
 /// after the lines); empty when everything agrees.
@@ -553,14 +565,7 @@ async fn each_path_keeps_its_own_schema_as_carbon_cache_does() {
         ("d.a", &[60, 300, 3600]),
         ("other.a", &[60]),
     ] {
-        let mut held: Vec<u64> = conn
-            .keys::<_, Vec<String>>(format!("gauge:*:{path}"))
-            .unwrap()
-            .iter()
-            .map(|k| k.split(':').nth(1).unwrap().parse().unwrap())
-            .collect();
-        held.sort_unstable();
-        assert_eq!(held, precisions, "{path}");
+        assert_eq!(held(&mut conn, "gauge", path), precisions, "{path}");
     }
 
     // A StatsD counter of each schema: read at its own archives, trimmed to its own length.
@@ -621,14 +626,7 @@ async fn each_path_keeps_its_own_schema_as_carbon_cache_does() {
         ("l.c", &[10, 60]),
         ("other.c", &[60]),
     ] {
-        let mut held: Vec<u64> = conn
-            .keys::<_, Vec<String>>(format!("count:*:{name}"))
-            .unwrap()
-            .iter()
-            .map(|k| k.split(':').nth(1).unwrap().parse().unwrap())
-            .collect();
-        held.sort_unstable();
-        assert_eq!(held, precisions, "{name}");
+        assert_eq!(held(&mut conn, "count", name), precisions, "{name}");
     }
     // The Graphite API shows each counter at its own schema's finest archive that covers the
     // range: ten seconds for s.c over half an hour, a minute for other.c (carbon's fallback).

@@ -151,8 +151,6 @@ pub struct Schemas {
     /// Each section's pattern, in order (tried one at a time: the first match decides, and
     /// the common files' first sections are few and cheap).
     patterns: Vec<Regex>,
-    /// Each section's name, then the fallback's (`default` as carbon logs it).
-    names: Vec<String>,
     /// Each section's retention, then the fallback's.
     retentions: Vec<Retention>,
 }
@@ -162,9 +160,7 @@ impl PartialEq for Schemas {
         fn patterns(s: &Schemas) -> Vec<&str> {
             s.patterns.iter().map(Regex::as_str).collect()
         }
-        patterns(self) == patterns(other)
-            && self.names == other.names
-            && self.retentions == other.retentions
+        patterns(self) == patterns(other) && self.retentions == other.retentions
     }
 }
 
@@ -173,7 +169,6 @@ impl Schemas {
     pub fn single(retention: Retention) -> Schemas {
         Schemas {
             patterns: Vec::new(),
-            names: vec!["default".into()],
             retentions: vec![retention],
         }
     }
@@ -191,7 +186,6 @@ impl Schemas {
     /// with no section.
     pub fn parse(text: &str) -> Result<Schemas, String> {
         let mut patterns = Vec::new();
-        let mut names = Vec::new();
         let mut retentions = Vec::new();
         for (name, options) in sections(text)? {
             let get = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
@@ -201,17 +195,14 @@ impl Schemas {
             let retention =
                 Retention::parse(text).map_err(|e| format!("[{name}]: retentions {e}"))?;
             patterns.push(regex);
-            names.push(name);
             retentions.push(retention);
         }
         if patterns.is_empty() {
             return Err("no section: a [name] with `pattern` and `retentions` is needed".into());
         }
-        names.push("default".into());
         retentions.push(Retention::parse(FALLBACK_RETENTIONS).expect("carbon's fallback"));
         Ok(Schemas {
             patterns,
-            names,
             retentions,
         })
     }
@@ -232,11 +223,6 @@ impl Schemas {
     /// The retention of `path`.
     pub fn of(&self, path: &str) -> &Retention {
         self.retention(self.index(path))
-    }
-
-    /// The section's name of schema `i`, as the logs name it.
-    pub fn name(&self, i: usize) -> &str {
-        &self.names[i.min(self.names.len() - 1)]
     }
 
     /// Every schema, the fallback last.
@@ -559,13 +545,13 @@ retentions = 60s:1d,5m:30d,1h:3y
             "60:1440,300:8640,3600:26280"
         );
         assert_eq!(of("a.carbon.x"), "60:1440,300:8640,3600:26280");
-        assert_eq!(s.name(s.index("carbon.x")), "carbon");
+        assert_eq!(s.index("carbon.x"), 0);
         // Every precision any section keeps, as long as the longest keeps it.
         assert_eq!(s.union().encode(), "10:360,60:129600,300:8640,3600:26280");
         // Nothing matches: carbon's fallback, a week of minutes.
         let only = Schemas::parse("[c]\npattern = ^carbon\\.\nretentions = 10s:1d\n").unwrap();
         assert_eq!(only.of("app.x").encode(), "60:10080");
-        assert_eq!(only.name(only.index("app.x")), "default");
+        assert_eq!(only.index("app.x"), 1);
         assert_eq!(only.union().encode(), "10:8640,60:10080");
         // What the cleaner keeps: a precision the schema does not list, the book's 120.
         let kept = |p| only.of(p).within(&only.union()).encode();

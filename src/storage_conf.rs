@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use regex::{Regex, RegexSet};
+use regex::Regex;
 
 use crate::retention::Retention;
 
@@ -74,7 +74,7 @@ impl Default for Aggregation {
 /// The sections of a `storage-aggregation.conf`, in order.
 #[derive(Debug, Clone, Default)]
 pub struct Aggregations {
-    patterns: Option<RegexSet>,
+    patterns: FirstMatch,
     rules: Vec<Aggregation>,
 }
 
@@ -84,9 +84,7 @@ impl Aggregations {
         if path.as_os_str().is_empty() {
             return Ok(Aggregations::default());
         }
-        let text =
-            crate::config::read_text(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Aggregations::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        load(path, Aggregations::parse)
     }
 
     /// A file's text. Refused, where carbon would log and skip a section or fail at its first
@@ -96,10 +94,8 @@ impl Aggregations {
     pub fn parse(text: &str) -> Result<Aggregations, String> {
         let mut patterns = Vec::new();
         let mut rules = Vec::new();
-        for (name, options) in sections(text)? {
-            let get = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
-            let pattern = get("pattern").ok_or_else(|| format!("[{name}]: no `pattern`"))?;
-            pattern_of(pattern).map_err(|e| format!("[{name}]: {e}"))?;
+        for (name, pattern, options) in patterned(text)? {
+            let get = |key: &str| option(&options, key);
             let mut rule = Aggregation::default();
             if let Some(xff) = get("xfilesfactor") {
                 let x: f64 = xff
@@ -122,21 +118,16 @@ impl Aggregations {
                         )
                     })?;
             }
-            patterns.push(pattern.clone());
+            patterns.push(pattern);
             rules.push(rule);
         }
-        let patterns = (!patterns.is_empty())
-            .then(|| RegexSet::new(&patterns).map_err(|e| e.to_string()))
-            .transpose()?;
+        let patterns = FirstMatch(patterns);
         Ok(Aggregations { patterns, rules })
     }
 
     /// The aggregation of `path` (normalized, tags and all): the first section that matches.
     pub fn of(&self, path: &str) -> Aggregation {
-        self.patterns
-            .as_ref()
-            .and_then(|set| set.matches(path).iter().next())
-            .map_or_else(Aggregation::default, |i| self.rules[i])
+        (self.patterns.index(path)).map_or_else(Aggregation::default, |i| self.rules[i])
     }
 }
 
@@ -146,38 +137,25 @@ pub const FALLBACK_RETENTIONS: &str = "60:10080";
 
 /// The sections of a `storage-schemas.conf`, in order, then carbon's fallback; or the one
 /// schema of `retentions` (or the book's precisions) for every path.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Schemas {
-    /// Each section's pattern, in order (tried one at a time: the first match decides, and
-    /// the common files' first sections are few and cheap).
-    patterns: Vec<Regex>,
+    patterns: FirstMatch,
     /// Each section's retention, then the fallback's.
     retentions: Vec<Retention>,
-}
-
-impl PartialEq for Schemas {
-    fn eq(&self, other: &Schemas) -> bool {
-        fn patterns(s: &Schemas) -> Vec<&str> {
-            s.patterns.iter().map(Regex::as_str).collect()
-        }
-        patterns(self) == patterns(other) && self.retentions == other.retentions
-    }
 }
 
 impl Schemas {
     /// One schema for every path.
     pub fn single(retention: Retention) -> Schemas {
         Schemas {
-            patterns: Vec::new(),
+            patterns: FirstMatch::default(),
             retentions: vec![retention],
         }
     }
 
     /// The file at `path`.
     pub fn load(path: &Path) -> Result<Schemas, String> {
-        let text =
-            crate::config::read_text(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Schemas::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        load(path, Schemas::parse)
     }
 
     /// A file's text. Refused, where carbon would log and skip a section or stop: a section
@@ -187,14 +165,12 @@ impl Schemas {
     pub fn parse(text: &str) -> Result<Schemas, String> {
         let mut patterns = Vec::new();
         let mut retentions = Vec::new();
-        for (name, options) in sections(text)? {
-            let get = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
-            let pattern = get("pattern").ok_or_else(|| format!("[{name}]: no `pattern`"))?;
-            let regex = pattern_of(pattern).map_err(|e| format!("[{name}]: {e}"))?;
-            let text = get("retentions").ok_or_else(|| format!("[{name}]: no `retentions`"))?;
+        for (name, pattern, options) in patterned(text)? {
+            let text = option(&options, "retentions")
+                .ok_or_else(|| format!("[{name}]: no `retentions`"))?;
             let retention =
                 Retention::parse(text).map_err(|e| format!("[{name}]: retentions {e}"))?;
-            patterns.push(regex);
+            patterns.push(pattern);
             retentions.push(retention);
         }
         if patterns.is_empty() {
@@ -202,7 +178,7 @@ impl Schemas {
         }
         retentions.push(Retention::parse(FALLBACK_RETENTIONS).expect("carbon's fallback"));
         Ok(Schemas {
-            patterns,
+            patterns: FirstMatch(patterns),
             retentions,
         })
     }
@@ -210,9 +186,7 @@ impl Schemas {
     /// Which schema `path` (normalized, tags and all; a StatsD series by its name) takes: the
     /// first section that matches, else the fallback (the last).
     pub fn index(&self, path: &str) -> usize {
-        (self.patterns.iter())
-            .position(|r| r.is_match(path))
-            .unwrap_or(self.retentions.len() - 1)
+        (self.patterns.index(path)).unwrap_or(self.retentions.len() - 1)
     }
 
     /// The retention of schema `i` ([`Schemas::index`]).
@@ -372,6 +346,52 @@ impl PartialEq for SharedSchemas {
     }
 }
 
+/// The patterns of a file's sections, in order: the first found anywhere in a path decides.
+/// Tried one at a time: the common files' first sections are few and fail fast, where a
+/// `RegexSet` runs them all (3x slower on Debian's storage-schemas.conf, docs/benchmarks.md).
+#[derive(Debug, Clone, Default)]
+struct FirstMatch(Vec<Regex>);
+
+impl FirstMatch {
+    fn index(&self, path: &str) -> Option<usize> {
+        self.0.iter().position(|r| r.is_match(path))
+    }
+}
+
+impl PartialEq for FirstMatch {
+    fn eq(&self, other: &FirstMatch) -> bool {
+        self.0
+            .iter()
+            .map(Regex::as_str)
+            .eq(other.0.iter().map(Regex::as_str))
+    }
+}
+
+/// A carbon file at `path`, read by `parse`; an error names the file.
+fn load<T>(path: &Path, parse: impl Fn(&str) -> Result<T, String>) -> Result<T, String> {
+    let text = crate::config::read_text(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The sections of a carbon file, each with its name, its `pattern` compiled and its options;
+/// a section without a pattern, or one that does not compile, is refused.
+fn patterned(text: &str) -> Result<Vec<(String, Regex, Options)>, String> {
+    sections(text)?
+        .into_iter()
+        .map(|(name, options)| {
+            let pattern =
+                option(&options, "pattern").ok_or_else(|| format!("[{name}]: no `pattern`"))?;
+            let regex = pattern_of(pattern).map_err(|e| format!("[{name}]: {e}"))?;
+            Ok((name, regex, options))
+        })
+        .collect()
+}
+
+/// The value of option `key` (lowercase) in a section, the last given.
+fn option<'a>(options: &'a [(String, String)], key: &str) -> Option<&'a String> {
+    options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
 /// A pattern of carbon's files as a regular expression, or why not in one line (the `regex`
 /// crate's message spans several, the pattern drawn with a caret under the fault).
 pub(crate) fn pattern_of(pattern: &str) -> Result<Regex, String> {
@@ -382,8 +402,11 @@ pub(crate) fn pattern_of(pattern: &str) -> Result<Regex, String> {
     })
 }
 
-/// A section's name and its options (key, value), in order.
-type Section = (String, Vec<(String, String)>);
+/// A section's options (key, value), in order.
+type Options = Vec<(String, String)>;
+
+/// A section's name and its options.
+type Section = (String, Options);
 
 /// Sections of an INI text as Python's `ConfigParser` reads them: `[name]`, then `key = value`
 /// or `key: value` lines (keys lowercased, both sides trimmed), full-line comments (`#`, `;`),

@@ -210,22 +210,27 @@ impl Schemas {
         Retention::union(&self.retentions)
     }
 
-    /// What a series shown under `names` ([`Namer::names`]) is kept for: each precision as
-    /// long as the longest of its names' schemas keeps it (each name is read by its own, as
-    /// carbon keeps a file a name).
-    pub fn stored(&self, names: &[String]) -> Retention {
-        self.stored_by(&self.indexes(names))
+    /// What `series` is kept for: each precision as long as the longest of its Graphite
+    /// names' schemas keeps it (each name is read by its own, as carbon keeps a file a name).
+    pub fn stored(&self, namer: &Namer, family: Family, series: &str) -> Retention {
+        self.stored_by(&self.taken(namer, family, series))
     }
 
-    /// The schemas `names` take ([`Schemas::index`]), each once, in order.
-    pub fn indexes(&self, names: &[String]) -> Vec<usize> {
-        let mut indexes: Vec<usize> = names.iter().map(|n| self.index(n)).collect();
-        indexes.sort_unstable();
-        indexes.dedup();
-        indexes
+    /// The schemas `series`' Graphite names take ([`Schemas::index`]), each once, in order:
+    /// what [`Schemas::stored_by`] makes its retention of.
+    pub fn taken(&self, namer: &Namer, family: Family, series: &str) -> Vec<usize> {
+        let mut taken = Vec::with_capacity(3);
+        namer.each(family, series, |name| {
+            let i = self.index(name);
+            if !taken.contains(&i) {
+                taken.push(i);
+            }
+        });
+        taken.sort_unstable();
+        taken
     }
 
-    /// [`Schemas::stored`] of the names that take schemas `indexes`.
+    /// What a series whose names take schemas `indexes` ([`Schemas::taken`]) is kept for.
     pub fn stored_by(&self, indexes: &[usize]) -> Retention {
         match indexes {
             [one] => self.retention(*one).clone(),
@@ -286,6 +291,7 @@ impl Namer {
     }
 
     /// `series`' Graphite names, its own first.
+    #[cfg(test)]
     pub fn names(&self, family: Family, series: &str) -> Vec<String> {
         let mut names = Vec::new();
         self.each(family, series, |name| names.push(name.to_string()));
@@ -604,9 +610,9 @@ retentions = 60s:1d,5m:30d,1h:3y
                 "stats.app.hits;env=a"
             ]
         );
+        let stored = |c: &crate::config::Config, f, series| s.stored(&Namer::new(c), f, series);
         assert_eq!(
-            s.stored(&names(&config, Family::Counter, "app.hits"))
-                .encode(),
+            stored(&config, Family::Counter, "app.hits").encode(),
             "10:8640,60:10080"
         );
         assert_eq!(names(&config, Family::Set, "u")[1], "stats.sets.u.count");
@@ -623,10 +629,7 @@ retentions = 60s:1d,5m:30d,1h:3y
         config.graphite_etsy_names = false;
         assert_eq!(names(&config, Family::Gauge, "g"), ["g"]);
         // A name no section matches: carbon's fallback.
-        assert_eq!(
-            s.stored(&names(&config, Family::Gauge, "g")).encode(),
-            "60:10080"
-        );
+        assert_eq!(stored(&config, Family::Gauge, "g").encode(), "60:10080");
     }
 
     #[test]

@@ -210,11 +210,9 @@ impl Cleaner {
                 .iter()
                 .position(|b| *b == b':')
                 .map_or(&m[..], |i| &m[i + 1..]);
-            let names = trim.namer.names(family, &String::from_utf8_lossy(series));
-            groups
-                .entry(trim.schemas.indexes(&names))
-                .or_default()
-                .push(m);
+            let series = String::from_utf8_lossy(series);
+            let taken = trim.schemas.taken(&trim.namer, family, &series);
+            groups.entry(taken).or_default().push(m);
         }
         groups
             .into_iter()
@@ -1220,7 +1218,6 @@ async fn clean_slot(
     Ok((slices, gone, moved))
 }
 
-/// The precision of a `<precision>:<series>` member.
 /// What the cleaner trims each series to under `storage_schemas` ([`Cleaner::trimming`]).
 struct Trim {
     schemas: Schemas,
@@ -1231,6 +1228,7 @@ struct Trim {
     encoded: HashMap<Vec<usize>, String>,
 }
 
+/// The precision of a `<precision>:<series>` member.
 fn precision_of(member: &[u8]) -> Option<u64> {
     let end = member.iter().position(|b| *b == b':')?;
     std::str::from_utf8(&member[..end]).ok()?.parse().ok()

@@ -151,8 +151,7 @@ impl Queries<'_> {
 
     /// What `series` is kept for: its names' schemas' (`storage_schemas`), else the agent's.
     fn stored(&self, family: Named, series: &str) -> crate::retention::Retention {
-        let names = Namer::new(self.config).names(family, series);
-        self.config.schemas().stored(&names)
+        (self.config.schemas()).stored(&Namer::new(self.config), family, series)
     }
 
     /// The slices a long archive's blocks may hold of `series` at `precision` (its own

@@ -35,6 +35,43 @@ impl Group {
     }
 }
 
+/// The groups of a window made so far, and the group of each combination of schemas met.
+struct Groups<'p> {
+    precisions: &'p [(u64, CounterWrite)],
+    groups: Vec<Group>,
+    of_taken: HashMap<Vec<usize>, usize>,
+}
+
+impl Groups<'_> {
+    /// The group of a series whose names take schemas `taken` ([`Schemas::taken`]): of the
+    /// precisions listed, those they keep.
+    fn of(&mut self, taken: Vec<usize>, schemas: &Schemas) -> &mut Group {
+        let g = match self.of_taken.get(&taken) {
+            Some(&g) => g,
+            None => {
+                let stored = schemas.stored_by(&taken).precisions();
+                let list: Vec<(u64, CounterWrite)> = (self.precisions.iter())
+                    .filter(|(p, _)| stored.contains(p))
+                    .copied()
+                    .collect();
+                let g = match self.groups.iter().position(|g| g.precisions == list) {
+                    Some(g) => g,
+                    None => {
+                        self.groups.push(Group {
+                            precisions: list,
+                            ..Group::default()
+                        });
+                        self.groups.len() - 1
+                    }
+                };
+                self.of_taken.insert(taken, g);
+                g
+            }
+        };
+        &mut self.groups[g]
+    }
+}
+
 /// `window`'s series grouped by the part of `precisions` their names' schemas keep, the
 /// group of every precision first; `None` when every schema keeps them all (no series is left
 /// out of any), or the window has no counters, gauges or sets.
@@ -47,60 +84,29 @@ pub(super) fn by_precisions(
     let keeps = |i: usize| schemas.retention(i).precisions();
     let all_keep =
         (0..schemas.all().len()).all(|i| precisions.iter().all(|(p, _)| keeps(i).contains(p)));
-    // (Past 128 sections, a file far beyond any seen, every series is written at every
-    // precision and trimmed by the cleaner.)
     if all_keep
-        || schemas.all().len() > 128
         || (window.counters.is_empty() && window.gauges.is_empty() && window.sets.is_empty())
     {
         return None;
     }
-    // The group of each combination of schemas a series' names take (a bit a schema).
-    let mut groups: Vec<Group> = Vec::new();
-    let mut of_mask: HashMap<u128, usize> = HashMap::new();
-    let mut group_of = |family: Family, series: &str| -> usize {
-        let mut mask = 0u128;
-        namer.each(family, series, |name| mask |= 1u128 << schemas.index(name));
-        if let Some(&g) = of_mask.get(&mask) {
-            return g;
-        }
-        let indexes: Vec<usize> = (0..128).filter(|i| mask & (1u128 << i) != 0).collect();
-        let stored = schemas.stored_by(&indexes).precisions();
-        let list: Vec<(u64, CounterWrite)> = (precisions.iter())
-            .filter(|(p, _)| stored.contains(p))
-            .copied()
-            .collect();
-        let g = match groups.iter().position(|g| g.precisions == list) {
-            Some(g) => g,
-            None => {
-                groups.push(Group {
-                    precisions: list,
-                    ..Group::default()
-                });
-                groups.len() - 1
-            }
-        };
-        of_mask.insert(mask, g);
-        g
+    let mut groups = Groups {
+        precisions,
+        groups: Vec::new(),
+        of_taken: HashMap::new(),
     };
-    let counters: Vec<usize> = (window.counters.iter())
-        .map(|(series, _)| group_of(Family::Counter, series))
-        .collect();
-    let gauges: Vec<usize> = (window.gauges.iter())
-        .map(|(series, _)| group_of(Family::Gauge, series))
-        .collect();
-    let sets: Vec<usize> = (window.sets.iter())
-        .map(|(series, _)| group_of(Family::Set, series))
-        .collect();
-    for ((series, n), g) in window.counters.iter().zip(counters) {
-        groups[g].counters.push((series.clone(), *n));
+    for (series, n) in &window.counters {
+        let g = groups.of(schemas.taken(namer, Family::Counter, series), schemas);
+        g.counters.push((series.clone(), *n));
     }
-    for ((series, value), g) in window.gauges.iter().zip(gauges) {
-        groups[g].gauges.push((series.clone(), *value));
+    for (series, value) in &window.gauges {
+        let g = groups.of(schemas.taken(namer, Family::Gauge, series), schemas);
+        g.gauges.push((series.clone(), *value));
     }
-    for ((series, members), g) in window.sets.iter().zip(sets) {
-        groups[g].sets.push((series.clone(), members.clone()));
+    for (series, members) in &window.sets {
+        let g = groups.of(schemas.taken(namer, Family::Set, series), schemas);
+        g.sets.push((series.clone(), members.clone()));
     }
+    let mut groups = groups.groups;
     // The longest list first (most often every precision, which then leads as before), then
     // in the order met.
     groups.sort_by_key(|g| std::cmp::Reverse(g.precisions.len()));

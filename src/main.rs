@@ -324,8 +324,9 @@ struct Reload {
 }
 
 /// Keys a SIGHUP applies to the running agent (`log_level` in the binary, the others through
-/// [`agent::run_reloading`]); a change to any other waits for a restart.
-const RELOADABLE: [&str; 15] = [
+/// [`agent::run_reloading`]), besides the files of [`REREAD`]; a change to any other waits for
+/// a restart.
+const RELOADABLE: [&str; 9] = [
     "log_level",
     "max_series_per_chunk",
     "max_backlog_windows",
@@ -335,15 +336,10 @@ const RELOADABLE: [&str; 15] = [
     "drop_names",
     "drop_types",
     "drop_tags",
-    "mapping_file",
-    "web_config_file",
-    "storage_aggregation",
-    "storage_schemas",
-    "carbon_whitelist",
-    "carbon_blacklist",
 ];
 
-/// Files read again at every SIGHUP, their names changed or not: what changed is in them.
+/// Files a SIGHUP reads again, their names changed or not (what changed is in them), and
+/// applies.
 const REREAD: [&str; 6] = [
     "mapping_file",
     "web_config_file",
@@ -352,6 +348,11 @@ const REREAD: [&str; 6] = [
     "carbon_whitelist",
     "carbon_blacklist",
 ];
+
+/// Whether a SIGHUP applies `key`.
+fn reloadable(key: &str) -> bool {
+    RELOADABLE.contains(&key) || REREAD.contains(&key)
+}
 
 impl Reload {
     /// Reads the configuration again. A bad one is logged and the running one kept;
@@ -391,12 +392,12 @@ impl Reload {
         if changed.iter().any(|k| *k == "storage_schemas") && !self.take_schemas(&new) {
             changed.retain(|k| *k != "storage_schemas");
         }
-        for key in changed.iter().filter(|k| !RELOADABLE.contains(&k.as_str())) {
+        for key in changed.iter().filter(|k| !reloadable(k)) {
             tracing::warn!(key = %key, "SIGHUP: this key changed; it takes effect at the next start");
         }
         let applied: Vec<&&String> = changed
             .iter()
-            .filter(|k| k.as_str() != "log_level" && RELOADABLE.contains(&k.as_str()))
+            .filter(|k| k.as_str() != "log_level" && reloadable(k))
             .collect();
         self.running = Config {
             log_level: new.log_level,

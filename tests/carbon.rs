@@ -923,11 +923,7 @@ async fn carbons_lists_keep_and_drop_what_carbon_cache_does() {
     let (white, black) = (conf.join("whitelist.conf"), conf.join("blacklist.conf"));
     std::fs::write(&white, "# what we keep\n^web\\.\n\n  ^db\\.  \n").unwrap();
     std::fs::write(&black, "\\.debug\\.\ntmp$\n").unwrap();
-    let carbon = Carbon::start_with(
-        dir,
-        "ENABLE_TAGS = False\nUSE_WHITELIST = True\n",
-        &format!("[all]\npattern = .*\nretentions = {SCHEMA}\n"),
-    );
+    let carbon = Carbon::start_in(dir, "ENABLE_TAGS = False\nUSE_WHITELIST = True\n");
     let port = free_port();
     let (agent, _, http) = spawn_agent(
         &redis.url(),

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -831,5 +832,105 @@ async fn a_stalled_agent_catches_up_without_losing_or_doubling() {
     assert!(agent.0.wait().unwrap().success());
     for p in PRECISIONS {
         assert_eq!(redis.counter_total(p, "crash"), sent, "precision {p}");
+    }
+}
+
+/// The same chaos under `storage_schemas` whose sections keep different precisions: a window's
+/// counters are written in a group of chunks per section, and its carbon points in one points
+/// section per schema, so a window is several chunks, each retried and guarded on its own.
+/// Every counter lands once at each of its own precisions and nowhere else; every carbon point
+/// lands in its own schema's finest archive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_over_a_window_of_several_schemas_neither_loses_nor_doubles() {
+    use std::io::Write;
+    let (redis, port) = RedisServer::start_tcp();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 11).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("storage-schemas.conf");
+    std::fs::write(
+        &file,
+        "[carbon_fine]\npattern = ^c\\.fine\\.\nretentions = 1s:1h,1m:1d\n\
+         [even]\npattern = [02468]$\nretentions = 1s:10m,1m:1d\n\
+         [rest]\npattern = .*\nretentions = 10s:1h,1h:7d\n",
+    )
+    .unwrap();
+    let schemas = statsd_redis::storage_conf::Schemas::load(&file).unwrap();
+    let carbon = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let carbon_addr = carbon.local_addr().unwrap();
+    drop(carbon);
+    let agent = TestAgent::start(Config {
+        storage_schemas: file.clone(),
+        schemas: Some(statsd_redis::storage_conf::SharedSchemas::new(schemas)),
+        carbon_tcp: vec![carbon_addr],
+        ..via_proxy(&redis, &proxy)
+    });
+    proxy.set_mode(Mode::Chaos);
+    // Carbon points beside the counters: each path a point every half second, each point its
+    // own 10 s slice (so the last write of a slice is its only one), the newest an hour old.
+    let now = unix_now() as i64;
+    let start = now - now % 10 - 3000;
+    let carbon_paths: Vec<String> = (0..5)
+        .flat_map(|j| [format!("c.fine.{j}"), format!("c.rest.{j}.x")])
+        .collect();
+    let sender = std::thread::spawn({
+        let carbon_paths = carbon_paths.clone();
+        move || {
+            let mut stream = std::net::TcpStream::connect(carbon_addr).unwrap();
+            for k in 0..40i64 {
+                let lines: String = carbon_paths
+                    .iter()
+                    .map(|path| format!("{path} {k} {}\n", start + k * 10))
+                    .collect();
+                stream.write_all(lines.as_bytes()).unwrap();
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    });
+    let sent = send_load(agent.udp[0], Duration::from_secs(20), 50, 10).await;
+    sender.join().unwrap();
+    proxy.set_mode(Mode::Pass);
+    eventually(Duration::from_secs(30), "backlog written", || {
+        agent.metric("backlog_windows") == 0.0
+            && agent.metric("carbon_points_total{outcome=\"placed\"}") == 400.0
+    })
+    .await;
+    let (cuts, stalls) = (
+        proxy.cuts.load(Ordering::SeqCst),
+        proxy.stalls.load(Ordering::SeqCst),
+    );
+    assert!(
+        cuts >= 3 && stalls >= 3,
+        "faults: {cuts} cuts, {stalls} stalls"
+    );
+    assert_eq!(agent.metric("windows_dropped_total"), 0.0);
+    agent.stop().await;
+    eventually(
+        Duration::from_secs(5),
+        "the stalled writes passed on",
+        || proxy.stalled.load(Ordering::SeqCst) == 0,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for (i, &n) in sent.iter().enumerate() {
+        let series = format!("load.{i}");
+        let (own, other) = if i % 2 == 0 {
+            ([1, 60], [10, 3600])
+        } else {
+            ([10, 3600], [1, 60])
+        };
+        for p in own {
+            assert_eq!(redis.counter_total(p, &series), n, "{series} at {p}");
+        }
+        for p in other {
+            assert_eq!(redis.counter_total(p, &series), 0, "{series} not at {p}");
+        }
+    }
+    let mut conn = redis.conn();
+    for path in &carbon_paths {
+        let finest = if path.starts_with("c.fine.") { 1 } else { 10 };
+        let held: BTreeMap<i64, f64> =
+            redis::Commands::hgetall(&mut conn, format!("gauge:{finest}:{path}")).unwrap();
+        let want: BTreeMap<i64, f64> = (0..40).map(|k| (start + k * 10, k as f64)).collect();
+        assert_eq!(held, want, "{path}");
     }
 }

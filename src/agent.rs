@@ -422,6 +422,17 @@ pub async fn run_reloading(
         .packing(&config.quantile_precisions, &config.retention());
         tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))
     });
+    // Carbon's open coarser slices (`crate::store::rollup`); a cluster takes no carbon points.
+    let rollups_stop = CancellationToken::new();
+    let rollups = (config.redis_mode != RedisMode::Cluster).then(|| {
+        let period = config.coarse_write_secs().max(config.flush_interval_secs);
+        let rollups = crate::store::rollup::Rollups::new(
+            store.clone(),
+            Duration::from_secs(period),
+            telemetry.clone(),
+        );
+        tokio::spawn(rollups.run(clock.clone(), rollups_stop.clone()))
+    });
     tokio::spawn(take_rules(reloads.clone(), rules, shutdown.clone()));
     tokio::spawn(take_web_config(reloads.clone(), web, shutdown.clone()));
     let wait = (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout_ms));
@@ -454,6 +465,10 @@ pub async fn run_reloading(
     tracker.wait().await;
     flusher_stop.cancel();
     let _ = flusher.await;
+    rollups_stop.cancel();
+    if let Some(rollups) = rollups {
+        let _ = rollups.await;
+    }
     if let Some(cleaner) = cleaner {
         let _ = cleaner.await;
     }

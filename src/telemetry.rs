@@ -380,6 +380,7 @@ pub struct Telemetry {
     pub write_failures: [Counter; WriteFailure::ALL.len()],
     pub redis_errors: Counter,
     pub cleaner_passes: Counter,
+    pub carbon_rollups: Counter,
     pub cleaner_members_visited: Counter,
     pub cleaner_slices_removed: Counter,
     pub cleaner_slices_moved: Counter,
@@ -665,6 +666,11 @@ impl Telemetry {
             cleaner_passes: counter(
                 "cleaner_passes_total",
                 "Cleaner passes made by this agent.",
+                &[],
+            ),
+            carbon_rollups: counter(
+                "carbon_rollups_total",
+                "Coarser slices of carbon points left pending while their interval was open, made by this agent's rollup runs (once per coarse_write_secs).",
                 &[],
             ),
             cleaner_members_visited: counter(

@@ -12,6 +12,7 @@ pub mod keys;
 pub mod quantile_blocks;
 pub mod query;
 pub mod reader;
+pub mod rollup;
 pub mod server;
 mod write;
 

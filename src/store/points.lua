@@ -96,77 +96,117 @@ local function block_value(prefix, series, archive, t)
   return struct.unpack('>d', string.sub(group, 2 + j * 8, 9 + j * 8))
 end
 
+-- Archives as the points section lists them and a pending rollup names them: each its
+-- precision (and as text), seconds kept and slots a block.
+local function archive(p, kept, slots)
+  return {p = tonumber(p), text = p, kept = tonumber(kept), slots = tonumber(slots)}
+end
+
+local function hash_of(prefix, archives, series, a)
+  return prefix .. 'gauge:' .. archives[a].text .. ':' .. series
+end
+
+-- Sets `fields` (slice, value, ...) into archive `a`'s hash; its index member into `members`.
+local function set(prefix, archives, series, a, fields, members)
+  local hash = hash_of(prefix, archives, series, a)
+  for j = 1, #fields, 2000 do
+    redis.call('HSET', hash, unpack(fields, j, math.min(j + 1999, #fields)))
+  end
+  members[#members + 1] = '0'
+  members[#members + 1] = archives[a].text .. ':' .. series
+end
+
+-- The slice `t` of archive `lower` made of archive `higher`'s (`wrote`: those just written
+-- there, by slice, which are all that is read when they fill the interval), or nil where too
+-- few are known.
+local function propagate(prefix, now, archives, method, xff, t, higher, lower, series, wrote)
+  local h = archives[higher]
+  local total = archives[lower].p / h.p
+  local fields, whole = {}, true
+  for k = 1, total do
+    fields[k] = t + (k - 1) * h.p
+    whole = whole and wrote[fields[k]] ~= nil
+  end
+  local values = {}
+  if whole then
+    for k = 1, total do values[k] = wrote[fields[k]] end
+  else
+    local texts = {}
+    for k = 1, total do texts[k] = whole_text(fields[k]) end
+    values = redis.call('HMGET', hash_of(prefix, archives, series, higher), unpack(texts))
+  end
+  local in_hash = now - now % h.p - (POINT_HASH_SLICES - 1) * h.p + POINT_MARGIN
+  local known = {}
+  for k = 1, total do
+    local v = tonumber(values[k])
+    if v == nil and h.slots > 0 and fields[k] < in_hash then
+      v = block_value(prefix, series, h, fields[k])
+    end
+    -- A slice past the archive's retention is whisper's stale slot: not known.
+    if v ~= nil and fields[k] > now - h.kept then
+      known[#known + 1] = v
+    end
+  end
+  if #known == 0 or #known / total < xff then
+    return nil
+  end
+  local value = aggregations[method](known, total)
+  if value ~= value or value == math.huge or value == -math.huge then
+    return nil
+  end
+  return value
+end
+
+-- A pending rollup (docs/carbon.md, "Rollups"): slice `t` of archive `lower` is to be made
+-- again, and every coarser archive's slice over it after it. The member names all the
+-- rollup needs, so that whichever agent runs it needs no configuration of its own:
+-- lower|slice|method|xFilesFactor|archives|series, the archives as p:kept:slots,...
+local function pending_member(lower, t, method, xff, spec, series)
+  return lower .. '|' .. whole_text(t) .. '|' .. method .. '|' .. xff .. '|' .. spec .. '|' .. series
+end
+
+-- Makes slice `t` of archive `lower` again, then the slice over it in each coarser archive,
+-- as far as each is known enough to be written (a rollup's run).
+local function roll(prefix, now, archives, series, method, xff, lower, t, members)
+  local wrote = {}
+  for a = 1, #archives do
+    wrote[a] = {}
+  end
+  for l = lower, #archives do
+    t = t - t % archives[l].p
+    local v = propagate(prefix, now, archives, method, xff, t, l - 1, l, series, wrote[l - 1])
+    if v == nil then
+      return
+    end
+    set(prefix, archives, series, l, {whole_text(t), point_text(v)}, members)
+    wrote[l][t] = v
+  end
+end
+
 -- The points section, from ARGV[i] (flush.lua documents it). Returns the index after it.
+-- A coarser slice whose interval has ended by `now` is made at once; one still open is left
+-- pending (ZADD to pending:gauge:) for the next rollup run, which makes it from what the
+-- finer archive holds then: a point every few seconds costs one rollup a run, not one each.
 local function write_points(prefix, now, i)
   local n = tonumber(ARGV[i]) or 0
   i = i + 1
   if n == 0 then
     return i
   end
-  local archives = {}
+  local archives, specs = {}, {}
   for a = 1, tonumber(ARGV[i]) do
     local at = i + 1 + 3 * (a - 1)
-    archives[a] = {p = tonumber(ARGV[at]), text = ARGV[at], kept = tonumber(ARGV[at + 1]), slots = tonumber(ARGV[at + 2])}
+    archives[a] = archive(ARGV[at], ARGV[at + 1], ARGV[at + 2])
+    specs[a] = ARGV[at] .. ':' .. ARGV[at + 1] .. ':' .. ARGV[at + 2]
   end
+  local spec = table.concat(specs, ',')
   i = i + 1 + 3 * #archives
   local index = prefix .. 'known:gauge:'
-  local members = {}
+  local pending_key = prefix .. 'pending:gauge:'
+  local members, pending = {}, {}
 
-  local function hash_of(series, a)
-    return prefix .. 'gauge:' .. archives[a].text .. ':' .. series
-  end
-
-  local function set(series, a, fields)
-    local hash = hash_of(series, a)
-    for j = 1, #fields, 2000 do
-      redis.call('HSET', hash, unpack(fields, j, math.min(j + 1999, #fields)))
-    end
-    members[#members + 1] = '0'
-    members[#members + 1] = archives[a].text .. ':' .. series
-  end
-
-  -- The slice `t` of archive `lower` made of archive `higher`'s (`wrote`: those this item
-  -- just wrote there, by slice, which are all that is read when they fill the interval), or
-  -- nil where too few are known.
-  local function propagate(method, xff, t, higher, lower, series, wrote)
-    local h = archives[higher]
-    local total = archives[lower].p / h.p
-    local fields, whole = {}, true
-    for k = 1, total do
-      fields[k] = t + (k - 1) * h.p
-      whole = whole and wrote[fields[k]] ~= nil
-    end
-    local values = {}
-    if whole then
-      for k = 1, total do values[k] = wrote[fields[k]] end
-    else
-      local texts = {}
-      for k = 1, total do texts[k] = whole_text(fields[k]) end
-      values = redis.call('HMGET', hash_of(series, higher), unpack(texts))
-    end
-    local in_hash = now - now % h.p - (POINT_HASH_SLICES - 1) * h.p + POINT_MARGIN
-    local known = {}
-    for k = 1, total do
-      local v = tonumber(values[k])
-      if v == nil and h.slots > 0 and fields[k] < in_hash then
-        v = block_value(prefix, series, h, fields[k])
-      end
-      -- A slice past the archive's retention is whisper's stale slot: not known.
-      if v ~= nil and fields[k] > now - h.kept then
-        known[#known + 1] = v
-      end
-    end
-    if #known == 0 or #known / total < xff then
-      return nil
-    end
-    local value = aggregations[method](known, total)
-    if value ~= value or value == math.huge or value == -math.huge then
-      return nil
-    end
-    return value
-  end
-
-  local function write(series, method, xff, first, m)
+  local function write(series, method, xff_text, first, m)
+    local xff = tonumber(xff_text)
     -- Each archive's points (the agent sent them archive by archive, slices in order), set,
     -- then carried down to the coarser archives, finest first, as whisper writes a batch.
     -- What the item wrote, by archive and slice: the points, then what was made of them.
@@ -185,33 +225,44 @@ local function write_points(prefix, now, i)
         wrote[a][slice] = tonumber(ARGV[j + 2])
         j = j + 3
       end
-      set(series, a, fields)
+      set(prefix, archives, series, a, fields, members)
+      -- The points whose slice over them in some archive is left pending: that rollup's run
+      -- carries them further down.
+      local deferred = {}
       local higher = a
       for lower = a + 1, #archives do
         local p, seen, made = archives[lower].p, {}, {}
         for _, s in ipairs(slices) do
           local t = s - s % p
-          if not seen[t] then
+          if not seen[t] and not deferred[s] then
             seen[t] = true
-            local v = propagate(method, xff, t, higher, lower, series, wrote[higher])
-            if v ~= nil then
-              made[#made + 1], made[#made + 2] = whole_text(t), point_text(v)
-              wrote[lower][t] = v
+            if t + p > now then
+              pending[#pending + 1] = '0'
+              pending[#pending + 1] = pending_member(lower, t, method, xff_text, spec, series)
+            else
+              local v = propagate(prefix, now, archives, method, xff, t, higher, lower, series, wrote[higher])
+              if v ~= nil then
+                made[#made + 1], made[#made + 2] = whole_text(t), point_text(v)
+                wrote[lower][t] = v
+              end
             end
+          end
+          if t + p > now then
+            deferred[s] = true
           end
         end
         -- Written before the next archive reads them.
         if #made == 0 then
           break
         end
-        set(series, lower, made)
+        set(prefix, archives, series, lower, made, members)
         higher = lower
       end
     end
   end
 
   for _ = 1, n do
-    local series, method, xff, m = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    local series, method, xff, m = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
     local ok, err = pcall(write, series, method, xff, i + 4, m)
     if not ok then
       failed(prefix .. 'gauge:' .. archives[1].text .. ':' .. series, err)
@@ -220,6 +271,9 @@ local function write_points(prefix, now, i)
   end
   for j = 1, #members, 1000 do
     try(index, 'ZADD', index, unpack(members, j, math.min(j + 999, #members)))
+  end
+  for j = 1, #pending, 1000 do
+    try(pending_key, 'ZADD', pending_key, unpack(pending, j, math.min(j + 999, #pending)))
   end
   return i
 end

@@ -171,7 +171,8 @@ pub struct Config {
     /// 0: every precision every window. Otherwise K: counters at precision `p` are summed in the
     /// agent and written once per `min(p, K)` seconds; the hourly statistics go with the shortest
     /// such period. Unset: 60 with `retentions` or `storage_schemas` (a write into a long
-    /// listpack scans it), else 0; read it with [`Config::coarse_write_secs`].
+    /// listpack scans it), else 0; read it with [`Config::coarse_write_secs`]. Also the period
+    /// of carbon's rollup runs (`crate::store::rollup`), at least a window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coarse_write_secs: Option<u64>,
     /// The Graphite API also serves Etsy statsd's Graphite names (`stats_counts.<name>`,

@@ -165,8 +165,11 @@ local function pending_member(lower, t, method, xff, spec, series)
   return lower .. '|' .. whole_text(t) .. '|' .. method .. '|' .. xff .. '|' .. spec .. '|' .. series
 end
 
--- Makes slice `t` of archive `lower` again, then the slice over it in each coarser archive,
--- as far as each is known enough to be written (a rollup's run).
+-- Makes slice `t` of archive `lower` again from what the finer archive holds now, then the
+-- slice over it in each coarser archive (a rollup's run). Unlike whisper's carrying down it
+-- goes on past a slice too little known to be written: the pending member of a point stands
+-- for the coarser slices over it too (write_points adds none of their own), and making one
+-- from the finer archive as it is gives what whisper's last write over it gave.
 local function roll(prefix, now, archives, series, method, xff, lower, t, members)
   local wrote = {}
   for a = 1, #archives do
@@ -175,11 +178,10 @@ local function roll(prefix, now, archives, series, method, xff, lower, t, member
   for l = lower, #archives do
     t = t - t % archives[l].p
     local v = propagate(prefix, now, archives, method, xff, t, l - 1, l, series, wrote[l - 1])
-    if v == nil then
-      return
+    if v ~= nil then
+      set(prefix, archives, series, l, {whole_text(t), point_text(v)}, members)
+      wrote[l][t] = v
     end
-    set(prefix, archives, series, l, {whole_text(t), point_text(v)}, members)
-    wrote[l][t] = v
   end
 end
 
@@ -204,6 +206,9 @@ local function write_points(prefix, now, i)
   local index = prefix .. 'known:gauge:'
   local pending_key = prefix .. 'pending:gauge:'
   local members, pending = {}, {}
+  -- A pending member's score is when it was last written: a run makes the older first, so
+  -- that of two members of one slice (an aggregation changed at SIGHUP) the newer decides.
+  local now_text = whole_text(now)
 
   local function write(series, method, xff_text, first, m)
     local xff = tonumber(xff_text)
@@ -228,7 +233,11 @@ local function write_points(prefix, now, i)
       set(prefix, archives, series, a, fields, members)
       -- The points whose slice over them in some archive is left pending: that rollup's run
       -- carries them further down.
-      local deferred = {}
+      -- By level, the slices such a rollup reaches anyway: none of their own is needed.
+      local deferred, covered = {}, {}
+      for l = a + 1, #archives do
+        covered[l] = {}
+      end
       local higher = a
       for lower = a + 1, #archives do
         local p, seen, made = archives[lower].p, {}, {}
@@ -237,8 +246,13 @@ local function write_points(prefix, now, i)
           if not seen[t] and not deferred[s] then
             seen[t] = true
             if t + p > now then
-              pending[#pending + 1] = '0'
-              pending[#pending + 1] = pending_member(lower, t, method, xff_text, spec, series)
+              if not covered[lower][t] then
+                pending[#pending + 1] = now_text
+                pending[#pending + 1] = pending_member(lower, t, method, xff_text, spec, series)
+                for l = lower + 1, #archives do
+                  covered[l][t - t % archives[l].p] = true
+                end
+              end
             else
               local v = propagate(prefix, now, archives, method, xff, t, higher, lower, series, wrote[higher])
               if v ~= nil then

@@ -422,9 +422,13 @@ pub async fn run_reloading(
         .packing(&config.quantile_precisions, &config.retention());
         tokio::spawn(cleaner.run(clock.clone(), shutdown.clone(), Some(reloads.clone())))
     });
-    // Carbon's open coarser slices (`crate::store::rollup`); a cluster takes no carbon points.
+    // Carbon's open coarser slices (`crate::store::rollup`), by the agents that take carbon's
+    // points (a reader's Redis user may call no script).
     let rollups_stop = CancellationToken::new();
-    let rollups = (config.redis_mode != RedisMode::Cluster).then(|| {
+    let carbon = !(config.carbon_tcp.is_empty()
+        && config.carbon_udp.is_empty()
+        && config.carbon_pickle.is_empty());
+    let rollups = carbon.then(|| {
         let period = config.coarse_write_secs().max(config.flush_interval_secs);
         let rollups = crate::store::rollup::Rollups::new(
             store.clone(),

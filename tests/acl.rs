@@ -82,9 +82,13 @@ fn the_whole_cycle_runs_as_the_documented_acl_user() {
     let redis = RedisServer::start();
     set_user(&redis, &documented_acl("statsd-redis"));
     let url = as_user(&redis, "statsd-redis");
+    let carbon = free_port();
+    let carbon_addr = format!("127.0.0.1:{carbon}");
     let (agent, udp, http) = spawn_agent(
         &url,
         &[
+            "--carbon-tcp",
+            &carbon_addr,
             "--coarse-write-secs",
             "5",
             "--quantile-write-secs",
@@ -106,6 +110,15 @@ fn the_whole_cycle_runs_as_the_documented_acl_user() {
     send("acl.g:5|g\nacl.g:+3|g\nacl.s:a|s\nacl.s:b|s\nacl.s:a|s");
     send("acl.t:10|ms\nacl.t:30|ms\nacl.h:4|h\nacl.d:2|d\nacl.tagged:1|c|#env:prod");
     send("_e{9,5}:acl.event|hello\n_sc|acl.check|1|m:late");
+    // Carbon's points: a five-second slice made of them (at once, or by a rollup run).
+    let now = unix_now();
+    let five = now - now % 5;
+    let lines: String = (0..5)
+        .map(|k| format!("acl.carbon {k} {}\n", five + k))
+        .collect();
+    std::net::TcpStream::connect(&carbon_addr)
+        .and_then(|mut s| std::io::Write::write_all(&mut s, lines.as_bytes()))
+        .unwrap();
 
     // The counter's total at the finest precision, written every window.
     let wanted = 10 * (1 + 18);
@@ -139,6 +152,9 @@ fn the_whole_cycle_runs_as_the_documented_acl_user() {
     // readers' work is done as the same user.
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
+    let made: Option<f64> =
+        redis::Commands::hget(&mut redis.conn(), "gauge:5:acl.carbon", five).unwrap();
+    assert_eq!(made, Some(2.0), "{:?}", acl_log(&redis));
     for precision in [5, 60, 300, 3600, 18_000, 86_400] {
         assert_eq!(
             redis.counter_total(precision, "acl.c"),

@@ -116,38 +116,68 @@ local function set(prefix, archives, series, a, fields, members)
   members[#members + 1] = archives[a].text .. ':' .. series
 end
 
+-- The `total` slices of precision `p` from `t` on, as numbers and as text: the same for every
+-- series of a call, so made once.
+local intervals = {}
+local function interval(t, p, total)
+  local by_total = intervals[total]
+  if by_total == nil then
+    by_total = {}
+    intervals[total] = by_total
+  end
+  local by_p = by_total[p]
+  if by_p == nil then
+    by_p = {}
+    by_total[p] = by_p
+  end
+  local made = by_p[t]
+  if made == nil then
+    local fields, texts = {}, {}
+    for k = 1, total do
+      fields[k] = t + (k - 1) * p
+      texts[k] = whole_text(fields[k])
+    end
+    made = {fields, texts}
+    by_p[t] = made
+  end
+  return made[1], made[2]
+end
+
 -- The slice `t` of archive `lower` made of archive `higher`'s (`wrote`: those just written
 -- there, by slice, which are all that is read when they fill the interval), or nil where too
 -- few are known.
 local function propagate(prefix, now, archives, method, xff, t, higher, lower, series, wrote)
   local h = archives[higher]
   local total = archives[lower].p / h.p
-  local fields, whole = {}, true
+  local fields, texts = interval(t, h.p, total)
+  local whole = true
   for k = 1, total do
-    fields[k] = t + (k - 1) * h.p
-    whole = whole and wrote[fields[k]] ~= nil
+    if wrote[fields[k]] == nil then
+      whole = false
+      break
+    end
   end
   local values = {}
   if whole then
     for k = 1, total do values[k] = wrote[fields[k]] end
   else
-    local texts = {}
-    for k = 1, total do texts[k] = whole_text(fields[k]) end
     values = redis.call('HMGET', hash_of(prefix, archives, series, higher), unpack(texts))
   end
   local in_hash = now - now % h.p - (POINT_HASH_SLICES - 1) * h.p + POINT_MARGIN
-  local known = {}
+  local stale, blocks = now - h.kept, h.slots > 0
+  local known, n = {}, 0
   for k = 1, total do
     local v = tonumber(values[k])
-    if v == nil and h.slots > 0 and fields[k] < in_hash then
+    if v == nil and blocks and fields[k] < in_hash then
       v = block_value(prefix, series, h, fields[k])
     end
     -- A slice past the archive's retention is whisper's stale slot: not known.
-    if v ~= nil and fields[k] > now - h.kept then
-      known[#known + 1] = v
+    if v ~= nil and fields[k] > stale then
+      n = n + 1
+      known[n] = v
     end
   end
-  if #known == 0 or #known / total < xff then
+  if n == 0 or n / total < xff then
     return nil
   end
   local value = aggregations[method](known, total)
@@ -211,57 +241,81 @@ local function write_points(prefix, now, i)
   local now_text = whole_text(now)
 
   local function write(series, method, xff_text, first, m)
+    -- The common item, a point of the present (a sender's every few seconds): set, and the
+    -- slice over it left pending, without the tables of a batch.
+    if m == 1 then
+      local a = tonumber(ARGV[first])
+      local s = tonumber(ARGV[first + 1])
+      local lower = archives[a + 1]
+      local t = lower and s - s % lower.p
+      if lower == nil or t + lower.p > now then
+        set(prefix, archives, series, a, {ARGV[first + 1], ARGV[first + 2]}, members)
+        if lower then
+          pending[#pending + 1] = now_text
+          pending[#pending + 1] = pending_member(a + 1, t, method, xff_text, spec, series)
+        end
+        return
+      end
+    end
     local xff = tonumber(xff_text)
+    local last = first + 3 * m
     -- Each archive's points (the agent sent them archive by archive, slices in order), set,
     -- then carried down to the coarser archives, finest first, as whisper writes a batch.
-    -- What the item wrote, by archive and slice: the points, then what was made of them.
+    -- What the item wrote, by archive and slice: the points (as text, read as the hash's are),
+    -- then what was made of them.
     local wrote = {}
-    for a = 1, #archives do
-      wrote[a] = {}
-    end
     local j = first
-    while j < first + 3 * m do
-      local a = tonumber(ARGV[j])
-      local fields, slices = {}, {}
-      while j < first + 3 * m and tonumber(ARGV[j]) == a do
-        local slice = tonumber(ARGV[j + 1])
-        fields[#fields + 1], fields[#fields + 2] = ARGV[j + 1], ARGV[j + 2]
-        slices[#slices + 1] = slice
-        wrote[a][slice] = tonumber(ARGV[j + 2])
+    while j < last do
+      local a_text = ARGV[j]
+      local a = tonumber(a_text)
+      local fields, slices, w, k = {}, {}, wrote[a] or {}, 0
+      wrote[a] = w
+      while j < last and ARGV[j] == a_text do
+        local slice_text, value = ARGV[j + 1], ARGV[j + 2]
+        local slice = tonumber(slice_text)
+        k = k + 1
+        fields[2 * k - 1], fields[2 * k] = slice_text, value
+        slices[k] = slice
+        w[slice] = value
         j = j + 3
       end
       set(prefix, archives, series, a, fields, members)
-      -- The points whose slice over them in some archive is left pending: that rollup's run
-      -- carries them further down.
-      -- By level, the slices such a rollup reaches anyway: none of their own is needed.
-      local deferred, covered = {}, {}
-      for l = a + 1, #archives do
-        covered[l] = {}
-      end
+      -- The points whose slice over them in some archive is left pending (that rollup's run
+      -- carries them further down), and by level the slices such a run reaches anyway: none
+      -- of their own is needed.
+      local deferred, covered = {}, nil
       local higher = a
       for lower = a + 1, #archives do
         local p, seen, made = archives[lower].p, {}, {}
         for _, s in ipairs(slices) do
           local t = s - s % p
+          local open = t + p > now
           if not seen[t] and not deferred[s] then
             seen[t] = true
-            if t + p > now then
-              if not covered[lower][t] then
+            if open then
+              if not (covered and covered[lower][t]) then
                 pending[#pending + 1] = now_text
                 pending[#pending + 1] = pending_member(lower, t, method, xff_text, spec, series)
+                if covered == nil then
+                  covered = {}
+                  for l = lower + 1, #archives do
+                    covered[l] = {}
+                  end
+                end
                 for l = lower + 1, #archives do
                   covered[l][t - t % archives[l].p] = true
                 end
               end
             else
-              local v = propagate(prefix, now, archives, method, xff, t, higher, lower, series, wrote[higher])
+              local v = propagate(prefix, now, archives, method, xff, t, higher, lower, series, wrote[higher] or {})
               if v ~= nil then
                 made[#made + 1], made[#made + 2] = whole_text(t), point_text(v)
+                wrote[lower] = wrote[lower] or {}
                 wrote[lower][t] = v
               end
             end
           end
-          if t + p > now then
+          if open then
             deferred[s] = true
           end
         end

@@ -7,6 +7,7 @@
 //! coarser archive shows its open interval up to a period late, as `coarse_write_secs` delays
 //! the counters' coarser precisions. The pending members are in Redis, written by the same
 //! script as their points, so neither an agent killed between runs nor an outage loses one.
+//! Agents with a carbon receiver run them.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -785,6 +785,83 @@ async fn an_open_intervals_rollup_waits_for_its_run_and_survives_a_kill() {
     .await;
 }
 
+/// A batch's points older than the slices a long archive's hash keeps go straight into its
+/// blocks, before any cleaner pass: the hash stays short, a group the batch fills in part keeps
+/// the slots it held, and a value the hash held for such a slice gives way to the newer one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_points_of_a_batch_go_straight_into_blocks() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let (agent, _, http) = spawn_agent(
+        &redis.url(),
+        &[
+            "--retentions",
+            SCHEMA,
+            "--carbon-tcp",
+            &format!("127.0.0.1:{port}"),
+            // One pass at the start, before the points; none after.
+            "--cleaner-interval-secs",
+            "3600",
+        ],
+    );
+    let _agent = Killed(agent);
+    let now = unix_now() as i64;
+    let start = now - now % 10 - 3000;
+    // A value for a slice that the batch below writes again.
+    send_tcp(port, &[line("b.old", -1.0, start + 100)]);
+    let mut conn = redis.conn();
+    eventually(Duration::from_secs(10), "the lone point", || {
+        conn.hlen::<_, usize>("gauge:10:b.old").unwrap() == 1
+    })
+    .await;
+    // Every other slice of 300, then the rest: the second batch fills groups in part.
+    let value = |k: i64| (k * 7 % 13) as f64 + 0.5;
+    let evens: Vec<String> = (0..300)
+        .step_by(2)
+        .map(|k| line("b.old", value(k), start + k * 10))
+        .collect();
+    send_tcp(port, &evens);
+    eventually(Duration::from_secs(10), "the first batch", || {
+        !conn
+            .keys::<_, Vec<String>>("history:gauge:10:b.old:*")
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    let odds: Vec<String> = (1..300)
+        .step_by(2)
+        .map(|k| line("b.old", value(k), start + k * 10))
+        .collect();
+    send_tcp(port, &odds);
+    let want: BTreeMap<u64, f64> = (0..300)
+        .map(|k| ((start + k * 10) as u64, value(k)))
+        .collect();
+    let from = start as u64 - 10;
+    let until = (start + 3000) as u64;
+    let mut got = BTreeMap::new();
+    for _ in 0..50 {
+        got = render(http, "b.old", from, until)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(t, v)| Some((t, v?)))
+            .collect();
+        if got == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(got, want);
+    let fields = conn.hlen::<_, usize>("gauge:10:b.old").unwrap();
+    assert!(fields <= 121, "the hash holds {fields} fields");
+    assert_eq!(
+        metric_at(
+            format!("127.0.0.1:{http}").parse().unwrap(),
+            "cleaner_slices_moved_total"
+        ),
+        0.0
+    );
+}
+
 /// `storage_aggregation` read again at SIGHUP: slices written from then on aggregate by the
 /// edited file (carbon's paths it already has too, which carbon never does), those written
 /// before keep theirs, and a file that does not read keeps the running one.

@@ -187,6 +187,104 @@ local function propagate(prefix, now, archives, method, xff, t, higher, lower, s
   return value
 end
 
+-- The `fields` (slice, value, ...) of archive `a` older than the newest slices its hash keeps,
+-- but the newest of them (which keeps the hash, and its index member), set straight into their
+-- blocks as the cleaner would move them (history.lua: a group of eight slots a SETRANGE, read
+-- first where the item does not fill it) and taken out of the hash, where an older value would
+-- hide them: a batch of old points neither grows the hash nor waits for the cleaner's move.
+-- Returns the fields left for the hash. A block name holding another type takes nothing.
+local function set_blocks(prefix, archives, a, series, fields, now)
+  local archive = archives[a]
+  if archive.slots == 0 or #fields < 4 then
+    return fields
+  end
+  local p, slots = archive.p, archive.slots
+  local keep_from = now - now % p - (POINT_HASH_SLICES - 1) * p
+  local newest = -1
+  for f = 1, #fields, 2 do
+    local t = tonumber(fields[f])
+    if t > newest then newest = t end
+  end
+  local groups, order = {}, {}
+  for f = 1, #fields, 2 do
+    local t = tonumber(fields[f])
+    if t < keep_from and t ~= newest then
+      local index = t / p
+      local block, slot = math.floor(index / slots), index % slots
+      local first = index - slot % 8
+      local g = groups[first]
+      if g == nil then
+        g = {block = block, at = math.floor(slot / 8) * POINT_GROUP, values = {}, fields = {}}
+        groups[first] = g
+        order[#order + 1] = first
+      end
+      g.values[slot % 8] = tonumber(fields[f + 1])
+      g.fields[#g.fields + 1] = f
+    end
+  end
+  if #order == 0 then
+    return fields
+  end
+  local moved, made = {}, {}
+  for _, first in ipairs(order) do
+    local g = groups[first]
+    local key = prefix .. 'history:gauge:' .. archive.text .. ':' .. series .. ':' .. whole_text(slots) .. ':' .. whole_text(g.block)
+    if made[key] == nil then
+      -- Made whole at once and kept until its newest slice leaves the retention, as the
+      -- cleaner makes it.
+      local r = redis.pcall('BITFIELD', key, 'INCRBY', 'u8', (slots / 8 * POINT_GROUP - 1) * 8, 0)
+      made[key] = not r.err
+      if made[key] then
+        redis.call('EXPIRE', key, math.max((g.block + 1) * slots * p + archive.kept - now, 1))
+      end
+    end
+    if made[key] then
+      local full = true
+      for j = 0, 7 do
+        if g.values[j] == nil then
+          full = false
+          break
+        end
+      end
+      local current, flag = nil, 255
+      if not full then
+        current = redis.call('GETRANGE', key, g.at, g.at + POINT_GROUP - 1)
+        flag = string.byte(current, 1)
+      end
+      local parts = {}
+      for j = 0, 7 do
+        local v = g.values[j]
+        if v ~= nil then
+          parts[j + 2] = struct.pack('>d', v)
+          if math.floor(flag / 2 ^ (7 - j)) % 2 == 0 then
+            flag = flag + 2 ^ (7 - j)
+          end
+        else
+          parts[j + 2] = string.sub(current, 2 + j * 8, 9 + j * 8)
+        end
+      end
+      parts[1] = string.char(flag)
+      redis.call('SETRANGE', key, g.at, table.concat(parts))
+      for _, f in ipairs(g.fields) do
+        moved[f] = true
+      end
+    end
+  end
+  local left, gone = {}, {}
+  for f = 1, #fields, 2 do
+    if moved[f] then
+      gone[#gone + 1] = fields[f]
+    else
+      left[#left + 1], left[#left + 2] = fields[f], fields[f + 1]
+    end
+  end
+  local hash = hash_of(prefix, archives, series, a)
+  for j = 1, #gone, 1000 do
+    redis.call('HDEL', hash, unpack(gone, j, math.min(j + 999, #gone)))
+  end
+  return left
+end
+
 -- A pending rollup (docs/carbon.md, "Rollups"): slice `t` of archive `lower` is to be made
 -- again, and every coarser archive's slice over it after it. The member names all the
 -- rollup needs, so that whichever agent runs it needs no configuration of its own:
@@ -279,7 +377,7 @@ local function write_points(prefix, now, i)
         w[slice] = value
         j = j + 3
       end
-      set(prefix, archives, series, a, fields, members)
+      set(prefix, archives, series, a, set_blocks(prefix, archives, a, series, fields, now), members)
       -- The points whose slice over them in some archive is left pending (that rollup's run
       -- carries them further down), and by level the slices such a run reaches anyway: none
       -- of their own is needed.

@@ -2,8 +2,9 @@
 # carbon-cache (Debian's graphite-carbon, whisper files) beside the agent and its Redis, on the
 # same carbon plaintext stream over one TCP connection, with the schema
 # 10s:6h,1m:7d,1h:90d,1d:5y: the CPU a million points cost each (carbon-cache's process; the
-# agent's and Redis's together), how long until each had written everything, and the points
-# the agent placed against those sent (0 lost). Two shapes:
+# agent's and Redis's together, with the open intervals' rollup run and a cleaner pass after
+# the points), how long until each had written everything, and the points the agent placed
+# against those sent (0 lost). Two shapes:
 #
 #   batch:   SERIES series x POINTS points ten seconds apart (the last POINTS*10 s), sent at once
 #   rounds:  ROUND_SERIES series, one point each every 5 s for ROUNDS rounds (collectd's shape)

@@ -153,13 +153,10 @@ async fn a_late_copy_of_a_held_buckets_chunk_is_not_applied_again() {
     assert_eq!(count(&redis), Some(2.0), "the statistics once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_stalls_and_cuts_under_load_neither_lose_nor_double() {
-    let (redis, port) = RedisServer::start_tcp();
-    let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 7).await;
-    let agent = TestAgent::start(via_proxy(&redis, &proxy));
-    proxy.set_mode(Mode::Chaos);
-    let sent = send_load(agent.udp[0], Duration::from_secs(20), 50, 10).await;
+/// Ends a chaos run: the proxy passes everything, the backlog is written (after at least three
+/// cuts and three stalls, and no window dropped), the agent stops, and the writes the proxy
+/// stalled have reached Redis.
+async fn end_the_chaos(agent: TestAgent, proxy: &FaultProxy) {
     proxy.set_mode(Mode::Pass);
     eventually(Duration::from_secs(30), "backlog written", || {
         agent.metric("backlog_windows") == 0.0
@@ -184,6 +181,16 @@ async fn random_stalls_and_cuts_under_load_neither_lose_nor_double() {
     .await;
     // Passed on: in Redis's socket buffers, read and executed within moments.
     tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_stalls_and_cuts_under_load_neither_lose_nor_double() {
+    let (redis, port) = RedisServer::start_tcp();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 7).await;
+    let agent = TestAgent::start(via_proxy(&redis, &proxy));
+    proxy.set_mode(Mode::Chaos);
+    let sent = send_load(agent.udp[0], Duration::from_secs(20), 50, 10).await;
+    end_the_chaos(agent, &proxy).await;
     for p in PRECISIONS {
         for (i, &n) in sent.iter().enumerate() {
             let series = format!("load.{i}");
@@ -888,29 +895,11 @@ async fn chaos_over_a_window_of_several_schemas_neither_loses_nor_doubles() {
     });
     let sent = send_load(agent.udp[0], Duration::from_secs(20), 50, 10).await;
     sender.join().unwrap();
-    proxy.set_mode(Mode::Pass);
-    eventually(Duration::from_secs(30), "backlog written", || {
-        agent.metric("backlog_windows") == 0.0
-            && agent.metric("carbon_points_total{outcome=\"placed\"}") == 400.0
+    eventually(Duration::from_secs(10), "the carbon points placed", || {
+        agent.metric("carbon_points_total{outcome=\"placed\"}") == 400.0
     })
     .await;
-    let (cuts, stalls) = (
-        proxy.cuts.load(Ordering::SeqCst),
-        proxy.stalls.load(Ordering::SeqCst),
-    );
-    assert!(
-        cuts >= 3 && stalls >= 3,
-        "faults: {cuts} cuts, {stalls} stalls"
-    );
-    assert_eq!(agent.metric("windows_dropped_total"), 0.0);
-    agent.stop().await;
-    eventually(
-        Duration::from_secs(5),
-        "the stalled writes passed on",
-        || proxy.stalled.load(Ordering::SeqCst) == 0,
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    end_the_chaos(agent, &proxy).await;
     for (i, &n) in sent.iter().enumerate() {
         let series = format!("load.{i}");
         let (own, other) = if i % 2 == 0 {
@@ -925,12 +914,13 @@ async fn chaos_over_a_window_of_several_schemas_neither_loses_nor_doubles() {
             assert_eq!(redis.counter_total(p, &series), 0, "{series} not at {p}");
         }
     }
-    let mut conn = redis.conn();
+    // (At 1 s the points are older than the hash keeps: in their blocks.)
     for path in &carbon_paths {
         let finest = if path.starts_with("c.fine.") { 1 } else { 10 };
-        let held: BTreeMap<i64, f64> =
-            redis::Commands::hgetall(&mut conn, format!("gauge:{finest}:{path}")).unwrap();
-        let want: BTreeMap<i64, f64> = (0..40).map(|k| (start + k * 10, k as f64)).collect();
+        let held = redis.history(&format!("gauge:{finest}:{path}"));
+        let want: BTreeMap<u64, f64> = (0..40)
+            .map(|k| ((start + k * 10) as u64, k as f64))
+            .collect();
         assert_eq!(held, want, "{path}");
     }
 }

@@ -421,7 +421,7 @@ local function write_points(prefix, now, i)
         if #made == 0 then
           break
         end
-        set(prefix, archives, series, lower, made, members)
+        set(prefix, archives, series, lower, set_blocks(prefix, archives, lower, series, made, now), members)
         higher = lower
       end
     end

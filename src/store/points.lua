@@ -334,8 +334,9 @@ local function write_points(prefix, now, i)
   local index = prefix .. 'known:gauge:'
   local pending_key = prefix .. 'pending:gauge:'
   local members, pending = {}, {}
-  -- A pending member's score is when it was last written: a run makes the older first, so
-  -- that of two members of one slice (an aggregation changed at SIGHUP) the newer decides.
+  -- A pending member's score is when it was first written (NX: a later point leaves the
+  -- sorted set as it is): a run makes the older first, so that of two members of one slice
+  -- (an aggregation changed at SIGHUP) the newer decides.
   local now_text = whole_text(now)
 
   local function write(series, method, xff_text, first, m)
@@ -439,7 +440,7 @@ local function write_points(prefix, now, i)
     try(index, 'ZADD', index, unpack(members, j, math.min(j + 999, #members)))
   end
   for j = 1, #pending, 1000 do
-    try(pending_key, 'ZADD', pending_key, unpack(pending, j, math.min(j + 999, #pending)))
+    try(pending_key, 'ZADD', pending_key, 'NX', unpack(pending, j, math.min(j + 999, #pending)))
   end
   return i
 end

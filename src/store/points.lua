@@ -77,12 +77,17 @@ local function point_text(v)
   return s
 end
 
--- The slot of slice `t` in the gauge block of `series` at `archive` (docs/layout.md,
--- "History: fixed slots"), or nil.
+-- The name of gauge block `block` of `series` at `archive` (docs/layout.md, "History: fixed
+-- slots").
+local function block_key(prefix, series, archive, block)
+  return prefix .. 'history:gauge:' .. archive.text .. ':' .. series .. ':' .. whole_text(archive.slots) .. ':' .. whole_text(block)
+end
+
+-- The slot of slice `t` in the gauge block of `series` at `archive`, or nil.
 local function block_value(prefix, series, archive, t)
   local index = t / archive.p
   local block, slot = math.floor(index / archive.slots), index % archive.slots
-  local key = prefix .. 'history:gauge:' .. archive.text .. ':' .. series .. ':' .. whole_text(archive.slots) .. ':' .. whole_text(block)
+  local key = block_key(prefix, series, archive, block)
   local at = math.floor(slot / 8) * POINT_GROUP
   local group = redis.call('GETRANGE', key, whole_text(at), whole_text(at + POINT_GROUP - 1))
   if #group < POINT_GROUP then
@@ -228,7 +233,7 @@ local function set_blocks(prefix, archives, a, series, fields, now)
   local moved, made = {}, {}
   for _, first in ipairs(order) do
     local g = groups[first]
-    local key = prefix .. 'history:gauge:' .. archive.text .. ':' .. series .. ':' .. whole_text(slots) .. ':' .. whole_text(g.block)
+    local key = block_key(prefix, series, archive, g.block)
     if made[key] == nil then
       -- Made whole at once and kept until its newest slice leaves the retention, as the
       -- cleaner makes it.
@@ -338,6 +343,10 @@ local function write_points(prefix, now, i)
   -- sorted set as it is): a run makes the older first, so that of two members of one slice
   -- (an aggregation changed at SIGHUP) the newer decides.
   local now_text = whole_text(now)
+  local function defer(lower, t, method, xff_text, series)
+    pending[#pending + 1] = now_text
+    pending[#pending + 1] = pending_member(lower, t, method, xff_text, spec, series)
+  end
 
   local function write(series, method, xff_text, first, m)
     -- The common item, a point of the present (a sender's every few seconds): set, and the
@@ -350,8 +359,7 @@ local function write_points(prefix, now, i)
       if lower == nil or t + lower.p > now then
         set(prefix, archives, series, a, {ARGV[first + 1], ARGV[first + 2]}, members)
         if lower then
-          pending[#pending + 1] = now_text
-          pending[#pending + 1] = pending_member(a + 1, t, method, xff_text, spec, series)
+          defer(a + 1, t, method, xff_text, series)
         end
         return
       end
@@ -393,8 +401,7 @@ local function write_points(prefix, now, i)
             seen[t] = true
             if open then
               if not (covered and covered[lower][t]) then
-                pending[#pending + 1] = now_text
-                pending[#pending + 1] = pending_member(lower, t, method, xff_text, spec, series)
+                defer(lower, t, method, xff_text, series)
                 if covered == nil then
                   covered = {}
                   for l = lower + 1, #archives do

@@ -16,8 +16,9 @@ use redis::Script;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::Clock;
+use super::write::{count_refused, refused_pairs};
 use super::{Cached, Store, StoreError};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{LogLimit, Telemetry};
 
 /// The most pending members one script call takes.
 const RUN_BATCH: usize = 1000;
@@ -29,6 +30,8 @@ pub struct Rollups {
     script: Script,
     period: Duration,
     telemetry: Arc<Telemetry>,
+    /// A rollup Redis refused (a key of another type) is counted and logged as the flush's are.
+    failure_log: LogLimit,
 }
 
 impl Rollups {
@@ -43,6 +46,7 @@ impl Rollups {
             )),
             period,
             telemetry,
+            failure_log: LogLimit::default(),
         }
     }
 
@@ -71,14 +75,8 @@ impl Rollups {
                 .first()
                 .and_then(|v| redis::from_redis_value_ref(v).ok())
                 .unwrap_or(0);
-            for pair in reply[1.min(reply.len())..].chunks(2) {
-                let text =
-                    |v: &redis::Value| redis::from_redis_value_ref::<String>(v).unwrap_or_default();
-                tracing::warn!(
-                    key = text(&pair[0]),
-                    error = pair.get(1).map(text).unwrap_or_default(),
-                    "a carbon rollup Redis refused was skipped"
-                );
+            for (key, error) in refused_pairs(reply.get(1..).unwrap_or_default()) {
+                count_refused(&self.telemetry, &mut self.failure_log, &key, &error);
             }
             taken += n;
             self.telemetry.carbon_rollups.increment(n);

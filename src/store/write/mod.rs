@@ -463,10 +463,7 @@ impl Writer {
 
     /// Counts (and now and then logs) the writes Redis refused: `key, error` pairs.
     fn report_failures(&mut self, pairs: &[redis::Value]) {
-        for pair in pairs.chunks(2) {
-            let text =
-                |v: &redis::Value| redis::from_redis_value_ref::<String>(v).unwrap_or_default();
-            let (key, error) = (text(&pair[0]), pair.get(1).map(text).unwrap_or_default());
+        for (key, error) in refused_pairs(pairs) {
             self.refused(&key, &error);
         }
     }
@@ -477,17 +474,30 @@ impl Writer {
         self.refused
             .1
             .get_or_insert_with(|| format!("{key}: {error}"));
-        let reason = write_failure(error);
-        self.telemetry.write_failures[reason as usize].increment(1);
-        if let Some(times) = self.failure_log.occurred() {
-            tracing::warn!(
-                key,
-                error = format!("{error}{}", super::acl_hint(error)),
-                reason = reason.as_str(),
-                times,
-                "Redis refused a write and it was skipped (more are counted in write_failures_total)"
-            );
-        }
+        count_refused(&self.telemetry, &mut self.failure_log, key, error);
+    }
+}
+
+/// The `key, error` pairs of a script's reply (the writes it skipped), as text.
+pub(super) fn refused_pairs(pairs: &[redis::Value]) -> impl Iterator<Item = (String, String)> + '_ {
+    let text = |v: &redis::Value| redis::from_redis_value_ref::<String>(v).unwrap_or_default();
+    pairs
+        .chunks(2)
+        .map(move |pair| (text(&pair[0]), pair.get(1).map(text).unwrap_or_default()))
+}
+
+/// Counts one write Redis refused and a script skipped, by reason, and logs it at `log`'s rate.
+pub(super) fn count_refused(telemetry: &Telemetry, log: &mut LogLimit, key: &str, error: &str) {
+    let reason = write_failure(error);
+    telemetry.write_failures[reason as usize].increment(1);
+    if let Some(times) = log.occurred() {
+        tracing::warn!(
+            key,
+            error = format!("{error}{}", super::acl_hint(error)),
+            reason = reason.as_str(),
+            times,
+            "Redis refused a write and it was skipped (more are counted in write_failures_total)"
+        );
     }
 }
 

@@ -860,6 +860,38 @@ async fn old_points_of_a_batch_go_straight_into_blocks() {
         ),
         0.0
     );
+    // A batch that fills whole groups sends them as the blocks' own bytes: a lone older value
+    // in the hash gives way to them, and where another program holds a block's name, the
+    // slices it would hold go to the hash instead and its key is left as it was.
+    send_tcp(port, &[line("b.old", -5.0, start + 200)]);
+    eventually(Duration::from_secs(10), "the lone older value", || {
+        conn.hget::<_, _, Option<f64>>("gauge:10:b.old", start + 200)
+            .unwrap()
+            == Some(-5.0)
+    })
+    .await;
+    let mut blocks: Vec<String> = conn.keys("history:gauge:10:b.old:*").unwrap();
+    blocks.sort_by_key(|k| k.rsplit(':').next().unwrap().parse::<u64>().unwrap());
+    assert!(blocks.len() >= 2, "{blocks:?}");
+    let theirs = &blocks[blocks.len() - 1];
+    let _: () = conn.del(theirs).unwrap();
+    let _: () = conn.hset(theirs, "x", "y").unwrap();
+    let again = |k: i64| value(k) + 100.0;
+    let all: Vec<String> = (0..300)
+        .map(|k| line("b.old", again(k), start + k * 10))
+        .collect();
+    send_tcp(port, &all);
+    let want: BTreeMap<u64, f64> = (0..300)
+        .map(|k| ((start + k * 10) as u64, again(k)))
+        .collect();
+    eventually(Duration::from_secs(10), "the batch of whole groups", || {
+        let held = redis.history("gauge:10:b.old");
+        want.iter().all(|(t, v)| held.get(t) == Some(v))
+    })
+    .await;
+    let kept: Vec<String> = redis::cmd("HGETALL").arg(theirs).query(&mut conn).unwrap();
+    assert_eq!(kept, ["x", "y"]);
+    assert!(conn.hlen::<_, usize>("gauge:10:b.old").unwrap() > fields);
 }
 
 /// `storage_aggregation` read again at SIGHUP: slices written from then on aggregate by the

@@ -26,8 +26,9 @@
 --          logs:       name, severity, message
 --          points:     (carbon's, points.lua; when the count is not 0) a count of archives,
 --                      each: precision, seconds kept, slots a block (0: none); then each
---                      series: series, aggregation method, xFilesFactor, point count m, m
---                      triples of archive (from 1), slice, value. One such section a schema
+--                      series: series, aggregation method, xFilesFactor, the count of the
+--                      arguments after it, then the agent's plan of its points
+--                      (points.lua, write_points; src/store/write/points.rs). One such section a schema
 --                      (storage_schemas) the chunk's points use, to the end of the arguments
 --
 -- Returns {key, error, key, error, ...}: each pair a write that Redis refused (a key of another

@@ -192,23 +192,43 @@ local function propagate(prefix, now, archives, method, xff, t, higher, lower, s
   return value
 end
 
+-- A block made once a call: its whole length at once, kept until its newest slice leaves the
+-- retention, as the cleaner makes it; false where the name holds another type.
+local blocks_made = {}
+local function make_block(key, archive, block, now)
+  local made = blocks_made[key]
+  if made == nil then
+    local slots, p = archive.slots, archive.p
+    local r = redis.pcall('BITFIELD', key, 'INCRBY', 'u8', (slots / 8 * POINT_GROUP - 1) * 8, 0)
+    made = not r.err
+    if made then
+      redis.call('EXPIRE', key, math.max((block + 1) * slots * p + archive.kept - now, 1))
+    end
+    blocks_made[key] = made
+  end
+  return made
+end
+
 -- The `fields` (slice, value, ...) of archive `a` older than the newest slices its hash keeps,
--- but the newest of them (which keeps the hash, and its index member), set straight into their
--- blocks as the cleaner would move them (history.lua: a group of eight slots a SETRANGE, read
--- first where the item does not fill it) and taken out of the hash, where an older value would
--- hide them: a batch of old points neither grows the hash nor waits for the cleaner's move.
--- Returns the fields left for the hash. A block name holding another type takes nothing.
-local function set_blocks(prefix, archives, a, series, fields, now)
+-- but the newest of them (which keeps the hash, and its index member; with `all_old`, the agent
+-- kept it already), set straight into their blocks as the cleaner would move them (history.lua:
+-- a group of eight slots a SETRANGE, read first where the item does not fill it) and taken out
+-- of the hash, where an older value would hide them: a batch of old points neither grows the
+-- hash nor waits for the cleaner's move. Returns the fields left for the hash. A block name
+-- holding another type takes nothing.
+local function set_blocks(prefix, archives, a, series, fields, now, all_old)
   local archive = archives[a]
-  if archive.slots == 0 or #fields < 4 then
+  if archive.slots == 0 or (#fields < 4 and not all_old) then
     return fields
   end
   local p, slots = archive.p, archive.slots
   local keep_from = now - now % p - (POINT_HASH_SLICES - 1) * p
   local newest = -1
-  for f = 1, #fields, 2 do
-    local t = tonumber(fields[f])
-    if t > newest then newest = t end
+  if not all_old then
+    for f = 1, #fields, 2 do
+      local t = tonumber(fields[f])
+      if t > newest then newest = t end
+    end
   end
   local groups, order = {}, {}
   for f = 1, #fields, 2 do
@@ -230,20 +250,11 @@ local function set_blocks(prefix, archives, a, series, fields, now)
   if #order == 0 then
     return fields
   end
-  local moved, made = {}, {}
+  local moved = {}
   for _, first in ipairs(order) do
     local g = groups[first]
     local key = block_key(prefix, series, archive, g.block)
-    if made[key] == nil then
-      -- Made whole at once and kept until its newest slice leaves the retention, as the
-      -- cleaner makes it.
-      local r = redis.pcall('BITFIELD', key, 'INCRBY', 'u8', (slots / 8 * POINT_GROUP - 1) * 8, 0)
-      made[key] = not r.err
-      if made[key] then
-        redis.call('EXPIRE', key, math.max((g.block + 1) * slots * p + archive.kept - now, 1))
-      end
-    end
-    if made[key] then
+    if make_block(key, archive, g.block, now) then
       local full = true
       for j = 0, 7 do
         if g.values[j] == nil then
@@ -295,7 +306,7 @@ end
 -- rollup needs, so that whichever agent runs it needs no configuration of its own:
 -- lower|slice|method|xFilesFactor|archives|series, the archives as p:kept:slots,...
 local function pending_member(lower, t, method, xff, spec, series)
-  return lower .. '|' .. whole_text(t) .. '|' .. method .. '|' .. xff .. '|' .. spec .. '|' .. series
+  return lower .. '|' .. t .. '|' .. method .. '|' .. xff .. '|' .. spec .. '|' .. series
 end
 
 -- Makes slice `t` of archive `lower` again from what the finer archive holds now, then the
@@ -318,10 +329,84 @@ local function roll(prefix, now, archives, series, method, xff, lower, t, member
   end
 end
 
+-- Sets ARGV's `n` pairs (slice, value) from `from` into archive `a`'s hash.
+local function set_args(prefix, archives, series, a, from, n, members)
+  if n == 0 then
+    return
+  end
+  local hash = hash_of(prefix, archives, series, a)
+  for j = from, from + 2 * n - 1, 2000 do
+    redis.call('HSET', hash, unpack(ARGV, j, math.min(j + 1999, from + 2 * n - 1)))
+  end
+  members[#members + 1] = '0'
+  members[#members + 1] = archives[a].text .. ':' .. series
+end
+
+-- Applies the values the agent wrote of archive `a` from ARGV[j] (src/store/write/points.rs):
+-- the hash's pairs, the old pairs (set into blocks here, groups read first), the runs of whole
+-- groups (block, byte offset, bytes: SETRANGE), then the runs' slices (taken out of the hash,
+-- where an older value would hide them). Returns the index after them and how many slices it
+-- wrote; `live` false only skips them.
+local function put(prefix, now, archives, series, a, j, members, live)
+  local nh = tonumber(ARGV[j])
+  local hash_from = j + 1
+  j = hash_from + 2 * nh
+  local no = tonumber(ARGV[j])
+  local old_from = j + 1
+  j = old_from + 2 * no
+  local nr = tonumber(ARGV[j])
+  local runs_from = j + 1
+  j = runs_from + 3 * nr
+  local slices_from = j
+  for r = 0, nr - 1 do
+    j = j + #ARGV[runs_from + 3 * r + 2] / POINT_GROUP * 8
+  end
+  if not live then
+    return j, 0
+  end
+  local archive = archives[a]
+  if j > slices_from then
+    local hash = hash_of(prefix, archives, series, a)
+    for k = slices_from, j - 1, 1000 do
+      redis.call('HDEL', hash, unpack(ARGV, k, math.min(k + 999, j - 1)))
+    end
+  end
+  local fields, at = {}, slices_from
+  for r = 0, nr - 1 do
+    local block, offset, bytes = ARGV[runs_from + 3 * r], ARGV[runs_from + 3 * r + 1], ARGV[runs_from + 3 * r + 2]
+    local key = block_key(prefix, series, archive, tonumber(block))
+    local n = #bytes / POINT_GROUP * 8
+    if make_block(key, archive, tonumber(block), now) then
+      redis.call('SETRANGE', key, offset, bytes)
+    else
+      -- A block name holding another type takes nothing: the values go to the hash.
+      for k = 0, n - 1 do
+        local g = math.floor(k / 8) * POINT_GROUP
+        fields[#fields + 1] = ARGV[at + k]
+        fields[#fields + 1] = point_text(struct.unpack('>d', string.sub(bytes, g + 2 + (k % 8) * 8, g + 9 + (k % 8) * 8)))
+      end
+    end
+    at = at + n
+  end
+  if no > 0 then
+    local old = {unpack(ARGV, old_from, old_from + 2 * no - 1)}
+    for _, f in ipairs(set_blocks(prefix, archives, a, series, old, now, true)) do
+      fields[#fields + 1] = f
+    end
+  end
+  if #fields > 0 then
+    set(prefix, archives, series, a, fields, members)
+  end
+  set_args(prefix, archives, series, a, hash_from, nh, members)
+  return j, nh + no + (j - slices_from)
+end
+
 -- The points section, from ARGV[i] (flush.lua documents it). Returns the index after it.
--- A coarser slice whose interval has ended by `now` is made at once; one still open is left
--- pending (ZADD to pending:gauge:) for the next rollup run, which makes it from what the
--- finer archive holds then: a point every few seconds costs one rollup a run, not one each.
+-- Each series' item is the agent's plan (src/store/write/points.rs): the coarser slices the
+-- window alone decides it made itself; this script makes those it asks for from what the finer
+-- archive holds, and leaves those of an open interval pending (ZADD to pending:gauge:) for the
+-- next rollup run, which makes them from what the finer archive holds then: a point every few
+-- seconds costs one rollup a run, not one each.
 local function write_points(prefix, now, i)
   local n = tonumber(ARGV[i]) or 0
   i = i + 1
@@ -348,100 +433,66 @@ local function write_points(prefix, now, i)
     pending[#pending + 1] = pending_member(lower, t, method, xff_text, spec, series)
   end
 
-  local function write(series, method, xff_text, first, m)
-    -- The common item, a point of the present (a sender's every few seconds): set, and the
-    -- slice over it left pending, without the tables of a batch.
-    if m == 1 then
-      local a = tonumber(ARGV[first])
-      local s = tonumber(ARGV[first + 1])
-      local lower = archives[a + 1]
-      local t = lower and s - s % lower.p
-      if lower == nil or t + lower.p > now then
-        set(prefix, archives, series, a, {ARGV[first + 1], ARGV[first + 2]}, members)
-        if lower then
-          defer(a + 1, t, method, xff_text, series)
-        end
-        return
+  -- An item from ARGV[j]: `p` and a point of the present (archive, slice, value, the slice of
+  -- the next archive to leave pending or empty), or its chains: each the archive of its
+  -- points, their values (put), a count of levels, and each level (the next coarser archive)
+  -- the values made by the agent, the slices to make here, and the slices to leave pending.
+  -- Below a level that gets no slice, a chain stops, as whisper's carrying down does.
+  local function write(series, method, xff_text, j)
+    if ARGV[j] == 'p' then
+      local a = tonumber(ARGV[j + 1])
+      set_args(prefix, archives, series, a, j + 2, 1, members)
+      if ARGV[j + 4] ~= '' then
+        defer(a + 1, ARGV[j + 4], method, xff_text, series)
       end
+      return
     end
     local xff = tonumber(xff_text)
-    local last = first + 3 * m
-    -- Each archive's points (the agent sent them archive by archive, slices in order), set,
-    -- then carried down to the coarser archives, finest first, as whisper writes a batch.
-    -- What the item wrote, by archive and slice: the points (as text, read as the hash's are),
-    -- then what was made of them.
-    local wrote = {}
-    local j = first
-    while j < last do
-      local a_text = ARGV[j]
-      local a = tonumber(a_text)
-      local fields, slices, w, k = {}, {}, wrote[a] or {}, 0
-      wrote[a] = w
-      while j < last and ARGV[j] == a_text do
-        local slice_text, value = ARGV[j + 1], ARGV[j + 2]
-        local slice = tonumber(slice_text)
-        k = k + 1
-        fields[2 * k - 1], fields[2 * k] = slice_text, value
-        slices[k] = slice
-        w[slice] = value
-        j = j + 3
-      end
-      set(prefix, archives, series, a, set_blocks(prefix, archives, a, series, fields, now), members)
-      -- The points whose slice over them in some archive is left pending (that rollup's run
-      -- carries them further down), and by level the slices such a run reaches anyway: none
-      -- of their own is needed.
-      local deferred, covered = {}, nil
-      local higher = a
-      for lower = a + 1, #archives do
-        local p, seen, made = archives[lower].p, {}, {}
-        for _, s in ipairs(slices) do
-          local t = s - s % p
-          local open = t + p > now
-          if not seen[t] and not deferred[s] then
-            seen[t] = true
-            if open then
-              if not (covered and covered[lower][t]) then
-                defer(lower, t, method, xff_text, series)
-                if covered == nil then
-                  covered = {}
-                  for l = lower + 1, #archives do
-                    covered[l] = {}
-                  end
-                end
-                for l = lower + 1, #archives do
-                  covered[l][t - t % archives[l].p] = true
-                end
-              end
-            else
-              local v = propagate(prefix, now, archives, method, xff, t, higher, lower, series, wrote[higher] or {})
-              if v ~= nil then
-                made[#made + 1], made[#made + 2] = whole_text(t), point_text(v)
-                wrote[lower] = wrote[lower] or {}
-                wrote[lower][t] = v
-              end
+    local chains = tonumber(ARGV[j])
+    j = j + 1
+    for _ = 1, chains do
+      local a = tonumber(ARGV[j])
+      j = put(prefix, now, archives, series, a, j + 1, members, true)
+      local levels = tonumber(ARGV[j])
+      j = j + 1
+      local live = true
+      for lower = a + 1, a + levels do
+        local wrote
+        j, wrote = put(prefix, now, archives, series, lower, j, members, live)
+        local asks = tonumber(ARGV[j])
+        if live and asks > 0 then
+          local made = {}
+          for k = j + 1, j + asks do
+            local v = propagate(prefix, now, archives, method, xff, tonumber(ARGV[k]), lower - 1, lower, series, {})
+            if v ~= nil then
+              made[#made + 1], made[#made + 2] = ARGV[k], point_text(v)
             end
           end
-          if open then
-            deferred[s] = true
+          if #made > 0 then
+            set(prefix, archives, series, lower, set_blocks(prefix, archives, lower, series, made, now, false), members)
+          end
+          wrote = wrote + #made / 2
+        end
+        j = j + 1 + asks
+        local defers = tonumber(ARGV[j])
+        if live then
+          for k = j + 1, j + defers do
+            defer(lower, ARGV[k], method, xff_text, series)
           end
         end
-        -- Written before the next archive reads them.
-        if #made == 0 then
-          break
-        end
-        set(prefix, archives, series, lower, set_blocks(prefix, archives, lower, series, made, now), members)
-        higher = lower
+        j = j + 1 + defers
+        live = live and wrote > 0
       end
     end
   end
 
   for _ = 1, n do
-    local series, method, xff, m = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-    local ok, err = pcall(write, series, method, xff, i + 4, m)
+    local series, method, xff, len = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+    local ok, err = pcall(write, series, method, xff, i + 4)
     if not ok then
       failed(prefix .. 'gauge:' .. archives[1].text .. ':' .. series, err)
     end
-    i = i + 4 + 3 * m
+    i = i + 4 + len
   end
   for j = 1, #members, 1000 do
     try(index, 'ZADD', index, unpack(members, j, math.min(j + 999, #members)))

@@ -425,7 +425,7 @@ pub(super) fn build_parts(
                     .arg(&log.message);
             }
             let points = &window.points[part.points.0..part.points.1];
-            put_points(&mut cmd, points, settings);
+            put_points(&mut cmd, points, settings, window.start);
             FlushChunk::packed(
                 counters.len()
                     + stats.len()
@@ -457,10 +457,8 @@ pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
 /// The points sections (`flush.lua`), one a schema that `points` use (none: one empty
 /// section): its count; when there are any, the schema's archives (precision, seconds kept,
 /// slots a block or 0: the agent's [`Retention::history`], where the cleaner cuts blocks),
-/// then each series with its aggregation method, its xFilesFactor (as whisper's header holds
-/// it, a 32-bit float), its count of points, and each point's archive (from 1), slice and
-/// value.
-fn put_points(cmd: &mut Argv, points: &[SeriesPoints], settings: &ChunkSettings) {
+/// then each series' item as the agent planned it ([`super::points::put_item`]).
+fn put_points(cmd: &mut Argv, points: &[SeriesPoints], settings: &ChunkSettings, now: u64) {
     if points.is_empty() {
         cmd.arg(0);
         return;
@@ -470,7 +468,13 @@ fn put_points(cmd: &mut Argv, points: &[SeriesPoints], settings: &ChunkSettings)
     schemas.dedup();
     for schema in schemas {
         let points: Vec<&SeriesPoints> = points.iter().filter(|s| s.schema == schema).collect();
-        put_schema_points(cmd, &points, settings, settings.schemas.retention(schema));
+        put_schema_points(
+            cmd,
+            &points,
+            settings,
+            settings.schemas.retention(schema),
+            now,
+        );
     }
 }
 
@@ -480,22 +484,23 @@ fn put_schema_points(
     points: &[&SeriesPoints],
     settings: &ChunkSettings,
     own: &Retention,
+    now: u64,
 ) {
     cmd.arg(points.len());
-    let archives = crate::aggregate::points::archives(own);
+    let archives: Vec<super::points::Archive> = crate::aggregate::points::archives(own)
+        .into_iter()
+        .map(|(p, kept)| super::points::Archive {
+            p,
+            kept,
+            slots: settings.retention.history(p).map_or(0, |g| g.slots),
+        })
+        .collect();
     cmd.arg(archives.len());
-    for (p, seconds) in archives {
-        let slots = settings.retention.history(p).map_or(0, |g| g.slots);
-        cmd.arg(p).arg(seconds).arg(slots);
+    for a in &archives {
+        cmd.arg(a.p).arg(a.kept).arg(a.slots);
     }
     for s in points {
-        cmd.arg(&*s.series)
-            .arg(s.aggregation.method.as_str())
-            .arg(f64::from(s.aggregation.x_files_factor))
-            .arg(s.placed.len());
-        for p in &s.placed {
-            cmd.arg(p.archive + 1).arg(p.slice).arg(p.value);
-        }
+        super::points::put_item(cmd, s, &archives, now);
     }
 }
 

@@ -10,6 +10,7 @@ use redis::Script;
 
 mod chunk;
 mod cluster;
+mod points;
 mod split;
 mod standalone;
 

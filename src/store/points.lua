@@ -401,6 +401,23 @@ local function put(prefix, now, archives, series, a, j, members, live)
   return j, nh + no + (j - slices_from)
 end
 
+-- A points section of a build before the plans (a spool written before an upgrade): a count,
+-- the archives, then each series' name, method, xFilesFactor, m and m triples of archive,
+-- slice and value. Each series is refused as a write Redis refused (counted and logged by the
+-- agent), not misread; `0`, no points, is the empty section. Returns the index after it.
+local function refuse_unplanned(prefix, i)
+  local n = tonumber(ARGV[i]) or 0
+  if n == 0 then
+    return i + 1
+  end
+  i = i + 2 + 3 * tonumber(ARGV[i + 1])
+  for _ = 1, n do
+    failed(prefix .. 'gauge:' .. ARGV[i], 'a carbon points section of an earlier release (a spool from before the upgrade): not applied')
+    i = i + 4 + 3 * tonumber(ARGV[i + 3])
+  end
+  return i
+end
+
 -- The points section, from ARGV[i] (flush.lua documents it). Returns the index after it.
 -- Each series' item is the agent's plan (src/store/write/points.rs): the coarser slices the
 -- window alone decides it made itself; this script makes those it asks for from what the finer
@@ -408,11 +425,11 @@ end
 -- next rollup run, which makes them from what the finer archive holds then: a point every few
 -- seconds costs one rollup a run, not one each.
 local function write_points(prefix, now, i)
-  local n = tonumber(ARGV[i]) or 0
-  i = i + 1
-  if n == 0 then
-    return i
+  if ARGV[i] ~= 'plan' then
+    return refuse_unplanned(prefix, i)
   end
+  local n = tonumber(ARGV[i + 1])
+  i = i + 2
   local archives, specs = {}, {}
   for a = 1, tonumber(ARGV[i]) do
     local at = i + 1 + 3 * (a - 1)

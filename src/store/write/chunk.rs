@@ -455,7 +455,7 @@ pub(super) fn put_buckets(cmd: &mut Argv, buckets: &Buckets) {
 }
 
 /// The points sections (`flush.lua`), one a schema that `points` use (none: one empty
-/// section): its count; when there are any, the schema's archives (precision, seconds kept,
+/// section, `0`): `plan` and its count (`plan`: of this build's layout); then the schema's archives (precision, seconds kept,
 /// slots a block or 0: the agent's [`Retention::history`], where the cleaner cuts blocks),
 /// then each series' item as the agent planned it ([`super::points::put_item`]).
 fn put_points(cmd: &mut Argv, points: &[SeriesPoints], settings: &ChunkSettings, now: u64) {
@@ -486,7 +486,7 @@ fn put_schema_points(
     own: &Retention,
     now: u64,
 ) {
-    cmd.arg(points.len());
+    cmd.arg("plan").arg(points.len());
     let archives: Vec<super::points::Archive> = crate::aggregate::points::archives(own)
         .into_iter()
         .map(|(p, kept)| super::points::Archive {

@@ -16,7 +16,7 @@
 //! slice. The plan's decisions depend on the window's points, its time and the schema only, so
 //! a chunk sent again carries the same plan and applies it to the same effect.
 
-use std::collections::{HashMap, HashSet};
+use hashbrown::{HashMap, HashSet};
 
 use super::chunk::Argv;
 use crate::aggregate::points::SeriesPoints;

@@ -1217,3 +1217,42 @@ async fn a_slice_written_between_its_pack_and_its_delete_counts_once() {
     agent.stop().await;
     days.stop().await;
 }
+
+/// A pack tried by an earlier release (its record's buckets as varints) and done again by
+/// this one after an upgrade (the hash kept its token): the new record, its buckets coded in
+/// bits, replaces the earlier one of the same slot and token, so the slice counts once; a
+/// record of another slot stays.
+#[test]
+fn a_pack_repeated_across_an_upgrade_replaces_the_earlier_record() {
+    use statsd_redis::aggregate::{Bucket, Buckets};
+    use statsd_redis::store::quantile_blocks as qb;
+    let redis = RedisServer::start();
+    let block = "history:hist:60:up:AccessTime:7";
+    let token = [0, 0, 0xab, 0xcd];
+    // The earlier release's records, slots 3 and 4: a bucket one step past 0 (Positive(1)),
+    // count 1 (code 2), one byte.
+    let earlier = |slot: u8| [&[6u8, slot][..], &token, &[2]].concat();
+    let script = redis::Script::new(include_str!("../src/store/hist_move.lua"));
+    let move_records = |records: &[Vec<u8>]| -> i64 {
+        let mut call = script.prepare_invoke();
+        call.key(block)
+            .arg(qb::header("0.01"))
+            .arg(unix_now() + 3600);
+        for r in records {
+            call.arg(r);
+        }
+        call.invoke(&mut redis.conn()).unwrap()
+    };
+    assert_eq!(move_records(&[earlier(3), earlier(4)]), 2);
+    let mut buckets = Buckets::default();
+    buckets.add(Bucket::Positive(1), 1.0);
+    buckets.add(Bucket::Positive(345), 3.0);
+    assert_eq!(move_records(&[qb::record(3, token, &buckets)]), 1);
+    let bytes: Vec<u8> = cmd(&redis, redis::cmd("GET").arg(block));
+    let (_, parts) = qb::decode(&bytes).unwrap();
+    let got: Vec<(u8, [u8; 4], usize)> = parts
+        .iter()
+        .map(|p| (p.slot, p.token, p.buckets.len()))
+        .collect();
+    assert_eq!(got, [(3, token, 2), (4, token, 1)]);
+}

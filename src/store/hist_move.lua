@@ -14,7 +14,9 @@ local block = kind == 'string' and redis.call('GET', key) or header
 if string.sub(block, 1, #header) ~= header then
   return -2
 end
--- A record's id (slot and token) and where its body starts, from its length at `pos`.
+-- A record's id (slot and token; the slot's high bit, which says how its buckets are coded,
+-- left out: a record written again by a later release replaces an earlier one's) and where its
+-- body starts, from its length at `pos`.
 local function at_record(s, pos)
   local len, mul = 0, 1
   while true do
@@ -24,7 +26,8 @@ local function at_record(s, pos)
     end
     len, pos, mul = len + (b % 128) * mul, pos + 1, mul * 128
     if b < 128 then
-      return string.sub(s, pos, pos + 4), pos + len
+      local slot = string.byte(s, pos)
+      return slot and string.char(slot % 128) .. string.sub(s, pos + 1, pos + 4), pos + len
     end
   end
 end

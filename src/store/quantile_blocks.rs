@@ -24,7 +24,7 @@ use std::collections::HashMap;
 
 use super::{Connection, Keys, StoreError};
 use crate::aggregate::StatKind;
-use crate::aggregate::sketch::{Bucket, Buckets};
+use crate::aggregate::sketch::{Bucket, Buckets, MAX_BUCKETS};
 use crate::retention::Retention;
 
 /// Slices a block holds: an hour of minutes, 64 hours of hours. A reader gets a block whole, so
@@ -128,11 +128,13 @@ fn varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
 /// Past this, a bucket's count code follows its step as a varint of its own.
 const CODE_ESCAPE: u64 = 127;
 
-/// A bucket `step` past the one before it, weighing `w`. Its count's code is twice a whole
+/// A bucket `step` past the one before it, weighing `w`, as releases before [`put_coded`] wrote
+/// it (their records are read still; tests write them). Its count's code is twice a whole
 /// count below 2^52, or 1 for any other, whose `f64` bits follow (a rate's weights are
 /// fractions). One varint holds the step past the next bucket (zigzag) above seven bits of
 /// the code (`CODE_ESCAPE`: the code follows), so that a bucket next to the one before, with a
 /// count below 64, takes one byte.
+#[cfg(test)]
 fn put_bucket(out: &mut Vec<u8>, step: i64, w: f64) {
     let code = if w >= 0.0 && w.fract() == 0.0 && w < (1u64 << 52) as f64 {
         2 * w as u64
@@ -177,21 +179,287 @@ pub fn header(alpha: &str) -> Vec<u8> {
     out
 }
 
-/// A slice's record: its slot, its part's token and its buckets, behind the record's length.
+/// A slice's record: its slot (its high bit set: the buckets are [`put_coded`]'s), its part's
+/// token and its buckets, behind the record's length. (A record whose slot's high bit is clear
+/// holds its buckets as [`put_bucket`]'s varints, as releases before the coded ones wrote them;
+/// it reads back the same.)
 pub fn record(slot: u8, token: [u8; 4], buckets: &Buckets) -> Vec<u8> {
-    let mut body = vec![slot];
+    let mut body = vec![slot | CODED];
     body.extend_from_slice(&token);
     let mut sorted: Vec<(i64, f64)> = buckets.iter().map(|(b, w)| (key(b), w)).collect();
     sorted.sort_unstable_by_key(|(k, _)| *k);
-    let mut prev = 0i64;
-    for (k, w) in sorted {
-        put_bucket(&mut body, k - prev, w);
-        prev = k;
-    }
+    put_coded(&mut body, &sorted);
     let mut out = Vec::with_capacity(body.len() + 3);
     put_varint(&mut out, body.len() as u64);
     out.extend_from_slice(&body);
     out
+}
+
+/// The slot byte's flag of a record whose buckets are coded in bits ([`put_coded`]).
+const CODED: u8 = 0x80;
+
+/// The counts' codes of `sorted`, and whether they are all whole: then a count's code is the
+/// count less one (a whole count from 1 below 2^52, as nearly every slice holds), else the
+/// count plus one for such a count and 0 for any other (its `f64` bits follow: a rate's
+/// weights are fractions).
+fn count_codes(sorted: &[(i64, f64)]) -> (Vec<u64>, bool) {
+    let whole = |w: f64| w >= 0.0 && w.fract() == 0.0 && w < (1u64 << 52) as f64;
+    let counting = sorted.iter().all(|(_, w)| whole(*w) && *w >= 1.0);
+    let codes = sorted
+        .iter()
+        .map(|&(_, w)| match (counting, whole(w)) {
+            (true, _) => w as u64 - 1,
+            (false, true) => w as u64 + 1,
+            (false, false) => 0,
+        })
+        .collect();
+    (codes, counting)
+}
+
+/// Past this many ones, a Rice code's quotient gives way to its value's 64 bits.
+const RICE_ESCAPE: u64 = 32;
+
+/// The Rice parameter for the next code after the running mean `m` of the codes before it.
+fn rice_k(m: u64) -> u32 {
+    (64 - m.leading_zeros()).saturating_sub(1)
+}
+
+/// The flag of [`put_coded`]'s parameter byte: the counts are not all whole.
+const FRACTIONS: u8 = 0x80;
+
+/// `sorted` buckets (key, count), coded in bits: their number and the first key (varints), a
+/// byte (the first Rice parameter; [`FRACTIONS`]), then for each bucket its step past the one
+/// before (Elias gamma: one bit for the next bucket; none for the first) and its count's code
+/// ([`count_codes`]) in a Rice code whose parameter follows the running mean of the codes
+/// before it (neighbouring buckets hold like counts; the tails' small ones take two bits). A
+/// minute of a thousand latencies at 1 % takes about five and a half bits a bucket, where
+/// [`put_bucket`]'s varints take nine or ten.
+fn put_coded(out: &mut Vec<u8>, sorted: &[(i64, f64)]) {
+    put_varint(out, sorted.len() as u64);
+    let Some(&(first, _)) = sorted.first() else {
+        return;
+    };
+    put_varint(out, ((first << 1) ^ (first >> 63)) as u64);
+    let (codes, counting) = count_codes(sorted);
+    let k0 = rice_k(codes[0]);
+    out.push(k0 as u8 | if counting { 0 } else { FRACTIONS });
+    let mut m = 1u64 << k0;
+    let mut bits = Bits::new(out);
+    for (i, (&(key, w), &code)) in sorted.iter().zip(&codes).enumerate() {
+        if i > 0 {
+            let step = (key - sorted[i - 1].0) as u64;
+            let n = 63 - step.leading_zeros();
+            bits.put(0, n);
+            bits.put(step, n + 1);
+        }
+        let k = rice_k(m);
+        match code >> k {
+            q if q >= RICE_ESCAPE => {
+                bits.put(u64::MAX, RICE_ESCAPE as u32);
+                bits.put(code, 64);
+            }
+            q => {
+                bits.put(u64::MAX, q as u32);
+                bits.put(0, 1);
+                bits.put(code, k);
+            }
+        }
+        if !counting && code == 0 {
+            bits.put(w.to_bits(), 64);
+        }
+        m = m / 2 + code / 2 + (m & code & 1);
+    }
+}
+
+/// Writes bits onto a byte vector, most significant first; the last byte padded with zeros.
+struct Bits<'a> {
+    out: &'a mut Vec<u8>,
+    used: u32,
+}
+
+impl<'a> Bits<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Bits<'a> {
+        Bits { out, used: 8 }
+    }
+
+    /// The low `n` bits of `value` (n <= 64).
+    fn put(&mut self, value: u64, n: u32) {
+        for i in (0..n).rev() {
+            if self.used == 8 {
+                self.out.push(0);
+                self.used = 0;
+            }
+            let bit = (value >> i) & 1;
+            *self.out.last_mut().expect("pushed") |= (bit as u8) << (7 - self.used);
+            self.used += 1;
+        }
+    }
+}
+
+/// Reads what [`Bits`] wrote, through a word of the bits to come; `None` past the end.
+struct BitReader<'a> {
+    bytes: &'a [u8],
+    /// The next byte to load.
+    next: usize,
+    /// The bits loaded and not read, first in the highest.
+    word: u64,
+    loaded: u32,
+}
+
+impl<'a> BitReader<'a> {
+    fn new(bytes: &'a [u8]) -> BitReader<'a> {
+        BitReader {
+            bytes,
+            next: 0,
+            word: 0,
+            loaded: 0,
+        }
+    }
+
+    fn load(&mut self) {
+        // Eight bytes at once where there are eight: the bytes past the whole ones loaded go in
+        // too, at their own places, as the next load puts them again.
+        if let Some(chunk) = self.bytes.get(self.next..self.next + 8) {
+            let chunk = u64::from_be_bytes(chunk.try_into().expect("eight bytes"));
+            self.word |= chunk >> self.loaded;
+            let whole = (63 - self.loaded) / 8;
+            self.next += whole as usize;
+            self.loaded += whole * 8;
+            return;
+        }
+        while self.loaded <= 56 {
+            let Some(&b) = self.bytes.get(self.next) else {
+                return;
+            };
+            self.word |= u64::from(b) << (56 - self.loaded);
+            self.loaded += 8;
+            self.next += 1;
+        }
+    }
+
+    /// The next `n` bits (n <= 64) as a number.
+    fn take(&mut self, n: u32) -> Option<u64> {
+        if n == 0 {
+            return Some(0);
+        }
+        if n > 56 {
+            let high = self.take(n - 32)?;
+            return Some(high << 32 | self.take(32)?);
+        }
+        self.load();
+        if n > self.loaded {
+            return None;
+        }
+        let v = self.word >> (64 - n);
+        self.word <<= n;
+        self.loaded -= n;
+        Some(v)
+    }
+
+    /// The common case read at once: (with `step`, a one: the next bucket) a Rice code of
+    /// parameter `k` whose quotient is short, all in the loaded word. `None` (nothing read)
+    /// for any other.
+    fn next_short(&mut self, step: bool, k: u32) -> Option<u64> {
+        self.load();
+        let g = u32::from(step);
+        if step && self.word >> 63 == 0 {
+            return None;
+        }
+        let q = (self.word << g).leading_ones();
+        let len = g + q + 1 + k;
+        if q >= RICE_ESCAPE as u32 || k > 24 || len > self.loaded {
+            return None;
+        }
+        let low = match k {
+            0 => 0,
+            k => (self.word << (g + q + 1)) >> (64 - k),
+        };
+        self.word = self.word.checked_shl(len).unwrap_or(0);
+        self.loaded -= len;
+        Some(u64::from(q) << k | low)
+    }
+
+    /// Consumes the ones (`ones`) or zeros in a row from here, at most `most`, and says how
+    /// many; the bit that ends them stays.
+    fn run(&mut self, ones: bool, most: u32) -> Option<u32> {
+        let mut n = 0;
+        loop {
+            if n == most {
+                return Some(n);
+            }
+            self.load();
+            let cap = self.loaded.min(most - n);
+            if cap == 0 {
+                return None;
+            }
+            let w = if ones { self.word } else { !self.word };
+            let r = w.leading_ones().min(cap);
+            self.word = self.word.checked_shl(r).unwrap_or(0);
+            self.loaded -= r;
+            n += r;
+            if r < cap {
+                return Some(n);
+            }
+        }
+    }
+}
+
+/// [`put_coded`]'s buckets read back; `None` for bytes it did not write.
+fn coded(bytes: &[u8]) -> Option<Buckets> {
+    let mut at = 0;
+    let n = varint(bytes, &mut at)?;
+    if n == 0 {
+        return (at == bytes.len()).then(Buckets::default);
+    }
+    // A bucket takes a bit at least.
+    let room = n.min(8 * bytes.len() as u64) as usize;
+    let mut buckets = Buckets::with_capacity(room.min(MAX_BUCKETS));
+    let zigzag = varint(bytes, &mut at)?;
+    let mut key = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
+    let flags = *bytes.get(at)?;
+    let (k0, counting) = (flags & !FRACTIONS, flags & FRACTIONS == 0);
+    let mut m = 1u64.checked_shl(u32::from(k0))?;
+    let mut bits = BitReader::new(&bytes[at + 1..]);
+    for i in 0..n {
+        let k = rice_k(m);
+        // The common bucket, the next one with a count of a short code: from the word at once.
+        if let Some(code) = bits.next_short(i > 0, k) {
+            if i > 0 {
+                key = key.checked_add(1)?;
+            }
+            let w = match (counting, code) {
+                (true, c) => c as f64 + 1.0,
+                (false, 0) => f64::from_bits(bits.take(64)?),
+                (false, c) => (c - 1) as f64,
+            };
+            buckets.add(bucket_of(key)?, w);
+            m = m / 2 + code / 2 + (m & code & 1);
+            continue;
+        }
+        if i > 0 {
+            let zeros = bits.run(false, 64)?;
+            if zeros > 62 {
+                return None;
+            }
+            let step = bits.take(zeros + 1)?;
+            key = key.checked_add(step as i64)?;
+        }
+        let q = u64::from(bits.run(true, RICE_ESCAPE as u32)?);
+        let code = if q == RICE_ESCAPE {
+            bits.take(64)?
+        } else {
+            bits.take(1)?;
+            q << k | bits.take(k)?
+        };
+        let w = match (counting, code) {
+            (true, c) => c as f64 + 1.0,
+            (false, 0) => f64::from_bits(bits.take(64)?),
+            (false, c) => (c - 1) as f64,
+        };
+        buckets.add(bucket_of(key)?, w);
+        m = m / 2 + code / 2 + (m & code & 1);
+    }
+    Some(buckets)
 }
 
 /// One part of a slice, as a block holds it.
@@ -218,19 +486,22 @@ pub fn decode(bytes: &[u8]) -> Option<(f64, Vec<Part>)> {
         at += len;
         let (&slot, rest) = body.split_first()?;
         let token: [u8; 4] = rest.get(..4)?.try_into().ok()?;
-        // A bucket takes a byte at least.
-        let room = rest
-            .len()
-            .saturating_sub(4)
-            .min(crate::aggregate::sketch::MAX_BUCKETS);
-        let (mut i, mut prev, mut buckets) = (4, 0i64, Buckets::with_capacity(room));
-        while i < rest.len() {
-            let (step, w) = bucket(rest, &mut i)?;
-            prev = prev.checked_add(step)?;
-            buckets.add(bucket_of(prev)?, w);
-        }
+        let buckets = if slot & CODED == 0 {
+            // A bucket takes a byte at least.
+            let room = rest.len().saturating_sub(4);
+            let mut buckets = Buckets::with_capacity(room.min(MAX_BUCKETS));
+            let (mut i, mut prev) = (4, 0i64);
+            while i < rest.len() {
+                let (step, w) = bucket(rest, &mut i)?;
+                prev = prev.checked_add(step)?;
+                buckets.add(bucket_of(prev)?, w);
+            }
+            buckets
+        } else {
+            coded(&rest[4..])?
+        };
         parts.push(Part {
-            slot,
+            slot: slot & !CODED,
             token,
             buckets,
         });
@@ -369,18 +640,114 @@ mod tests {
         assert_eq!(parts[2].buckets, Buckets::default());
     }
 
+    /// A record as releases before the coded buckets wrote it: its slot's high bit clear, a
+    /// varint a bucket.
+    fn varint_record(slot: u8, token: [u8; 4], buckets: &Buckets) -> Vec<u8> {
+        let mut body = vec![slot];
+        body.extend_from_slice(&token);
+        let mut sorted: Vec<(i64, f64)> = buckets.iter().map(|(b, w)| (key(b), w)).collect();
+        sorted.sort_unstable_by_key(|(k, _)| *k);
+        let mut prev = 0i64;
+        for (k, w) in sorted {
+            put_bucket(&mut body, k - prev, w);
+            prev = k;
+        }
+        let mut out = Vec::new();
+        put_varint(&mut out, body.len() as u64);
+        out.extend_from_slice(&body);
+        out
+    }
+
     #[test]
-    fn a_bucket_next_to_the_one_before_with_a_small_count_takes_a_byte() {
+    fn an_earlier_releases_varint_records_read_back_beside_coded_ones() {
         let mut list: Vec<(Bucket, f64)> = (340..384).map(|i| (Bucket::Positive(i), 1.0)).collect();
         // Length, slot, token, the first bucket (its step from 0: three bytes), then a byte each.
-        assert_eq!(record(0, [0; 4], &buckets(&list)).len(), 1 + 1 + 4 + 3 + 43);
-        // A count of 64 escapes its code (128: two bytes more); a bucket after a gap takes two.
+        assert_eq!(
+            varint_record(0, [0; 4], &buckets(&list)).len(),
+            1 + 1 + 4 + 3 + 43
+        );
         list[10].1 = 64.0;
         list[20].0 = Bucket::Positive(400);
+        list.push((Bucket::Zero, 2.5));
+        let old = buckets(&list);
+        let new = buckets(&[(Bucket::Positive(7), 3.0), (Bucket::Negative(2), 1.0)]);
+        let mut block = header("0.01");
+        block.extend(varint_record(9, [1, 2, 3, 4], &old));
+        block.extend(record(10, [5, 6, 7, 8], &new));
+        let (_, parts) = decode(&block).unwrap();
         assert_eq!(
-            record(0, [0; 4], &buckets(&list)).len(),
-            1 + 1 + 4 + 3 + 43 + 2 + 2
+            parts,
+            [
+                Part {
+                    slot: 9,
+                    token: [1, 2, 3, 4],
+                    buckets: old,
+                },
+                Part {
+                    slot: 10,
+                    token: [5, 6, 7, 8],
+                    buckets: new,
+                },
+            ]
         );
+    }
+
+    #[test]
+    fn a_busy_minutes_buckets_take_under_six_bits_each() {
+        // 127 neighbouring buckets, counts from 1 in the tails to 20 in the middle, as a
+        // thousand latencies give them (and every fifth bucket one further on: a gap): the
+        // header (length, slot, token, count, first key, parameter), then under six bits a
+        // bucket, a fifth fewer bytes than the varints.
+        let list: Vec<(Bucket, f64)> = (0..127)
+            .map(|i| {
+                let x = (i as f64 - 63.0) / 30.0;
+                let count = (20.0 * (-x * x).exp()).round() + 1.0;
+                (Bucket::Positive(400 + i + i / 5), count)
+            })
+            .collect();
+        let b = buckets(&list);
+        let r = record(5, [0; 4], &b);
+        assert!(
+            r.len() <= 2 + 1 + 4 + 1 + 2 + 1 + 127 * 6 / 8,
+            "{}",
+            r.len()
+        );
+        let old = varint_record(5, [0; 4], &b).len();
+        assert!(r.len() * 10 < old * 7, "{} against {old}", r.len());
+        let mut block = header("0.01");
+        block.extend(r);
+        assert_eq!(decode(&block).unwrap().1[0].buckets, b);
+    }
+
+    #[test]
+    fn coded_counts_at_the_edges_of_their_codes_read_back() {
+        let list = [
+            (Bucket::Negative(i32::MIN + 1), (1u64 << 52) as f64),
+            (Bucket::Negative(3), 0.0),
+            (Bucket::Zero, 0.25),
+            (Bucket::Positive(i32::MIN), 1.0),
+            (Bucket::Positive(-1), ((1u64 << 52) - 1) as f64),
+            (Bucket::Positive(0), 1e300),
+            (Bucket::Positive(1), f64::MIN_POSITIVE),
+            (Bucket::Positive(1 << 20), 3.0),
+            (Bucket::Positive(i32::MAX), 1e15),
+        ];
+        // Whole counts alone (each code the count less one), then fractions among them.
+        let whole = [
+            (Bucket::Positive(2), 1.0),
+            (Bucket::Positive(3), ((1u64 << 52) - 1) as f64),
+            (Bucket::Positive(9), 1.0),
+        ];
+        let mut block = header("0.02");
+        block.extend(record(1, [2; 4], &buckets(&whole)));
+        assert_eq!(decode(&block).unwrap().1[0].buckets, buckets(&whole));
+        for n in 1..=list.len() {
+            let b = buckets(&list[..n]);
+            let mut block = header("0.02");
+            block.extend(record(63, [9; 4], &b));
+            let (_, parts) = decode(&block).unwrap();
+            assert_eq!((parts[0].slot, &parts[0].buckets), (63, &b), "{n}");
+        }
     }
 
     #[test]
@@ -419,6 +786,43 @@ mod tests {
             let at = (next() as usize) % changed.len();
             changed[at] = next() as u8;
             let _ = decode(&changed);
+        }
+    }
+
+    #[test]
+    fn random_slices_read_back_whatever_their_codes() {
+        // Buckets of every kind, steps from one to thousands, counts from one to huge and
+        // fractions: the bits read back at every alignment, through the word's loads.
+        let mut state = 53u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..2_000 {
+            let mut b = Buckets::default();
+            let mut i = (next() % 2000) as i32 - 1000;
+            for _ in 0..(next() % 300) {
+                i = i.saturating_add(
+                    1 + (next() % [1, 1, 1, 3, 5000][(next() % 5) as usize]) as i32,
+                );
+                let w = match next() % 10 {
+                    0 => (next() % (1 << 53)) as f64,
+                    1 => (next() % 1000) as f64 / 7.0,
+                    2 => 0.0,
+                    _ => (1 + next() % 40) as f64,
+                };
+                let bucket = match next() % 20 {
+                    0 => Bucket::Zero,
+                    1 => Bucket::Negative(i),
+                    _ => Bucket::Positive(i),
+                };
+                b.add(bucket, w);
+            }
+            let mut block = header("0.01");
+            block.extend(record((next() % 64) as u8, [7; 4], &b));
+            assert_eq!(decode(&block).unwrap().1[0].buckets, b);
         }
     }
 

@@ -764,6 +764,16 @@ mod tests {
         assert_eq!(decode(b"\x04junk"), None);
     }
 
+    /// A fixed stream of pseudo-random numbers from `seed`.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     #[test]
     fn no_bytes_make_the_decoder_panic() {
         // Another program's string under a block's name: random bytes, and a real block's
@@ -771,13 +781,7 @@ mod tests {
         let mut block = header("0.01");
         let b = buckets(&[(Bucket::Positive(300), 3.0), (Bucket::Zero, 0.5)]);
         block.extend(record(3, [9; 4], &b));
-        let mut state = 52u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(52);
         for _ in 0..20_000 {
             let len = (next() % 40) as usize;
             let random: Vec<u8> = (0..len).map(|_| next() as u8).collect();
@@ -793,13 +797,7 @@ mod tests {
     fn random_slices_read_back_whatever_their_codes() {
         // Buckets of every kind, steps from one to thousands, counts from one to huge and
         // fractions: the bits read back at every alignment, through the word's loads.
-        let mut state = 53u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(53);
         for _ in 0..2_000 {
             let mut b = Buckets::default();
             let mut i = (next() % 2000) as i32 - 1000;

@@ -60,7 +60,8 @@ struct Stack {
 }
 
 impl Stack {
-    fn start() -> Stack {
+    /// The stack with whisper's `retentions` (the script's default when `None`).
+    fn start(retentions: Option<&str>) -> Stack {
         assert!(
             Path::new("/usr/bin/carbon-cache").exists(),
             "this test runs carbon: apt-get install -y --no-install-recommends graphite-carbon"
@@ -70,7 +71,8 @@ impl Stack {
             Command::new(stack_script())
                 .arg("start")
                 .env("REALSTACK_RUN", run.path().join("run"))
-                .env("STATSD_PKG", etsy_statsd()),
+                .env("STATSD_PKG", etsy_statsd())
+                .envs(retentions.map(|r| ("RETENTIONS", r))),
             "the stack did not start",
         );
         let env = String::from_utf8_lossy(&out.stdout)
@@ -183,17 +185,44 @@ const SECOND: &[&str] = &["etsy.hits:4|c", "etsy.queue:+1|g", "etsy.users:c|s"];
 
 #[test]
 fn etsy_named_requests_answer_as_the_real_stack_does() {
+    etsy_named_requests(None);
+}
+
+/// The same at a long schema, whisper's and the agent's (six hours of seconds, a week of
+/// minutes: more slices than the book's hash keeps at every precision): the same answers for
+/// every family, the precision chosen as whisper chooses it, and Etsy's long files imported.
+/// (The bursts are seconds old: their moves into blocks and packed minutes are tested against
+/// the agent's own readers, tests/history.rs.)
+#[test]
+fn etsy_named_requests_answer_as_the_real_stack_does_at_a_long_schema() {
+    etsy_named_requests(Some("1s:6h,1m:7d"));
+}
+
+fn etsy_named_requests(retentions: Option<&str>) {
     let redis = RedisServer::start();
-    let stack = Stack::start();
+    let stack = Stack::start(retentions);
+    // Under `retentions` the hourly statistics (a timer's names) are written once a
+    // `coarse_write_secs`, 60 s by default: every window here, as Etsy's are.
+    let schema: Vec<&str> = retentions.map_or(vec![], |r| vec!["--retentions", r]);
+    let coarse: &[&str] = if retentions.is_some() {
+        &["--coarse-write-secs", "0"]
+    } else {
+        &[]
+    };
     // The quantile buckets written with every window, not once a minute.
     let (agent, udp, http) = spawn_agent(
         &redis.url(),
         &[
-            "--graphite-etsy-names",
-            "true",
-            "--quantile-write-secs",
-            "0",
-        ],
+            &[
+                "--graphite-etsy-names",
+                "true",
+                "--quantile-write-secs",
+                "0",
+            ][..],
+            &schema,
+            coarse,
+        ]
+        .concat(),
     );
     let _agent = Killed(agent);
     let ours = format!("http://127.0.0.1:{http}/graphite");
@@ -236,7 +265,12 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while total(&theirs) < 21.0 || total(&ours) < 21.0 {
-        assert!(Instant::now() < deadline, "the counts did not arrive");
+        assert!(
+            Instant::now() < deadline,
+            "the counts did not arrive: the agent {}, graphite-web {}",
+            total(&ours),
+            total(&theirs)
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
     std::thread::sleep(Duration::from_millis(1500));
@@ -402,7 +436,8 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
             bin()
                 .args(["import", "whisper"])
                 .arg(&whisper)
-                .args(["--redis", &imported.url()]),
+                .args(["--redis", &imported.url()])
+                .args(&schema),
             "statsd-redis import whisper",
         );
     };
@@ -414,8 +449,10 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
         keys,
         "a second import changes nothing"
     );
-    let (history, _, history_http) =
-        spawn_agent(&imported.url(), &["--graphite-etsy-names", "true"]);
+    let (history, _, history_http) = spawn_agent(
+        &imported.url(),
+        &[&["--graphite-etsy-names", "true"][..], &schema].concat(),
+    );
     let _history = Killed(history);
     let history = format!("http://127.0.0.1:{history_http}/graphite");
     for target in [

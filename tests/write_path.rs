@@ -205,3 +205,35 @@ async fn a_guard_key_that_is_not_ours_stops_the_chunk_before_any_write() {
     let keys: Vec<String> = query(&redis, redis::cmd("KEYS").arg("*"));
     assert_eq!(keys, ["flush:"]);
 }
+
+/// Under `retentions`, `coarse_write_secs` is 60 by default and the 1 s precision is written
+/// every window without index members (the minute's group adds them once a period); a series
+/// no chunk of late indexed there is indexed with its first window all the same, so Graphite
+/// finds a brand-new counter at once, not up to two minutes later.
+#[test]
+fn a_brand_new_counter_is_found_at_once_under_retentions() {
+    let redis = RedisServer::start();
+    // Far from a minute's end: the minute's group cannot be what indexes it.
+    while !(5..35).contains(&(unix_now() % 60)) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (agent, udp, http) = spawn_agent(&redis.url(), &["--retentions", "1s:6h,1m:7d"]);
+    let _agent = Killed(agent);
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.send_to(b"fresh.c:1|c", ("127.0.0.1", udp)).unwrap();
+    // (Graphite keeps the names it looked up for 30 s: asked once the member is there.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while redis.known("known:").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not indexed within 10 s: {:?}",
+            redis.get_counter("count:1:fresh.c")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let found = curl_json(&format!(
+        "http://127.0.0.1:{http}/graphite/metrics/find?query=fresh.*"
+    ));
+    assert_eq!(found[0]["id"], "fresh.c", "{found}");
+    assert_eq!(redis.known("known:"), ["1:fresh.c"]);
+}

@@ -205,6 +205,13 @@ impl Indexed {
             .is_some_and(|slices| slices.contains(&(precision, slice)))
     }
 
+    /// Whether a chunk applied lately indexed `series` at `precision`, at any slice.
+    fn has_precision(&self, series: &[u8], precision: u64) -> bool {
+        self.series
+            .get(series)
+            .is_some_and(|slices| slices.iter().any(|&(p, _)| p == precision))
+    }
+
     fn applied(&mut self, series: &[u8], slices: &Slices) {
         match self.series.get_mut(series) {
             Some(known) => *known = slices.clone(),
@@ -574,7 +581,12 @@ impl Writer {
         for precision in &sections.precisions {
             let Precision { p, slice, mode, at } = *precision;
             let (write, index_new, index_all) = (mode == 1 || mode == 2, mode == 1, mode == 3);
-            if let (true, Some(at)) = (index_new, at) {
+            // Written unindexed (`coarse_write_secs`: the period's groups add the members),
+            // but a series no chunk of late indexed at this precision is indexed at once, so
+            // that a brand-new series is found (Graphite, the API) from its first window, not
+            // a period or two later.
+            let index_unseen = mode == 2;
+            if let (true, Some(at)) = (index_new || index_unseen, at) {
                 slices.push(at);
             }
             for (series, n) in sections.counters() {
@@ -585,7 +597,11 @@ impl Writer {
                 }
                 if !refused
                     && (index_all
-                        || (index_new && !self.has_member(COUNTERS, sections, series, at)))
+                        || (index_new && !self.has_member(COUNTERS, sections, series, at))
+                        || (index_unseen
+                            && !at.is_some_and(|(q, _)| {
+                                self.indexed[COUNTERS].has_precision(series, q)
+                            })))
                 {
                     index.add(p, series);
                 }

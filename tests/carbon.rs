@@ -1544,3 +1544,63 @@ fn a_points_section_of_an_earlier_release_is_refused_not_misread() {
     assert_eq!(new, BTreeMap::from([(slice, 4.5)]));
     assert_eq!(conn.zcard::<_, usize>("pending:gauge:").unwrap(), 1);
 }
+
+/// Batches past the scripts' own limits (Lua's `unpack` takes about 8 000 values): a week of
+/// every other minute of one path (5 000 points, each group of eight slots written in part)
+/// and half a day of ten-second points under a one-day archive made of them (the day, asked
+/// of the script, reads 8 640 finer slices) are written whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_past_luas_limits_are_written_whole() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let schemas = dir.path().join("storage-schemas.conf");
+    std::fs::write(
+        &schemas,
+        "[sparse]\npattern = ^wide\\.sparse$\nretentions = 10s:2d,1m:14d\n\
+         [dense]\npattern = ^wide\\.dense$\nretentions = 10s:2d,1d:60d\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let (agent, _, _) = spawn_agent(
+        &redis.url(),
+        &[
+            "--storage-schemas",
+            schemas.to_str().unwrap(),
+            "--carbon-tcp",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    let _agent = Killed(agent);
+    let now = unix_now() as i64;
+    let minute = now - now % 60;
+    let at = |k: i64| minute - 3 * 86_400 - 2 * 60 * k;
+    let sparse: Vec<String> = (0..5000)
+        .map(|k| line("wide.sparse", k as f64, at(k)))
+        .collect();
+    send_tcp(port, &sparse);
+    let day = now - now % 86_400 - 86_400;
+    let dense: Vec<String> = (0..4320)
+        .map(|k| line("wide.dense", 2.0, day + 10 * k))
+        .collect();
+    send_tcp(port, &dense);
+    let done = || {
+        redis.history("gauge:60:wide.sparse").len() == 5000
+            && redis.history("gauge:86400:wide.dense") == BTreeMap::from([(day as u64, 2.0)])
+    };
+    for _ in 0..100 {
+        if done() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let held = redis.history("gauge:60:wide.sparse");
+    assert_eq!(held.len(), 5000, "the sparse week");
+    assert_eq!(
+        redis.history("gauge:86400:wide.dense"),
+        BTreeMap::from([(day as u64, 2.0)]),
+        "the dense day: {} ten-second points",
+        redis.history("gauge:10:wide.dense").len()
+    );
+    assert_eq!(held.get(&(at(0) as u64)), Some(&0.0));
+    assert_eq!(held.get(&(at(4999) as u64)), Some(&4999.0));
+}

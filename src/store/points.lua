@@ -165,8 +165,16 @@ local function propagate(prefix, now, archives, method, xff, t, higher, lower, s
   local values = {}
   if whole then
     for k = 1, total do values[k] = wrote[fields[k]] end
-  else
+  elseif total <= 1000 then
     values = redis.call('HMGET', hash_of(prefix, archives, series, higher), unpack(texts))
+  else
+    -- Lua's unpack takes at most about 8 000 values: a day of ten-second slices, in parts.
+    local hash = hash_of(prefix, archives, series, higher)
+    for j = 1, total, 1000 do
+      for k, v in ipairs(redis.call('HMGET', hash, unpack(texts, j, math.min(j + 999, total)))) do
+        values[j + k - 1] = v
+      end
+    end
   end
   local in_hash = now - now % h.p - (POINT_HASH_SLICES - 1) * h.p + POINT_MARGIN
   local stale, blocks = now - h.kept, h.slots > 0
@@ -389,7 +397,10 @@ local function put(prefix, now, archives, series, a, j, members, live)
     at = at + n
   end
   if no > 0 then
-    local old = {unpack(ARGV, old_from, old_from + 2 * no - 1)}
+    local old = {}
+    for k = old_from, old_from + 2 * no - 1 do
+      old[#old + 1] = ARGV[k]
+    end
     for _, f in ipairs(set_blocks(prefix, archives, a, series, old, now, true)) do
       fields[#fields + 1] = f
     end

@@ -94,7 +94,7 @@ pub struct Geometry {
 }
 
 /// Bytes a group of eight slots takes: a flag byte and eight slots of eight bytes.
-const GROUP_BYTES: u64 = 65;
+pub const GROUP_BYTES: u64 = 65;
 
 /// Redis's own bytes a block costs besides its string: the key's name, its entries in the
 /// keyspace and the expiry dictionaries, the object header (measured: `MEMORY USAGE` less the

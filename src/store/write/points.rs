@@ -21,7 +21,7 @@ use hashbrown::{HashMap, HashSet};
 use super::chunk::Argv;
 use crate::aggregate::points::SeriesPoints;
 use crate::storage_conf::{Aggregation, Method};
-use crate::store::history;
+use crate::store::history::{self, GROUP_BYTES};
 
 /// An archive of a points section: its precision, the seconds it keeps, and the slots of its
 /// blocks (0: its hash keeps it whole).
@@ -66,9 +66,6 @@ struct Chain {
     points: Values,
     levels: Vec<Level>,
 }
-
-/// Bytes a block's group of eight slots takes: a flag byte and eight 8-byte slots.
-const GROUP_BYTES: u64 = 65;
 
 /// Writes `series`' item of a points section: its name, method, xFilesFactor, the count of the
 /// arguments after that count, then either `p` and the single point of the present

@@ -423,33 +423,30 @@ fn coded(bytes: &[u8]) -> Option<Buckets> {
     for i in 0..n {
         let k = rice_k(m);
         // The common bucket, the next one with a count of a short code: from the word at once.
-        if let Some(code) = bits.next_short(i > 0, k) {
-            if i > 0 {
-                key = key.checked_add(1)?;
+        let code = match bits.next_short(i > 0, k) {
+            Some(code) => {
+                if i > 0 {
+                    key = key.checked_add(1)?;
+                }
+                code
             }
-            let w = match (counting, code) {
-                (true, c) => c as f64 + 1.0,
-                (false, 0) => f64::from_bits(bits.take(64)?),
-                (false, c) => (c - 1) as f64,
-            };
-            buckets.add(bucket_of(key)?, w);
-            m = m / 2 + code / 2 + (m & code & 1);
-            continue;
-        }
-        if i > 0 {
-            let zeros = bits.run(false, 64)?;
-            if zeros > 62 {
-                return None;
+            None => {
+                if i > 0 {
+                    let zeros = bits.run(false, 64)?;
+                    if zeros > 62 {
+                        return None;
+                    }
+                    let step = bits.take(zeros + 1)?;
+                    key = key.checked_add(step as i64)?;
+                }
+                let q = u64::from(bits.run(true, RICE_ESCAPE as u32)?);
+                if q == RICE_ESCAPE {
+                    bits.take(64)?
+                } else {
+                    bits.take(1)?;
+                    q << k | bits.take(k)?
+                }
             }
-            let step = bits.take(zeros + 1)?;
-            key = key.checked_add(step as i64)?;
-        }
-        let q = u64::from(bits.run(true, RICE_ESCAPE as u32)?);
-        let code = if q == RICE_ESCAPE {
-            bits.take(64)?
-        } else {
-            bits.take(1)?;
-            q << k | bits.take(k)?
         };
         let w = match (counting, code) {
             (true, c) => c as f64 + 1.0,

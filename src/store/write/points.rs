@@ -162,10 +162,10 @@ fn plan(s: &SeriesPoints, archives: &[Archive], now: u64) -> Vec<Chain> {
             let mut seen = HashSet::new();
             let mut level = Level::default();
             let mut made = Vec::new();
-            for &s_ in &slices {
-                let t = s_ - s_ % p;
+            for &point in &slices {
+                let t = point - point % p;
                 let open = t + p > now;
-                if !deferred.contains(&s_) && seen.insert(t) {
+                if !deferred.contains(&point) && seen.insert(t) {
                     if open {
                         if !covered.as_ref().is_some_and(|c| c[lower].contains(&t)) {
                             level.defers.push(t);
@@ -183,7 +183,7 @@ fn plan(s: &SeriesPoints, archives: &[Archive], now: u64) -> Vec<Chain> {
                     }
                 }
                 if open {
-                    deferred.insert(s_);
+                    deferred.insert(point);
                 }
             }
             known[lower].extend(made.iter().copied());

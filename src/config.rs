@@ -804,7 +804,12 @@ pub struct Args {
     )]
     pub carbon_pickle_max_bytes: Option<usize>,
     /// Carbon's storage-aggregation.conf, for carbon's paths [default: none].
-    #[arg(long, env = "STATSD_REDIS_STORAGE_AGGREGATION", value_name = "PATH")]
+    #[arg(
+        long,
+        global = true,
+        env = "STATSD_REDIS_STORAGE_AGGREGATION",
+        value_name = "PATH"
+    )]
     pub storage_aggregation: Option<PathBuf>,
     /// Carbon's whitelist.conf: only the carbon paths its patterns match [default: none].
     #[arg(long, env = "STATSD_REDIS_CARBON_WHITELIST", value_name = "PATH")]

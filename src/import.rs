@@ -12,16 +12,20 @@
 //! does not read is named and skipped.
 //!
 //! Every other file outside Etsy's namespaces (`stats`, `stats_counts`) is a carbon path
-//! (docs/carbon.md): its archives go into the gauge family's keys as whisper holds them, each
-//! archive at the precision of its own step (a precision the file has no archive of stays
-//! empty, as whisper never had it). A tagged path's file (`_tagged/<h>/<h>/<file>.wsp`, `h` its
+//! (docs/carbon.md), imported at the precisions of the schema its path matches into the gauge
+//! family's keys: an archive of such a step as whisper holds it, any other precision made of
+//! the file's finest archive that holds its slices, rolled up with the path's aggregation (a
+//! file carbon made under an older schema, kept whole under the new one); an archive that
+//! fits no precision of the schema is named. A tagged path's file (`_tagged/<h>/<h>/<file>.wsp`, `h` its
 //! SHA-256's first digits) is named by the path, its dots written `_DOT_`, or, under carbon's
 //! default `TAG_HASH_FILENAMES`, by the hash alone: such a path comes from [`TaggedNames`].
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
+use crate::storage_conf::{self, Method};
 use crate::store::{Store, history, keys};
 
 /// One whisper archive: its step, how many points it keeps, and its points (timestamp, value)
@@ -213,53 +217,53 @@ fn tagged_path(dirs: [&str; 2], file: &str, tagged: &TaggedNames) -> Found {
     Ok((Kind::Path, normalized.into_owned()))
 }
 
-/// The slices of precision `p` the archives fill exactly, each from the finest archive whose
-/// step divides `p` and that holds the whole slice, ending by `until` and within the
-/// precision's retention (its count of slices before `now`): counts summed (a slice with no
-/// point at all is left out), a gauge's last value.
+/// The slices of precision `p` that `archives` fill, each from the first of them (in the order
+/// given) whose step divides `p` and that holds the whole slice, ending by `until` and within
+/// the precision's retention (its count of slices before `now`): the archive's points in the
+/// slice aggregated as whisper makes a coarser slot of finer ones (`__propagate`: the method,
+/// written when the share of the slice's `p / step` slots that hold a point reaches the
+/// xFilesFactor). That archive decides: a slice it holds without a point, or with too few, is
+/// left out.
 pub fn slices(
-    archives: &[Archive],
+    archives: &[&Archive],
     p: u64,
-    counter: bool,
+    aggregation: storage_conf::Aggregation,
     (until, now, samples): (u64, u64, u64),
 ) -> BTreeMap<u64, f64> {
-    let mut out = BTreeMap::new();
-    let mut usable: Vec<&Archive> = archives
-        .iter()
-        .filter(|a| p.is_multiple_of(a.step))
-        .collect();
-    usable.sort_by_key(|a| a.step);
+    let mut out: BTreeMap<u64, Option<f64>> = BTreeMap::new();
     let oldest_kept = now.saturating_sub(samples * p);
-    for archive in usable {
+    let mut known = Vec::new();
+    for archive in archives.iter().filter(|a| p.is_multiple_of(a.step)) {
         let (Some(start), Some(&(newest, _))) = (archive.start(), archive.points.last()) else {
             continue;
         };
         let first = start.div_ceil(p) * p;
         let mut points = archive.points.iter().peekable();
         let mut slice = first.max(oldest_kept / p * p + p);
+        let total = p / archive.step;
         // Whole slices only: the archive's points reach the slice's end.
         while slice + p <= until.min(newest + archive.step) {
-            if out.contains_key(&slice) {
-                slice += p;
-                continue;
-            }
-            let mut value = None;
+            known.clear();
             while let Some(&&(ts, v)) = points.peek() {
                 if ts >= slice + p {
                     break;
                 }
                 points.next();
                 if ts >= slice {
-                    value = Some(if counter { value.unwrap_or(0.0) + v } else { v });
+                    known.push(v);
                 }
             }
-            if let Some(v) = value {
-                out.insert(slice, v);
+            let enough = known.len() as f64 / total as f64 >= f64::from(aggregation.x_files_factor);
+            if let Entry::Vacant(e) = out.entry(slice) {
+                e.insert(
+                    (!known.is_empty() && enough)
+                        .then(|| aggregation.method.aggregate(&known, total)),
+                );
             }
             slice += p;
         }
     }
-    out
+    out.into_iter().filter_map(|(t, v)| Some((t, v?))).collect()
 }
 
 /// What one import did.
@@ -267,6 +271,8 @@ pub fn slices(
 pub struct Imported {
     pub files: usize,
     pub skipped: Vec<(PathBuf, String)>,
+    /// Archives of imported files that fit none of the precisions their path keeps.
+    pub left_out: Vec<(PathBuf, String)>,
     /// Whisper points read, and slices written.
     pub points: usize,
     pub slices: usize,
@@ -297,6 +303,7 @@ pub async fn import(
     let keys = store.keys().clone();
     let now = crate::store::clock::unix_now();
     let retention = config.retention();
+    let (schemas, aggregations) = (config.schemas(), path_aggregations(config)?);
     for (path, kind, series) in &files {
         let counter = *kind == Kind::Counter;
         let whisper = match std::fs::read(path)
@@ -318,16 +325,43 @@ pub async fn import(
         // The index members and the gauge's value in one pipeline, after the hashes.
         let mut pipe = redis::pipe();
         let archives = whisper.exact(counter);
+        // Etsy's counts summed and gauges' last values, from the finest archive; a carbon
+        // path's slices from its archive of that step, else from its finest that holds them,
+        // rolled up as the path's own are (its schema's precisions only).
+        let (mut finest, mut own) = (
+            archives.iter().collect::<Vec<_>>(),
+            whisper.archives.iter().collect::<Vec<_>>(),
+        );
+        finest.sort_by_key(|w| w.step);
+        let (schema, rollup) = (schemas.of(series), aggregations.of(series));
+        if *kind == Kind::Path {
+            for w in &whisper.archives {
+                if !w.points.is_empty() && schema.precisions().iter().all(|p| p % w.step != 0) {
+                    let why = format!(
+                        "its {} s archive ({} points) makes no slice of its schema's ({})",
+                        w.step,
+                        w.points.len(),
+                        schema.encode()
+                    );
+                    done.left_out.push((path.clone(), why));
+                }
+            }
+        }
+        let etsy = storage_conf::Aggregation {
+            method: if counter { Method::Sum } else { Method::Last },
+            x_files_factor: 0.0,
+        };
         for a in retention.archives() {
             let p = a.precision;
-            // A carbon path's archives each at their own step: what whisper shows there.
-            let own: Vec<&Archive> = whisper.archives.iter().filter(|w| w.step == p).collect();
             let mut found = match kind {
-                Kind::Path => own
-                    .first()
-                    .map(|w| slices(std::slice::from_ref(*w), p, false, (until, now, a.count)))
-                    .unwrap_or_default(),
-                _ => slices(archives, p, counter, (until, now, a.count)),
+                Kind::Path => match schema.archives().iter().find(|s| s.precision == p) {
+                    Some(s) => {
+                        own.sort_by_key(|w| (w.step != p, w.step));
+                        slices(&own, p, rollup, (until, now, s.count))
+                    }
+                    None => continue,
+                },
+                _ => slices(&finest, p, etsy, (until, now, a.count)),
             };
             if found.is_empty() {
                 continue;
@@ -396,6 +430,12 @@ pub async fn import(
         progress(&done, total);
     }
     Ok(done)
+}
+
+/// `storage_aggregation`'s sections (read and checked with the rest of the configuration).
+fn path_aggregations(config: &Config) -> Result<storage_conf::Aggregations, String> {
+    storage_conf::Aggregations::load(&config.storage_aggregation)
+        .map_err(|e| format!("storage_aggregation: {e}"))
 }
 
 /// Sets `fields` in the hash `key`. A new hash is made whole by `RESTORE` (one pass, a listpack
@@ -601,20 +641,56 @@ mod tests {
             },
         ];
         let limits = (10_000, 10_000, 1_000);
+        let finest: Vec<&Archive> = archives.iter().collect();
+        let (sum, last) = (rollup(Method::Sum, 0.0), rollup(Method::Last, 0.0));
         // 60 s slices: 1020 whole from the 10 s points; 1080 is not whole there (its points
         // end at 1110), 1000..1020 is part of the slice 960, which the 60 s archive holds.
-        let minutes = slices(&archives, 60, true, limits);
+        let minutes = slices(&finest, 60, sum, limits);
         let want = BTreeMap::from([(840, 30.0), (900, 40.0), (960, 2.0), (1020, 6.0)]);
         assert_eq!(minutes, want);
         // 5 s slices: no archive's step divides 5.
-        assert!(slices(&archives, 5, true, limits).is_empty());
+        assert!(slices(&finest, 5, sum, limits).is_empty());
         // A gauge's last value; nothing that ends after the cut-off.
-        let gauge = slices(&archives, 60, false, (1020, 10_000, 1_000));
+        let gauge = slices(&finest, 60, last, (1020, 10_000, 1_000));
         assert_eq!(gauge.get(&960), Some(&2.0));
         assert!(!gauge.contains_key(&1020));
         // Nothing older than the precision's retention.
-        let kept = slices(&archives, 60, true, (10_000, 1100, 3));
+        let kept = slices(&finest, 60, sum, (10_000, 1100, 3));
         assert_eq!(kept.keys().copied().collect::<Vec<_>>(), [960, 1020]);
+        // The archive of the slice's own step first: its slot as it holds it.
+        let own = [&archives[1], &archives[0]];
+        assert_eq!(slices(&own, 60, sum, limits).get(&1020), Some(&6.0));
+    }
+
+    fn rollup(method: Method, x_files_factor: f32) -> storage_conf::Aggregation {
+        storage_conf::Aggregation {
+            method,
+            x_files_factor,
+        }
+    }
+
+    /// A carbon path's coarser slice is its finer points rolled up as whisper rolls them up:
+    /// the method over the known slots, written only when their share reaches xFilesFactor
+    /// (a 32-bit float, as in whisper's header).
+    #[test]
+    fn a_coarser_slice_is_rolled_up_with_its_xfilesfactor() {
+        // Ten 6 s slots of the minute 1200, seven of them known; the minute 1260 whole.
+        let mut points: Vec<(u64, f64)> = (0..7).map(|i| (1200 + 6 * i, i as f64)).collect();
+        points.extend((0..10).map(|i| (1260 + 6 * i, 10.0)));
+        let fine = Archive {
+            step: 6,
+            slots: 100,
+            points,
+        };
+        let at = |a: storage_conf::Aggregation| slices(&[&fine], 60, a, (10_000, 10_000, 1_000));
+        let average = at(rollup(Method::Average, 0.7));
+        assert_eq!(average, BTreeMap::from([(1200, 3.0), (1260, 10.0)]));
+        assert_eq!(at(rollup(Method::AvgZero, 0.5))[&1200], 2.1);
+        assert_eq!(at(rollup(Method::Max, 0.0))[&1200], 6.0);
+        // 0.7 as whisper's header holds it is 0.69999998…: seven of ten reach it. 0.71 does
+        // not: the minute is left out, the whole one kept.
+        let strict = at(rollup(Method::Sum, 0.71));
+        assert_eq!(strict, BTreeMap::from([(1260, 100.0)]));
     }
 
     #[test]

@@ -56,7 +56,7 @@ enum Command {
 enum ImportSource {
     /// The whisper files Etsy's statsd left through carbon: counters (stats_counts.*) and
     /// gauges (stats.gauges.*), at every precision their archives fill whole; every other
-    /// path's archives as whisper holds them.
+    /// path at its schema's precisions, its archives as whisper holds them.
     Whisper {
         /// carbon's storage directory (the one holding stats_counts/ and stats/).
         dir: std::path::PathBuf,
@@ -248,6 +248,9 @@ async fn import_whisper(
             eprintln!();
             for (path, why) in &imported.skipped {
                 eprintln!("skipped {}: {why}", path.display());
+            }
+            for (path, why) in &imported.left_out {
+                eprintln!("left out of {}: {why}", path.display());
             }
             write_out(&format!(
                 "imported {} files ({} points read, {} slices written), skipped {}\n",

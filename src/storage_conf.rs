@@ -50,6 +50,28 @@ impl Method {
             Method::AbsMin => "absmin",
         }
     }
+
+    /// whisper.aggregate over `known` (not empty), in time order, of `total` slices: as
+    /// points.lua computes it, the same operations in the same order.
+    pub fn aggregate(self, known: &[f64], total: u64) -> f64 {
+        let sum = || known.iter().fold(0.0, |s, v| s + v);
+        let pick = |better: fn(f64, f64) -> bool| {
+            known[1..]
+                .iter()
+                .fold(known[0], |m, &v| if better(v, m) { v } else { m })
+        };
+        match self {
+            Method::Average => sum() / known.len() as f64,
+            Method::Sum => sum(),
+            Method::AvgZero => sum() / total as f64,
+            Method::Last => known[known.len() - 1],
+            Method::Max => pick(|v, m| v > m),
+            Method::Min => pick(|v, m| v < m),
+            // Python's max/min with key=abs: the first of equal magnitudes.
+            Method::AbsMax => pick(|v, m| v.abs() > m.abs()),
+            Method::AbsMin => pick(|v, m| v.abs() < m.abs()),
+        }
+    }
 }
 
 /// How a path's coarser slices are made of the finer ones: the method, and the share of the
@@ -469,6 +491,23 @@ fn sections(text: &str) -> Result<Vec<Section>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aggregations_are_whispers() {
+        let v = [3.0, -7.0, 7.0, 1.0];
+        assert_eq!(Method::Average.aggregate(&v, 6), 1.0);
+        assert_eq!(Method::AvgZero.aggregate(&v, 8), 0.5);
+        assert_eq!(Method::Sum.aggregate(&v, 6), 4.0);
+        assert_eq!(Method::Last.aggregate(&v, 6), 1.0);
+        assert_eq!(Method::Max.aggregate(&v, 6), 7.0);
+        assert_eq!(Method::Min.aggregate(&v, 6), -7.0);
+        assert_eq!(
+            Method::AbsMax.aggregate(&v, 6),
+            -7.0,
+            "the first of equal magnitudes"
+        );
+        assert_eq!(Method::AbsMin.aggregate(&v, 6), 1.0);
+    }
 
     /// carbon's example file, with the methods whisper added since.
     const EXAMPLE: &str = "\

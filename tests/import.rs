@@ -7,7 +7,9 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::Command;
 
 use common::*;
 
@@ -95,10 +97,27 @@ fn whisper_history_is_imported_once_and_nothing_after_the_cut_off() {
             .contains(&"300:app.queue".to_string())
     );
     // A carbon path: its minutes' archive at 60 s, as whisper made it, as far back as the
-    // book's 120 slices keep (no 10 s precision here; its values: the test below).
+    // book's 120 slices keep (no 10 s precision here; its values: the test below); its five
+    // minutes, which the file has no archive of, made of its finest archive that holds them
+    // as whisper rolls up (average, xFilesFactor 0.5): before the hour of 10 s points, of its
+    // minutes.
     let load = redis.history("gauge:60:collectd.web1.load");
     assert!((100..=120).contains(&load.len()), "{}", load.len());
-    assert!(redis.history("gauge:300:collectd.web1.load").is_empty());
+    let fives = redis.history("gauge:300:collectd.web1.load");
+    assert!(fives.len() >= 30, "{}", fives.len());
+    let minutes = redis.history("gauge:60:collectd.web1.load");
+    let mut checked = 0;
+    for (slice, v) in fives.range(..now - 3600) {
+        let of: Vec<f64> = minutes.range(slice..&(slice + 300)).map(|m| *m.1).collect();
+        if of.len() == 5 {
+            assert_eq!(*v, of.iter().sum::<f64>() / 5.0, "{slice}");
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 10,
+        "{checked} five minutes beside the minutes the hash keeps"
+    );
 
     // Again: nothing changes.
     import(&redis, dir.path(), None);
@@ -335,4 +354,157 @@ fn a_second_import_into_blocks_changes_nothing() {
     run();
     assert!(!redis.get_counter("count:60:app.hits").contains_key(&old));
     assert_eq!(imported(&redis), first);
+}
+
+/// A carbon path's file made under another schema than the one its path matches now (carbon
+/// never applies an edited schema to the files it made) is imported into its path's schema:
+/// each precision from the file's archive of that step, else from its finest archive that holds
+/// the slice, rolled up with the path's own aggregation and xFilesFactor; an archive that makes
+/// no slice of the schema is named. The expected slices are made from the file as whisper
+/// reads it (its header's float xFilesFactor, its slots' timestamps) by `whisper.aggregate`.
+#[test]
+fn a_file_of_another_schema_is_rolled_into_its_paths_schema() {
+    let script = r#"
+import json, os, struct, sys, whisper
+root, now = sys.argv[1], int(sys.argv[2])
+os.makedirs(os.path.join(root, "old"), exist_ok=True)
+def write(name, archives, xff, method, step, back, value, kept):
+    path = os.path.join(root, "old", name)
+    whisper.create(path, archives, xFilesFactor=xff, aggregationMethod=method)
+    points = [(t, value(t)) for t in range(now - back, now, step) if kept(t)]
+    # As carbon writes them, a batch at a time as they come.
+    for i in range(0, len(points), 60):
+        batch = points[i:i + 60]
+        whisper.update_many(path, batch, now=batch[-1][0] + step)
+    return path
+# Minutes for 20 days under 1m:1d,5m:20d, averaged at xFilesFactor 0.5. Hours that keep
+# five minutes of ten (ten minutes made of those minutes: just enough), four (not enough; of
+# five minutes: enough) and two (not enough of either).
+kept = {0: range(5), 1: range(4), 2: (0, 9)}
+avg = write("avg.wsp", [(60, 1440), (300, 5760)], 0.5, "average", 60, 20 * 86400,
+            lambda t: (t // 60) % 17 * 0.37 + 1,
+            lambda t: (t // 60) % 10 in kept.get((t // 3600) % 5, range(10)))
+# Ten seconds for three hours under 10s:1h,1h:20d, the maximum at xFilesFactor 0.3: bands
+# of ten minutes with one slot of six a minute (below it) and with two (reaching it).
+mx = write("b.max.wsp", [(10, 360), (3600, 480)], 0.3, "max", 10, 3 * 3600,
+           lambda t: ((t // 10) % 11 - 5) * 1.5,
+           lambda t: {0: (t // 10) % 6 == 0, 1: (t // 10) % 6 < 2}.get((t // 600) % 4, True))
+schema = [(10, 720), (60, 2880), (600, 4320)]
+def expected(path):
+    info = whisper.info(path)
+    xff, method = info["xFilesFactor"], info["aggregationMethod"]
+    archives = []
+    with open(path, "rb") as f:
+        for a in info["archives"]:
+            f.seek(a["offset"])
+            raw = [p for p in struct.iter_unpack("!Ld", f.read(a["size"])) if p[0]]
+            step, newest = a["secondsPerPoint"], max(t for t, _ in raw)
+            start = newest + step - step * a["points"]
+            archives.append((step, start, newest + step,
+                             {t: v for t, v in raw if t >= start and t % step == 0}))
+    out = {}
+    for p, count in schema:
+        order = sorted((a for a in archives if p % a[0] == 0), key=lambda a: (a[0] != p, a[0]))
+        decided, slices = set(), {}
+        for step, start, end, points in order:
+            t = -(-start // p) * p
+            while t + p <= min(now, end):
+                if t not in decided:
+                    decided.add(t)
+                    neighbors = [points.get(t + k * step) for k in range(p // step)]
+                    known = [v for v in neighbors if v is not None]
+                    if known and float(len(known)) / float(len(neighbors)) >= xff:
+                        # As text: Rust parses it exactly (serde_json's own floats may not).
+                        slices[t] = repr(whisper.aggregate(method, known, neighbors))
+                t += p
+        out[p] = slices
+    return out
+json.dump({"old.avg": expected(avg), "old.b.max": expected(mx)}, sys.stdout)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let now = unix_now() / 600 * 600;
+    let out = run_ok(
+        Command::new("/usr/bin/python3")
+            .args(["-c", script, dir.path().to_str().unwrap()])
+            .arg(now.to_string()),
+        "python3-whisper (apt-get install -y python3-whisper)",
+    );
+    let text: BTreeMap<String, BTreeMap<u64, BTreeMap<u64, String>>> =
+        serde_json::from_slice(&out.stdout).unwrap();
+    let want: BTreeMap<&str, BTreeMap<u64, BTreeMap<u64, f64>>> = (text.iter())
+        .map(|(path, precisions)| {
+            let parsed = |slices: &BTreeMap<u64, String>| {
+                (slices.iter())
+                    .map(|(t, v)| (*t, v.parse().unwrap()))
+                    .collect()
+            };
+            let precisions = precisions.iter().map(|(p, s)| (*p, parsed(s)));
+            (path.as_str(), precisions.collect())
+        })
+        .collect();
+    let conf = dir.path().join("storage-schemas.conf");
+    std::fs::write(
+        &conf,
+        "[old]\npattern = ^old\\.\nretentions = 10s:2h,1m:2d,10m:30d\n",
+    )
+    .unwrap();
+    let aggregation = dir.path().join("storage-aggregation.conf");
+    std::fs::write(
+        &aggregation,
+        "[max]\npattern = \\.max$\nxFilesFactor = 0.3\naggregationMethod = max\n",
+    )
+    .unwrap();
+    let redis = RedisServer::start();
+    let out = run_ok(
+        bin()
+            .args(["import", "whisper", dir.path().to_str().unwrap()])
+            .args(["--redis", &redis.url(), "--until", &now.to_string()])
+            .args(["--storage-schemas", conf.to_str().unwrap()])
+            .args(["--storage-aggregation", aggregation.to_str().unwrap()]),
+        "statsd-redis import whisper",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("left out of") && stderr.contains("b.max.wsp: its 3600 s archive"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("left out of").count(), 1, "{stderr}");
+    for (path, precisions) in &want {
+        for (p, slices) in precisions {
+            let got = redis.history(&format!("gauge:{p}:{path}"));
+            // Every precision made something: the 10 s one only of the file with 10 s points.
+            assert_eq!(
+                slices.is_empty(),
+                *p == 10 && *path == "old.avg",
+                "{path} at {p}"
+            );
+            let differ: Vec<_> = (got.keys().chain(slices.keys()))
+                .filter(|t| got.get(t) != slices.get(t))
+                .map(|t| (t, got.get(t), slices.get(t)))
+                .take(5)
+                .collect();
+            assert!(
+                differ.is_empty(),
+                "{path} at {p} s (slice, imported, whisper's): {differ:?}"
+            );
+        }
+    }
+    // The ten minutes of the last day come from the minutes, the older ones from the five
+    // minutes: both made some, and each left some out below xFilesFactor. Of the last day's
+    // 144, three hours in five and the hours of five minutes in ten (at xFilesFactor, not
+    // above it) make 86.
+    let tens = &want["old.avg"][&600];
+    let day = now - 86400;
+    let (recent, older) = (tens.range(day..).count(), tens.range(..day).count());
+    assert!(recent > 80 && older > 2000, "{recent} {older}");
+    for (from, to) in [(day, now), (now - 20 * 86400 + 600, day)] {
+        let held = (from..to)
+            .step_by(600)
+            .filter(|t| tens.contains_key(t))
+            .count();
+        assert!(
+            held < ((to - from) / 600) as usize,
+            "some left out in {from}..{to}"
+        );
+    }
 }

@@ -20,7 +20,7 @@ use hashbrown::{HashMap, HashSet};
 
 use super::chunk::Argv;
 use crate::aggregate::points::SeriesPoints;
-use crate::storage_conf::{Aggregation, Method};
+use crate::storage_conf::Aggregation;
 use crate::store::history::{self, GROUP_BYTES};
 
 /// An archive of a points section: its precision, the seconds it keeps, and the slots of its
@@ -231,30 +231,8 @@ fn whole(
     if 1.0 < f64::from(aggregation.x_files_factor) {
         return None;
     }
-    let value = aggregate(aggregation.method, &values, total);
+    let value = aggregation.method.aggregate(&values, total);
     value.is_finite().then_some(value)
-}
-
-/// whisper.aggregate over `known`, in time order, of `total` slices: as points.lua computes it,
-/// the same operations in the same order.
-fn aggregate(method: Method, known: &[f64], total: u64) -> f64 {
-    let sum = || known.iter().fold(0.0, |s, v| s + v);
-    let pick = |better: fn(f64, f64) -> bool| {
-        known[1..]
-            .iter()
-            .fold(known[0], |m, &v| if better(v, m) { v } else { m })
-    };
-    match method {
-        Method::Average => sum() / known.len() as f64,
-        Method::Sum => sum(),
-        Method::AvgZero => sum() / total as f64,
-        Method::Last => known[known.len() - 1],
-        Method::Max => pick(|v, m| v > m),
-        Method::Min => pick(|v, m| v < m),
-        // Python's max/min with key=abs: the first of equal magnitudes.
-        Method::AbsMax => pick(|v, m| v.abs() > m.abs()),
-        Method::AbsMin => pick(|v, m| v.abs() < m.abs()),
-    }
 }
 
 /// Where `values` (slices in order) of `archive` go: older than the hash keeps (but the newest,
@@ -309,6 +287,7 @@ fn split(values: Vec<(u64, f64)>, archive: Archive, now: u64) -> Values {
 mod tests {
     use super::*;
     use crate::aggregate::points::Placed;
+    use crate::storage_conf::Method;
 
     /// Carbon's schema as a points section holds it: 10 s for 6 h (blocks of 248), 1 min for
     /// 7 d (2008), 1 h for 90 d (248), 1 d for 5 y (248).
@@ -453,23 +432,6 @@ mod tests {
             now,
         );
         assert_eq!(chains[0].levels[0].asks, [minute]);
-    }
-
-    #[test]
-    fn aggregations_are_whispers() {
-        let v = [3.0, -7.0, 7.0, 1.0];
-        assert_eq!(aggregate(Method::Average, &v, 6), 1.0);
-        assert_eq!(aggregate(Method::AvgZero, &v, 8), 0.5);
-        assert_eq!(aggregate(Method::Sum, &v, 6), 4.0);
-        assert_eq!(aggregate(Method::Last, &v, 6), 1.0);
-        assert_eq!(aggregate(Method::Max, &v, 6), 7.0);
-        assert_eq!(aggregate(Method::Min, &v, 6), -7.0);
-        assert_eq!(
-            aggregate(Method::AbsMax, &v, 6),
-            -7.0,
-            "the first of equal magnitudes"
-        );
-        assert_eq!(aggregate(Method::AbsMin, &v, 6), 1.0);
     }
 
     #[test]

@@ -428,25 +428,17 @@ impl Reload {
     }
 
     /// Puts the new `storage_schemas` in force for every part of the agent (they share it),
-    /// when the running agent has such a file and the new one keeps its precisions (what the
-    /// agent writes was set up from them). Otherwise says that it waits for the next start.
+    /// when the running agent has such a file (the flusher sets up the precisions it writes
+    /// again when they changed). Setting or unsetting the key waits for the next start.
     fn take_schemas(&mut self, new: &Config) -> bool {
-        let why = match (&self.running.schemas, &new.schemas) {
-            (Some(running), Some(fresh)) => {
-                let precisions =
-                    |s: &statsd_redis::storage_conf::SharedSchemas| s.get().union().precisions();
-                if precisions(running) == precisions(fresh) {
-                    running.replace(fresh.get());
-                    self.running.storage_schemas = new.storage_schemas.clone();
-                    return true;
-                }
-                "its sections' precisions changed"
-            }
-            _ => "it was set or unset",
-        };
+        if let (Some(running), Some(fresh)) = (&self.running.schemas, &new.schemas) {
+            running.replace(fresh.get());
+            self.running.storage_schemas = new.storage_schemas.clone();
+            return true;
+        }
         tracing::warn!(
             key = "storage_schemas",
-            reason = why,
+            reason = "it was set or unset",
             "SIGHUP: this key changed; it takes effect at the next start"
         );
         false

@@ -971,7 +971,7 @@ async fn an_edited_aggregation_file_applies_at_sighup() {
 
 /// `storage_schemas` read again at SIGHUP and applied to every series, stored ones included:
 /// a longer retention is read from then on, a shorter one trimmed at the cleaner's next pass;
-/// a file that does not read, and one whose precisions differ, keep the running one.
+/// a file that does not read keeps the running one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_schemas_file_applies_at_sighup() {
     let redis = RedisServer::start();
@@ -1044,15 +1044,121 @@ async fn an_edited_schemas_file_applies_at_sighup() {
     .await;
     assert_eq!((step(600), step(7200)), (10, 60));
 
-    // A file that does not read, and one of other precisions: the running one stays.
-    for bad in [
-        "[s]\npattern = (\nretentions = 10s:3h\n".to_string(),
-        schema("5s:3h,1m:1d"),
-    ] {
-        std::fs::write(&file, bad).unwrap();
-        hup(&agent);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!((step(600), step(7200)), (10, 60));
+    // A file that does not read: the running one stays.
+    std::fs::write(&file, "[s]\npattern = (\nretentions = 10s:3h\n").unwrap();
+    hup(&agent);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!((step(600), step(7200)), (10, 60));
+}
+
+/// A `storage_schemas` file of other precisions applies at SIGHUP too. What
+/// `coarse_write_secs` held back is written at the running precisions, and every window from
+/// then on at the new ones: a counter sent all along is counted once at the precision both
+/// files keep, and once across the one dropped and the one added. A carbon path's points are
+/// placed and rolled up at the new precisions, and read there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schemas_file_of_other_precisions_applies_at_sighup() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("storage-schemas.conf");
+    let schema = |r: &str| format!("[c]\npattern = ^c\\.\nretentions = {r}\n");
+    std::fs::write(&file, schema("10s:1h,1m:1d")).unwrap();
+    let port = free_port();
+    let (agent, udp, http) = spawn_agent(
+        &redis.url(),
+        &[
+            // Every precision's sums held back five seconds.
+            "--coarse-write-secs",
+            "5",
+            "--storage-schemas",
+            &file.display().to_string(),
+            "--carbon-tcp",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    let agent = Killed(agent);
+    let total = |p: u64| -> f64 { redis.history(&format!("count:{p}:c.hits")).values().sum() };
+
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let sender = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                socket
+                    .send_to("c.hits:1|c\n".repeat(5).as_bytes(), ("127.0.0.1", udp))
+                    .unwrap();
+                sent += 5;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            sent
+        })
+    };
+    eventually(Duration::from_secs(10), "counts at 60 s", || {
+        total(60) > 0.0
+    })
+    .await;
+    // Halfway through a group of five seconds: two windows' sums are held back.
+    while unix_now() % 5 != 2 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&file, schema("10s:1h,5m:1d,1h:7d")).unwrap();
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    eventually(Duration::from_secs(10), "counts at 300 s", || {
+        total(300) > 0.0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().unwrap() as f64;
+
+    eventually(Duration::from_secs(15), "every count at 10 s", || {
+        total(10) == sent && total(60) + total(300) == sent
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(total(10), sent, "counted once at the precision both keep");
+    assert_eq!(
+        total(60) + total(300),
+        sent,
+        "once across the dropped and the added"
+    );
+    assert_eq!(total(3600), total(300));
+    let known: Vec<String> = redis.conn().zrange("known:", 0, -1).unwrap();
+    for member in ["10:c.hits", "60:c.hits", "300:c.hits", "3600:c.hits"] {
+        assert!(known.contains(&member.to_string()), "{member}: {known:?}");
+    }
+
+    // A carbon path after the change: ten-second points of the last 20 minutes, their whole
+    // five minutes made of them, nothing at 60 s; a render of 12 hours reads 300 s.
+    let now = unix_now() as i64;
+    let lines: Vec<String> = (1..=120)
+        .map(|k| line("c.p", k as f64, now - k * 10))
+        .collect();
+    send_tcp(port, &lines);
+    let fives = || redis.history("gauge:300:c.p");
+    eventually(Duration::from_secs(10), "the path's five minutes", || {
+        fives().len() >= 3
+    })
+    .await;
+    assert!(redis.history("gauge:60:c.p").is_empty());
+    let points = render(http, "c.p", now as u64 - 43_200, now as u64).unwrap();
+    assert_eq!(points[1].0 - points[0].0, 300);
+    for (slice, value) in fives() {
+        // The average of its thirty points, k = (now - t) / 10 for each of them.
+        let ks: Vec<i64> = (1..=120)
+            .filter(|k| (slice as i64..slice as i64 + 300).contains(&(now - k * 10)))
+            .collect();
+        if ks.len() == 30 {
+            let want = ks.iter().sum::<i64>() as f64 / 30.0;
+            assert!(
+                (value - want).abs() < 1e-9,
+                "{slice}: {value} against {want}"
+            );
+        }
     }
 }
 

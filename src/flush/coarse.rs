@@ -195,6 +195,17 @@ impl Coarse {
         chunks
     }
 
+    /// Ends every level's open group and takes all the chunks queued, as the last window
+    /// does: what the sums held come to at the precisions `chunker` writes.
+    pub(super) fn drain(&mut self, chunker: &Chunker) -> Vec<FlushChunk> {
+        let mut chunks = Vec::new();
+        for i in 0..self.levels.len() {
+            self.end_group(i, chunker);
+            chunks.extend(self.levels[i].held.share(true));
+        }
+        chunks
+    }
+
     /// Ends level `i`'s open group: its sums become chunks, queued to be spread over the next
     /// period's windows.
     fn end_group(&mut self, i: usize, chunker: &Chunker) {

@@ -235,37 +235,54 @@ impl Closer {
 
     /// Takes the keys of a reloaded configuration that apply without a restart: chunk size,
     /// backlog bounds, storage_schemas and storage_aggregation (the others were logged as
-    /// waiting for one).
-    fn take_reload(&mut self) {
+    /// waiting for one). Returns the chunks of what `coarse_write_secs` held back when the
+    /// schemas' precisions changed: summed for the running precisions, written at them.
+    fn take_reload(&mut self) -> Vec<FlushChunk> {
         let Some(reloads) = self.reloads.as_mut() else {
-            return;
+            return Vec::new();
         };
-        if reloads.has_changed().unwrap_or(false) {
-            let new = reloads.borrow_and_update();
-            self.chunker.settings.max_series = new.max_series_per_chunk;
-            self.config.max_series_per_chunk = new.max_series_per_chunk;
-            self.config.max_backlog_windows = new.max_backlog_windows;
-            self.config.max_backlog_bytes = new.max_backlog_bytes;
-            // storage_schemas (put in force by the binary, shared with `self.config`): each
-            // carbon path's archives, and the union's expiries.
-            if new.schemas.is_some() {
-                self.chunker.settings.schemas = new.schemas();
-                self.chunker.settings.retention = new.retention();
-            }
-            match crate::storage_conf::Aggregations::load(&new.storage_aggregation) {
-                Ok(a) => self.aggregations = a,
-                Err(e) => {
-                    tracing::error!(error = %e, "SIGHUP: storage_aggregation does not read; the running one is kept")
-                }
+        if !reloads.has_changed().unwrap_or(false) {
+            return Vec::new();
+        }
+        let new = reloads.borrow_and_update().clone();
+        self.chunker.settings.max_series = new.max_series_per_chunk;
+        self.config.max_series_per_chunk = new.max_series_per_chunk;
+        self.config.max_backlog_windows = new.max_backlog_windows;
+        self.config.max_backlog_bytes = new.max_backlog_bytes;
+        match crate::storage_conf::Aggregations::load(&new.storage_aggregation) {
+            Ok(a) => self.aggregations = a,
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: storage_aggregation does not read; the running one is kept")
             }
         }
+        // storage_schemas (put in force by the binary, shared with `self.config`): each carbon
+        // path's archives, and the union's expiries.
+        if new.schemas.is_none() {
+            return Vec::new();
+        }
+        if new.retention().precisions() == self.chunker.settings.retention.precisions() {
+            self.chunker.settings.schemas = new.schemas();
+            self.chunker.settings.retention = new.retention();
+            return Vec::new();
+        }
+        // Another set of precisions: the sums held back go out at the running ones now, and
+        // the windows from this one on are written, and summed, at the new ones (as a restart
+        // would, without one).
+        let held = (self.coarse.as_mut()).map_or_else(Vec::new, |c| c.drain(&self.chunker));
+        self.chunker = Chunker::new(self.chunker.settings.keys.clone(), &self.config);
+        self.coarse = Coarse::new(&self.config);
+        tracing::info!(
+            precisions = ?new.retention().precisions(),
+            "storage_schemas: the precisions written from this window on"
+        );
+        held
     }
 
     /// Takes every reader's window for the period starting at `start`, closes it, and queues
     /// its chunks (on disk first, with a spool); the `last` one also takes every coarse sum
     /// still held.
     fn close(&mut self, start: u64, last: bool, backlog: &Backlog) {
-        self.take_reload();
+        let held = self.take_reload();
         let mut merged = Window::default();
         for shared in &self.windows {
             let next = start + self.config.flush_interval_secs;
@@ -295,7 +312,8 @@ impl Closer {
             None => Vec::new(),
             Some(q) => q.close(&mut closed, last, &self.chunker),
         };
-        let mut chunks = earlier;
+        let mut chunks = held;
+        chunks.extend(earlier);
         chunks.extend(match &mut self.coarse {
             None => self.chunker.whole(&closed),
             Some(coarse) => coarse.close(closed, last, &self.chunker),

@@ -16,9 +16,10 @@
 //! family's keys: an archive of such a step as whisper holds it, any other precision made of
 //! the file's finest archive that holds its slices, rolled up with the path's aggregation (a
 //! file carbon made under an older schema, kept whole under the new one); an archive that
-//! fits no precision of the schema is named. A tagged path's file (`_tagged/<h>/<h>/<file>.wsp`, `h` its
-//! SHA-256's first digits) is named by the path, its dots written `_DOT_`, or, under carbon's
-//! default `TAG_HASH_FILENAMES`, by the hash alone: such a path comes from [`TaggedNames`].
+//! fits no precision of the schema is named. A tagged path's file
+//! (`_tagged/<h>/<h>/<file>.wsp`, `h` its SHA-256's first digits) is named by the path, its
+//! dots written `_DOT_`, or, under carbon's default `TAG_HASH_FILENAMES`, by the hash alone:
+//! such a path comes from [`TaggedNames`].
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};

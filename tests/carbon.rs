@@ -1162,6 +1162,70 @@ async fn a_schemas_file_of_other_precisions_applies_at_sighup() {
     }
 }
 
+/// The same change of precisions with Redis down and the agent killed right after it: the sums
+/// held back at the change go out in a spooled window, the new precisions' sums in the state
+/// file, and the agent started again (on the new file) writes each count once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_precisions_through_an_outage_and_a_kill_counts_once() {
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("storage-schemas.conf");
+    let schema = |r: &str| format!("[c]\npattern = ^c\\.\nretentions = {r}\n");
+    std::fs::write(&file, schema("10s:1h,1m:1d")).unwrap();
+    let spool = dir.path().join("spool");
+    let args = [
+        "--coarse-write-secs",
+        "5",
+        "--storage-schemas",
+        &file.display().to_string(),
+        "--spool-dir",
+        &spool.display().to_string(),
+    ];
+    let (agent, udp, _) = spawn_agent(&redis.url(), &args);
+    let mut agent = Killed(agent);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sent = 0;
+    let mut send_for = |d: Duration| {
+        let until = std::time::Instant::now() + d;
+        while std::time::Instant::now() < until {
+            socket
+                .send_to("c.hits:1|c\n".repeat(5).as_bytes(), ("127.0.0.1", udp))
+                .unwrap();
+            sent += 5;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    send_for(Duration::from_secs(2));
+    while unix_now() % 5 != 2 {
+        send_for(Duration::from_millis(100));
+    }
+    send_for(Duration::from_millis(300));
+    std::fs::write(&file, schema("10s:1h,5m:1d,1h:7d")).unwrap();
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    send_for(Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    agent.kill();
+    redis.restart_after(Duration::ZERO, &[]);
+    let (again, _, _) = spawn_agent(&redis.url(), &args);
+    let _again = Killed(again);
+    let sent = sent as f64;
+    let total = |p: u64| -> f64 { redis.history(&format!("count:{p}:c.hits")).values().sum() };
+    eventually(Duration::from_secs(30), "every count at 10 s", || {
+        total(10) == sent && total(60) + total(300) == sent
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(total(10), sent, "counted once at the precision both keep");
+    assert_eq!(
+        total(60) + total(300),
+        sent,
+        "once across the dropped and the added"
+    );
+    assert!(total(60) > 0.0 && total(300) > 0.0);
+    assert_eq!(total(3600), total(300));
+}
+
 /// Under `graphite_etsy_names` each Graphite name of a StatsD series takes its own section, as
 /// carbon gives each of Etsy's files its own: a counter's count, its rate and the agent's own
 /// name read by three schemas, and the counter kept as long as the longest of them; a gauge

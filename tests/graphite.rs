@@ -670,3 +670,78 @@ async fn bad_targets_get_a_clear_answer() {
     }
     drop(agent);
 }
+
+/// A level of many small branches (thousands of `load.<i>.c`, as a fleet of hosts), beside a
+/// large branch, leaves and branches that are leaves too, found whole by `find` and by a render
+/// whatever the glob: `*`, a literal prefix (`1??`), alternatives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_level_of_many_branches_is_found_whole() {
+    let redis = RedisServer::start();
+    let mut counters = redis::cmd("ZADD");
+    counters.arg("known:");
+    for p in [10, 60] {
+        for i in 0..2000 {
+            counters.arg(0).arg(format!("{p}:load.{i}.c"));
+            if i % 7 == 0 {
+                counters.arg(0).arg(format!("{p}:load.{i}.d"));
+            }
+            if i % 13 == 0 {
+                counters.arg(0).arg(format!("{p}:load.{i}"));
+            }
+        }
+        for j in 0..300 {
+            counters.arg(0).arg(format!("{p}:load.big.{j}"));
+        }
+    }
+    let _: () = counters.query(&mut redis.conn()).unwrap();
+    let mut gauges = redis::cmd("ZADD");
+    gauges.arg("known:gauge:");
+    for i in 0..50 {
+        gauges.arg(0).arg(format!("60:load.g{i}"));
+    }
+    let _: () = gauges.query(&mut redis.conn()).unwrap();
+    let agent = TestAgent::start(Config {
+        cleaner_enabled: false,
+        ..test_config(&redis)
+    });
+    let find = |query: &str| -> std::collections::BTreeSet<String> {
+        let query = serde_urlencoded::to_string([("query", query)]).unwrap();
+        let (status, _, body) = http_request(agent.http, "GET", "/graphite/metrics/find", &query);
+        assert_eq!(status, 200, "{body}");
+        let nodes: Vec<Value> = serde_json::from_str(&body).unwrap();
+        nodes
+            .iter()
+            .map(|n| n["text"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let names = |r: std::ops::Range<i32>| -> std::collections::BTreeSet<String> {
+        r.map(|i| i.to_string()).collect()
+    };
+    let mut all = names(0..2000);
+    all.insert("big".into());
+    all.extend((0..50).map(|i| format!("g{i}")));
+    assert_eq!(find("load.*"), all);
+    assert_eq!(find("load.1??"), names(100..200));
+    let mut tens = names(10..20);
+    tens.extend(names(20..30));
+    assert_eq!(find("load.{1,2}?"), tens);
+    assert_eq!(find("load.b*"), ["big".to_string()].into());
+    assert_eq!(find("load.big.*").len(), 300);
+    let query = serde_urlencoded::to_string([
+        ("target", "load.1??.c"),
+        ("from", "-1h"),
+        ("format", "json"),
+    ])
+    .unwrap();
+    let (status, _, body) = http_request(agent.http, "GET", "/graphite/render", &query);
+    assert_eq!(status, 200, "{body}");
+    let series: Vec<Value> = serde_json::from_str(&body).unwrap();
+    let rendered: std::collections::BTreeSet<String> = series
+        .iter()
+        .map(|s| s["target"].as_str().unwrap().to_string())
+        .collect();
+    let want: std::collections::BTreeSet<String> =
+        (100..200).map(|i| format!("load.{i}.c")).collect();
+    assert_eq!(rendered, want);
+    drop(agent);
+}

@@ -94,6 +94,8 @@ pub fn agent_name(name: &str) -> String {
 pub struct NodePattern {
     alternatives: Vec<Alternative>,
     literal: Option<String>,
+    /// What every node it matches starts with (`1??`: `1`).
+    prefix: String,
     /// `*`: every node (the common level of a browse).
     any: bool,
 }
@@ -115,6 +117,16 @@ impl NodePattern {
         })?;
         let literal = (alternatives.len() == 1 && !has_wildcard(&alternatives[0]))
             .then(|| alternatives[0].clone());
+        let prefix = (alternatives.iter())
+            .map(|a| &a[..a.find(['*', '?', '[']).unwrap_or(a.len())])
+            .reduce(|common, a| {
+                let same = (common.char_indices().zip(a.chars()))
+                    .find(|((_, x), y)| x != y)
+                    .map_or(common.len().min(a.len()), |((i, _), _)| i);
+                &common[..same]
+            })
+            .unwrap_or_default()
+            .to_string();
         let alternatives = if any {
             Vec::new()
         } else {
@@ -137,12 +149,19 @@ impl NodePattern {
             any,
             alternatives,
             literal,
+            prefix,
         })
     }
 
     /// The node's text when it has no wildcard.
     pub fn literal(&self) -> Option<&str> {
         self.literal.as_deref()
+    }
+
+    /// What every node it matches starts with: the text before the first wildcard that its
+    /// alternatives share (`1??`: `1`; `web{1,2}*`: `web`; `*`: nothing).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     pub fn matches(&self, node: &str) -> bool {
@@ -263,6 +282,13 @@ mod tests {
         assert!(p.matches("bc") && !p.matches("abc"));
         assert_eq!(NodePattern::new("hits").unwrap().literal(), Some("hits"));
         assert_eq!(NodePattern::new("h*").unwrap().literal(), None);
+        let prefix = |n: &str| NodePattern::new(n).unwrap().prefix().to_string();
+        assert_eq!(prefix("1??"), "1");
+        assert_eq!(prefix("web{1,2}*"), "web");
+        assert_eq!(prefix("{app1,app2}"), "app");
+        assert_eq!(prefix("{home,cart}"), "");
+        assert_eq!(prefix("*"), "");
+        assert_eq!(prefix("é[ab]x"), "é");
         assert!(NodePattern::new("a.b").unwrap().matches("a.b"));
         // 2^10 alternatives are past the limit; the refusal comes before they are made.
         let exponential = "{a,b}".repeat(30);

@@ -150,15 +150,21 @@ struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
-    fn new(index: &'a str, base: &'a str, node: Option<&'a str>, first: usize) -> Walk<'a> {
+    /// A walk of the nodes under `base` that are `node`, or else start with `prefix`.
+    fn new(
+        index: &'a str,
+        base: &'a str,
+        (node, prefix): (Option<&'a str>, &str),
+        first: usize,
+    ) -> Walk<'a> {
         let (from, end) = match node {
             Some(node) => (
                 [b"[", base.as_bytes(), node.as_bytes()].concat(),
                 [b"(", base.as_bytes(), node.as_bytes(), b".\xff"].concat(),
             ),
             None => (
-                [b"[", base.as_bytes()].concat(),
-                [b"(", base.as_bytes(), b"\xff"].concat(),
+                [b"[", base.as_bytes(), prefix.as_bytes()].concat(),
+                [b"(", base.as_bytes(), prefix.as_bytes(), b"\xff"].concat(),
             ),
         };
         Walk {
@@ -183,10 +189,12 @@ impl<'a> Walk<'a> {
     }
 
     /// A batch read: small reads where a branch is skipped as soon as it is seen (a level of
-    /// a few large branches), growing while a level is a run of leaves.
+    /// a few large branches), growing while a level is a run of leaves, or of small branches
+    /// (`host<i>.load`), where skipping saves little.
     fn take(&mut self, batch: &Members) {
         let base = self.base.as_bytes();
         let mut skip_to = None;
+        let before = self.nodes.len();
         for member in batch.iter() {
             let Some(rest) = member.get(base.len()..) else {
                 continue;
@@ -225,10 +233,17 @@ impl<'a> Walk<'a> {
         };
         // Past the last branch seen whole, or past the last member read.
         let past_last = [b"(", last].concat();
+        // A node for every few members read (one more: the first may go on the last batch's):
+        // skipping their branches saves little, a round trip each batch much.
+        let small_branches = (self.nodes.len() - before + 1) * 4 >= batch.len();
         match skip_to.filter(|s| *s > past_last) {
-            Some(skip) => {
+            Some(skip) if !small_branches => {
                 self.from = skip;
                 self.size = FIRST_BATCH;
+            }
+            Some(skip) => {
+                self.from = skip;
+                self.size = (self.size * 4).min(BATCH);
             }
             None => {
                 self.from = past_last;
@@ -739,7 +754,9 @@ impl<'a> Source<'a> {
         }
         let mut walks: Vec<Walk> = ranges
             .iter()
-            .map(|(_, index, _, base)| Walk::new(index, base, part.literal(), first))
+            .map(|(_, index, _, base)| {
+                Walk::new(index, base, (part.literal(), part.prefix()), first)
+            })
             .collect();
         // A round's reads at once, until every walk has reached the end of its range.
         loop {

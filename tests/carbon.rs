@@ -1051,6 +1051,60 @@ async fn an_edited_schemas_file_applies_at_sighup() {
     assert_eq!((step(600), step(7200)), (10, 60));
 }
 
+/// `storage_schemas` of one section, for the paths under `c.`.
+fn c_schema(retentions: &str) -> String {
+    format!("[c]\npattern = ^c\\.\nretentions = {retentions}\n")
+}
+
+/// Sends `c.hits:1|c` to the agent's `udp`, five a datagram every 20 ms for `d`; returns how
+/// many.
+fn send_counts(udp: u16, d: Duration) -> u64 {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (until, mut sent) = (std::time::Instant::now() + d, 0);
+    while std::time::Instant::now() < until {
+        socket
+            .send_to("c.hits:1|c\n".repeat(5).as_bytes(), ("127.0.0.1", udp))
+            .unwrap();
+        sent += 5;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    sent
+}
+
+/// Counts go on until halfway through a group of five seconds (`coarse_write_secs = 5`: two
+/// windows' sums held back), then `file` changes from `10s:1h,1m:1d` to `10s:1h,5m:1d,1h:7d`
+/// and the agent gets a SIGHUP; returns the counts sent.
+fn change_precisions_halfway(agent: &Killed, udp: u16, file: &Path) -> u64 {
+    let mut sent = send_counts(udp, Duration::from_secs(6));
+    while unix_now() % 5 != 2 {
+        sent += send_counts(udp, Duration::from_millis(100));
+    }
+    sent += send_counts(udp, Duration::from_millis(300));
+    std::fs::write(file, c_schema("10s:1h,5m:1d,1h:7d")).unwrap();
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    sent
+}
+
+/// Each of the `sent` counts once at 10 s (both files keep it), once across 60 s (dropped) and
+/// 300 s (added), and at 3600 s as at 300 s.
+async fn counted_once_across_the_change(redis: &RedisServer, sent: u64) {
+    let sent = sent as f64;
+    let total = |p: u64| -> f64 { redis.history(&format!("count:{p}:c.hits")).values().sum() };
+    eventually(Duration::from_secs(30), "every count at 10 s", || {
+        total(10) == sent && total(60) + total(300) == sent
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(total(10), sent, "counted once at the precision both keep");
+    assert_eq!(
+        total(60) + total(300),
+        sent,
+        "once across the dropped and the added"
+    );
+    assert!(total(60) > 0.0 && total(300) > 0.0);
+    assert_eq!(total(3600), total(300));
+}
+
 /// A `storage_schemas` file of other precisions applies at SIGHUP too. What
 /// `coarse_write_secs` held back is written at the running precisions, and every window from
 /// then on at the new ones: a counter sent all along is counted once at the precision both
@@ -1058,12 +1112,10 @@ async fn an_edited_schemas_file_applies_at_sighup() {
 /// placed and rolled up at the new precisions, and read there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schemas_file_of_other_precisions_applies_at_sighup() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("storage-schemas.conf");
-    let schema = |r: &str| format!("[c]\npattern = ^c\\.\nretentions = {r}\n");
-    std::fs::write(&file, schema("10s:1h,1m:1d")).unwrap();
+    std::fs::write(&file, c_schema("10s:1h,1m:1d")).unwrap();
     let port = free_port();
     let (agent, udp, http) = spawn_agent(
         &redis.url(),
@@ -1078,55 +1130,9 @@ async fn a_schemas_file_of_other_precisions_applies_at_sighup() {
         ],
     );
     let agent = Killed(agent);
-    let total = |p: u64| -> f64 { redis.history(&format!("count:{p}:c.hits")).values().sum() };
-
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let sender = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let mut sent = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                socket
-                    .send_to("c.hits:1|c\n".repeat(5).as_bytes(), ("127.0.0.1", udp))
-                    .unwrap();
-                sent += 5;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            sent
-        })
-    };
-    eventually(Duration::from_secs(10), "counts at 60 s", || {
-        total(60) > 0.0
-    })
-    .await;
-    // Halfway through a group of five seconds: two windows' sums are held back.
-    while unix_now() % 5 != 2 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    std::fs::write(&file, schema("10s:1h,5m:1d,1h:7d")).unwrap();
-    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
-    eventually(Duration::from_secs(10), "counts at 300 s", || {
-        total(300) > 0.0
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    let sent = sender.join().unwrap() as f64;
-
-    eventually(Duration::from_secs(15), "every count at 10 s", || {
-        total(10) == sent && total(60) + total(300) == sent
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(total(10), sent, "counted once at the precision both keep");
-    assert_eq!(
-        total(60) + total(300),
-        sent,
-        "once across the dropped and the added"
-    );
-    assert_eq!(total(3600), total(300));
+    let sent =
+        change_precisions_halfway(&agent, udp, &file) + send_counts(udp, Duration::from_secs(3));
+    counted_once_across_the_change(&redis, sent).await;
     let known: Vec<String> = redis.conn().zrange("known:", 0, -1).unwrap();
     for member in ["10:c.hits", "60:c.hits", "300:c.hits", "3600:c.hits"] {
         assert!(known.contains(&member.to_string()), "{member}: {known:?}");
@@ -1171,8 +1177,7 @@ async fn a_change_of_precisions_through_an_outage_and_a_kill_counts_once() {
     redis.kill();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("storage-schemas.conf");
-    let schema = |r: &str| format!("[c]\npattern = ^c\\.\nretentions = {r}\n");
-    std::fs::write(&file, schema("10s:1h,1m:1d")).unwrap();
+    std::fs::write(&file, c_schema("10s:1h,1m:1d")).unwrap();
     let spool = dir.path().join("spool");
     let args = [
         "--coarse-write-secs",
@@ -1184,46 +1189,14 @@ async fn a_change_of_precisions_through_an_outage_and_a_kill_counts_once() {
     ];
     let (agent, udp, _) = spawn_agent(&redis.url(), &args);
     let mut agent = Killed(agent);
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut sent = 0;
-    let mut send_for = |d: Duration| {
-        let until = std::time::Instant::now() + d;
-        while std::time::Instant::now() < until {
-            socket
-                .send_to("c.hits:1|c\n".repeat(5).as_bytes(), ("127.0.0.1", udp))
-                .unwrap();
-            sent += 5;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    send_for(Duration::from_secs(2));
-    while unix_now() % 5 != 2 {
-        send_for(Duration::from_millis(100));
-    }
-    send_for(Duration::from_millis(300));
-    std::fs::write(&file, schema("10s:1h,5m:1d,1h:7d")).unwrap();
-    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
-    send_for(Duration::from_secs(2));
+    let sent =
+        change_precisions_halfway(&agent, udp, &file) + send_counts(udp, Duration::from_secs(2));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     agent.kill();
     redis.restart_after(Duration::ZERO, &[]);
     let (again, _, _) = spawn_agent(&redis.url(), &args);
     let _again = Killed(again);
-    let sent = sent as f64;
-    let total = |p: u64| -> f64 { redis.history(&format!("count:{p}:c.hits")).values().sum() };
-    eventually(Duration::from_secs(30), "every count at 10 s", || {
-        total(10) == sent && total(60) + total(300) == sent
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(total(10), sent, "counted once at the precision both keep");
-    assert_eq!(
-        total(60) + total(300),
-        sent,
-        "once across the dropped and the added"
-    );
-    assert!(total(60) > 0.0 && total(300) > 0.0);
-    assert_eq!(total(3600), total(300));
+    counted_once_across_the_change(&redis, sent).await;
 }
 
 /// Under `graphite_etsy_names` each Graphite name of a StatsD series takes its own section, as

@@ -431,12 +431,14 @@ fn etsy_named_requests(retentions: Option<&str>) {
             .arg(&whisper),
         "cp -a the whisper files",
     );
+    // One cut-off for both: a slice ending between the two would be the second's alone.
+    let cut_off = unix_now().to_string();
     let import = || {
         run_ok(
             bin()
                 .args(["import", "whisper"])
                 .arg(&whisper)
-                .args(["--redis", &imported.url()])
+                .args(["--redis", &imported.url(), "--until", &cut_off])
                 .args(&schema),
             "statsd-redis import whisper",
         );

@@ -190,9 +190,9 @@ fn etsy_named_requests_answer_as_the_real_stack_does() {
 
 /// The same at a long schema, whisper's and the agent's (six hours of seconds, a week of
 /// minutes: more slices than the book's hash keeps at every precision): the same answers for
-/// every family, the precision chosen as whisper chooses it, and Etsy's long files imported.
-/// (The bursts are seconds old: their moves into blocks and packed minutes are tested against
-/// the agent's own readers, tests/history.rs.)
+/// every family, the precision chosen as whisper chooses it, and Etsy's long files imported;
+/// then, read by an agent whose clock is 15 minutes on, the set's slices moved into blocks and
+/// the timer's minute packed answer the same.
 #[test]
 fn etsy_named_requests_answer_as_the_real_stack_does_at_a_long_schema() {
     etsy_named_requests(Some("1s:6h,1m:7d"));
@@ -209,20 +209,22 @@ fn etsy_named_requests(retentions: Option<&str>) {
     } else {
         &[]
     };
-    // The quantile buckets written with every window, not once a minute.
+    // The quantile buckets written with every window, not once a minute; no cleaner (the
+    // aged agent below is the one).
+    let args = [
+        &[
+            "--graphite-etsy-names",
+            "true",
+            "--quantile-write-secs",
+            "0",
+        ][..],
+        &schema,
+        coarse,
+    ]
+    .concat();
     let (agent, udp, http) = spawn_agent(
         &redis.url(),
-        &[
-            &[
-                "--graphite-etsy-names",
-                "true",
-                "--quantile-write-secs",
-                "0",
-            ][..],
-            &schema,
-            coarse,
-        ]
-        .concat(),
+        &[&args[..], &["--cleaner-enabled", "false"]].concat(),
     );
     let _agent = Killed(agent);
     let ours = format!("http://127.0.0.1:{http}/graphite");
@@ -355,45 +357,7 @@ fn etsy_named_requests(retentions: Option<&str>) {
         );
     }
 
-    // Etsy's statistics of the timer's flush; the agent's of its minute's buckets: counts
-    // exactly, values within the buckets' accuracy (1 %), the spread within three times it.
-    let timer = |base: &str, field: &str| -> Vec<f64> {
-        let target = format!("summarize(stats.timers.etsy.api.latency.{field},'1h','max',true)");
-        let answer = series(&render(base, &target, timers_from, until));
-        answer.values().flatten().filter_map(|(_, v)| *v).collect()
-    };
-    for (field, want, tolerance) in [
-        ("count", 10.0, 0.0),
-        ("count_ps", 10.0, 0.0),
-        ("count_90", 9.0, 0.0),
-        ("upper", 100.0, 0.01),
-        ("lower", 10.0, 0.01),
-        ("mean", 55.0, 0.01),
-        ("median", 55.0, 0.01),
-        ("sum", 550.0, 0.01),
-        ("sum_squares", 38_500.0, 0.02),
-        ("upper_90", 90.0, 0.01),
-        ("mean_90", 50.0, 0.01),
-        ("sum_90", 450.0, 0.01),
-        ("sum_squares_90", 28_500.0, 0.02),
-        ("std", 28.722813232690143, 0.03),
-    ] {
-        let (a, b) = (timer(&ours, field), timer(&theirs, field));
-        assert_eq!(b, [want], "{field}: graphite-web over Etsy's files");
-        let [a] = a[..] else {
-            panic!("{field}: the agent answered {a:?}");
-        };
-        // Per second: Etsy's of its one-second flush, the agent's of its minute.
-        let want = if field == "count_ps" {
-            10.0 / 60.0
-        } else {
-            want
-        };
-        assert!(
-            (a - want).abs() <= tolerance * want,
-            "{field}: the agent {a}, Etsy {want}"
-        );
-    }
+    timers_agree(&ours, &theirs, (timers_from, until));
 
     for query in [
         "stats",
@@ -482,5 +446,81 @@ fn etsy_named_requests(retentions: Option<&str>) {
     let root = found(&ours, "*");
     for node in ["stats", "stats_counts", "etsy"] {
         assert!(root.contains(&(node.to_string(), false)), "{root:?}");
+    }
+    if retentions.is_none() {
+        return;
+    }
+
+    // Aged: an agent whose clock is 15 minutes on (the cleaner ages a slice by the agent's
+    // clock) moves the set's slices into blocks and packs the timer's minute, and answers as
+    // graphite-web still does.
+    let (aged, _, aged_http) = spawn_agent_with_clock(
+        "+900s",
+        &redis.url(),
+        &[&args[..], &["--cleaner-interval-secs", "1"]].concat(),
+    );
+    let _aged = Killed(aged);
+    let aged = format!("http://127.0.0.1:{aged_http}/graphite");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let moved = |pattern: &str| {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query(&mut redis.conn())
+            .unwrap();
+        !keys.is_empty()
+    };
+    while !(moved("history:set:*etsy.users*") && moved("history:hist:*etsy.api.latency*")) {
+        assert!(Instant::now() < deadline, "the aged agent moved nothing");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let sets = "summarize(stats.sets.etsy.*.count,'1min','sum')";
+    let (a, b) = (
+        series(&render(&aged, sets, from, until)),
+        series(&render(&theirs, sets, from, until)),
+    );
+    assert_eq!(a, b, "{sets}: aged, then graphite-web");
+    timers_agree(&aged, &theirs, (timers_from, until));
+}
+
+/// Etsy's statistics of the timer's flush (graphite-web over its files, `theirs`) and the
+/// agent's (`ours`) of its minute's buckets: counts exactly, values within the buckets'
+/// accuracy (1 %), the spread within three times it.
+fn timers_agree(ours: &str, theirs: &str, (timers_from, until): (u64, u64)) {
+    let timer = |base: &str, field: &str| -> Vec<f64> {
+        let target = format!("summarize(stats.timers.etsy.api.latency.{field},'1h','max',true)");
+        let answer = series(&render(base, &target, timers_from, until));
+        answer.values().flatten().filter_map(|(_, v)| *v).collect()
+    };
+    for (field, want, tolerance) in [
+        ("count", 10.0, 0.0),
+        ("count_ps", 10.0, 0.0),
+        ("count_90", 9.0, 0.0),
+        ("upper", 100.0, 0.01),
+        ("lower", 10.0, 0.01),
+        ("mean", 55.0, 0.01),
+        ("median", 55.0, 0.01),
+        ("sum", 550.0, 0.01),
+        ("sum_squares", 38_500.0, 0.02),
+        ("upper_90", 90.0, 0.01),
+        ("mean_90", 50.0, 0.01),
+        ("sum_90", 450.0, 0.01),
+        ("sum_squares_90", 28_500.0, 0.02),
+        ("std", 28.722813232690143, 0.03),
+    ] {
+        let (a, b) = (timer(ours, field), timer(theirs, field));
+        assert_eq!(b, [want], "{field}: graphite-web over Etsy's files");
+        let [a] = a[..] else {
+            panic!("{field}: the agent answered {a:?}");
+        };
+        // Per second: Etsy's of its one-second flush, the agent's of its minute.
+        let want = if field == "count_ps" {
+            10.0 / 60.0
+        } else {
+            want
+        };
+        assert!(
+            (a - want).abs() <= tolerance * want,
+            "{field}: the agent {a}, Etsy {want}"
+        );
     }
 }

@@ -427,6 +427,18 @@ impl Running {
         }
     }
 
+    /// The kernel's lines for the sockets bound to the agent's UDP port (CI once saw a live
+    /// agent receive nothing there for 30 s): who holds it, what waits in its queue, what the
+    /// kernel dropped.
+    fn udp_sockets(&self) -> String {
+        let port = format!(":{:04X} ", self.udp);
+        let table = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+        let mut lines = table.lines();
+        let header = lines.next().unwrap_or_default().to_string();
+        let held: Vec<&str> = lines.filter(|l| l.contains(&port)).collect();
+        format!("{header}\n{}", held.join("\n"))
+    }
+
     /// What the agent logged.
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
@@ -454,11 +466,13 @@ impl Running {
                 let of = |series| metric_in(&page, series);
                 return Err(format!(
                     "the page never showed `{want}` (the agent's counts: {} datagrams and {} \
-                     lines received, {} windows written, {} failed); its log:\n{}",
+                     lines received, {} windows written, {} failed); the sockets on its UDP \
+                     port (/proc/net/udp: queues, drops):\n{}\nits log:\n{}",
                     of("packets_received_total"),
                     of("lines_received_total"),
                     of("flushes_total{outcome=\"ok\"}"),
                     of("flushes_total{outcome=\"error\"}"),
+                    self.udp_sockets(),
                     self.log()
                 ));
             }

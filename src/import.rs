@@ -328,16 +328,12 @@ pub async fn import(
         let archives = whisper.exact(counter);
         // Etsy's counts summed and gauges' last values, from the finest archive; a carbon
         // path's slices from its archive of that step, else from its finest that holds them,
-        // rolled up as the path's own are (its schema's precisions only).
-        let (mut finest, mut own) = (
-            archives.iter().collect::<Vec<_>>(),
-            whisper.archives.iter().collect::<Vec<_>>(),
-        );
-        finest.sort_by_key(|w| w.step);
-        let (schema, rollup) = (schemas.of(series), aggregations.of(series));
-        if *kind == Kind::Path {
+        // rolled up as the path's own are, at its schema's precisions only.
+        let own = (*kind == Kind::Path).then(|| (schemas.of(series), aggregations.of(series)));
+        if let Some((schema, _)) = own {
+            let precisions = schema.precisions();
             for w in &whisper.archives {
-                if !w.points.is_empty() && schema.precisions().iter().all(|p| p % w.step != 0) {
+                if !w.points.is_empty() && precisions.iter().all(|p| p % w.step != 0) {
                     let why = format!(
                         "its {} s archive ({} points) makes no slice of its schema's ({})",
                         w.step,
@@ -348,22 +344,26 @@ pub async fn import(
                 }
             }
         }
+        let mut order: Vec<&Archive> = match own {
+            Some(_) => whisper.archives.iter().collect(),
+            None => archives.iter().collect(),
+        };
         let etsy = storage_conf::Aggregation {
             method: if counter { Method::Sum } else { Method::Last },
             x_files_factor: 0.0,
         };
         for a in retention.archives() {
             let p = a.precision;
-            let mut found = match kind {
-                Kind::Path => match schema.archives().iter().find(|s| s.precision == p) {
-                    Some(s) => {
-                        own.sort_by_key(|w| (w.step != p, w.step));
-                        slices(&own, p, rollup, (until, now, s.count))
-                    }
+            let (aggregation, count) = match own {
+                Some((schema, rollup)) => match schema.archives().iter().find(|s| s.precision == p)
+                {
+                    Some(s) => (rollup, s.count),
                     None => continue,
                 },
-                _ => slices(&finest, p, etsy, (until, now, a.count)),
+                None => (etsy, a.count),
             };
+            order.sort_by_key(|w| (own.is_some() && w.step != p, w.step));
+            let mut found = slices(&order, p, aggregation, (until, now, count));
             if found.is_empty() {
                 continue;
             }

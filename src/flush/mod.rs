@@ -260,9 +260,11 @@ impl Closer {
         if new.schemas.is_none() {
             return Vec::new();
         }
-        if new.retention().precisions() == self.chunker.settings.retention.precisions() {
+        let retention = new.retention();
+        let precisions = retention.precisions();
+        if precisions == self.chunker.settings.retention.precisions() {
             self.chunker.settings.schemas = new.schemas();
-            self.chunker.settings.retention = new.retention();
+            self.chunker.settings.retention = retention;
             return Vec::new();
         }
         // Another set of precisions: the sums held back go out at the running ones now, and
@@ -272,7 +274,7 @@ impl Closer {
         self.chunker = Chunker::new(self.chunker.settings.keys.clone(), &self.config);
         self.coarse = Coarse::new(&self.config);
         tracing::info!(
-            precisions = ?new.retention().precisions(),
+            ?precisions,
             "storage_schemas: the precisions written from this window on"
         );
         held

@@ -118,7 +118,7 @@ impl NodePattern {
         let literal = (alternatives.len() == 1 && !has_wildcard(&alternatives[0]))
             .then(|| alternatives[0].clone());
         let prefix = (alternatives.iter())
-            .map(|a| &a[..a.find(['*', '?', '[']).unwrap_or(a.len())])
+            .map(|a| &a[..a.find(WILDCARDS).unwrap_or(a.len())])
             .reduce(|common, a| {
                 let same = (common.char_indices().zip(a.chars()))
                     .find(|((_, x), y)| x != y)
@@ -173,8 +173,11 @@ impl NodePattern {
     }
 }
 
+/// The characters that make a glob node's alternative a pattern (braces are expanded first).
+const WILDCARDS: [char; 3] = ['*', '?', '['];
+
 fn has_wildcard(s: &str) -> bool {
-    s.contains(['*', '?', '['])
+    s.contains(WILDCARDS)
 }
 
 /// The alternatives one glob node may expand to (`{a,b}{c,d}` is four): each is a pattern

@@ -136,11 +136,7 @@ const CODE_ESCAPE: u64 = 127;
 /// count below 64, takes one byte.
 #[cfg(test)]
 fn put_bucket(out: &mut Vec<u8>, step: i64, w: f64) {
-    let code = if w >= 0.0 && w.fract() == 0.0 && w < (1u64 << 52) as f64 {
-        2 * w as u64
-    } else {
-        1
-    };
+    let code = if whole(w) { 2 * w as u64 } else { 1 };
     let gap = step - 1;
     let zigzag = ((gap << 1) ^ (gap >> 63)) as u64;
     put_varint(out, zigzag << 7 | code.min(CODE_ESCAPE));
@@ -195,6 +191,12 @@ pub fn record(slot: u8, token: [u8; 4], buckets: &Buckets) -> Vec<u8> {
     out
 }
 
+/// Whether a bucket's count is a whole number below 2^52 (coded as an integer; any other
+/// weight, a rate's fraction, as its `f64` bits).
+fn whole(w: f64) -> bool {
+    w >= 0.0 && w.fract() == 0.0 && w < (1u64 << 52) as f64
+}
+
 /// The slot byte's flag of a record whose buckets are coded in bits ([`put_coded`]).
 const CODED: u8 = 0x80;
 
@@ -203,7 +205,6 @@ const CODED: u8 = 0x80;
 /// count plus one for such a count and 0 for any other (its `f64` bits follow: a rate's
 /// weights are fractions).
 fn count_codes(sorted: &[(i64, f64)]) -> (Vec<u64>, bool) {
-    let whole = |w: f64| w >= 0.0 && w.fract() == 0.0 && w < (1u64 << 52) as f64;
     let counting = sorted.iter().all(|(_, w)| whole(*w) && *w >= 1.0);
     let codes = sorted
         .iter()

@@ -341,10 +341,6 @@ fn sighup_reloads_without_losing_anything() {
     std::fs::write(&file, "log_level = \"info\"\n").unwrap();
     let file_arg = file.to_str().unwrap().to_string();
     let (child, udp, _) = spawn_agent(&redis.url(), &["--config", &file_arg]);
-    let hup = |child: &std::process::Child| {
-        // SAFETY: signalling our own child process.
-        unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
-    };
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut sent = 0;
     let mut send_for = |d: Duration| {
@@ -361,10 +357,10 @@ fn sighup_reloads_without_losing_anything() {
         "log_level = \"debug\"\nsample_count = 60\nmax_series_per_chunk = 10\n",
     )
     .unwrap();
-    hup(&child);
+    sighup(&child);
     send_for(Duration::from_millis(1500));
     std::fs::write(&file, "sample_count = 0\n").unwrap();
-    hup(&child);
+    sighup(&child);
     send_for(Duration::from_millis(1500));
     let (code, log, _) = terminate(child);
     assert_eq!(code, Some(0), "{log}");
@@ -412,8 +408,7 @@ fn a_sighup_right_after_ready_never_kills_the_agent() {
         let mut message = [0u8; 64];
         let n = systemd.recv(&mut message).expect("READY=1 within 10 s");
         assert_eq!(&message[..n], b"READY=1");
-        // SAFETY: signalling our own child process.
-        unsafe { libc::kill(child.0.id() as i32, libc::SIGHUP) };
+        sighup(&child.0);
         assert!(TcpStream::connect(("127.0.0.1", http)).is_ok());
         std::thread::sleep(Duration::from_millis(50));
         assert!(

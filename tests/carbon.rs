@@ -939,7 +939,6 @@ async fn an_edited_aggregation_file_applies_at_sighup() {
         |m: i64| -> Vec<String> { (1..=3).map(|k| line("h.x", k as f64, m + k * 10)).collect() };
     let mut conn = redis.conn();
     let mut minutes = || -> BTreeMap<i64, String> { conn.hgetall("gauge:60:h.x").unwrap() };
-    let hup = |agent: &Killed| unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
 
     send_tcp(port, &minute_of(minute));
     eventually(Duration::from_secs(10), "the sum", || {
@@ -947,7 +946,7 @@ async fn an_edited_aggregation_file_applies_at_sighup() {
     })
     .await;
     std::fs::write(&file, method("max")).unwrap();
-    hup(&agent);
+    sighup(&agent.0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     send_tcp(port, &minute_of(minute + 60));
     eventually(Duration::from_secs(10), "the max", || {
@@ -955,7 +954,7 @@ async fn an_edited_aggregation_file_applies_at_sighup() {
     })
     .await;
     std::fs::write(&file, "[h]\npattern = (\n").unwrap();
-    hup(&agent);
+    sighup(&agent.0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     send_tcp(port, &minute_of(minute + 120));
     eventually(Duration::from_secs(10), "still the max", || {
@@ -995,7 +994,6 @@ async fn an_edited_schemas_file_applies_at_sighup() {
         ],
     );
     let agent = Killed(agent);
-    let hup = |agent: &Killed| unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
     let now = unix_now() as i64;
     let until = now as u64;
     // The step of a render of the last `secs`.
@@ -1020,7 +1018,7 @@ async fn an_edited_schemas_file_applies_at_sighup() {
 
     // Longer: two hours is read at 10 s, and a point that old is placed there.
     std::fs::write(&file, schema("10s:3h,1m:1d")).unwrap();
-    hup(&agent);
+    sighup(&agent.0);
     eventually(Duration::from_secs(10), "two hours at 10 s", || {
         step(7200) == 10
     })
@@ -1035,7 +1033,7 @@ async fn an_edited_schemas_file_applies_at_sighup() {
 
     // Shorter: the cleaner trims what the new file no longer keeps.
     std::fs::write(&file, schema("10s:20min,1m:1d")).unwrap();
-    hup(&agent);
+    sighup(&agent.0);
     eventually(
         Duration::from_secs(30),
         "the 10 s slices past 20 minutes trimmed",
@@ -1046,7 +1044,7 @@ async fn an_edited_schemas_file_applies_at_sighup() {
 
     // A file that does not read: the running one stays.
     std::fs::write(&file, "[s]\npattern = (\nretentions = 10s:3h\n").unwrap();
-    hup(&agent);
+    sighup(&agent.0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!((step(600), step(7200)), (10, 60));
 }
@@ -1081,7 +1079,7 @@ fn change_precisions_halfway(agent: &Killed, udp: u16, file: &Path) -> u64 {
     }
     sent += send_counts(udp, Duration::from_millis(300));
     std::fs::write(file, c_schema("10s:1h,5m:1d,1h:7d")).unwrap();
-    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    sighup(&agent.0);
     sent
 }
 
@@ -1338,7 +1336,7 @@ async fn carbons_lists_keep_and_drop_what_carbon_cache_does() {
     );
 
     std::fs::write(&white, "^web\\.\n^db\\.\n^app\\.\n").unwrap();
-    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    sighup(&agent.0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     send_tcp(port, &[line("app.d", 2.0, now - 20)]);
     eventually(

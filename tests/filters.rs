@@ -9,11 +9,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn hup(child: &std::process::Child) {
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filters_drop_before_aggregation_and_reload_on_sighup() {
     let redis = RedisServer::start();
@@ -87,7 +82,7 @@ async fn filters_drop_before_aggregation_and_reload_on_sighup() {
         "drop_names = [\"*.debug.*\"]\nmax_series_per_window = 3\ncleaner_enabled = false\n",
     )
     .unwrap();
-    hup(&child);
+    sighup(&child);
     eventually(Duration::from_secs(5), "the filters reloaded", || {
         send("noise.0:1|c\napi.debug.0:1|c");
         redis.counter_total(1, "noise.0") > 0

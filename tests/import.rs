@@ -9,7 +9,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use common::*;
 
@@ -423,12 +422,7 @@ json.dump({"old.avg": expected(avg), "old.b.max": expected(mx)}, sys.stdout)
 "#;
     let dir = tempfile::tempdir().unwrap();
     let now = unix_now() / 600 * 600;
-    let out = run_ok(
-        Command::new("/usr/bin/python3")
-            .args(["-c", script, dir.path().to_str().unwrap()])
-            .arg(now.to_string()),
-        "python3-whisper (apt-get install -y python3-whisper)",
-    );
+    let out = with_python_whisper(script, &[dir.path().to_str().unwrap(), &now.to_string()]);
     let text: BTreeMap<String, BTreeMap<u64, BTreeMap<u64, String>>> =
         serde_json::from_slice(&out.stdout).unwrap();
     let want: BTreeMap<&str, BTreeMap<u64, BTreeMap<u64, f64>>> = (text.iter())

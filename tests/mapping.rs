@@ -175,16 +175,14 @@ async fn sighup_reads_the_mapping_file_again() {
     })
     .await;
     std::fs::write(&file, rules("hits_total")).unwrap();
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    sighup(&child);
     eventually(Duration::from_secs(5), "mapped by the new rules", || {
         send();
         redis.counter_total(1, "hits_total;env=prod;host=web01") > 0
     })
     .await;
     std::fs::write(&file, rules("bad-name")).unwrap();
-    // SAFETY: as above.
-    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    sighup(&child);
     // What the loop above sent is written within a window or two.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let before = redis.counter_total(1, "hits_total;env=prod;host=web01");

@@ -311,7 +311,7 @@ async fn a_sighup_to_a_relay_to_itself_keeps_the_running_configuration() {
     )
     .unwrap();
     // SAFETY: signalling our own child process.
-    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    sighup(&agent.0);
     let refusal = loop {
         let line = log
             .recv_timeout(Duration::from_secs(10))

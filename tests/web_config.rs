@@ -648,7 +648,7 @@ fn renewed_certificates_and_reloaded_users() {
     std::fs::write(&file, web("second")).unwrap();
     let hangup = |agent: &Killed| {
         // SAFETY: signalling our own child process.
-        unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+        sighup(&agent.0);
     };
     hangup(&agent);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -795,14 +795,21 @@ pub async fn steady_written_second_by_second(redis: &RedisServer) {
 }
 
 /// Runs a Python `script` with Debian's python3 and its `python3-whisper` (carbon's library),
-/// with `args` as `sys.argv[1:]`: whisper files written as carbon writes them.
-pub fn with_python_whisper(script: &str, args: &[&str]) {
+/// with `args` as `sys.argv[1:]`: whisper files written as carbon writes them. Returns what it
+/// printed.
+pub fn with_python_whisper(script: &str, args: &[&str]) -> std::process::Output {
     run_ok(
         Command::new("/usr/bin/python3")
             .args(["-c", script])
             .args(args),
         "python3-whisper (apt-get install -y python3-whisper)",
-    );
+    )
+}
+
+/// A SIGHUP to `child` (an agent this test started): reload its configuration.
+pub fn sighup(child: &Child) {
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
 }
 
 /// One metric's value from the `/metrics` of the agent at `http` (0 when absent).

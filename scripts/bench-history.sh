@@ -19,7 +19,8 @@
 #   render: the schema agent timing /graphite/render of 100 series (load.1??.c: 200 series or
 #     more) over each of RANGES (default -1d -7d), beside Redis's own time for them
 #     (render_timing, below), and with ORACLE=1 graphite-web 1.1.10 timed over the same whisper
-#     files (tests/graphite/graphite-web.sh, its standard finder) on the same requests
+#     files (tests/graphite/graphite-web.sh, its standard finder, served by gunicorn with 2
+#     workers as sites serve it) on the same requests
 #     (`stats_counts.load.1??.c`).
 # Medians over the runs. A run of 200 series takes ~6 min (mostly the minutes of load). At
 # 10 000 series of carbon's schema in hashes (an earlier release) written every second (coarse
@@ -33,7 +34,7 @@
 # AGENT, LOADGEN: builds to use instead of this checkout's release build (which is then not
 # built). RENDER_*: requests timed per range, and the seconds after which one ends the range's
 # timing. Needs: apt-get install -y --no-install-recommends python3-whisper (and graphite-web
-# for ORACLE=1)
+# and gunicorn for ORACLE=1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 series=${1:-200}; runs=${2:-3}; secs=${3:-60}
@@ -48,6 +49,9 @@ AGENT=${AGENT:-target/release/statsd-redis}
 LOADGEN=${LOADGEN:-target/release/examples/loadgen}
 /usr/bin/python3 -c 'import whisper' 2>/dev/null ||
   { echo "python3-whisper is missing: apt-get install -y python3-whisper" >&2; exit 1; }
+# graphite-web as sites serve it: gunicorn, not Django's development server.
+[ -z "${ORACLE:-}" ] || /usr/bin/python3 -c 'import gunicorn' 2>/dev/null ||
+  { echo "gunicorn is missing: apt-get install -y gunicorn" >&2; exit 1; }
 . scripts/common.sh
 results=$dir/results
 : >"$results"
@@ -204,7 +208,8 @@ layout() {
   echo "$name whisper_bytes_per_slot $(python3 -c "print($wbytes / $wslots)")" >>"$results"
   echo "$name enc $enc" >>"$results"
   if [ "$name" = schema ] && [ -n "${ORACLE:-}" ]; then
-    ORACLE_WHISPER_DIR="$dir/whisper" ORACLE_STATE="$dir/oracle" tests/graphite/graphite-web.sh start \
+    ORACLE_WHISPER_DIR="$dir/whisper" ORACLE_STATE="$dir/oracle" ORACLE_SERVER=gunicorn \
+      tests/graphite/graphite-web.sh start \
       >"$dir/oracle.out" 2>&1 || { cat "$dir/oracle.out" >&2; exit 1; }
     render_timing oracle "$(cat "$dir/oracle/url")" stats_counts.load.1%3F%3F.c - \
       "${RENDER_REQUESTS:-3}" "${RENDER_TIMEOUT:-60}" |

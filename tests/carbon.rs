@@ -1667,10 +1667,11 @@ fn a_points_section_of_an_earlier_release_is_refused_not_misread() {
         call.arg(path).arg("average").arg(0.5).arg(1);
         call.arg(1).arg(slice).arg(value);
     }
-    // This build's: a point of the present, its minute left pending.
+    // This build's: one chain, a point into the first archive, its minute left pending.
     call.arg("plan").arg(1).arg(&archives);
-    call.arg("new.a").arg("average").arg(0.5).arg(5);
-    call.arg("p").arg(1).arg(slice).arg(4.5).arg(now - now % 60);
+    call.arg("new.a").arg("average").arg(0.5).arg(14);
+    call.arg(1).arg(1).arg(1).arg(slice).arg(4.5).arg(0).arg(0);
+    call.arg(1).arg(&["0"; 4]).arg(1).arg(now - now % 60);
     let refused: Vec<String> = call.invoke(&mut redis.conn()).unwrap();
     assert_eq!(refused.len(), 4, "{refused:?}");
     assert_eq!(

@@ -24,7 +24,8 @@
 --          gauges:     series, value (skipped here: they go bare)
 --          sets:       series, member count m, m members
 --          logs:       name, severity, message
---          points:     (carbon's, points.lua; `0`, or `plan` and a count) a count of archives,
+--          points:     (carbon's, points.lua; `0`, or `plan` and a count; the writer sends a
+--                      point of the present, its `p` item, bare) a count of archives,
 --                      each: precision, seconds kept, slots a block (0: none); then each
 --                      series: series, aggregation method, xFilesFactor, the count of the
 --                      arguments after it, then the agent's plan of its points

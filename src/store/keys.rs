@@ -384,6 +384,11 @@ impl ChunkKeys<'_> {
         [self.prefix, b"known:gauge:"].concat()
     }
 
+    /// `pending:gauge:`: carbon's coarser slices left for a rollup run (`points.lua`).
+    pub fn pending_gauges(&self) -> Vec<u8> {
+        [self.prefix, b"pending:gauge:"].concat()
+    }
+
     /// [`Keys::gauges`].
     pub fn gauges(&self) -> Vec<u8> {
         [self.prefix, b"gauges:"].concat()

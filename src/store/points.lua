@@ -461,20 +461,12 @@ local function write_points(prefix, now, i)
     pending[#pending + 1] = pending_member(lower, t, method, xff_text, spec, series)
   end
 
-  -- An item from ARGV[j]: `p` and a point of the present (archive, slice, value, the slice of
-  -- the next archive to leave pending or empty), or its chains: each the archive of its
-  -- points, their values (put), a count of levels, and each level (the next coarser archive)
-  -- the values made by the agent, the slices to make here, and the slices to leave pending.
-  -- Below a level that gets no slice, a chain stops, as whisper's carrying down does.
+  -- An item from ARGV[j]: its chains, each the archive of its points, their values (put), a
+  -- count of levels, and each level (the next coarser archive) the values made by the agent,
+  -- the slices to make here, and the slices to leave pending. Below a level that gets no
+  -- slice, a chain stops, as whisper's carrying down does. (A point of the present, the agent's
+  -- `p` item, never comes here: the writer sends it as bare commands, src/store/write/standalone.rs.)
   local function write(series, method, xff_text, j)
-    if ARGV[j] == 'p' then
-      local a = tonumber(ARGV[j + 1])
-      set_args(prefix, archives, series, a, j + 2, 1, members)
-      if ARGV[j + 4] ~= '' then
-        defer(a + 1, ARGV[j + 4], method, xff_text, series)
-      end
-      return
-    end
     local xff = tonumber(xff_text)
     local chains = tonumber(ARGV[j])
     j = j + 1

@@ -73,6 +73,126 @@ struct Sections<'a> {
     retention: Retention,
     /// When it was read (the agent's clock, s).
     now: u64,
+    /// Where the sets' and the logs' counts are.
+    sets_at: usize,
+    logs_at: usize,
+    points: Points,
+}
+
+/// A chunk's carbon points sections (`flush.lua`): the points of the present (`p` items,
+/// [`super::points`]), which the writer sends as bare commands, and what is left for the script.
+#[derive(Default)]
+struct Points {
+    /// Where the sections start.
+    at: usize,
+    /// Each section of this build's layout (`plan`).
+    sections: Vec<PointsSection>,
+    /// Each `p` item: its section and where its series' name is.
+    lean: Vec<(usize, usize)>,
+    /// Sections of another layout (a spool of an earlier release): left to the script whole.
+    unplanned: bool,
+}
+
+/// One points section: where its count of archives is, its archives as a pending member names
+/// them (`p:kept:slots,...`), and where its items for the script are (first argument, and the
+/// one after the last).
+struct PointsSection {
+    archives_at: usize,
+    spec: Vec<u8>,
+    scripted: Vec<(usize, usize)>,
+}
+
+impl Points {
+    /// The sections from `at` to the end of `args`.
+    fn read(args: &[&[u8]], at: usize) -> Points {
+        let mut points = Points {
+            at,
+            ..Points::default()
+        };
+        if args.get(at..) == Some(&[b"0"]) {
+            return points;
+        }
+        let number = |i: usize| args.get(i).and_then(|a| number::<usize>(a));
+        let mut i = at;
+        while i < args.len() {
+            let (Some(b"plan"), Some(n), Some(archives)) =
+                (args.get(i).copied(), number(i + 1), number(i + 2))
+            else {
+                points.unplanned = true;
+                return points;
+            };
+            let archives_at = i + 2;
+            let Some(spec) = args.get(archives_at + 1..archives_at + 1 + 3 * archives) else {
+                points.unplanned = true;
+                return points;
+            };
+            let spec = spec
+                .chunks(3)
+                .map(|a| a.join(&b':'))
+                .collect::<Vec<_>>()
+                .join(&b',');
+            i = archives_at + 1 + 3 * archives;
+            let mut scripted = Vec::new();
+            for _ in 0..n {
+                let Some(len) = number(i + 3).filter(|len| i + 4 + len <= args.len()) else {
+                    points.unplanned = true;
+                    return points;
+                };
+                let archive = number(i + 5).filter(|a| (1..=archives).contains(a));
+                if len == 5 && args[i + 4] == b"p" && archive.is_some() {
+                    points.lean.push((points.sections.len(), i));
+                } else {
+                    scripted.push((i, i + 4 + len));
+                }
+                i += 4 + len;
+            }
+            points.sections.push(PointsSection {
+                archives_at,
+                spec,
+                scripted,
+            });
+        }
+        points
+    }
+
+    /// Whether anything is left for the script.
+    fn scripted(&self, args: &[&[u8]]) -> bool {
+        if self.unplanned {
+            return args[self.at] != b"0";
+        }
+        self.sections.iter().any(|s| !s.scripted.is_empty())
+    }
+
+    /// The sections for the script: each with the items left for it (none: `0`).
+    fn script_args(&self, args: &[&[u8]], cmd: &mut redis::Cmd) {
+        if self.unplanned {
+            for arg in &args[self.at..] {
+                cmd.arg(*arg);
+            }
+            return;
+        }
+        let mut any = false;
+        for section in &self.sections {
+            if section.scripted.is_empty() {
+                continue;
+            }
+            any = true;
+            let at = section.archives_at;
+            let archives = number::<usize>(args[at]).unwrap_or(0);
+            cmd.arg("plan").arg(section.scripted.len());
+            for arg in &args[at..at + 1 + 3 * archives] {
+                cmd.arg(*arg);
+            }
+            for &(from, to) in &section.scripted {
+                for arg in &args[from..to] {
+                    cmd.arg(*arg);
+                }
+            }
+        }
+        if !any {
+            cmd.arg("0");
+        }
+    }
 }
 
 /// One precision of a chunk: as sent (the precision, its slice), what the chunk does with its
@@ -112,9 +232,16 @@ impl<'a> Sections<'a> {
             gauges_at += 8 + 2 * number(gauges_at + 7)?;
         }
         let gauges = number(gauges_at)?;
-        // Sets and logs follow, each at least its count.
+        // Sets (series, a count of members, the members), logs (three each), then the points.
+        let sets_at = gauges_at + 1 + 2 * gauges;
+        let mut logs_at = sets_at + 1;
+        for _ in 0..number(sets_at)? {
+            logs_at += 2 + number(logs_at + 1)?;
+        }
+        let points_at = logs_at + 1 + 3 * number(logs_at)?;
         let retention = Retention::decode(std::str::from_utf8(args.get(1)?).ok()?)?;
-        (args.len() >= gauges_at + 1 + 2 * gauges + 2).then_some(Sections {
+        (args.len() > points_at).then(|| Sections {
+            points: Points::read(&args, points_at),
             args,
             precisions,
             counters_at,
@@ -123,6 +250,8 @@ impl<'a> Sections<'a> {
             gauges,
             retention,
             now,
+            sets_at,
+            logs_at,
         })
     }
 
@@ -150,34 +279,78 @@ impl<'a> Sections<'a> {
             .map(|pair| (pair[0], pair[1]))
     }
 
-    /// The statistics section (its count, then its items) and the sets and logs sections: what
-    /// `flush.lua` writes.
-    fn scripted(&self) -> (&[&'a [u8]], &[&'a [u8]]) {
-        (
-            &self.args[self.counters_at + 1 + 2 * self.counters..self.gauges_at],
-            &self.args[self.gauges_at + 1 + 2 * self.gauges..],
-        )
+    /// Where the statistics section (its count, then its items) starts.
+    fn stats_at(&self) -> usize {
+        self.counters_at + 1 + 2 * self.counters
     }
 
-    /// Whether the chunk holds anything for `flush.lua`.
+    /// Whether the chunk holds anything for `flush.lua`: statistics, sets, logs, or points
+    /// that are not of the present.
     fn has_scripted(&self) -> bool {
-        let (stats, rest) = self.scripted();
-        stats.iter().chain(rest).any(|a| *a != b"0")
+        [self.stats_at(), self.sets_at, self.logs_at]
+            .iter()
+            .any(|&at| self.args[at] != b"0")
+            || self.points.scripted(&self.args)
     }
 
-    /// `flush.lua`'s arguments after the agent's time: the chunk's, its counters and gauges
-    /// left out (counts of 0).
-    fn script_args(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
-        let (stats, rest) = self.scripted();
+    /// Appends `flush.lua`'s arguments after the agent's time to `cmd`: the chunk's, its
+    /// counters, gauges and points of the present left out.
+    fn script_args(&self, cmd: &mut redis::Cmd) {
         let none: &[u8] = b"0";
-        self.args[..self.counters_at]
-            .iter()
-            .copied()
-            .chain([none])
-            .chain(stats.iter().copied())
-            .chain([none])
-            .chain(rest.iter().copied())
+        let parts = [
+            &self.args[..self.counters_at],
+            &[none],
+            &self.args[self.stats_at()..self.gauges_at],
+            &[none],
+            &self.args[self.sets_at..self.points.at],
+        ];
+        for arg in parts.into_iter().flatten() {
+            cmd.arg(*arg);
+        }
+        self.points.script_args(&self.args, cmd);
     }
+
+    /// The points of the present: series, archive's precision, slice, value, and the pending
+    /// member naming the next archive's slice over it (`points.lua`'s `pending_member`), if any.
+    fn lean_points(&self) -> impl Iterator<Item = LeanPoint<'a>> + '_ {
+        self.points.lean.iter().map(|&(section, i)| {
+            let PointsSection {
+                archives_at, spec, ..
+            } = &self.points.sections[section];
+            let args = &self.args;
+            // An archive among the section's (`Points::read` checked it).
+            let archive = number::<usize>(args[i + 5]).unwrap_or(1);
+            let p = args[archives_at + 1 + 3 * (archive - 1)];
+            let pending = (!args[i + 8].is_empty()).then(|| {
+                let lower = (archive + 1).to_string();
+                let member: [&[u8]; 6] = [
+                    lower.as_bytes(),
+                    args[i + 8],
+                    args[i + 1],
+                    args[i + 2],
+                    spec,
+                    args[i],
+                ];
+                member.join(&b'|')
+            });
+            LeanPoint {
+                series: args[i],
+                p,
+                slice: args[i + 6],
+                value: args[i + 7],
+                pending,
+            }
+        })
+    }
+}
+
+/// A carbon point of the present, as the writer sends it bare (`Sections::lean_points`).
+struct LeanPoint<'a> {
+    series: &'a [u8],
+    p: &'a [u8],
+    slice: &'a [u8],
+    value: &'a [u8],
+    pending: Option<Vec<u8>>,
 }
 
 /// How long [`Indexed`] keeps a series that is not written, and the most series it keeps: about
@@ -320,6 +493,40 @@ impl<'k> Index<'k> {
             book.pipe.add_command(self.command);
             book.queued.push(Queued::Book);
         }
+    }
+}
+
+/// Queues the chunk's carbon points of the present (`points.lua` applies the rest): each
+/// one's `HSET` into its archive's hash, then one `ZADD` of their index members and one `ZADD NX`
+/// of the pending rollups of the slices over them, scored with the agent's time (a member
+/// there already keeps its score: `rollup.lua` takes the oldest first).
+fn queue_points(sections: &Sections, book: &mut Book) {
+    if sections.points.lean.is_empty() {
+        return;
+    }
+    let names = sections.keys();
+    let known = names.known_gauges();
+    let pending_key = names.pending_gauges();
+    let mut index = Index::new(&known);
+    let mut pending = redis::cmd("ZADD");
+    pending.arg(&pending_key).arg("NX");
+    let now = sections.now.to_string();
+    let mut deferred = false;
+    let mut key = Vec::new();
+    for point in sections.lean_points() {
+        names.gauge_into(&mut key, point.p, point.series);
+        if book.write("HSET", &key, &[point.slice, point.value]) {
+            index.add(point.p, point.series);
+            if let Some(member) = point.pending {
+                pending.arg(&now).arg(member);
+                deferred = true;
+            }
+        }
+    }
+    index.queue(book);
+    if deferred && !book.left_out.contains(&pending_key) {
+        book.pipe.add_command(pending);
+        book.queued.push(Queued::Book);
     }
 }
 
@@ -483,13 +690,12 @@ impl Writer {
                         self.queue_counters(&sections, &mut book),
                         self.queue_gauges(&sections, &mut book),
                     ];
+                    queue_points(&sections, &mut book);
                 }
                 if apply && sections.has_scripted() {
                     let mut script = redis::cmd("EVALSHA");
                     script.arg(self.script.get_hash()).arg(0).arg(sections.now);
-                    for arg in sections.script_args() {
-                        script.arg(arg);
-                    }
+                    sections.script_args(&mut script);
                     pipe.add_command(script);
                     queued.push(Queued::Script);
                 }
@@ -817,14 +1023,103 @@ mod tests {
         );
         assert!(sections.has_scripted());
         let args: Vec<&[u8]> = c.args().collect();
-        let script: Vec<&[u8]> = sections.script_args().collect();
+        let script = script_args(&sections);
         // The chunk's own arguments, but for counters and gauges left out.
         assert_eq!(script.len(), args.len() - 4 - 2);
         assert_eq!(script[sections.counters_at], b"0");
         assert!(
-            script.ends_with(&[&b"1"[..], b"s", b"1", b"m", b"0", b"0"]),
+            script.ends_with(&[
+                b"1".to_vec(),
+                b"s".into(),
+                b"1".into(),
+                b"m".into(),
+                b"0".into(),
+                b"0".into()
+            ]),
             "{script:?}"
         );
+    }
+
+    /// `flush.lua`'s arguments as `Sections::script_args` gives them.
+    fn script_args(sections: &Sections) -> Vec<Vec<u8>> {
+        let mut cmd = redis::cmd("EVALSHA");
+        sections.script_args(&mut cmd);
+        cmd.args_iter()
+            .skip(1)
+            .map(|a| match a {
+                redis::Arg::Simple(a) => a.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn points_of_the_present_go_bare_and_the_rest_to_the_script() {
+        use crate::aggregate::points::{Placed, SeriesPoints};
+        use crate::storage_conf::{Aggregation, Method};
+        let series = |name: &str, placed: Vec<Placed>| SeriesPoints {
+            series: name.into(),
+            schema: 0,
+            aggregation: Aggregation {
+                method: Method::Max,
+                x_files_factor: 0.5,
+            },
+            placed,
+        };
+        let at = |archive, slice| Placed {
+            archive,
+            slice,
+            value: 2.5,
+        };
+        // The book's precisions (1, 5, 60, ... s): at 120, slice 120 of 1 s is of the present
+        // (its 5 s slice open), and two points of 1 s are a chain for the script.
+        let mut window = ClosedWindow {
+            start: 120,
+            points: vec![
+                series("now.a", vec![at(0, 120)]),
+                series("two.b", vec![at(0, 100), at(0, 101)]),
+                series("now.c", vec![at(6, 86_400)]),
+            ],
+            ..ClosedWindow::default()
+        };
+        let c = chunk(&window);
+        let sections = Sections::read(c.args(), 120).unwrap();
+        let lean: Vec<_> = sections
+            .lean_points()
+            .map(|l| (l.series, l.p, l.slice, l.value, l.pending))
+            .collect();
+        let spec =
+            "1:120:0,5:600:0,60:7200:0,300:36000:0,3600:432000:0,18000:2160000:0,86400:10368000:0";
+        assert_eq!(
+            lean,
+            [
+                (
+                    &b"now.a"[..],
+                    &b"1"[..],
+                    &b"120"[..],
+                    &b"2.5"[..],
+                    Some(format!("2|120|max|0.5|{spec}|now.a").into_bytes())
+                ),
+                (
+                    &b"now.c"[..],
+                    &b"86400"[..],
+                    &b"86400"[..],
+                    &b"2.5"[..],
+                    None
+                ),
+            ]
+        );
+        assert!(sections.has_scripted());
+        let script = script_args(&sections);
+        let plan = script.iter().position(|a| a == b"plan").unwrap();
+        assert_eq!(script[plan + 1], b"1", "the chain alone");
+        assert_eq!(script[plan + 3 + 3 * 7], b"two.b");
+        // Points of the present only: nothing for the script.
+        window.points.remove(1);
+        let c = chunk(&window);
+        let sections = Sections::read(c.args(), 120).unwrap();
+        assert!(!sections.has_scripted());
+        assert!(script_args(&sections).ends_with(&[b"0".to_vec()]));
     }
 
     #[test]

@@ -785,6 +785,91 @@ async fn an_open_intervals_rollup_waits_for_its_run_and_survives_a_kill() {
     .await;
 }
 
+/// A rollup run claims its batch out of `pending:gauge:` before it reads: a run that stopped
+/// after its claim (its agent killed) leaves the members in `rolling:gauge:`, and a later run
+/// claims them again once the claim is old, but not while it is young (another agent's run in
+/// progress); a point written while a run works adds its member to `pending:gauge:` again, so
+/// whatever that run wrote, the next run makes the slice with the point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollup_stopped_half_way_or_raced_by_a_point_loses_nothing() {
+    use statsd_redis::store::rollup::Rollups;
+    let redis = RedisServer::start();
+    let store = statsd_redis::store::Store::open(&test_config(&redis)).unwrap();
+    let telemetry = std::sync::Arc::new(statsd_redis::telemetry::Telemetry::new());
+    let mut rollups = Rollups::new(store, Duration::from_secs(60), telemetry);
+    let claim = redis::Script::new(include_str!("../src/store/rollup_claim.lua"));
+    let mut conn = redis.conn();
+    let now = unix_now();
+    let minute = now - now % 60;
+    let member = |series: &str| format!("2|{minute}|sum|0|10:21600:0,60:604800:0|{series}");
+    let claim_at = |conn: &mut redis::Connection, score: u64| -> Vec<String> {
+        claim
+            .arg(score)
+            .arg(0)
+            .arg("")
+            .arg(1000)
+            .invoke(conn)
+            .unwrap()
+    };
+    let made = |conn: &mut redis::Connection, series: &str| -> Option<f64> {
+        conn.hget(format!("gauge:60:{series}"), minute).unwrap()
+    };
+    for (series, values) in [("r.dead", [1, 2]), ("r.busy", [3, 4]), ("r.raced", [5, 6])] {
+        for (k, v) in values.iter().enumerate() {
+            let () = conn
+                .hset(format!("gauge:10:{series}"), minute + 10 * k as u64, v)
+                .unwrap();
+        }
+    }
+    // A run claimed r.dead 100 s ago and was killed; another, claiming r.busy now, works on.
+    let () = conn.zadd("pending:gauge:", member("r.dead"), now).unwrap();
+    assert_eq!(
+        claim_at(&mut conn, (now - 100) * 1_000_000 + 7),
+        [member("r.dead")]
+    );
+    let () = conn.zadd("pending:gauge:", member("r.busy"), now).unwrap();
+    assert_eq!(claim_at(&mut conn, now * 1_000_000 + 5), [member("r.busy")]);
+    assert_eq!(rollups.run_once(now).await.unwrap(), 1);
+    assert_eq!(made(&mut conn, "r.dead"), Some(3.0));
+    assert_eq!(
+        made(&mut conn, "r.busy"),
+        None,
+        "a young claim is left to its run"
+    );
+    let rolling: Vec<String> = conn.zrange("rolling:gauge:", 0, -1).unwrap();
+    assert_eq!(rolling, [member("r.busy")]);
+    assert_eq!(rollups.run_once(now + 31).await.unwrap(), 1);
+    assert_eq!(made(&mut conn, "r.busy"), Some(7.0));
+
+    // A run claims r.raced and reads 5 and 6; a point arrives (the writer's HSET and ZADD NX);
+    // then the run writes what it read, and lets its claim go.
+    let () = conn.zadd("pending:gauge:", member("r.raced"), now).unwrap();
+    let score = now * 1_000_000 + 9;
+    assert_eq!(claim_at(&mut conn, score), [member("r.raced")]);
+    let () = conn.hset("gauge:10:r.raced", minute + 20, 7).unwrap();
+    let added: u64 = redis::cmd("ZADD")
+        .arg("pending:gauge:")
+        .arg("NX")
+        .arg(now)
+        .arg(member("r.raced"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(added, 1, "the point's member is pending again");
+    let () = conn.hset("gauge:60:r.raced", minute, 11).unwrap();
+    let () = redis::cmd("ZREMRANGEBYSCORE")
+        .arg("rolling:gauge:")
+        .arg(score)
+        .arg(score)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(rollups.run_once(now).await.unwrap(), 1);
+    assert_eq!(made(&mut conn, "r.raced"), Some(18.0));
+    assert_eq!(conn.zcard::<_, usize>("pending:gauge:").unwrap(), 0);
+    assert_eq!(conn.zcard::<_, usize>("rolling:gauge:").unwrap(), 0);
+    let known: Vec<String> = conn.zrange("known:gauge:", 0, -1).unwrap();
+    assert_eq!(known, ["60:r.busy", "60:r.dead", "60:r.raced"]);
+}
+
 /// A batch's points older than the slices a long archive's hash keeps go straight into its
 /// blocks, before any cleaner pass: the hash stays short, a group the batch fills in part keeps
 /// the slots it held, and a value the hash held for such a slice gives way to the newer one,

@@ -317,26 +317,6 @@ local function pending_member(lower, t, method, xff, spec, series)
   return lower .. '|' .. t .. '|' .. method .. '|' .. xff .. '|' .. spec .. '|' .. series
 end
 
--- Makes slice `t` of archive `lower` again from what the finer archive holds now, then the
--- slice over it in each coarser archive (a rollup's run). Unlike whisper's carrying down it
--- goes on past a slice too little known to be written: the pending member of a point stands
--- for the coarser slices over it too (write_points adds none of their own), and making one
--- from the finer archive as it is gives what whisper's last write over it gave.
-local function roll(prefix, now, archives, series, method, xff, lower, t, members)
-  local wrote = {}
-  for a = 1, #archives do
-    wrote[a] = {}
-  end
-  for l = lower, #archives do
-    t = t - t % archives[l].p
-    local v = propagate(prefix, now, archives, method, xff, t, l - 1, l, series, wrote[l - 1])
-    if v ~= nil then
-      set(prefix, archives, series, l, {whole_text(t), point_text(v)}, members)
-      wrote[l][t] = v
-    end
-  end
-end
-
 -- Sets ARGV's `n` pairs (slice, value) from `from` into archive `a`'s hash.
 local function set_args(prefix, archives, series, a, from, n, members)
   if n == 0 then

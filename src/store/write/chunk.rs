@@ -510,7 +510,7 @@ pub(super) fn number<T: std::str::FromStr>(bytes: &[u8]) -> Option<T> {
 }
 
 /// A reply the writer cannot read, as an error.
-pub(super) fn unexpected(what: &'static str) -> StoreError {
+pub(crate) fn unexpected(what: &'static str) -> StoreError {
     StoreError::Redis(redis::RedisError::from((redis::ErrorKind::Client, what)))
 }
 

@@ -14,6 +14,7 @@ mod points;
 mod split;
 mod standalone;
 
+pub(super) use chunk::unexpected;
 pub use chunk::{ChunkSettings, CounterWrite, FlushChunk, QuantileSettings, build_chunks};
 pub(crate) use cluster::read_averages;
 pub use cluster::{FollowUps, build_slot_chunks};

@@ -499,7 +499,7 @@ impl<'k> Index<'k> {
 /// Queues the chunk's carbon points of the present (`points.lua` applies the rest): each
 /// one's `HSET` into its archive's hash, then one `ZADD` of their index members and one `ZADD NX`
 /// of the pending rollups of the slices over them, scored with the agent's time (a member
-/// there already keeps its score: `rollup.lua` takes the oldest first).
+/// there already keeps its score: a rollup run takes the oldest first).
 fn queue_points(sections: &Sections, book: &mut Book) {
     if sections.points.lean.is_empty() {
         return;

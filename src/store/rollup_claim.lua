@@ -1,0 +1,39 @@
+-- A rollup run's claim (src/store/rollup.rs): takes a batch of carbon's pending rollups out of
+-- `pending:gauge:` into `rolling:gauge:`, scored with the run's claim, and answers them. A point
+-- written while the run makes them adds its member to `pending:gauge:` again (points.lua and the
+-- writer add with NX, to a set the member has left), so the next run makes that slice again
+-- from what the finer archive holds then. A member a run claimed and did not finish (its agent
+-- killed, its connection lost) is claimed again once its claim is older than ARGV[2].
+--
+-- ARGV     the claim's score, the oldest claim still in progress (a score), key prefix, the
+--          most members a run takes
+--
+-- Returns the members claimed: those claimed again first, then the pending ones, oldest first;
+-- nil when another claim in progress holds the number.
+
+local claim, prefix, most = ARGV[1], ARGV[3], tonumber(ARGV[4])
+local pending, rolling = prefix .. 'pending:gauge:', prefix .. 'rolling:gauge:'
+-- A number another claim in progress holds: nil, and the agent draws another.
+if redis.call('ZCOUNT', rolling, claim, claim) > 0 then
+  return nil
+end
+local out = redis.call('ZRANGEBYSCORE', rolling, '-inf', '(' .. ARGV[2], 'LIMIT', 0, most)
+local fresh = {}
+if #out < most then
+  fresh = redis.call('ZRANGE', pending, 0, most - #out - 1)
+end
+for _, member in ipairs(fresh) do
+  out[#out + 1] = member
+end
+local scored = {}
+for _, member in ipairs(out) do
+  scored[#scored + 1] = claim
+  scored[#scored + 1] = member
+end
+for j = 1, #scored, 1000 do
+  redis.call('ZADD', rolling, unpack(scored, j, math.min(j + 999, #scored)))
+end
+for j = 1, #fresh, 1000 do
+  redis.call('ZREM', pending, unpack(fresh, j, math.min(j + 999, #fresh)))
+end
+return out

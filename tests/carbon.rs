@@ -789,14 +789,15 @@ async fn an_open_intervals_rollup_waits_for_its_run_and_survives_a_kill() {
 /// after its claim (its agent killed) leaves the members in `rolling:gauge:`, and a later run
 /// claims them again once the claim is old, but not while it is young (another agent's run in
 /// progress); a point written while a run works adds its member to `pending:gauge:` again, so
-/// whatever that run wrote, the next run makes the slice with the point.
+/// whatever that run wrote, the next run makes the slice with the point; a member whose finer
+/// hash's name holds another type is refused and counted, the rest of its batch made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollup_stopped_half_way_or_raced_by_a_point_loses_nothing() {
     use statsd_redis::store::rollup::Rollups;
     let redis = RedisServer::start();
     let store = statsd_redis::store::Store::open(&test_config(&redis)).unwrap();
     let telemetry = std::sync::Arc::new(statsd_redis::telemetry::Telemetry::new());
-    let mut rollups = Rollups::new(store, Duration::from_secs(60), telemetry);
+    let mut rollups = Rollups::new(store, Duration::from_secs(60), telemetry.clone());
     let claim = redis::Script::new(include_str!("../src/store/rollup_claim.lua"));
     let mut conn = redis.conn();
     let now = unix_now();
@@ -862,8 +863,19 @@ async fn a_rollup_stopped_half_way_or_raced_by_a_point_loses_nothing() {
         .arg(score)
         .query(&mut conn)
         .unwrap();
-    assert_eq!(rollups.run_once(now).await.unwrap(), 1);
+    // Beside it, a member whose finer hash's name holds another program's string: refused,
+    // counted, and the rest of the batch made.
+    let () = conn.set("gauge:10:r.wrong", "x").unwrap();
+    let () = conn.zadd("pending:gauge:", member("r.wrong"), now).unwrap();
+    assert_eq!(rollups.run_once(now).await.unwrap(), 2);
     assert_eq!(made(&mut conn, "r.raced"), Some(18.0));
+    assert!(
+        telemetry
+            .render()
+            .contains("statsd_redis_write_failures_total{reason=\"wrong_type\"} 1"),
+        "{}",
+        telemetry.render()
+    );
     assert_eq!(conn.zcard::<_, usize>("pending:gauge:").unwrap(), 0);
     assert_eq!(conn.zcard::<_, usize>("rolling:gauge:").unwrap(), 0);
     let known: Vec<String> = conn.zrange("known:gauge:", 0, -1).unwrap();

@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use super::bulk::{BulkPool, Hmget};
 use super::clock::Clock;
 use super::history::{self, Family, Geometry};
-use super::write::{count_refused, unexpected};
+use super::write::{count_refused, server_error_text, unexpected};
 use super::{Cached, Connection, Store, StoreError};
 use crate::storage_conf::Method;
 use crate::telemetry::{LogLimit, Telemetry};
@@ -201,6 +201,9 @@ impl Rollups {
                 None => return Err(unexpected("no free rollup claim number")),
             }
         };
+        if claimed.is_empty() {
+            return Ok(0);
+        }
         let members: Vec<Member> = claimed.iter().filter_map(|m| Member::parse(m)).collect();
         let hash = |m: &Member, a: usize| format!("{prefix}gauge:{}:{}", m.archives[a].p, m.series);
 
@@ -324,11 +327,11 @@ impl Rollups {
         }
         let index = format!("{prefix}known:gauge:");
         if !writes.is_empty() {
-            let mut members: Vec<&str> = writes.iter().map(|w| w.3.as_str()).collect();
-            members.sort_unstable();
-            members.dedup();
+            let mut indexed: Vec<&str> = writes.iter().map(|w| w.3.as_str()).collect();
+            indexed.sort_unstable();
+            indexed.dedup();
             let zadd = pipe.cmd("ZADD").arg(&index);
-            for member in members {
+            for member in indexed {
                 zadd.arg(0).arg(member);
             }
             queued.push(index.clone());
@@ -391,7 +394,8 @@ impl Rollups {
                 Ok(Value::Array(values)) => values.iter().map(number).collect(),
                 Ok(_) => Vec::new(),
                 Err(e) => {
-                    count_refused(&self.telemetry, &mut self.failure_log, key, &e.to_string());
+                    let error = server_error_text(e);
+                    count_refused(&self.telemetry, &mut self.failure_log, key, &error);
                     Vec::new()
                 }
             });

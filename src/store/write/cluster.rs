@@ -565,7 +565,7 @@ impl Writer {
 
 /// A server's error as Redis wrote it (`WRONGTYPE Operation against…`), as the scripts report
 /// the writes they skip.
-fn server_error_text(e: &redis::RedisError) -> String {
+pub(crate) fn server_error_text(e: &redis::RedisError) -> String {
     match (e.code(), e.detail()) {
         (Some(code), Some(detail)) => format!("{code} {detail}"),
         _ => e.to_string(),

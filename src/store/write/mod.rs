@@ -17,6 +17,7 @@ mod standalone;
 pub(super) use chunk::unexpected;
 pub use chunk::{ChunkSettings, CounterWrite, FlushChunk, QuantileSettings, build_chunks};
 pub(crate) use cluster::read_averages;
+pub(super) use cluster::server_error_text;
 pub use cluster::{FollowUps, build_slot_chunks};
 
 use super::clock::Clock;

@@ -240,7 +240,8 @@ impl<'a> Sections<'a> {
         }
         let points_at = logs_at + 1 + 3 * number(logs_at)?;
         let retention = Retention::decode(std::str::from_utf8(args.get(1)?).ok()?)?;
-        (args.len() > points_at).then(|| Sections {
+        // A chunk spooled before carbon's points ends with its logs.
+        (args.len() >= points_at).then(|| Sections {
             points: Points::read(&args, points_at),
             args,
             precisions,
@@ -1137,6 +1138,10 @@ mod tests {
                 "{end}"
             );
         }
+        // One spooled before carbon's points ends with its logs: it reads, nothing for the
+        // script.
+        let before_points = Sections::read(args[..args.len() - 1].iter().copied(), 0).unwrap();
+        assert!(!before_points.has_scripted());
         // A count past the arguments (a damaged spool file) reads as nothing, without a huge
         // allocation or an overflow.
         for (at, huge) in [

@@ -322,6 +322,7 @@ impl<'a> Sections<'a> {
             // An archive among the section's (`Points::read` checked it).
             let archive = number::<usize>(args[i + 5]).unwrap_or(1);
             let p = args[archives_at + 1 + 3 * (archive - 1)];
+            let kept = number::<u64>(args[archives_at + 2 + 3 * (archive - 1)]).unwrap_or(0);
             let pending = (!args[i + 8].is_empty()).then(|| {
                 let lower = (archive + 1).to_string();
                 let member: [&[u8]; 6] = [
@@ -337,6 +338,7 @@ impl<'a> Sections<'a> {
             LeanPoint {
                 series: args[i],
                 p,
+                kept,
                 slice: args[i + 6],
                 value: args[i + 7],
                 pending,
@@ -349,6 +351,8 @@ impl<'a> Sections<'a> {
 struct LeanPoint<'a> {
     series: &'a [u8],
     p: &'a [u8],
+    /// How long the point's archive is kept (s).
+    kept: u64,
     slice: &'a [u8],
     value: &'a [u8],
     pending: Option<Vec<u8>>,
@@ -498,12 +502,19 @@ impl<'k> Index<'k> {
 }
 
 /// Queues the chunk's carbon points of the present (`points.lua` applies the rest): each
-/// one's `HSET` into its archive's hash, then one `ZADD` of their index members and one `ZADD NX`
+/// one's `HSET` into its archive's hash, then one `ZADD` of the index members they need (as a
+/// gauge's: [`Indexed`], the point's archive kept as long as its schema says) and one `ZADD NX`
 /// of the pending rollups of the slices over them, scored with the agent's time (a member
-/// there already keeps its score: a rollup run takes the oldest first).
-fn queue_points(sections: &Sections, book: &mut Book) {
+/// there already keeps its score: a rollup run takes the oldest first). Returns the series and
+/// slices to record in [`Indexed`] once the chunk is applied.
+fn queue_points<'a>(
+    sections: &Sections<'a>,
+    book: &mut Book,
+    indexed: &Indexed,
+) -> Vec<(&'a [u8], (u64, u64))> {
+    let mut indexing = Vec::new();
     if sections.points.lean.is_empty() {
-        return;
+        return indexing;
     }
     let names = sections.keys();
     let known = names.known_gauges();
@@ -517,7 +528,17 @@ fn queue_points(sections: &Sections, book: &mut Book) {
     for point in sections.lean_points() {
         names.gauge_into(&mut key, point.p, point.series);
         if book.write("HSET", &key, &[point.slice, point.value]) {
-            index.add(point.p, point.series);
+            let at = number::<u64>(point.p).zip(number::<u64>(point.slice));
+            // As `Writer::has_member`: a slice this writer indexed in an applied chunk, young
+            // enough that the cleaner cannot have emptied its hash since.
+            let known = at.is_some_and(|(p, slice)| {
+                slice.saturating_add(point.kept / 2) > sections.now
+                    && indexed.has(point.series, p, slice)
+            });
+            if !known {
+                index.add(point.p, point.series);
+            }
+            indexing.extend(at.map(|at| (point.series, at)));
             if let Some(member) = point.pending {
                 pending.arg(&now).arg(member);
                 deferred = true;
@@ -529,6 +550,10 @@ fn queue_points(sections: &Sections, book: &mut Book) {
         book.pipe.add_command(pending);
         book.queued.push(Queued::Book);
     }
+    if !book.left_out.is_empty() {
+        indexing.clear();
+    }
+    indexing
 }
 
 /// What to record in [`Indexed`] once the chunk is applied: the slices its counters' (or
@@ -677,6 +702,7 @@ impl Writer {
                 pipe.cmd("MULTI");
                 let mut queued = Vec::new();
                 let mut indexing = [None, None];
+                let mut points_indexed = Vec::new();
                 if apply {
                     for field in &read.idle {
                         pipe.cmd("HDEL").arg(&keys.guard).arg(field);
@@ -691,7 +717,7 @@ impl Writer {
                         self.queue_counters(&sections, &mut book),
                         self.queue_gauges(&sections, &mut book),
                     ];
-                    queue_points(&sections, &mut book);
+                    points_indexed = queue_points(&sections, &mut book, &self.indexed[GAUGES]);
                 }
                 if apply && sections.has_scripted() {
                     let mut script = redis::cmd("EVALSHA");
@@ -722,6 +748,9 @@ impl Writer {
                     // Recorded before the next check is read: a check that finds the run's
                     // field gone (Redis lost data since) forgets this too.
                     let now = sections.now;
+                    for (series, at) in points_indexed {
+                        self.indexed[GAUGES].applied(series, &Slices::from([at]));
+                    }
                     let sections_of = [
                         (sections.counters_at, sections.counters),
                         (sections.gauges_at, sections.gauges),
@@ -1052,6 +1081,58 @@ mod tests {
                 _ => Vec::new(),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_points_index_member_is_left_out_once_its_slice_was_indexed() {
+        use crate::aggregate::points::{Placed, SeriesPoints};
+        use crate::storage_conf::Aggregation;
+        let window = ClosedWindow {
+            start: 120,
+            points: vec![SeriesPoints {
+                series: "now.a".into(),
+                schema: 0,
+                aggregation: Aggregation::default(),
+                placed: vec![Placed {
+                    archive: 1,
+                    slice: 120,
+                    value: 1.0,
+                }],
+            }],
+            ..ClosedWindow::default()
+        };
+        let c = chunk(&window);
+        // The index `ZADD`s a transaction queues for the chunk, and what it records.
+        let queued = |now: u64, indexed: &Indexed| {
+            let sections = Sections::read(c.args(), now).unwrap();
+            let mut pipe = redis::pipe();
+            let (left_out, mut queued) = (HashSet::new(), Vec::new());
+            let mut book = Book {
+                left_out: &left_out,
+                pipe: &mut pipe,
+                queued: &mut queued,
+            };
+            let record: Vec<(Vec<u8>, (u64, u64))> = queue_points(&sections, &mut book, indexed)
+                .into_iter()
+                .map(|(s, at)| (s.to_vec(), at))
+                .collect();
+            let index = pipe
+                .cmd_iter()
+                .filter(|c| c.args_iter().nth(1) == Some(redis::Arg::Simple(b"p:known:gauge:")))
+                .count();
+            (index, record)
+        };
+        let mut indexed = Indexed::default();
+        assert_eq!(
+            queued(120, &indexed),
+            (1, vec![(b"now.a".to_vec(), (5, 120))])
+        );
+        indexed.applied(b"now.a", &Slices::from([(5, 120)]));
+        assert_eq!(queued(120, &indexed).0, 0, "its slice was indexed");
+        // The 5 s archive is kept 600 s: a slice older than half of it is indexed again.
+        assert_eq!(queued(420, &indexed).0, 1);
+        indexed.clear();
+        assert_eq!(queued(120, &indexed).0, 1, "Redis may have lost it");
     }
 
     #[test]

@@ -33,10 +33,11 @@ use std::time::Duration;
 use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::bulk::{BulkPool, Hmget};
+use super::bulk::{self, BulkPool, Hmget};
 use super::clock::Clock;
 use super::history::{self, Family, Geometry};
-use super::write::{count_refused, server_error_text, unexpected};
+use super::keys;
+use super::write::{count_refused, server_error, server_error_text, unexpected};
 use super::{Cached, Connection, Store, StoreError};
 use crate::storage_conf::Method;
 use crate::telemetry::{LogLimit, Telemetry};
@@ -205,7 +206,8 @@ impl Rollups {
             return Ok(0);
         }
         let members: Vec<Member> = claimed.iter().filter_map(|m| Member::parse(m)).collect();
-        let hash = |m: &Member, a: usize| format!("{prefix}gauge:{}:{}", m.archives[a].p, m.series);
+        let keys = self.store.keys().clone();
+        let hash = |m: &Member, a: usize| keys.gauge(m.archives[a].p, &m.series);
 
         // Every level's finer slices, read as they are now.
         let mut reads: Vec<Vec<Vec<Read>>> = Vec::with_capacity(members.len());
@@ -246,7 +248,7 @@ impl Rollups {
                     let (from, to) = Geometry::byte_range(at, at);
                     pipe.cmd("GETRANGE")
                         .arg(history::block_key(
-                            self.store.keys(),
+                            &keys,
                             &hash(m, level - 1),
                             geometry,
                             block,
@@ -311,7 +313,7 @@ impl Rollups {
                         hash(m, level),
                         t,
                         value,
-                        format!("{}:{}", archive.p, m.series),
+                        keys::known_member(archive.p, &m.series),
                     ));
                 }
             }
@@ -325,7 +327,7 @@ impl Rollups {
             pipe.cmd("HSET").arg(key).arg(t).arg(value);
             queued.push(key.clone());
         }
-        let index = format!("{prefix}known:gauge:");
+        let index = keys.known_gauges();
         if !writes.is_empty() {
             let mut indexed: Vec<&str> = writes.iter().map(|w| w.3.as_str()).collect();
             indexed.sort_unstable();
@@ -351,7 +353,7 @@ impl Rollups {
         };
         for (result, key) in results.iter().zip(&queued) {
             if let Value::ServerError(e) = result {
-                let error = format!("{} {}", e.code(), e.details().unwrap_or_default());
+                let error = server_error(e);
                 count_refused(&self.telemetry, &mut self.failure_log, key, &error);
             }
         }
@@ -421,10 +423,10 @@ impl Rollups {
     }
 }
 
-/// A finer slice's value as the script read it (`tonumber`): a number, else none.
+/// A finer slice's value as the bulk reader reads it: a number, else none.
 fn number(value: &Value) -> Option<f64> {
     match value {
-        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.trim().parse().ok(),
+        Value::BulkString(bytes) => bulk::number(bytes),
         _ => None,
     }
 }

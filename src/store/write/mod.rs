@@ -19,6 +19,7 @@ pub use chunk::{ChunkSettings, CounterWrite, FlushChunk, QuantileSettings, build
 pub(crate) use cluster::read_averages;
 pub(super) use cluster::server_error_text;
 pub use cluster::{FollowUps, build_slot_chunks};
+pub(super) use standalone::server_error;
 
 use super::clock::Clock;
 use super::server::ServerCheck;

@@ -989,7 +989,7 @@ fn leading_number(value: &[u8]) -> Option<u64> {
 }
 
 /// A Redis error as Redis says it: its code, then the rest.
-fn server_error(e: &redis::ServerError) -> String {
+pub(crate) fn server_error(e: &redis::ServerError) -> String {
     format!("{} {}", e.code(), e.details().unwrap_or_default())
 }
 

@@ -578,6 +578,91 @@ async fn a_count_that_would_overflow_its_slot_stays_in_the_hash() {
     );
 }
 
+/// Between full passes a visit of a long archive's hash is quick (trim.lua): it asks only for
+/// the slices that left the newest 120 since the pass before. What it leaves waits for the next
+/// full pass (every 60th): a late count older than that (into a slice already moved: the two
+/// parts add, read so meanwhile) and a series' only slice (the newest keeps its hash). A hash
+/// holding more than the newest and those is read whole at once (an earlier release's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_visit_moves_what_left_the_hash_and_a_full_pass_the_rest() {
+    let redis = RedisServer::start();
+    let now = unix_now() / 60 * 60 - 3600;
+    let minute = |k: u64| now - k * 60;
+    let hset = |key: &str, slice: u64, n: i64| {
+        cmd::<()>(&redis, redis::cmd("HSET").arg(key).arg(slice).arg(n));
+    };
+    let index = |member: &str| {
+        cmd::<()>(&redis, redis::cmd("ZADD").arg("known:").arg(0).arg(member));
+    };
+    for k in 0..125 {
+        hset("count:60:q", minute(k), k as i64 + 1);
+    }
+    hset("count:60:r", minute(118), 5);
+    index("60:q");
+    index("60:r");
+    // Minutes due at every pass.
+    let mut c = Cleaner::new(
+        redis.store(),
+        "test".into(),
+        Duration::from_secs(60),
+        &Retention::parse(SCHEMA).unwrap(),
+        Arc::new(Telemetry::new()),
+    );
+    assert!(c.hold_lease().await.unwrap());
+    let full = c.pass(now).await.unwrap();
+    assert_eq!(full.slices_moved, 5, "the full pass: q's five oldest");
+    let hlen = |key: &str| cmd::<u64>(&redis, redis::cmd("HLEN").arg(key));
+    assert_eq!(hlen("count:60:q"), HASH_SLICES);
+
+    // Three minutes on: three new ones; a late count into a moved minute and one into a minute
+    // long before the quick visit's; an earlier release's hash of 200 minutes.
+    let later = now + 180;
+    for k in 1..=3 {
+        hset("count:60:q", now + k * 60, 1);
+    }
+    hset("count:60:q", minute(122), 1000);
+    hset("count:60:q", minute(200), 99);
+    for k in 0..200 {
+        hset("count:60:s", minute(k), 1);
+    }
+    index("60:s");
+    let agent = TestAgent::start_at(config(&redis), Clock::manual(Duration::from_secs(later)));
+    let late = |agent: &TestAgent| {
+        written(render(agent, "q", minute(205), minute(115)))
+            .into_iter()
+            .filter(|(at, _)| [minute(122), minute(200)].contains(at))
+            .collect::<Vec<_>>()
+    };
+    // Minute 122 held 123 and went into its block: the late 1000 adds to it.
+    let want = vec![(minute(200), 99.0), (minute(122), 1123.0)];
+    assert_eq!(late(&agent), want, "read before the quick visit");
+    let quick = c.pass(later).await.unwrap();
+    // The hash keeps minute 116 (three minutes on: `later`'s newest 120) to minute 0 of s.
+    assert_eq!(
+        quick.slices_moved,
+        3 + (200 - 117),
+        "q's three that left; s's older than the newest 120, read whole"
+    );
+    assert_eq!(hlen("count:60:s"), 117);
+    assert_eq!(hlen("count:60:q"), HASH_SLICES + 2, "the late ones wait");
+    assert_eq!(hlen("count:60:r"), 1, "r's only minute stays");
+    assert_eq!(late(&agent), want, "read after the quick visit");
+
+    // Quick visits move nothing more; the 60th pass is full.
+    for pass in 2..60 {
+        assert_eq!(c.pass(later).await.unwrap().slices_moved, 0, "pass {pass}");
+    }
+    assert_eq!(
+        c.pass(later).await.unwrap().slices_moved,
+        2,
+        "the full pass"
+    );
+    assert_eq!(hlen("count:60:q"), HASH_SLICES);
+    assert_eq!(hlen("count:60:r"), 1, "r's only minute still stays");
+    assert_eq!(late(&agent), want, "read after the full pass");
+    agent.stop().await;
+}
+
 /// Under Sentinel the Graphite API reads through the redis crate, not the bulk reader: a moved
 /// minute reads back the same there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

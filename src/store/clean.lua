@@ -2,8 +2,9 @@
 -- front of it.
 --
 -- ARGV: index key, hash prefix, now (epoch s), the retention (retention.lua), the long archives'
--- cuts (history.lua), the blocks' prefix (`<prefix>history:count:`), 1 for gauges, then members
--- `<precision>:<series>`.
+-- cuts (history.lua), the blocks' prefix (`<prefix>history:count:`), 1 for gauges, the
+-- precisions whose long archives' visits are quick (`precision:since` pairs: trim.lua), then
+-- members `<precision>:<series>`.
 -- For each member: move a long archive's older slices into blocks (history.lua); delete the
 -- slices older than its precision keeps; if the hash
 -- is then empty (or was already gone, or the key is another program's, of another type), remove
@@ -14,14 +15,15 @@
 
 local index, hash_prefix = ARGV[1], ARGV[2]
 local now, kept, cut = tonumber(ARGV[3]), retention(ARGV[4]), cuts(ARGV[5])
-local block_prefix, gauge = ARGV[6], ARGV[7] == '1'
+local block_prefix, gauge, since = ARGV[6], ARGV[7] == '1', cuts(ARGV[8])
 local slices, removed, moved = 0, 0, 0
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   local member = ARGV[i]
   local hash = hash_prefix .. member
   local precision = tonumber(string.match(member, '^(%d+):'))
   if precision then
-    local deleted, into = trim(hash, precision, now, kept, cut(precision), block_prefix .. member, gauge)
+    local deleted, into = trim(hash, precision, now, kept, cut(precision), block_prefix .. member,
+      gauge, since(precision))
     slices, moved = slices + deleted, moved + into
   end
   if not is_hash(hash) then

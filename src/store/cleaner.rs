@@ -38,6 +38,11 @@ const STATS_WALK_SECS: u64 = 300;
 /// Slots cleaned at once in a cluster.
 const CONCURRENT_SLOTS: usize = 16;
 
+/// Every how many passes each long archive's hash is read whole (trim.lua): between, a visit
+/// reads only the slices that have left the hash's newest since the pass before (an hour's
+/// passes at the default `cleaner_interval_secs`).
+const FULL_EVERY: u64 = 60;
+
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PassReport {
@@ -99,6 +104,12 @@ pub struct Cleaner {
     hist_move: Script,
     hist_drop: Script,
     passes: u64,
+    /// Per precision, the `now` of the last pass that walked both indexes with it due: every
+    /// long archive's slice older than its hash kept then was moved by then (a quick visit asks
+    /// only for the slices that have left the hash since: trim.lua).
+    moved_at: HashMap<u64, u64>,
+    /// The precisions of this pass's members so far.
+    walked: HashSet<u64>,
     clean: Script,
     clean_slot: Script,
     /// Cluster mode: members taken out of an index whose hash was not checked again yet.
@@ -142,6 +153,8 @@ impl Cleaner {
             hist_move: Script::new(include_str!("hist_move.lua")),
             hist_drop: Script::new(include_str!("hist_drop.lua")),
             passes: 0,
+            moved_at: HashMap::new(),
+            walked: HashSet::new(),
             clean: Script::new(concat!(
                 include_str!("retention.lua"),
                 include_str!("history.lua"),
@@ -238,6 +251,8 @@ impl Cleaner {
     fn keep(&mut self, retention: &Retention) {
         self.retention = retention.encode();
         self.history = retention.encode_history();
+        // Other cuts: every hash read whole once.
+        self.moved_at.clear();
         self.precisions = retention.precisions();
         self.precisions.sort_unstable();
         self.long = (retention.precisions().into_iter())
@@ -334,12 +349,19 @@ impl Cleaner {
             let r = self.recheck(&mut conn).await;
             report.hashes_removed += self.failed(r)?;
         }
-        report.completed = self
+        self.walked.clear();
+        let indexes = self
             .clean_index(&self.keys.counter_index(), now, &mut report)
             .await?
             && self
                 .clean_index(&self.keys.gauge_index(), now, &mut report)
-                .await?
+                .await?;
+        if indexes {
+            for p in std::mem::take(&mut self.walked) {
+                self.moved_at.insert(p, now);
+            }
+        }
+        report.completed = indexes
             && self.clean_gauges(now, &mut report).await?
             && self.walk(Walk::Stats, now, &mut report).await?
             && self.walk(Walk::Sets, now, &mut report).await?
@@ -358,6 +380,19 @@ impl Cleaner {
         t.cleaner_pass_duration
             .record(started.elapsed().as_secs_f64());
         Ok(report)
+    }
+
+    /// The quick visits of this pass (trim.lua): `precision:since` of each precision moved by
+    /// an earlier pass, none every [`FULL_EVERY`] passes (each hash read whole: the late slices
+    /// older than a quick visit asks for moved, the slices past the retention deleted).
+    fn quick(&self) -> String {
+        if self.passes.is_multiple_of(FULL_EVERY) {
+            return String::new();
+        }
+        let pairs: Vec<String> = (self.moved_at.iter())
+            .map(|(p, since)| format!("{p}:{since}"))
+            .collect();
+        pairs.join(",")
     }
 
     /// Walks `index` in lexicographic order (all scores are 0), a batch per round trip.
@@ -394,9 +429,12 @@ impl Cleaner {
                 .iter()
                 .filter(|m| precision_of(m).is_none_or(|p| self.due(p)))
                 .collect();
+            self.walked
+                .extend(due.iter().filter_map(|m| precision_of(m)));
+            let quick = self.quick();
             for (retention, due) in self.by_schema(index, due) {
                 let r = if self.store.is_cluster() {
-                    self.clean_slots(&mut conn, index, (now, &retention), &due)
+                    self.clean_slots(&mut conn, index, (now, &retention, &quick), &due)
                         .await
                 } else {
                     self.clean
@@ -407,6 +445,7 @@ impl Cleaner {
                         .arg(&self.history)
                         .arg(&index.block_prefix)
                         .arg(u8::from(index.gauge))
+                        .arg(&quick)
                         .arg(due)
                         .invoke_async::<(u64, u64, u64)>(&mut conn)
                         .await
@@ -432,7 +471,7 @@ impl Cleaner {
         &mut self,
         conn: &mut Connection,
         index: &Index,
-        (now, retention): (u64, &str),
+        (now, retention, quick): (u64, &str, &str),
         members: &[&Vec<u8>],
     ) -> Result<(u64, u64, u64), StoreError> {
         let hash = |m: &[u8]| [index.hash_prefix.as_bytes(), m].concat();
@@ -449,6 +488,7 @@ impl Cleaner {
                 now,
                 retention,
                 history: &self.history,
+                quick,
                 keys: &self.keys,
                 gauge: index.gauge,
             };
@@ -1188,6 +1228,7 @@ struct SlotSettings<'a> {
     now: u64,
     retention: &'a str,
     history: &'a str,
+    quick: &'a str,
     keys: &'a Keys,
     gauge: bool,
 }
@@ -1205,7 +1246,8 @@ async fn clean_slot(
     call.arg(s.now)
         .arg(s.retention)
         .arg(s.history)
-        .arg(u8::from(s.gauge));
+        .arg(u8::from(s.gauge))
+        .arg(s.quick);
     for (hash, m) in hashes.iter().zip(&members) {
         let base = s.keys.history_base(&String::from_utf8_lossy(hash));
         call.key(hash).arg(precision_of(m).unwrap_or(0)).arg(base);

@@ -23,14 +23,15 @@ local moved_budget = MOST_MOVED
 -- member, while the series has history), into the blocks named `block_prefix<member>:<slots>:<n>`:
 -- a counter's value added to its slot, a gauge's set; each field deleted in the same call, so a
 -- slice is in the hash or in a block, never counted twice. A counter slot that would overflow
--- keeps its field. Fields at or before `cutoff` (out of the retention) are not moved. Returns
--- how many moved.
-local function move(hash, block_base, precision, slots, fields, now, cutoff, kept, gauge)
+-- keeps its field. Fields at or before `cutoff` (out of the retention) are not moved. With
+-- `others` (the hash holds fields besides `fields`, which keep it), the newest of `fields` moves
+-- too. Returns how many moved.
+local function move(hash, block_base, precision, slots, fields, now, cutoff, kept, gauge, others)
   local keep_from = now - now % precision - (HASH_SLICES - 1) * precision
   local newest = -1
   for i = 1, #fields, 2 do
     local t = tonumber(fields[i])
-    if t and t > newest then newest = t end
+    if t and t > newest and not others then newest = t end
   end
   local made, moved, gone = {}, 0, {}
   for i = 1, #fields, 2 do

@@ -1,21 +1,66 @@
 -- Put in front of clean.lua and clean_slot.lua, after retention.lua and history.lua
 -- (src/store/cleaner.rs): the book's clean_counters for one hash.
 
+-- The slices of a long archive's hash a quick visit asks for (see `trim`): those that left the
+-- newest HASH_SLICES since the pass at `since`, with two more before them. A visit that would ask
+-- more reads the whole hash.
+local QUICK_MOST = 64
+
 -- Deletes the slices of `hash` at or before `now - kept(precision)` (retention.lua's function);
 -- returns how many. A key of another type (another program's under our names) is left alone.
 -- With `slots` (a long archive's cut: history.lua), the slices older than the hash keeps are
 -- moved into the blocks named `block_base:<n>` first; returns {deleted, moved}.
-local function trim(hash, precision, now, kept, slots, block_base, gauge)
+-- With `since` (the `now` of a pass that moved everything older than the hash kept then), the
+-- visit is quick: it reads only the slices that have left the hash's newest since (an `HMGET`
+-- of a few fields, not the whole hash), unless the hash holds more fields than the newest and
+-- those (a hash of an earlier release, a burst of late slices). A late slice older than that,
+-- and a slice past the retention, wait for the next full visit (`FULL_EVERY` passes,
+-- src/store/cleaner.rs); readers read the hash whole, so both read as they should meanwhile.
+local function quick_fields(hash, precision, now, since)
+  local n = redis.pcall('HLEN', hash)
+  if type(n) ~= 'number' then
+    return nil
+  end
+  local keep_from = now - now % precision - (HASH_SLICES - 1) * precision
+  local from = since - since % precision - (HASH_SLICES + 1) * precision
+  local asked = {}
+  for t = math.max(from, 0), keep_from - precision, precision do
+    asked[#asked + 1] = t
+  end
+  if #asked > QUICK_MOST or n > HASH_SLICES + #asked + 1 then
+    return nil
+  end
+  local fields = {}
+  if #asked > 0 then
+    local values = redis.call('HMGET', hash, unpack(asked))
+    for i, v in ipairs(values) do
+      if v then
+        fields[#fields + 1] = tostring(asked[i])
+        fields[#fields + 1] = v
+      end
+    end
+  end
+  -- Every field found: the hash's newest is among them, and stays. Else the others keep it.
+  return fields, #fields / 2 < n
+end
+
+local function trim(hash, precision, now, kept, slots, block_base, gauge, since)
   local cutoff = now - kept(precision)
   local old = {}
-  local fields = redis.pcall(slots and 'HGETALL' or 'HKEYS', hash)
-  if fields.err then
-    return 0, 0
+  local fields, others
+  if slots and since and since > 0 then
+    fields, others = quick_fields(hash, precision, now, since)
+  end
+  if not fields then
+    fields = redis.pcall(slots and 'HGETALL' or 'HKEYS', hash)
+    if fields.err then
+      return 0, 0
+    end
   end
   local moved = 0
   if slots then
     moved = move(hash, block_base .. ':' .. slots, precision, slots, fields, now, cutoff,
-      kept(precision), gauge)
+      kept(precision), gauge, others)
     local names = {}
     for i = 1, #fields, 2 do names[#names + 1] = fields[i] end
     fields = names

@@ -14,11 +14,6 @@ cd "$(dirname "$0")/.."
 series=${1:-20000}; runs=${2:-3}
 . scripts/common.sh
 need_python_redis
-median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-redis_usec() {
-  redis-cli -s "$1" info commandstats | tr -d '\r' |
-    awk -F'[=,]' '/^cmdstat_/ && !/cmdstat_(info|config)/ {u += $4} END {print u + 0}'
-}
 # fill SOCK SERIES MINUTE: each series' 10 s and 60 s hashes, `count` newest slices each.
 fill() {
   /usr/bin/python3 - "$@" <<'PY'
@@ -56,6 +51,5 @@ for run in $(seq 1 "$runs"); do
   kill "$agent_pid"; wait "$agent_pid" 2>/dev/null || true
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
 done
-show() { printf '%s: %.1f us (median of %d:' "$1" "$(printf '%s\n' "${@:2}" | median)" "$(($# - 1))"; printf ' %.1f' "${@:2}"; echo ')'; }
-show "first pass, Redis a series" "${first_runs[@]}"
-show "next pass, Redis a series" "${next_runs[@]}"
+show_runs "first pass, Redis a series" 1 "${first_runs[@]}"
+show_runs "next pass, Redis a series" 1 "${next_runs[@]}"

@@ -124,3 +124,19 @@ slots = sum(c for _, c in archives)
 print(n * size, n * slots)
 EOF
 }
+
+# redis_usec SOCKET: Redis's own time (µs, INFO commandstats) since its last CONFIG RESETSTAT.
+redis_usec() {
+  redis-cli -s "$1" info commandstats | tr -d '\r' |
+    awk -F'[=,]' '/^cmdstat_/ && !/cmdstat_(info|config)/ {u += $4} END {print u + 0}'
+}
+
+# median: the median of the numbers on stdin, one a line.
+median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+
+# show_runs WHAT DIGITS VALUES...: "WHAT: <median> us (median of n: <each run>)".
+show_runs() {
+  printf "%s: %.${2}f us (median of %d:" "$1" "$(printf '%s\n' "${@:3}" | median)" "$(($# - 2))"
+  printf " %.${2}f" "${@:3}"
+  echo ')'
+}

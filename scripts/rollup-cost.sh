@@ -15,11 +15,6 @@ series=${1:-20000}; runs=${2:-3}
 need_python_redis
 schema=10s:6h,1m:7d,1h:90d,1d:5y
 cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
-redis_usec() {
-  redis-cli -s "$1" info commandstats | tr -d '\r' |
-    awk -F'[=,]' '/^cmdstat_/ && !/cmdstat_(info|config)/ {u += $4} END {print u + 0}'
-}
-median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 redis_runs=(); agent_runs=(); cleaner_runs=()
 for run in $(seq 1 "$runs"); do
   sock=$dir/redis.sock; rm -f "$sock"
@@ -63,7 +58,6 @@ PY
   kill "$agent_pid"; wait "$agent_pid" 2>/dev/null || true
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
 done
-show() { printf '%s: %.2f us (median of %d:' "$1" "$(printf '%s\n' "${@:2}" | median)" "$(($# - 1))"; printf ' %.2f' "${@:2}"; echo ')'; }
-show "rollup, Redis a pending member" "${redis_runs[@]}"
-show "rollup, the agent a pending member" "${agent_runs[@]}"
-show "cleaner pass, Redis a series" "${cleaner_runs[@]}"
+show_runs "rollup, Redis a pending member" 2 "${redis_runs[@]}"
+show_runs "rollup, the agent a pending member" 2 "${agent_runs[@]}"
+show_runs "cleaner pass, Redis a series" 2 "${cleaner_runs[@]}"

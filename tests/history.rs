@@ -580,9 +580,10 @@ async fn a_count_that_would_overflow_its_slot_stays_in_the_hash() {
 
 /// Between full passes a visit of a long archive's hash is quick (trim.lua): it asks only for
 /// the slices that left the newest 120 since the pass before. What it leaves waits for the next
-/// full pass (every 60th): a late count older than that (into a slice already moved: the two
-/// parts add, read so meanwhile) and a series' only slice (the newest keeps its hash). A hash
-/// holding more than the newest and those is read whole at once (an earlier release's).
+/// full pass (every 60th, and the first after the lease came back): a late count older than
+/// that (into a slice already moved: the two parts add, read so meanwhile) and a series' only
+/// slice (the newest keeps its hash). A hash holding more than the newest and those is read
+/// whole at once (an earlier release's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_visit_moves_what_left_the_hash_and_a_full_pass_the_rest() {
     let redis = RedisServer::start();
@@ -660,6 +661,22 @@ async fn a_quick_visit_moves_what_left_the_hash_and_a_full_pass_the_rest() {
     assert_eq!(hlen("count:60:q"), HASH_SLICES);
     assert_eq!(hlen("count:60:r"), 1, "r's only minute still stays");
     assert_eq!(late(&agent), want, "read after the full pass");
+
+    // The lease given up and taken again (another agent may have cleaned meanwhile): the next
+    // pass reads every hash whole.
+    hset("count:60:q", minute(300), 1);
+    assert_eq!(
+        c.pass(later).await.unwrap().slices_moved,
+        0,
+        "a quick visit"
+    );
+    c.release_lease().await.unwrap();
+    assert!(c.hold_lease().await.unwrap());
+    assert_eq!(
+        c.pass(later).await.unwrap().slices_moved,
+        1,
+        "whole once the lease came back"
+    );
     agent.stop().await;
 }
 

@@ -110,6 +110,8 @@ pub struct Cleaner {
     moved_at: HashMap<u64, u64>,
     /// The precisions of this pass's members so far.
     walked: HashSet<u64>,
+    /// Whether the last lease call found the lease this agent's.
+    holding: bool,
     clean: Script,
     clean_slot: Script,
     /// Cluster mode: members taken out of an index whose hash was not checked again yet.
@@ -155,6 +157,7 @@ impl Cleaner {
             passes: 0,
             moved_at: HashMap::new(),
             walked: HashSet::new(),
+            holding: false,
             clean: Script::new(concat!(
                 include_str!("retention.lua"),
                 include_str!("history.lua"),
@@ -299,6 +302,12 @@ impl Cleaner {
     /// Takes the lease if it is free, renews it if it is ours; false while another agent has it.
     pub async fn hold_lease(&mut self) -> Result<bool, StoreError> {
         let held = self.lease_call("hold").await?;
+        if held && !self.holding {
+            // Another agent's passes cleaned meanwhile, maybe under another retention: every
+            // hash read whole once.
+            self.moved_at.clear();
+        }
+        self.holding = held;
         self.telemetry
             .cleaner_lease_held
             .set(if held { 1.0 } else { 0.0 });
@@ -308,6 +317,7 @@ impl Cleaner {
     /// Gives the lease up (if ours) so another agent can take over at once.
     pub async fn release_lease(&mut self) -> Result<(), StoreError> {
         self.lease_call("release").await?;
+        self.holding = false;
         self.telemetry.cleaner_lease_held.set(0.0);
         Ok(())
     }

@@ -805,9 +805,10 @@ async fn a_rollup_stopped_half_way_or_raced_by_a_point_loses_nothing() {
     let member = |series: &str| format!("2|{minute}|sum|0|10:21600:0,60:604800:0|{series}");
     let claim_at = |conn: &mut redis::Connection, score: u64| -> Vec<String> {
         claim
+            .key("pending:gauge:")
+            .key("rolling:gauge:")
             .arg(score)
             .arg(0)
-            .arg("")
             .arg(1000)
             .invoke(conn)
             .unwrap()

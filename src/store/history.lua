@@ -18,6 +18,12 @@ end
 local HASH_SLICES, GROUP, MOST_MOVED = 120, 65, 20000
 local moved_budget = MOST_MOVED
 
+-- The oldest slice of `precision` the hash keeps at `now`: the newest HASH_SLICES, the one being
+-- written among them (history.rs, `keep_from`).
+local function keep_from(now, precision)
+  return now - now % precision - (HASH_SLICES - 1) * precision
+end
+
 -- Moves the `fields` (slice, value pairs, as HGETALL gives them) of `hash` older than the
 -- newest HASH_SLICES slices of `now`, but its newest field (which keeps the hash, and its index
 -- member, while the series has history), into the blocks named `block_prefix<member>:<slots>:<n>`:
@@ -27,7 +33,7 @@ local moved_budget = MOST_MOVED
 -- `others` (the hash holds fields besides `fields`, which keep it), the newest of `fields` moves
 -- too. Returns how many moved.
 local function move(hash, block_base, precision, slots, fields, now, cutoff, kept, gauge, others)
-  local keep_from = now - now % precision - (HASH_SLICES - 1) * precision
+  local keep_from = keep_from(now, precision)
   local newest = -1
   for i = 1, #fields, 2 do
     local t = tonumber(fields[i])

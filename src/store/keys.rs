@@ -220,6 +220,16 @@ impl Keys {
         format!("{}known:gauge:", self.prefix)
     }
 
+    /// `pending:gauge:`: carbon's coarser slices left for a rollup run (the writer adds them).
+    pub fn pending_gauges(&self) -> String {
+        format!("{}pending:gauge:", self.prefix)
+    }
+
+    /// `rolling:gauge:`: the pending slices a rollup run has claimed, scored with its claim.
+    pub fn rolling_gauges(&self) -> String {
+        format!("{}rolling:gauge:", self.prefix)
+    }
+
     /// `set:<precision>:<series>:<slice>`: a HyperLogLog of the slice's members.
     pub fn set(&self, precision: u64, series: &str, slice: u64) -> String {
         format!("{}:{slice}", self.set_series(precision, series))
@@ -384,7 +394,7 @@ impl ChunkKeys<'_> {
         [self.prefix, b"known:gauge:"].concat()
     }
 
-    /// `pending:gauge:`: carbon's coarser slices left for a rollup run (`points.lua`).
+    /// [`Keys::pending_gauges`].
     pub fn pending_gauges(&self) -> Vec<u8> {
         [self.prefix, b"pending:gauge:"].concat()
     }

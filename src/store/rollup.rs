@@ -181,7 +181,10 @@ impl Rollups {
 
     /// Claims, makes and writes one batch; returns how many members it took.
     async fn batch(&mut self, conn: &mut Connection, now: u64) -> Result<usize, StoreError> {
-        let prefix = self.store.keys().prefix().to_string();
+        let (pending, rolling) = (
+            self.store.keys().pending_gauges(),
+            self.store.keys().rolling_gauges(),
+        );
         // A claim's number is its own among those in progress (the script refuses one in use:
         // another is drawn), so letting go of it lets go of no other run's members.
         let mut tries = 0;
@@ -189,9 +192,10 @@ impl Rollups {
             let claim = now * CLAIM_SCALE + rand::random_range(0..CLAIM_SCALE);
             let claimed: Option<Vec<String>> = self
                 .claim
+                .key(&pending)
+                .key(&rolling)
                 .arg(claim)
                 .arg(now.saturating_sub(ABANDONED_SECS) * CLAIM_SCALE)
-                .arg(&prefix)
                 .arg(RUN_BATCH)
                 .invoke_async(conn)
                 .await?;
@@ -339,7 +343,7 @@ impl Rollups {
             queued.push(index.clone());
         }
         pipe.cmd("ZREMRANGEBYSCORE")
-            .arg(format!("{prefix}rolling:gauge:"))
+            .arg(&rolling)
             .arg(claim)
             .arg(claim);
         queued.push(String::new());

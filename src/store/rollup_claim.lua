@@ -5,14 +5,15 @@
 -- from what the finer archive holds then. A member a run claimed and did not finish (its agent
 -- killed, its connection lost) is claimed again once its claim is older than ARGV[2].
 --
--- ARGV     the claim's score, the oldest claim still in progress (a score), key prefix, the
---          most members a run takes
+-- KEYS     `pending:gauge:`, `rolling:gauge:`
+-- ARGV     the claim's score, the oldest claim still in progress (a score), the most members a
+--          run takes
 --
 -- Returns the members claimed: those claimed again first, then the pending ones, oldest first;
 -- nil when another claim in progress holds the number.
 
-local claim, prefix, most = ARGV[1], ARGV[3], tonumber(ARGV[4])
-local pending, rolling = prefix .. 'pending:gauge:', prefix .. 'rolling:gauge:'
+local pending, rolling = KEYS[1], KEYS[2]
+local claim, most = ARGV[1], tonumber(ARGV[3])
 -- A number another claim in progress holds: nil, and the agent draws another.
 if redis.call('ZCOUNT', rolling, claim, claim) > 0 then
   return nil

@@ -21,10 +21,9 @@ local function quick_fields(hash, precision, now, since)
   if type(n) ~= 'number' then
     return nil
   end
-  local keep_from = now - now % precision - (HASH_SLICES - 1) * precision
-  local from = since - since % precision - (HASH_SLICES + 1) * precision
+  local from = keep_from(since, precision) - 2 * precision
   local asked = {}
-  for t = math.max(from, 0), keep_from - precision, precision do
+  for t = math.max(from, 0), keep_from(now, precision) - precision, precision do
     asked[#asked + 1] = t
   end
   if #asked > QUICK_MOST or n > HASH_SLICES + #asked + 1 then

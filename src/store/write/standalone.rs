@@ -377,6 +377,16 @@ pub(super) struct Indexed {
 }
 
 impl Indexed {
+    /// Whether `series`' index member at `at` (precision, slice) is surely there: this writer
+    /// wrote the slice before in an applied chunk, and the slice is young enough (within half
+    /// of `kept`, its precision's retention) that the cleaner cannot have emptied its hash since
+    /// (a window of a long backlog may be older).
+    fn surely_has(&self, series: &[u8], at: Option<(u64, u64)>, kept: u64, now: u64) -> bool {
+        at.is_some_and(|(precision, slice)| {
+            slice.saturating_add(kept / 2) > now && self.has(series, precision, slice)
+        })
+    }
+
     fn has(&self, series: &[u8], precision: u64, slice: u64) -> bool {
         self.series
             .get(series)
@@ -529,13 +539,7 @@ fn queue_points<'a>(
         names.gauge_into(&mut key, point.p, point.series);
         if book.write("HSET", &key, &[point.slice, point.value]) {
             let at = number::<u64>(point.p).zip(number::<u64>(point.slice));
-            // As `Writer::has_member`: a slice this writer indexed in an applied chunk, young
-            // enough that the cleaner cannot have emptied its hash since.
-            let known = at.is_some_and(|(p, slice)| {
-                slice.saturating_add(point.kept / 2) > sections.now
-                    && indexed.has(point.series, p, slice)
-            });
-            if !known {
+            if !indexed.surely_has(point.series, at, point.kept, sections.now) {
                 index.add(point.p, point.series);
             }
             indexing.extend(at.map(|at| (point.series, at)));
@@ -788,9 +792,7 @@ impl Writer {
         Ok(())
     }
 
-    /// Whether `series`' index member at `at` (precision, slice) is surely there: this writer
-    /// wrote the slice before in an applied chunk, and the slice is young enough that the
-    /// cleaner cannot have emptied its hash since (a window of a long backlog may be older).
+    /// [`Indexed::surely_has`], the precision kept as the chunk's retention says.
     fn has_member(
         &self,
         kind: usize,
@@ -798,12 +800,8 @@ impl Writer {
         series: &[u8],
         at: Option<(u64, u64)>,
     ) -> bool {
-        let Some((precision, slice)) = at else {
-            return false;
-        };
-        let kept = sections.retention.seconds(precision);
-        slice.saturating_add(kept / 2) > sections.now
-            && self.indexed[kind].has(series, precision, slice)
+        let kept = at.map_or(0, |(precision, _)| sections.retention.seconds(precision));
+        self.indexed[kind].surely_has(series, at, kept, sections.now)
     }
 
     /// Queues the chunk's counters: the `HINCRBY`s at each precision that writes them (but

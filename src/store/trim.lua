@@ -6,6 +6,10 @@
 -- more reads the whole hash.
 local QUICK_MOST = 64
 
+-- A hash of at most this many fields is read whole anyway: that costs about what the few fields
+-- asked cost, and such a hash (a new series, a sparse one) is where an older slice is likeliest.
+local QUICK_LEAST = 16
+
 -- Deletes the slices of `hash` at or before `now - kept(precision)` (retention.lua's function);
 -- returns how many. A key of another type (another program's under our names) is left alone.
 -- With `slots` (a long archive's cut: history.lua), the slices older than the hash keeps are
@@ -13,8 +17,9 @@ local QUICK_MOST = 64
 -- With `since` (the `now` of a pass that moved everything older than the hash kept then), the
 -- visit is quick: it reads only the slices that have left the hash's newest since (an `HMGET`
 -- of a few fields, not the whole hash), unless the hash holds more fields than the newest and
--- those (a hash of an earlier release, a burst of late slices). A late slice older than that,
--- and a slice past the retention, wait for the next full visit (`FULL_EVERY` passes,
+-- those (a hash of an earlier release, a burst of late slices) or at most QUICK_LEAST. A late
+-- slice of a longer hash older than the visit asks for, and a slice past the retention, wait
+-- for the next full visit (`FULL_EVERY` passes,
 -- src/store/cleaner.rs); readers read the hash whole, so both read as they should meanwhile.
 local function quick_fields(hash, precision, now, since)
   local n = redis.pcall('HLEN', hash)
@@ -26,7 +31,7 @@ local function quick_fields(hash, precision, now, since)
   for t = math.max(from, 0), keep_from(now, precision) - precision, precision do
     asked[#asked + 1] = t
   end
-  if #asked > QUICK_MOST or n > HASH_SLICES + #asked + 1 then
+  if n <= QUICK_LEAST or #asked > QUICK_MOST or n > HASH_SLICES + #asked + 1 then
     return nil
   end
   local fields = {}

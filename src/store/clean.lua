@@ -18,15 +18,16 @@ local now, kept, cut = tonumber(ARGV[3]), retention(ARGV[4]), cuts(ARGV[5])
 local block_prefix, gauge, since = ARGV[6], ARGV[7] == '1', cuts(ARGV[8])
 local slices, removed, moved = 0, 0, 0
 for i = 9, #ARGV do
-  local member = ARGV[i]
+  local member, left = ARGV[i], 0
   local hash = hash_prefix .. member
   local precision = tonumber(string.match(member, '^(%d+):'))
   if precision then
-    local deleted, into = trim(hash, precision, now, kept, cut(precision), block_prefix .. member,
+    local deleted, into
+    deleted, into, left = trim(hash, precision, now, kept, cut(precision), block_prefix .. member,
       gauge, since(precision))
     slices, moved = slices + deleted, moved + into
   end
-  if not is_hash(hash) then
+  if left <= 0 and not is_hash(hash) then
     redis.call('ZREM', index, member)
     removed = removed + 1
   end

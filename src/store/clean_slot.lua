@@ -14,12 +14,14 @@ local gauge, since = ARGV[4] == '1', cuts(ARGV[5])
 local slices, gone, moved = 0, {}, 0
 for k = 1, #KEYS do
   local hash, precision, base = KEYS[k], tonumber(ARGV[4 + 2 * k]), ARGV[5 + 2 * k]
+  local left = 0
   if precision > 0 then
-    local deleted, into = trim(hash, precision, now, kept, cut(precision), base, gauge,
+    local deleted, into
+    deleted, into, left = trim(hash, precision, now, kept, cut(precision), base, gauge,
       since(precision))
     slices, moved = slices + deleted, moved + into
   end
-  if not is_hash(hash) then
+  if left <= 0 and not is_hash(hash) then
     gone[#gone + 1] = k
   end
 end

@@ -11,9 +11,10 @@ local QUICK_MOST = 64
 local QUICK_LEAST = 16
 
 -- Deletes the slices of `hash` at or before `now - kept(precision)` (retention.lua's function);
--- returns how many. A key of another type (another program's under our names) is left alone.
+-- returns how many, the slices moved (below), and how many fields the hash surely still holds
+-- (more than 0: it is a hash, and not empty; else `is_hash` asks). A key of another type (another program's under our names) is left alone.
 -- With `slots` (a long archive's cut: history.lua), the slices older than the hash keeps are
--- moved into the blocks named `block_base:<n>` first; returns {deleted, moved}.
+-- moved into the blocks named `block_base:<n>` first.
 -- With `since` (the `now` of a pass that moved everything older than the hash kept then), the
 -- visit is quick: it reads only the slices that have left the hash's newest since (an `HMGET`
 -- of a few fields, not the whole hash), unless the hash holds more fields than the newest and
@@ -45,41 +46,52 @@ local function quick_fields(hash, precision, now, since)
     end
   end
   -- Every field found: the hash's newest is among them, and stays. Else the others keep it.
-  return fields, #fields / 2 < n
+  return fields, #fields / 2 < n, n
 end
 
 local function trim(hash, precision, now, kept, slots, block_base, gauge, since)
   local cutoff = now - kept(precision)
-  local old = {}
-  local fields, others
+  local fields, others, held
   if slots and since and since > 0 then
-    fields, others = quick_fields(hash, precision, now, since)
+    fields, others, held = quick_fields(hash, precision, now, since)
   end
   if not fields then
     fields = redis.pcall(slots and 'HGETALL' or 'HKEYS', hash)
     if fields.err then
-      return 0, 0
+      return 0, 0, 0
+    end
+  end
+  -- Each field's slice as a number, once (Lua's tonumber is what a visit costs).
+  local step = slots and 2 or 1
+  held = held or #fields / step
+  local times, oldest, newest = {}, nil, -1
+  for i = 1, #fields, step do
+    local t = tonumber(fields[i])
+    times[(i + step - 1) / step] = t
+    if t then
+      if t > newest then newest = t end
+      if not oldest or t < oldest then oldest = t end
     end
   end
   local moved = 0
-  if slots then
-    moved = move(hash, block_base .. ':' .. slots, precision, slots, fields, now, cutoff,
-      kept(precision), gauge, others)
-    local names = {}
-    for i = 1, #fields, 2 do names[#names + 1] = fields[i] end
-    fields = names
+  if slots and oldest and oldest < keep_from(now, precision) then
+    moved = move(hash, block_base .. ':' .. slots, precision, slots, fields, times, newest, now,
+      cutoff, kept(precision), gauge, others)
   end
-  for _, slice in ipairs(fields) do
-    local t = tonumber(slice)
-    if t and t <= cutoff then
-      old[#old + 1] = slice
+  local old = {}
+  if oldest and oldest <= cutoff then
+    for i = 1, #fields, step do
+      local t = times[(i + step - 1) / step]
+      if t and t <= cutoff then
+        old[#old + 1] = fields[i]
+      end
     end
   end
   -- HDEL in bounded groups: Lua's unpack has a stack limit.
   for j = 1, #old, 1000 do
     redis.call('HDEL', hash, unpack(old, j, math.min(j + 999, #old)))
   end
-  return #old, moved
+  return #old, moved, held - #old - moved
 end
 
 

@@ -1,5 +1,6 @@
 //! One server's write path, driven through the agent's own writer against a private Redis: the
-//! guard's upkeep, the string keys of older versions, index members after Redis lost its data,
+//! guard's upkeep, the string keys of older versions, index members (once a series, and again
+//! after Redis lost its data),
 //! and a guard key that is not ours.
 
 mod common;
@@ -183,6 +184,50 @@ async fn index_members_come_back_at_once_after_redis_lost_its_data() {
     }
     let current: f64 = query(&redis, redis::cmd("HGET").arg("gauges:").arg("g"));
     assert_eq!(current, 2.5);
+}
+
+/// A series written every window adds its index members with its first window only: a slice
+/// of the same precision written lately in an applied chunk means the hash, and its member, are
+/// there (the 1 s precision's new slice every window used to add its member every window).
+/// The members stay right: each precision's, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_series_written_every_window_adds_its_index_members_once() {
+    let redis = RedisServer::start();
+    let (mut writer, chunker) = writer(&redis);
+    let start = unix_now();
+    let zadds = || {
+        let info: String = query(&redis, redis::cmd("INFO").arg("commandstats"));
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_zadd:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    for (i, at) in (start..start + 5).enumerate() {
+        let window = ClosedWindow {
+            start: at,
+            counters: vec![("x".into(), 1)],
+            gauges: vec![("g".into(), 2.5)],
+            ..ClosedWindow::default()
+        };
+        write_ok(
+            &mut writer,
+            "flush:w.1",
+            &numbered(&chunker, &window, i as u64 + 1),
+            &[],
+        )
+        .await;
+        // One `ZADD` for the counters' index and one for the gauges', in the first window.
+        assert_eq!(zadds(), 2, "window {i}");
+    }
+    for (index, series) in [("known:", "x"), ("known:gauge:", "g")] {
+        let mut members = redis.known(index);
+        members.sort();
+        let mut expected: Vec<String> =
+            PRECISIONS.iter().map(|p| format!("{p}:{series}")).collect();
+        expected.sort();
+        assert_eq!(members, expected);
+    }
+    assert_eq!(redis.counter_total(1, "x"), 5);
 }
 
 /// Another program's key of another type where the guard goes: the chunk is refused before

@@ -9,8 +9,9 @@
 -- slices older than its precision keeps; if the hash
 -- is then empty (or was already gone, or the key is another program's, of another type), remove
 -- the member from the index. Both happen in this one atomic call, so a writer's new slice
--- either lands before (the hash is not empty) or after (the writer adds the member with a
--- slice's first write: src/store/write/standalone.rs, `Indexed`).
+-- either lands before (the hash is not empty) or after (the writer adds the member unless it
+-- wrote a slice there within half the retention, which this call would not have deleted:
+-- src/store/write/standalone.rs, `Indexed`).
 -- Returns {slices removed, members removed, slices moved}.
 
 local index, hash_prefix = ARGV[1], ARGV[2]

@@ -38,11 +38,12 @@
 //! # Index members
 //!
 //! A counter's `known:` member (a gauge's `known:gauge:` one) is needed once its hash exists.
-//! The agent adds it with the first write of each slice that it makes ([`Indexed`]): a slice it
-//! wrote before in an applied chunk means the hash, and so its member, exists (the cleaner
-//! removes a member only with its emptied hash, in one call, and never empties a hash whose slice
-//! is current). At 1 s that is every window; at the coarser precisions once a slice. When Redis
-//! may have lost data (a new connection, the run's field gone) the agent forgets them all.
+//! The agent adds it with a series' first write at a precision ([`Indexed`]), and again once
+//! its last slice there is half the precision's retention old: a slice it wrote in an applied
+//! chunk that lately means the hash, and so its member, exists (the cleaner removes a member
+//! only with its emptied hash, in one call, and empties a hash only of slices past the
+//! retention). When Redis may have lost data (a new connection, the run's field gone) the agent
+//! forgets them all.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -360,37 +361,39 @@ struct LeanPoint<'a> {
 
 /// How long [`Indexed`] keeps a series that is not written, and the most series it keeps: about
 /// 70 bytes each (a 30-byte name), so at most about 70 MB for counters and as much for gauges.
+/// A series written all along adds its members again once this long (its record starts afresh).
 const KEEP_INDEXED_SECS: u64 = 600;
 const MAX_INDEXED: usize = 1_000_000;
 
 /// The slices (precision, start) a chunk wrote and indexed its counters at.
 type Slices = Arc<[(u64, u64)]>;
 
-/// What the agent knows of its own index members: per counter series, the slices (precision,
-/// start) of the last applied chunk that wrote and indexed it. A write into one of them needs no
-/// member; any other does.
+/// What the agent knows of its own index members: per series, the slices (precision, start) of
+/// the last applied chunk that wrote and indexed it. A write at a precision where that slice is
+/// young needs no member; any other does.
 #[derive(Default)]
 pub(super) struct Indexed {
     series: HashMap<Box<[u8]>, Slices>,
-    /// When entries whose slices have all ended were last dropped (agent's clock, s).
+    /// When entries not written for [`KEEP_INDEXED_SECS`] were last dropped (agent's clock, s).
     pruned: u64,
 }
 
 impl Indexed {
-    /// Whether `series`' index member at `at` (precision, slice) is surely there: this writer
-    /// wrote the slice before in an applied chunk, and the slice is young enough (within half
-    /// of `kept`, its precision's retention) that the cleaner cannot have emptied its hash since
-    /// (a window of a long backlog may be older).
+    /// Whether `series`' index member at `at`'s precision is surely there: this writer wrote a
+    /// slice of that precision in an applied chunk, young enough (within half of `kept`, the
+    /// precision's retention) that the cleaner cannot have emptied its hash since: the cleaner
+    /// empties a hash only of slices past the retention (a long archive's move keeps a field),
+    /// and removes a member only with its emptied hash, in one call. Any slice of the precision
+    /// will do, not only the one written now: a series written every window adds its member
+    /// once a record, not once a slice (at 1 s, every window).
     fn surely_has(&self, series: &[u8], at: Option<(u64, u64)>, kept: u64, now: u64) -> bool {
-        at.is_some_and(|(precision, slice)| {
-            slice.saturating_add(kept / 2) > now && self.has(series, precision, slice)
+        at.is_some_and(|(precision, _)| {
+            self.series.get(series).is_some_and(|slices| {
+                slices
+                    .iter()
+                    .any(|&(p, start)| p == precision && start.saturating_add(kept / 2) > now)
+            })
         })
-    }
-
-    fn has(&self, series: &[u8], precision: u64, slice: u64) -> bool {
-        self.series
-            .get(series)
-            .is_some_and(|slices| slices.contains(&(precision, slice)))
     }
 
     /// Whether a chunk applied lately indexed `series` at `precision`, at any slice.
@@ -415,10 +418,9 @@ impl Indexed {
         self.series.clear();
     }
 
-    /// Drops, once a minute, the series whose recorded slices have all ended (any write of
-    /// theirs starts a new slice anyway) or that have not been written for ten minutes (one that
-    /// comes back adds its members again: a `ZADD` member per precision). A flood of new names
-    /// is bounded too: past a million series the record starts afresh.
+    /// Drops, once a minute, the series not written for [`KEEP_INDEXED_SECS`] (one that comes
+    /// back adds its members again: a `ZADD` member per precision). A flood of new names is
+    /// bounded too: past a million series the record starts afresh.
     fn prune(&mut self, now: u64) {
         if self.series.len() > MAX_INDEXED {
             self.clear();
@@ -428,9 +430,8 @@ impl Indexed {
         }
         self.pruned = now;
         self.series.retain(|_, slices| {
-            let current = slices.iter().any(|&(p, start)| start + p > now);
             let latest = slices.iter().map(|&(_, start)| start).max().unwrap_or(0);
-            current && latest + KEEP_INDEXED_SECS > now
+            latest + KEEP_INDEXED_SECS > now
         });
     }
 }
@@ -1235,24 +1236,32 @@ mod tests {
     }
 
     #[test]
-    fn members_are_known_for_the_slices_last_applied_and_forgotten_once_they_end() {
+    fn members_are_known_per_precision_while_young_and_forgotten_after_ten_minutes() {
         let mut indexed = Indexed::default();
         let slices: Slices = [(1, 100), (60, 60)].into();
         indexed.applied(b"s", &slices);
-        assert!(indexed.has(b"s", 60, 60));
-        assert!(!indexed.has(b"s", 60, 120), "a new slice");
-        assert!(!indexed.has(b"t", 1, 100), "another series");
+        // Kept 120 s at 1 s, 3 600 s at 60 s: known while the last slice is younger than half.
+        let has = |indexed: &Indexed, series: &[u8], p: u64, now: u64| {
+            indexed.surely_has(series, Some((p, now - now % p)), 60 * p.max(2), now)
+        };
+        assert!(has(&indexed, b"s", 60, 60));
+        assert!(has(&indexed, b"s", 60, 120), "a new slice of a young precision");
+        assert!(has(&indexed, b"s", 1, 159));
+        assert!(!has(&indexed, b"s", 1, 160), "half of its retention old");
+        assert!(!has(&indexed, b"s", 5, 100), "a precision not written");
+        assert!(!has(&indexed, b"t", 1, 100), "another series");
+        assert!(!indexed.surely_has(b"s", None, 120, 100), "no slice");
         indexed.prune(119);
-        assert!(indexed.has(b"s", 60, 60), "the minute is not over");
-        indexed.prune(180);
-        assert!(!indexed.has(b"s", 60, 60));
+        assert!(has(&indexed, b"s", 60, 180), "written lately");
+        indexed.prune(700);
+        assert!(!has(&indexed, b"s", 60, 700), "not written for ten minutes");
 
         // A day's slice lasts, but a series not written for ten minutes goes.
         let day: Slices = [(1, 86_400 + 5), (86_400, 86_400)].into();
         indexed.applied(b"d", &day);
         indexed.prune(86_400 + 5 + 599);
-        assert!(indexed.has(b"d", 86_400, 86_400));
+        assert!(has(&indexed, b"d", 86_400, 86_400 + 5 + 599));
         indexed.prune(86_400 + 5 + 600 + 60);
-        assert!(!indexed.has(b"d", 86_400, 86_400));
+        assert!(!has(&indexed, b"d", 86_400, 86_400 + 5 + 600 + 60));
     }
 }

@@ -807,6 +807,7 @@ async fn a_rollup_stopped_half_way_or_raced_by_a_point_loses_nothing() {
         claim
             .key("pending:gauge:")
             .key("rolling:gauge:")
+            .key("claims:gauge:")
             .arg(score)
             .arg(0)
             .arg(1000)

@@ -924,3 +924,146 @@ async fn chaos_over_a_window_of_several_schemas_neither_loses_nor_doubles() {
         assert_eq!(held, want, "{path}");
     }
 }
+
+/// A carbon point of the present leaves the slice over it pending (`ZADD NX` into
+/// `pending:gauge:`), and the writer adds a member it added before no more while no rollup
+/// claim took members since (`claims:gauge:`, which the check reads and watches). Here the
+/// faults that would lose a slice's rollup: a claim between two windows (the check reads it:
+/// the next point adds the member again), and a claim between a chunk's check and its `EXEC`
+/// (the transaction held by the proxy meanwhile): the `WATCH` breaks, nothing of that send is
+/// applied, and the chunk sent again adds the member, so the next run makes the minute with
+/// that point. The point itself lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollup_claim_racing_a_points_write_leaves_its_member_pending() {
+    use statsd_redis::aggregate::ClosedWindow;
+    use statsd_redis::aggregate::points::{Placed, SeriesPoints};
+    use statsd_redis::storage_conf::Aggregation;
+    use statsd_redis::store::{Chunker, Store, Writer};
+    use std::sync::Arc;
+
+    let (redis, port) = RedisServer::start_tcp();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 1).await;
+    let config = Config {
+        // The held transaction is released well within it.
+        redis_timeout_ms: 10_000,
+        ..via_proxy(&redis, &proxy)
+    };
+    let store = Store::open(&config).unwrap();
+    let chunker = Chunker::new(store.keys().clone(), &config);
+    let telemetry = Arc::new(statsd_redis::telemetry::Telemetry::new());
+    let mut writer = Writer::new(store, None, telemetry);
+    // A point of the 5 s archive (the book's precisions as archives), the minute over it open.
+    let minute = unix_now() / 60 * 60;
+    let chunk = |slice: u64, seq: u64| {
+        let window = ClosedWindow {
+            start: slice,
+            points: vec![SeriesPoints {
+                series: "c.a".into(),
+                schema: 0,
+                aggregation: Aggregation::default(),
+                placed: vec![Placed {
+                    archive: 1,
+                    slice,
+                    value: seq as f64,
+                }],
+            }],
+            ..ClosedWindow::default()
+        };
+        let mut chunks = chunker.whole(&window);
+        assert_eq!(chunks.len(), 1);
+        chunks[0].seq = seq;
+        vec![Arc::new(chunks.remove(0))]
+    };
+    let pending = || -> Vec<String> {
+        redis::cmd("ZRANGE")
+            .arg("pending:gauge:")
+            .arg(0)
+            .arg(-1)
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    let zadds = || -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut redis.conn())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_zadd:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    let claim_script = redis::Script::new(include_str!("../src/store/rollup_claim.lua"));
+    let claim = |score: u64| -> Vec<String> {
+        claim_script
+            .key("pending:gauge:")
+            .key("rolling:gauge:")
+            .key("claims:gauge:")
+            .arg(score)
+            .arg(0)
+            .arg(1000)
+            .invoke(&mut redis.conn())
+            .unwrap()
+    };
+    async fn write(writer: &mut Writer, chunks: Vec<Arc<statsd_redis::store::FlushChunk>>) {
+        let written = writer.write_chunks("flush:c.1", &chunks, &[]).await;
+        assert!(written.error.is_none(), "{:?}", written.error);
+        assert_eq!(written.acknowledged, 1);
+    }
+
+    write(&mut writer, chunk(minute, 1)).await;
+    let member = pending();
+    assert_eq!(member.len(), 1, "the minute is pending");
+    assert!(
+        member[0].starts_with(&format!("3|{minute}|average|")),
+        "{member:?}"
+    );
+    // Its index member and its pending member: two ZADDs. The next point adds neither.
+    assert_eq!(zadds(), 2);
+    write(&mut writer, chunk(minute + 5, 2)).await;
+    assert_eq!(zadds(), 2, "the member is pending still: not added again");
+
+    // A rollup run claims it between two windows: the next check reads the claim.
+    let now = unix_now();
+    assert_eq!(claim(now * 1_000_000 + 1), member);
+    assert!(pending().is_empty());
+    write(&mut writer, chunk(minute + 10, 3)).await;
+    assert_eq!(pending(), member, "pending again after the claim");
+
+    // A claim between the next chunk's check and its EXEC.
+    proxy.set_mode(Mode::HoldNextFlush);
+    let chunks = chunk(minute + 15, 4);
+    let held = tokio::spawn(async move {
+        // The held send's connection ends after its late delivery: the writer may say so
+        // once, then sends the chunk again (its guard decides whether it was applied).
+        let mut acknowledged = 0;
+        for _ in 0..3 {
+            let written = writer.write_chunks("flush:c.1", &chunks, &[true]).await;
+            acknowledged += written.acknowledged;
+            if written.error.is_none() {
+                break;
+            }
+        }
+        assert_eq!(acknowledged, 1);
+    });
+    eventually(Duration::from_secs(10), "the transaction is held", || {
+        !proxy.held.lock().unwrap().is_empty()
+    })
+    .await;
+    let held_bytes = String::from_utf8_lossy(&proxy.held.lock().unwrap()).into_owned();
+    assert!(
+        !held_bytes.contains("pending:gauge:"),
+        "the held send adds no pending member: {held_bytes}"
+    );
+    assert_eq!(claim(now * 1_000_000 + 2), member);
+    proxy.release();
+    held.await.unwrap();
+    assert_eq!(pending(), member, "the chunk sent again added it");
+    let values: BTreeMap<String, f64> = redis::cmd("HGETALL")
+        .arg("gauge:5:c.a")
+        .query(&mut redis.conn())
+        .unwrap();
+    let expected: BTreeMap<String, f64> = (0..4)
+        .map(|k| ((minute + 5 * k).to_string(), (k + 1) as f64))
+        .collect();
+    assert_eq!(values, expected, "each point once");
+}

@@ -230,6 +230,12 @@ impl Keys {
         format!("{}rolling:gauge:", self.prefix)
     }
 
+    /// `claims:gauge:`: how many rollup claims have taken members out of `pending:gauge:` (a
+    /// writer that saw it unchanged knows the members it added are pending still).
+    pub fn gauge_claims(&self) -> String {
+        format!("{}claims:gauge:", self.prefix)
+    }
+
     /// `set:<precision>:<series>:<slice>`: a HyperLogLog of the slice's members.
     pub fn set(&self, precision: u64, series: &str, slice: u64) -> String {
         format!("{}:{slice}", self.set_series(precision, series))

@@ -181,9 +181,11 @@ impl Rollups {
 
     /// Claims, makes and writes one batch; returns how many members it took.
     async fn batch(&mut self, conn: &mut Connection, now: u64) -> Result<usize, StoreError> {
-        let (pending, rolling) = (
-            self.store.keys().pending_gauges(),
-            self.store.keys().rolling_gauges(),
+        let keys = self.store.keys();
+        let (pending, rolling, claims) = (
+            keys.pending_gauges(),
+            keys.rolling_gauges(),
+            keys.gauge_claims(),
         );
         // A claim's number is its own among those in progress (the script refuses one in use:
         // another is drawn), so letting go of it lets go of no other run's members.
@@ -194,6 +196,7 @@ impl Rollups {
                 .claim
                 .key(&pending)
                 .key(&rolling)
+                .key(&claims)
                 .arg(claim)
                 .arg(now.saturating_sub(ABANDONED_SECS) * CLAIM_SCALE)
                 .arg(RUN_BATCH)

@@ -4,15 +4,19 @@
 -- writer add with NX, to a set the member has left), so the next run makes that slice again
 -- from what the finer archive holds then. A member a run claimed and did not finish (its agent
 -- killed, its connection lost) is claimed again once its claim is older than ARGV[2].
+-- A claim that takes any member counts itself in `claims:gauge:` (GET and SET: the ACL has no
+-- INCR): a writer that watched that count unchanged from its check to its EXEC knows the
+-- members it added since are pending still, and adds them no more (src/store/write/standalone.rs,
+-- `Pending`).
 --
--- KEYS     `pending:gauge:`, `rolling:gauge:`
+-- KEYS     `pending:gauge:`, `rolling:gauge:`, `claims:gauge:`
 -- ARGV     the claim's score, the oldest claim still in progress (a score), the most members a
 --          run takes
 --
 -- Returns the members claimed: those claimed again first, then the pending ones, oldest first;
 -- nil when another claim in progress holds the number.
 
-local pending, rolling = KEYS[1], KEYS[2]
+local pending, rolling, claims = KEYS[1], KEYS[2], KEYS[3]
 local claim, most = ARGV[1], tonumber(ARGV[3])
 -- A number another claim in progress holds: nil, and the agent draws another.
 if redis.call('ZCOUNT', rolling, claim, claim) > 0 then
@@ -36,5 +40,8 @@ for j = 1, #scored, 1000 do
 end
 for j = 1, #fresh, 1000 do
   redis.call('ZREM', pending, unpack(fresh, j, math.min(j + 999, #fresh)))
+end
+if #out > 0 then
+  redis.call('SET', claims, (tonumber(redis.call('GET', claims) or 0) or 0) + 1)
 end
 return out

@@ -26,7 +26,7 @@ use super::server::ServerCheck;
 use super::{Cached, Connection, Keys, Store, StoreError};
 use crate::aggregate::ClosedWindow;
 use crate::telemetry::{LogLimit, Telemetry, WriteFailure};
-use standalone::Indexed;
+use standalone::{Indexed, Pending};
 
 /// The flush scripts, each after what they share.
 const FLUSH_SCRIPT: &str = concat!(
@@ -230,6 +230,8 @@ pub struct Writer {
     script: Script,
     /// The index members this writer has added (one server): counters', gauges'.
     indexed: [Indexed; 2],
+    /// The carbon rollups this writer has left pending (one server) since the last claim.
+    pending: Pending,
     /// Cluster mode's per-slot script.
     slot_script: Script,
     telemetry: Arc<Telemetry>,
@@ -286,6 +288,7 @@ impl Writer {
             wait,
             script: Script::new(FLUSH_SCRIPT),
             indexed: Default::default(),
+            pending: Pending::default(),
             slot_script: Script::new(FLUSH_SLOT_SCRIPT),
             telemetry,
             failure_log: LogLimit::default(),
@@ -311,6 +314,13 @@ impl Writer {
     /// The agent's time, as this writer reads it.
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// Forgets the index members and pending rollups this writer added, when Redis may have
+    /// lost data: the next write of every series adds its own again.
+    fn forget_members(&mut self) {
+        self.indexed.iter_mut().for_each(Indexed::clear);
+        self.pending.clear();
     }
 
     /// Key names as the store's mode writes them.
@@ -349,7 +359,7 @@ impl Writer {
             }
             self.connected_before = true;
             // A new connection may be to a server that lost data (a restart, a failover).
-            self.indexed.iter_mut().for_each(Indexed::clear);
+            self.forget_members();
             self.server.check_again();
         }
         if self.server.due() {

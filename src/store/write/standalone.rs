@@ -436,6 +436,53 @@ impl Indexed {
     }
 }
 
+/// The most pending members [`Pending`] keeps between two claims (about 150 bytes each).
+const MAX_PENDING: usize = 1_000_000;
+
+/// The carbon rollups (`pending:gauge:` members) this writer added in applied chunks since the
+/// last claim it saw: a point of the present whose member is among them needs no `ZADD NX`. A
+/// point every 5 s adds its minute's member once, not twelve times.
+///
+/// Why a member known here is pending still: only a rollup claim takes members out of
+/// `pending:gauge:`, and a claim that takes any counts itself in `claims:gauge:`
+/// (`rollup_claim.lua`). The writer's check watches that count and reads it: a count other than
+/// the one these members were added under forgets them all, and a claim between the check and
+/// the `EXEC` breaks the `WATCH`, so nothing is applied and the chunk is sent again after a new
+/// check. A member is recorded only once its transaction applied, under the count it read.
+#[derive(Default)]
+pub(super) struct Pending {
+    /// `claims:gauge:` as the last check read it.
+    claims: Option<Vec<u8>>,
+    members: HashSet<Box<[u8]>>,
+}
+
+impl Pending {
+    /// The check read `claims`: another count than before forgets every member.
+    fn claims_read(&mut self, claims: Option<Vec<u8>>) {
+        if claims != self.claims {
+            self.clear();
+            self.claims = claims;
+        }
+    }
+
+    fn has(&self, member: &[u8]) -> bool {
+        self.members.contains(member)
+    }
+
+    fn added(&mut self, members: Vec<Vec<u8>>) {
+        if self.members.len() + members.len() > MAX_PENDING {
+            self.clear();
+        }
+        self.members
+            .extend(members.into_iter().map(Vec::into_boxed_slice));
+    }
+
+    /// Forgets every member, when Redis may have lost data (with [`Indexed::clear`]).
+    pub(super) fn clear(&mut self) {
+        self.members.clear();
+    }
+}
+
 /// What the check read: the run's last applied number (`None`: no field, nor a string key of an
 /// older version), Redis's time, the fields of runs idle for a week, and whether the flush
 /// script is loaded.
@@ -516,16 +563,19 @@ impl<'k> Index<'k> {
 /// one's `HSET` into its archive's hash, then one `ZADD` of the index members they need (as a
 /// gauge's: [`Indexed`], the point's archive kept as long as its schema says) and one `ZADD NX`
 /// of the pending rollups of the slices over them, scored with the agent's time (a member
-/// there already keeps its score: a rollup run takes the oldest first). Returns the series and
-/// slices to record in [`Indexed`] once the chunk is applied.
+/// there already keeps its score: a rollup run takes the oldest first), but those [`Pending`]
+/// knows are there. Returns the series and slices to record in [`Indexed`] once the chunk is
+/// applied, and the pending members to record in [`Pending`].
 fn queue_points<'a>(
     sections: &Sections<'a>,
     book: &mut Book,
     indexed: &Indexed,
-) -> Vec<(&'a [u8], (u64, u64))> {
+    seen: &Pending,
+) -> (Vec<(&'a [u8], (u64, u64))>, Vec<Vec<u8>>) {
     let mut indexing = Vec::new();
+    let mut added = Vec::new();
     if sections.points.lean.is_empty() {
-        return indexing;
+        return (indexing, added);
     }
     let names = sections.keys();
     let known = names.known_gauges();
@@ -534,7 +584,6 @@ fn queue_points<'a>(
     let mut pending = redis::cmd("ZADD");
     pending.arg(&pending_key).arg("NX");
     let now = sections.now.to_string();
-    let mut deferred = false;
     let mut key = Vec::new();
     for point in sections.lean_points() {
         names.gauge_into(&mut key, point.p, point.series);
@@ -544,21 +593,22 @@ fn queue_points<'a>(
                 index.add(point.p, point.series);
             }
             indexing.extend(at.map(|at| (point.series, at)));
-            if let Some(member) = point.pending {
-                pending.arg(&now).arg(member);
-                deferred = true;
+            if let Some(member) = point.pending.filter(|m| !seen.has(m)) {
+                pending.arg(&now).arg(&member);
+                added.push(member);
             }
         }
     }
     index.queue(book);
-    if deferred && !book.left_out.contains(&pending_key) {
+    if !added.is_empty() && !book.left_out.contains(&pending_key) {
         book.pipe.add_command(pending);
         book.queued.push(Queued::Book);
     }
     if !book.left_out.is_empty() {
         indexing.clear();
+        added.clear();
     }
-    indexing
+    (indexing, added)
 }
 
 /// What to record in [`Indexed`] once the chunk is applied: the slices its counters' (or
@@ -592,7 +642,8 @@ impl Writer {
         self.read_check(conn, keys, &replies).await
     }
 
-    /// The check's replies (WATCH, HGET, TIME, SCRIPT EXISTS) read; when the run has no field,
+    /// The check's replies (WATCH, HGET, TIME, SCRIPT EXISTS, GET of the claims) read; when the
+    /// run has no field,
     /// its older string key and the guard's idle fields are read too.
     async fn read_check(
         &mut self,
@@ -600,9 +651,11 @@ impl Writer {
         keys: &RunKeys,
         replies: &[Value],
     ) -> Result<GuardRead, StoreError> {
-        let [_, field, time, exists] = replies else {
+        let [_, field, time, exists, claims] = replies else {
             return Err(unexpected("the check's replies"));
         };
+        let claims: Option<Vec<u8>> =
+            redis::from_redis_value_ref(claims).map_err(redis::RedisError::from)?;
         let field: Option<Vec<u8>> =
             redis::from_redis_value_ref(field).map_err(redis::RedisError::from)?;
         let (now, _): (u64, u64) =
@@ -615,8 +668,9 @@ impl Writer {
             idle: Vec::new(),
             script_loaded: exists.first() == Some(&true),
         };
+        self.pending.claims_read(claims);
         if field.is_none() {
-            self.indexed.iter_mut().for_each(Indexed::clear);
+            self.forget_members();
             type Runs = Vec<(Vec<u8>, Vec<u8>)>;
             let (legacy, runs): (Option<Vec<u8>>, Runs) = redis::pipe()
                 .cmd("GET")
@@ -661,6 +715,7 @@ impl Writer {
             // agent, whose script writes the guard without touching the watch key: such a call
             // watches the guard itself too.
             watch_guard: sent_before.contains(&true),
+            claims: self.keys().gauge_claims(),
         };
         let mut read = self.check(conn, &keys).await?;
         let mut prev = 0;
@@ -707,7 +762,7 @@ impl Writer {
                 pipe.cmd("MULTI");
                 let mut queued = Vec::new();
                 let mut indexing = [None, None];
-                let mut points_indexed = Vec::new();
+                let (mut points_indexed, mut points_pending) = (Vec::new(), Vec::new());
                 if apply {
                     for field in &read.idle {
                         pipe.cmd("HDEL").arg(&keys.guard).arg(field);
@@ -722,7 +777,8 @@ impl Writer {
                         self.queue_counters(&sections, &mut book),
                         self.queue_gauges(&sections, &mut book),
                     ];
-                    points_indexed = queue_points(&sections, &mut book, &self.indexed[GAUGES]);
+                    (points_indexed, points_pending) =
+                        queue_points(&sections, &mut book, &self.indexed[GAUGES], &self.pending);
                 }
                 if apply && sections.has_scripted() {
                     let mut script = redis::cmd("EVALSHA");
@@ -756,6 +812,7 @@ impl Writer {
                     for (series, at) in points_indexed {
                         self.indexed[GAUGES].applied(series, &Slices::from([at]));
                     }
+                    self.pending.added(std::mem::take(&mut points_pending));
                     let sections_of = [
                         (sections.counters_at, sections.counters),
                         (sections.gauges_at, sections.gauges),
@@ -964,11 +1021,13 @@ struct RunKeys {
     watch: String,
     /// Whether the check watches the guard too.
     watch_guard: bool,
+    /// `claims:gauge:`, watched and read by the check ([`Pending`]).
+    claims: String,
 }
 
 impl RunKeys {
     fn check(&self, pipe: &mut redis::Pipeline, script: &str) {
-        pipe.cmd("WATCH").arg(&self.watch);
+        pipe.cmd("WATCH").arg(&self.watch).arg(&self.claims);
         if self.watch_guard {
             pipe.arg(&self.guard);
         }
@@ -978,7 +1037,9 @@ impl RunKeys {
             .cmd("TIME")
             .cmd("SCRIPT")
             .arg("EXISTS")
-            .arg(script);
+            .arg(script)
+            .cmd("GET")
+            .arg(&self.claims);
     }
 }
 
@@ -1083,7 +1144,7 @@ mod tests {
     }
 
     #[test]
-    fn a_points_index_member_is_left_out_once_its_slice_was_indexed() {
+    fn a_points_index_and_pending_members_are_left_out_while_surely_there() {
         use crate::aggregate::points::{Placed, SeriesPoints};
         use crate::storage_conf::Aggregation;
         let window = ClosedWindow {
@@ -1102,7 +1163,7 @@ mod tests {
         };
         let c = chunk(&window);
         // The index `ZADD`s a transaction queues for the chunk, and what it records.
-        let queued = |now: u64, indexed: &Indexed| {
+        let queued_with = |now: u64, indexed: &Indexed, pending: &Pending| {
             let sections = Sections::read(c.args(), now).unwrap();
             let mut pipe = redis::pipe();
             let (left_out, mut queued) = (HashSet::new(), Vec::new());
@@ -1111,27 +1172,57 @@ mod tests {
                 pipe: &mut pipe,
                 queued: &mut queued,
             };
-            let record: Vec<(Vec<u8>, (u64, u64))> = queue_points(&sections, &mut book, indexed)
-                .into_iter()
-                .map(|(s, at)| (s.to_vec(), at))
-                .collect();
-            let index = pipe
-                .cmd_iter()
-                .filter(|c| c.args_iter().nth(1) == Some(redis::Arg::Simple(b"p:known:gauge:")))
-                .count();
-            (index, record)
+            let (record, added) = queue_points(&sections, &mut book, indexed, pending);
+            let record: Vec<(Vec<u8>, (u64, u64))> =
+                record.into_iter().map(|(s, at)| (s.to_vec(), at)).collect();
+            let count = |key: &[u8]| {
+                pipe.cmd_iter()
+                    .filter(|c| c.args_iter().nth(1) == Some(redis::Arg::Simple(key)))
+                    .count()
+            };
+            let zadds = (count(b"p:known:gauge:"), count(b"p:pending:gauge:"));
+            (zadds, record, added)
         };
+        let queued = |now: u64, indexed: &Indexed| queued_with(now, indexed, &Pending::default());
         let mut indexed = Indexed::default();
+        let (zadds, record, added) = queued(120, &indexed);
         assert_eq!(
-            queued(120, &indexed),
-            (1, vec![(b"now.a".to_vec(), (5, 120))])
+            (zadds, record),
+            ((1, 1), vec![(b"now.a".to_vec(), (5, 120))])
         );
+        let member = b"3|120|average|0.5|1:120:0,5:600:0,60:7200:0,300:36000:0,3600:432000:0,\
+            18000:2160000:0,86400:10368000:0|now.a"
+            .to_vec();
+        assert_eq!(added, [member.clone()]);
         indexed.applied(b"now.a", &Slices::from([(5, 120)]));
-        assert_eq!(queued(120, &indexed).0, 0, "its slice was indexed");
+        assert_eq!(queued(120, &indexed).0.0, 0, "its slice was indexed");
         // The 5 s archive is kept 600 s: a slice older than half of it is indexed again.
-        assert_eq!(queued(420, &indexed).0, 1);
+        assert_eq!(queued(420, &indexed).0.0, 1);
         indexed.clear();
-        assert_eq!(queued(120, &indexed).0, 1, "Redis may have lost it");
+        assert_eq!(queued(120, &indexed).0.0, 1, "Redis may have lost it");
+
+        // A pending member this writer added under the claims count it reads is not added
+        // again; another count, or data lost, adds it.
+        let mut pending = Pending::default();
+        pending.claims_read(Some(b"3".to_vec()));
+        pending.added(vec![member.clone()]);
+        let (zadds, _, added) = queued_with(120, &indexed, &pending);
+        assert_eq!((zadds.1, added.len()), (0, 0), "pending still");
+        pending.claims_read(Some(b"3".to_vec()));
+        assert_eq!(
+            queued_with(120, &indexed, &pending).0.1,
+            0,
+            "the same count"
+        );
+        pending.claims_read(Some(b"4".to_vec()));
+        assert_eq!(queued_with(120, &indexed, &pending).0.1, 1, "a claim since");
+        pending.added(vec![member]);
+        pending.clear();
+        assert_eq!(
+            queued_with(120, &indexed, &pending).0.1,
+            1,
+            "Redis may have lost it"
+        );
     }
 
     #[test]
@@ -1245,7 +1336,10 @@ mod tests {
             indexed.surely_has(series, Some((p, now - now % p)), 60 * p.max(2), now)
         };
         assert!(has(&indexed, b"s", 60, 60));
-        assert!(has(&indexed, b"s", 60, 120), "a new slice of a young precision");
+        assert!(
+            has(&indexed, b"s", 60, 120),
+            "a new slice of a young precision"
+        );
         assert!(has(&indexed, b"s", 1, 159));
         assert!(!has(&indexed, b"s", 1, 160), "half of its retention old");
         assert!(!has(&indexed, b"s", 5, 100), "a precision not written");

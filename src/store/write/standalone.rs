@@ -45,7 +45,7 @@
 //! retention). When Redis may have lost data (a new connection, the run's field gone) the agent
 //! forgets them all.
 
-use std::collections::{HashMap, HashSet};
+use hashbrown::{HashMap, HashSet};
 use std::sync::Arc;
 
 use redis::Value;

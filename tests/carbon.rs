@@ -798,22 +798,10 @@ async fn a_rollup_stopped_half_way_or_raced_by_a_point_loses_nothing() {
     let store = statsd_redis::store::Store::open(&test_config(&redis)).unwrap();
     let telemetry = std::sync::Arc::new(statsd_redis::telemetry::Telemetry::new());
     let mut rollups = Rollups::new(store, Duration::from_secs(60), telemetry.clone());
-    let claim = redis::Script::new(include_str!("../src/store/rollup_claim.lua"));
     let mut conn = redis.conn();
     let now = unix_now();
     let minute = now - now % 60;
     let member = |series: &str| format!("2|{minute}|sum|0|10:21600:0,60:604800:0|{series}");
-    let claim_at = |conn: &mut redis::Connection, score: u64| -> Vec<String> {
-        claim
-            .key("pending:gauge:")
-            .key("rolling:gauge:")
-            .key("claims:gauge:")
-            .arg(score)
-            .arg(0)
-            .arg(1000)
-            .invoke(conn)
-            .unwrap()
-    };
     let made = |conn: &mut redis::Connection, series: &str| -> Option<f64> {
         conn.hget(format!("gauge:60:{series}"), minute).unwrap()
     };
@@ -827,11 +815,14 @@ async fn a_rollup_stopped_half_way_or_raced_by_a_point_loses_nothing() {
     // A run claimed r.dead 100 s ago and was killed; another, claiming r.busy now, works on.
     let () = conn.zadd("pending:gauge:", member("r.dead"), now).unwrap();
     assert_eq!(
-        claim_at(&mut conn, (now - 100) * 1_000_000 + 7),
+        claim_rollups(&mut conn, (now - 100) * 1_000_000 + 7),
         [member("r.dead")]
     );
     let () = conn.zadd("pending:gauge:", member("r.busy"), now).unwrap();
-    assert_eq!(claim_at(&mut conn, now * 1_000_000 + 5), [member("r.busy")]);
+    assert_eq!(
+        claim_rollups(&mut conn, now * 1_000_000 + 5),
+        [member("r.busy")]
+    );
     assert_eq!(rollups.run_once(now).await.unwrap(), 1);
     assert_eq!(made(&mut conn, "r.dead"), Some(3.0));
     assert_eq!(
@@ -848,7 +839,7 @@ async fn a_rollup_stopped_half_way_or_raced_by_a_point_loses_nothing() {
     // then the run writes what it read, and lets its claim go.
     let () = conn.zadd("pending:gauge:", member("r.raced"), now).unwrap();
     let score = now * 1_000_000 + 9;
-    assert_eq!(claim_at(&mut conn, score), [member("r.raced")]);
+    assert_eq!(claim_rollups(&mut conn, score), [member("r.raced")]);
     let () = conn.hset("gauge:10:r.raced", minute + 20, 7).unwrap();
     let added: u64 = redis::cmd("ZADD")
         .arg("pending:gauge:")

@@ -982,28 +982,7 @@ async fn a_rollup_claim_racing_a_points_write_leaves_its_member_pending() {
             .query(&mut redis.conn())
             .unwrap()
     };
-    let zadds = || -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut redis.conn())
-            .unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_zadd:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().unwrap())
-    };
-    let claim_script = redis::Script::new(include_str!("../src/store/rollup_claim.lua"));
-    let claim = |score: u64| -> Vec<String> {
-        claim_script
-            .key("pending:gauge:")
-            .key("rolling:gauge:")
-            .key("claims:gauge:")
-            .arg(score)
-            .arg(0)
-            .arg(1000)
-            .invoke(&mut redis.conn())
-            .unwrap()
-    };
+    let claim = |score: u64| claim_rollups(&mut redis.conn(), score);
     async fn write(writer: &mut Writer, chunks: Vec<Arc<statsd_redis::store::FlushChunk>>) {
         let written = writer.write_chunks("flush:c.1", &chunks, &[]).await;
         assert!(written.error.is_none(), "{:?}", written.error);
@@ -1018,9 +997,13 @@ async fn a_rollup_claim_racing_a_points_write_leaves_its_member_pending() {
         "{member:?}"
     );
     // Its index member and its pending member: two ZADDs. The next point adds neither.
-    assert_eq!(zadds(), 2);
+    assert_eq!(redis.calls("zadd"), 2);
     write(&mut writer, chunk(minute + 5, 2)).await;
-    assert_eq!(zadds(), 2, "the member is pending still: not added again");
+    assert_eq!(
+        redis.calls("zadd"),
+        2,
+        "the member is pending still: not added again"
+    );
 
     // A rollup run claims it between two windows: the next check reads the claim.
     let now = unix_now();

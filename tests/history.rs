@@ -237,12 +237,7 @@ async fn moved_slices_read_back_as_the_hash_held_them() {
         .collect();
     assert_eq!(samples, sent);
     // A range: exactly the slices that start in it, and the blocks it spans, not the 60 days'.
-    let getranges = || {
-        let info: String = cmd(&redis, redis::cmd("INFO").arg("commandstats"));
-        info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_getrange:calls="))
-            .map_or(0, |l| l.split(',').next().unwrap().parse::<u64>().unwrap())
-    };
+    let getranges = || redis.calls("getrange");
     let (a, b) = (t - 30 * 86_400 + 60, t - 29 * 86_400);
     let before = getranges();
     let day = api(&format!("counter/h.c?precision=60&from={a}&until={b}"));

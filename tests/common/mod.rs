@@ -210,6 +210,34 @@ impl RedisServer {
             .query(&mut self.conn())
             .unwrap()
     }
+
+    /// How many times `command` (lower case) was called, from `INFO commandstats`.
+    pub fn calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .unwrap();
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    }
+}
+
+/// A rollup run's claim of at most 1 000 pending members (`rollup_claim.lua`, as
+/// `store::rollup::Rollups` calls it), scored `score`, taking back claims of any age: the
+/// members it took.
+pub fn claim_rollups(conn: &mut redis::Connection, score: u64) -> Vec<String> {
+    redis::Script::new(include_str!("../../src/store/rollup_claim.lua"))
+        .key("pending:gauge:")
+        .key("rolling:gauge:")
+        .key("claims:gauge:")
+        .arg(score)
+        .arg(0)
+        .arg(1000)
+        .invoke(conn)
+        .unwrap()
 }
 
 impl Drop for RedisServer {

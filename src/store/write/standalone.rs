@@ -559,6 +559,9 @@ impl<'k> Index<'k> {
     }
 }
 
+/// The series and slices of a chunk's points of the present, to record in [`Indexed`].
+type PointsIndexed<'a> = Vec<(&'a [u8], (u64, u64))>;
+
 /// Queues the chunk's carbon points of the present (`points.lua` applies the rest): each
 /// one's `HSET` into its archive's hash, then one `ZADD` of the index members they need (as a
 /// gauge's: [`Indexed`], the point's archive kept as long as its schema says) and one `ZADD NX`
@@ -571,7 +574,7 @@ fn queue_points<'a>(
     book: &mut Book,
     indexed: &Indexed,
     seen: &Pending,
-) -> (Vec<(&'a [u8], (u64, u64))>, Vec<Vec<u8>>) {
+) -> (PointsIndexed<'a>, Vec<Vec<u8>>) {
     let mut indexing = Vec::new();
     let mut added = Vec::new();
     if sections.points.lean.is_empty() {
@@ -1193,7 +1196,7 @@ mod tests {
         let member = b"3|120|average|0.5|1:120:0,5:600:0,60:7200:0,300:36000:0,3600:432000:0,\
             18000:2160000:0,86400:10368000:0|now.a"
             .to_vec();
-        assert_eq!(added, [member.clone()]);
+        assert_eq!(added, std::slice::from_ref(&member));
         indexed.applied(b"now.a", &Slices::from([(5, 120)]));
         assert_eq!(queued(120, &indexed).0.0, 0, "its slice was indexed");
         // The 5 s archive is kept 600 s: a slice older than half of it is indexed again.

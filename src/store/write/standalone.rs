@@ -451,15 +451,17 @@ const MAX_PENDING: usize = 1_000_000;
 /// check. A member is recorded only once its transaction applied, under the count it read.
 #[derive(Default)]
 pub(super) struct Pending {
-    /// `claims:gauge:` as the last check read it.
-    claims: Option<Vec<u8>>,
+    /// `claims:gauge:` as the last check read it (`None`: it could not, and nothing is
+    /// known).
+    claims: Option<Option<Vec<u8>>>,
     members: HashSet<Box<[u8]>>,
 }
 
 impl Pending {
-    /// The check read `claims`: another count than before forgets every member.
-    fn claims_read(&mut self, claims: Option<Vec<u8>>) {
-        if claims != self.claims {
+    /// The check read `claims` (`None`: an ACL refused it): another count than before, or none,
+    /// forgets every member.
+    fn claims_read(&mut self, claims: Option<Option<Vec<u8>>>) {
+        if claims.is_none() || claims != self.claims {
             self.clear();
             self.claims = claims;
         }
@@ -470,6 +472,9 @@ impl Pending {
     }
 
     fn added(&mut self, members: Vec<Vec<u8>>) {
+        if self.claims.is_none() {
+            return;
+        }
         if self.members.len() + members.len() > MAX_PENDING {
             self.clear();
         }
@@ -641,30 +646,37 @@ impl Writer {
     ) -> Result<GuardRead, StoreError> {
         let mut pipe = redis::pipe();
         keys.check(&mut pipe, self.script.get_hash());
-        let replies: Vec<Value> = pipe.query_async(conn).await?;
+        let replies: Vec<redis::RedisResult<Value>> =
+            pipe.ignore_errors().query_async(conn).await?;
         self.read_check(conn, keys, &replies).await
     }
 
-    /// The check's replies (WATCH, HGET, TIME, SCRIPT EXISTS, GET of the claims) read; when the
-    /// run has no field,
+    /// The check's replies (WATCH, HGET, TIME, SCRIPT EXISTS, WATCH and GET of the claims)
+    /// read; when the run has no field,
     /// its older string key and the guard's idle fields are read too.
     async fn read_check(
         &mut self,
         conn: &mut Connection,
         keys: &RunKeys,
-        replies: &[Value],
+        replies: &[redis::RedisResult<Value>],
     ) -> Result<GuardRead, StoreError> {
-        let [_, field, time, exists, claims] = replies else {
+        let [watch, field, time, exists, watch_claims, claims] = replies else {
             return Err(unexpected("the check's replies"));
         };
-        let claims: Option<Vec<u8>> =
-            redis::from_redis_value_ref(claims).map_err(redis::RedisError::from)?;
+        let ok = |reply: &redis::RedisResult<Value>| reply.clone().map_err(StoreError::from);
+        let (_, field, time, exists) = (ok(watch)?, ok(field)?, ok(time)?, ok(exists)?);
+        // The claims' count, unless an ACL without its key refused it (a StatsD agent's least
+        // privilege): then every pending member is added.
+        let claims = match (watch_claims, claims) {
+            (Ok(_), Ok(claims)) => redis::from_redis_value_ref::<Option<Vec<u8>>>(claims).ok(),
+            _ => None,
+        };
         let field: Option<Vec<u8>> =
-            redis::from_redis_value_ref(field).map_err(redis::RedisError::from)?;
+            redis::from_redis_value_ref(&field).map_err(redis::RedisError::from)?;
         let (now, _): (u64, u64) =
-            redis::from_redis_value_ref(time).map_err(redis::RedisError::from)?;
+            redis::from_redis_value_ref(&time).map_err(redis::RedisError::from)?;
         let exists: Vec<bool> =
-            redis::from_redis_value_ref(exists).map_err(redis::RedisError::from)?;
+            redis::from_redis_value_ref(&exists).map_err(redis::RedisError::from)?;
         let mut read = GuardRead {
             last: field.as_deref().and_then(leading_number),
             now,
@@ -832,11 +844,7 @@ impl Writer {
                     }
                 }
                 if next {
-                    let check: Vec<Value> = check
-                        .iter()
-                        .map(|r| r.clone().map_err(StoreError::from))
-                        .collect::<Result<_, _>>()?;
-                    read = self.read_check(conn, &keys, &check).await?;
+                    read = self.read_check(conn, &keys, check).await?;
                 } else if matches!(sent, Sent::Again) {
                     read = self.check(conn, &keys).await?;
                 }
@@ -1029,8 +1037,10 @@ struct RunKeys {
 }
 
 impl RunKeys {
+    /// The check's commands. The claims' count is watched by a `WATCH` of its own, which an
+    /// ACL may refuse without the guard's going unwatched.
     fn check(&self, pipe: &mut redis::Pipeline, script: &str) {
-        pipe.cmd("WATCH").arg(&self.watch).arg(&self.claims);
+        pipe.cmd("WATCH").arg(&self.watch);
         if self.watch_guard {
             pipe.arg(&self.guard);
         }
@@ -1041,6 +1051,8 @@ impl RunKeys {
             .cmd("SCRIPT")
             .arg("EXISTS")
             .arg(script)
+            .cmd("WATCH")
+            .arg(&self.claims)
             .cmd("GET")
             .arg(&self.claims);
     }
@@ -1207,24 +1219,32 @@ mod tests {
         // A pending member this writer added under the claims count it reads is not added
         // again; another count, or data lost, adds it.
         let mut pending = Pending::default();
-        pending.claims_read(Some(b"3".to_vec()));
+        pending.claims_read(Some(Some(b"3".to_vec())));
         pending.added(vec![member.clone()]);
         let (zadds, _, added) = queued_with(120, &indexed, &pending);
         assert_eq!((zadds.1, added.len()), (0, 0), "pending still");
-        pending.claims_read(Some(b"3".to_vec()));
+        pending.claims_read(Some(Some(b"3".to_vec())));
         assert_eq!(
             queued_with(120, &indexed, &pending).0.1,
             0,
             "the same count"
         );
-        pending.claims_read(Some(b"4".to_vec()));
+        pending.claims_read(Some(Some(b"4".to_vec())));
         assert_eq!(queued_with(120, &indexed, &pending).0.1, 1, "a claim since");
-        pending.added(vec![member]);
+        pending.added(vec![member.clone()]);
         pending.clear();
         assert_eq!(
             queued_with(120, &indexed, &pending).0.1,
             1,
             "Redis may have lost it"
+        );
+        // An ACL that refuses the count: nothing is known, nothing recorded.
+        pending.claims_read(None);
+        pending.added(vec![member]);
+        assert_eq!(
+            queued_with(120, &indexed, &pending).0.1,
+            1,
+            "the count unread"
         );
     }
 

@@ -1027,6 +1027,7 @@ async fn a_rollup_claim_racing_a_points_write_leaves_its_member_pending() {
             }
         }
         assert_eq!(acknowledged, 1);
+        writer
     });
     eventually(Duration::from_secs(10), "the transaction is held", || {
         !proxy.held.lock().unwrap().is_empty()
@@ -1039,7 +1040,7 @@ async fn a_rollup_claim_racing_a_points_write_leaves_its_member_pending() {
     );
     assert_eq!(claim(now * 1_000_000 + 2), member);
     proxy.release();
-    held.await.unwrap();
+    let mut writer = held.await.unwrap();
     assert_eq!(pending(), member, "the chunk sent again added it");
     let values: BTreeMap<String, f64> = redis::cmd("HGETALL")
         .arg("gauge:5:c.a")
@@ -1049,4 +1050,22 @@ async fn a_rollup_claim_racing_a_points_write_leaves_its_member_pending() {
         .map(|k| ((minute + 5 * k).to_string(), (k + 1) as f64))
         .collect();
     assert_eq!(values, expected, "each point once");
+
+    // Another program's key of another type under the count's name: claims go on, uncounted,
+    // and the writer, which cannot read the count, adds the member with every point.
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg("claims:gauge:")
+        .cmd("HSET")
+        .arg("claims:gauge:")
+        .arg("theirs")
+        .arg(1)
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(claim(now * 1_000_000 + 3), member);
+    let zadds = redis.calls("zadd");
+    write(&mut writer, chunk(minute + 20, 5)).await;
+    write(&mut writer, chunk(minute + 25, 6)).await;
+    assert_eq!(pending(), member);
+    assert_eq!(redis.calls("zadd"), zadds + 2, "a ZADD NX with each point");
 }

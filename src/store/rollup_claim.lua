@@ -41,7 +41,12 @@ end
 for j = 1, #fresh, 1000 do
   redis.call('ZREM', pending, unpack(fresh, j, math.min(j + 999, #fresh)))
 end
+-- (A key of another type under the name, another program's: not counted; the writers cannot
+-- read it either, so they remember nothing.)
 if #out > 0 then
-  redis.call('SET', claims, (tonumber(redis.call('GET', claims) or 0) or 0) + 1)
+  local n = redis.pcall('GET', claims)
+  if type(n) ~= 'table' then
+    redis.call('SET', claims, (tonumber(n) or 0) + 1)
+  end
 end
 return out

@@ -12,7 +12,8 @@ local QUICK_LEAST = 16
 
 -- Deletes the slices of `hash` at or before `now - kept(precision)` (retention.lua's function);
 -- returns how many, the slices moved (below), and how many fields the hash surely still holds
--- (more than 0: it is a hash, and not empty; else `is_hash` asks). A key of another type (another program's under our names) is left alone.
+-- (more than 0: it is a hash, and not empty; else `is_hash` asks). A key of another type
+-- (another program's under our names) is left alone.
 -- With `slots` (a long archive's cut: history.lua), the slices older than the hash keeps are
 -- moved into the blocks named `block_base:<n>` first.
 -- With `since` (the `now` of a pass that moved everything older than the hash kept then), the

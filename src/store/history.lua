@@ -31,7 +31,7 @@ end
 -- slice is in the hash or in a block, never counted twice. A counter slot that would overflow
 -- keeps its field. Fields at or before `cutoff` (out of the retention) are not moved. With
 -- `others` (the hash holds fields besides `fields`, which keep it), the newest of `fields` moves
--- too. `times` holds each field's slice as a number (nil: not one), `newest` the newest of them.
+-- too. `times[i]` holds `fields[i]` as a number (nil: not one), `newest` the newest of them.
 -- Returns how many moved.
 local function move(hash, block_base, precision, slots, fields, times, newest, now, cutoff, kept,
     gauge, others)
@@ -39,7 +39,7 @@ local function move(hash, block_base, precision, slots, fields, times, newest, n
   if others then newest = nil end
   local made, moved, gone = {}, 0, {}
   for i = 1, #fields, 2 do
-    local t = times[(i + 1) / 2]
+    local t = times[i]
     if moved_budget <= 0 then break end
     if t and t > cutoff and t < keep_from and t ~= newest and t % precision == 0 then
       local index = t / precision

@@ -68,7 +68,7 @@ local function trim(hash, precision, now, kept, slots, block_base, gauge, since)
   local times, oldest, newest = {}, nil, -1
   for i = 1, #fields, step do
     local t = tonumber(fields[i])
-    times[(i + step - 1) / step] = t
+    times[i] = t
     if t then
       if t > newest then newest = t end
       if not oldest or t < oldest then oldest = t end
@@ -82,7 +82,7 @@ local function trim(hash, precision, now, kept, slots, block_base, gauge, since)
   local old = {}
   if oldest and oldest <= cutoff then
     for i = 1, #fields, step do
-      local t = times[(i + step - 1) / step]
+      local t = times[i]
       if t and t <= cutoff then
         old[#old + 1] = fields[i]
       end

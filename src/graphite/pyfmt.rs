@@ -13,8 +13,9 @@ pub fn repr(v: f64, out: &mut String) {
         out.push_str(if v > 0.0 { "inf" } else { "-inf" });
         return;
     }
-    // Whole numbers below 1e16 (counts, mostly): their digits and `.0`.
-    if v.fract() == 0.0 && v.abs() < 1e16 && !(v == 0.0 && v.is_sign_negative()) {
+    // Whole numbers below 1e16 (counts, mostly): their digits and `.0`. (A conversion to an
+    // integer and back, not `fract`: without SSE4.1 that is a call into libm a point.)
+    if v.abs() < 1e16 && (v as i64) as f64 == v && !(v == 0.0 && v.is_sign_negative()) {
         integer(v as i64, out);
         out.push_str(".0");
         return;
@@ -43,9 +44,10 @@ fn few_decimals(v: f64, out: &mut String) -> bool {
         return false;
     }
     for (decimals, scale) in [(1, 10u64), (2, 100), (3, 1000), (4, 10_000)] {
-        let m = (a * scale as f64).round();
-        if m / scale as f64 == a {
-            let m = m as u64;
+        // Rounded by adding a half and truncating (`round` is a call into libm): any `m` that
+        // reads back as `v` is right, whichever way a tie went.
+        let m = (a * scale as f64 + 0.5) as u64;
+        if m as f64 / scale as f64 == a {
             if v < 0.0 {
                 out.push('-');
             }

@@ -699,6 +699,11 @@ async fn a_level_of_many_branches_is_found_whole() {
     for i in 0..50 {
         gauges.arg(0).arg(format!("60:load.g{i}"));
     }
+    // Gauges under the same level: names no counter has, and one a counter has too.
+    for i in 2000..2005 {
+        gauges.arg(0).arg(format!("60:load.{i}.c"));
+    }
+    gauges.arg(0).arg("60:load.3.c");
     let _: () = gauges.query(&mut redis.conn()).unwrap();
     let agent = TestAgent::start(Config {
         cleaner_enabled: false,
@@ -717,7 +722,7 @@ async fn a_level_of_many_branches_is_found_whole() {
     let names = |r: std::ops::Range<i32>| -> std::collections::BTreeSet<String> {
         r.map(|i| i.to_string()).collect()
     };
-    let mut all = names(0..2000);
+    let mut all = names(0..2005);
     all.insert("big".into());
     all.extend((0..50).map(|i| format!("g{i}")));
     assert_eq!(find("load.*"), all);
@@ -727,21 +732,89 @@ async fn a_level_of_many_branches_is_found_whole() {
     assert_eq!(find("load.{1,2}?"), tens);
     assert_eq!(find("load.b*"), ["big".to_string()].into());
     assert_eq!(find("load.big.*").len(), 300);
-    let query = serde_urlencoded::to_string([
-        ("target", "load.1??.c"),
-        ("from", "-1h"),
-        ("format", "json"),
-    ])
-    .unwrap();
-    let (status, _, body) = http_request(agent.http, "GET", "/graphite/render", &query);
-    assert_eq!(status, 200, "{body}");
-    let series: Vec<Value> = serde_json::from_str(&body).unwrap();
-    let rendered: std::collections::BTreeSet<String> = series
-        .iter()
-        .map(|s| s["target"].as_str().unwrap().to_string())
+    // A render's names: its last literal node is looked up, not walked; it names what a
+    // find lists as leaves there, once each.
+    let render = |target: &str| -> Vec<String> {
+        let query =
+            serde_urlencoded::to_string([("target", target), ("from", "-1h"), ("format", "json")])
+                .unwrap();
+        let (status, _, body) = http_request(agent.http, "GET", "/graphite/render", &query);
+        assert_eq!(status, 200, "{body}");
+        let series: Vec<Value> = serde_json::from_str(&body).unwrap();
+        series
+            .iter()
+            .map(|s| s["target"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let paths = |r: std::ops::Range<i32>, leaf: &str| -> Vec<String> {
+        r.map(|i| format!("load.{i}.{leaf}")).collect()
+    };
+    assert_eq!(render("load.1??.c"), paths(100..200, "c"));
+    let mut leaves_c: Vec<String> = paths(0..2005, "c");
+    leaves_c.sort();
+    assert_eq!(render("load.*.c"), leaves_c);
+    let mut leaves_d: Vec<String> = (0..2000)
+        .filter(|i| i % 7 == 0)
+        .map(|i| format!("load.{i}.d"))
         .collect();
-    let want: std::collections::BTreeSet<String> =
-        (100..200).map(|i| format!("load.{i}.c")).collect();
-    assert_eq!(rendered, want);
+    leaves_d.sort();
+    assert_eq!(render("load.*.d"), leaves_d);
+    assert_eq!(render("load.b?g.7"), ["load.big.7"]);
+    // A name that is only a branch at the last node is no series.
+    assert!(render("load.b?g").is_empty());
+    // The leaves the walk of every node finds (`/metrics/expand`, as a browse walks).
+    let expanded = |query: &str| -> Vec<String> {
+        let query = serde_urlencoded::to_string([("query", query), ("leavesOnly", "1")]).unwrap();
+        let (status, _, body) = http_request(agent.http, "GET", "/graphite/metrics/expand", &query);
+        assert_eq!(status, 200, "{body}");
+        let found: Value = serde_json::from_str(&body).unwrap();
+        let mut found: Vec<String> = found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().to_string())
+            .collect();
+        found.sort();
+        found
+    };
+    for pattern in [
+        "load.*.c",
+        "load.*.d",
+        "load.1??.c",
+        "load.b?g.7",
+        "load.b?g",
+    ] {
+        let (rendered, walked) = (render(pattern), expanded(pattern));
+        let apart: Vec<&String> = rendered
+            .iter()
+            .filter(|p| !walked.contains(p))
+            .chain(walked.iter().filter(|p| !rendered.contains(p)))
+            .collect();
+        assert!(apart.is_empty(), "{pattern}: not in both: {apart:?}");
+        assert_eq!(rendered.len(), walked.len(), "{pattern}");
+    }
+    // A glob's series are kept while the indexes keep their sizes: the same render again walks
+    // no tree; a new series (or one gone) is named by the next render.
+    let walks = redis.calls("zrangebylex") + redis.calls("zmscore");
+    assert_eq!(render("load.*.d"), leaves_d);
+    assert_eq!(redis.calls("zrangebylex") + redis.calls("zmscore"), walks);
+    let _: () = redis::cmd("ZADD")
+        .arg("known:")
+        .arg(0)
+        .arg("60:load.1.d")
+        .query(&mut redis.conn())
+        .unwrap();
+    let mut more = leaves_d.clone();
+    more.push("load.1.d".into());
+    more.sort();
+    assert_eq!(render("load.*.d"), more);
+    let _: () = redis::cmd("ZREM")
+        .arg("known:")
+        .arg("10:load.0.d")
+        .arg("60:load.0.d")
+        .query(&mut redis.conn())
+        .unwrap();
+    more.retain(|p| p != "load.0.d");
+    assert_eq!(render("load.*.d"), more);
     drop(agent);
 }

@@ -16,7 +16,7 @@
 //! with statistics this hour or the last), remembered for [`NAMES_FOR`]. With
 //! `graphite_etsy_names`, Etsy statsd's names of the same series too ([`super::etsy`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,9 @@ pub const NAMES_FOR: Duration = Duration::from_secs(30);
 /// At most this many set and timer names are found (each kind), and at most this many keys
 /// looked at for them: beyond, the tree misses some (they still render by name).
 const SCANNED_NAMES: usize = 20_000;
+
+/// The most globs whose series are kept at once ([`Remembered`]): past it, all are forgotten.
+const REMEMBERED_GLOBS: usize = 1000;
 
 /// The statistics of a timer, histogram or distribution, as the last node of their name.
 pub const STATS: [&str; 11] = [
@@ -86,12 +89,18 @@ pub struct Event {
 /// Set and timer names found by `SCAN`: Graphite name and leaf, sorted by name.
 type Names = Arc<Vec<(String, Leaf)>>;
 
+/// A render's glob's series, with when they were found and the sizes of `known:` and
+/// `known:gauge:` then.
+type Glob = (Instant, (u64, u64), Arc<Vec<Leaf>>);
+
 /// What the Graphite API finds by looking around and keeps for [`NAMES_FOR`]: the names
-/// `SCAN` found, and the precisions each index holds (found by skipping from one to the
-/// next: a round trip each, which every `find` and render would otherwise pay).
+/// `SCAN` found, the precisions each index holds (found by skipping from one to the
+/// next: a round trip each, which every `find` and render would otherwise pay), and the
+/// series each render's glob named ([`Source::leaves`]).
 #[derive(Default)]
 pub struct Remembered {
     names: tokio::sync::Mutex<Option<(Instant, Names)>>,
+    globs: tokio::sync::Mutex<HashMap<String, Glob>>,
     precisions: tokio::sync::Mutex<BTreeMap<String, (Instant, Vec<u64>)>>,
     /// The server's `hash-max-listpack-entries`: which hashes are listpacks.
     listpack_limit: tokio::sync::Mutex<Option<(Instant, u64)>>,
@@ -114,6 +123,17 @@ type Children = BTreeMap<String, (Option<(Kind, String)>, bool)>;
 
 /// Index members read per call at most while walking the tree.
 const BATCH: usize = 1000;
+
+/// Index members one `ZMSCORE` asks at most ([`Source::series_of`]).
+const SCORES_A_CALL: usize = 1000;
+
+/// What a [`Source::find`] is for: every node (a browse), or only the series (a render's
+/// names, whose last literal node is then looked up, not walked).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Want {
+    Nodes,
+    Leaves,
+}
 
 /// Where a leaf's points come from over a range: the precision whisper's rule picks, the
 /// range aligned to it, and its slices.
@@ -398,6 +418,11 @@ impl<'a> Source<'a> {
     /// The nodes matching a dotted glob (`web.*.hits`, `{a,b}`, `[…]`, `?`), level by level, in
     /// name order; a tagged name (`name;k=v`) matches itself only.
     pub async fn find(&mut self, pattern: &str) -> Result<Vec<Node>, GraphiteError> {
+        self.find_nodes(pattern, Want::Nodes).await
+    }
+
+    /// [`Source::find`], or only the nodes that are series ([`Want::Leaves`]).
+    async fn find_nodes(&mut self, pattern: &str, want: Want) -> Result<Vec<Node>, GraphiteError> {
         if pattern.contains(';') {
             let found = self.exact(pattern).await?;
             return Ok(found
@@ -409,7 +434,7 @@ impl<'a> Source<'a> {
                 })
                 .collect());
         }
-        let mut found = self.find_of(pattern, None).await?;
+        let mut found = self.find_of(pattern, None, want).await?;
         let etsy = etsy::namespaces(self.config);
         if etsy.is_empty() {
             return Ok(found);
@@ -429,7 +454,7 @@ impl<'a> Source<'a> {
                 let at = match kind_nodes.iter().position(|(k, _)| *k == key) {
                     Some(at) => at,
                     None => {
-                        let nodes = self.nodes_of(&key.0, &ns.kind).await?;
+                        let nodes = self.nodes_of(&key.0, &ns.kind, want).await?;
                         kind_nodes.push((key, nodes));
                         kind_nodes.len() - 1
                     }
@@ -502,6 +527,7 @@ impl<'a> Source<'a> {
         &mut self,
         pattern: &str,
         only: Option<&Kind>,
+        want: Want,
     ) -> Result<Vec<Node>, GraphiteError> {
         let parts: Vec<NodePattern> = split_nodes(pattern)
             .iter()
@@ -517,6 +543,29 @@ impl<'a> Source<'a> {
             if let (false, Some(literal)) = (last, part.literal()) {
                 level = level.iter().map(|p| format!("{p}{literal}.")).collect();
                 continue;
+            }
+            // A render's last literal node (`servers.*.cpu.load`): only whether each name is a
+            // series, asked of the indexes at once (not a walk of each name's range: a read a
+            // name, index and precision).
+            if let (true, Want::Leaves, Some(literal)) = (last, want, part.literal()) {
+                let paths: Vec<String> = level.iter().map(|p| format!("{p}{literal}")).collect();
+                let series = self.series_of(&paths, only).await?;
+                for (path, series) in paths.into_iter().zip(series) {
+                    let leaf = series.map(|(kind, series)| Leaf {
+                        path: path.clone(),
+                        series,
+                        kind,
+                        view: View::Plain,
+                    });
+                    if leaf.is_some() {
+                        found.push(Node {
+                            path,
+                            leaf,
+                            branch: false,
+                        });
+                    }
+                }
+                break;
             }
             let mut next = Vec::new();
             let first = if last { LAST_LEVEL_BATCH } else { FIRST_BATCH };
@@ -552,12 +601,49 @@ impl<'a> Source<'a> {
 
     /// The series a path expression names: the leaves its glob matches, in name order (an
     /// exact name, tagged or not, is looked up directly).
+    ///
+    /// A glob's series are kept for [`NAMES_FOR`] while `known:` and `known:gauge:` hold as
+    /// many members as when they were found (a `ZCARD` each, one round trip): a dashboard's
+    /// refresh walks no tree, a new counter or gauge is named by the next render, and a
+    /// series gone with another come in its place within [`NAMES_FOR`], as a new set or timer is
+    /// (their names are [`Source::scanned`]'s, kept as long).
     pub async fn leaves(&mut self, pattern: &str) -> Result<Vec<Leaf>, GraphiteError> {
         if pattern.contains(';') || !pattern.contains(['*', '?', '[', '{']) {
             return Ok(self.exact(pattern).await?);
         }
-        let nodes = self.find(pattern).await?;
-        Ok(nodes.into_iter().filter_map(|n| n.leaf).collect())
+        // At once (in a cluster the two indexes may be in different slots).
+        let size = |index: String| {
+            let mut conn = self.conn.clone();
+            async move {
+                redis::cmd("ZCARD")
+                    .arg(index)
+                    .query_async::<u64>(&mut conn)
+                    .await
+            }
+        };
+        let sizes = futures_util::future::try_join(
+            size(self.keys.counter_index().key),
+            size(self.keys.gauge_index().key),
+        )
+        .await
+        .map_err(StoreError::from)?;
+        if let Some((at, known, leaves)) = self.remembered.globs.lock().await.get(pattern)
+            && at.elapsed() < NAMES_FOR
+            && *known == sizes
+        {
+            return Ok(leaves.to_vec());
+        }
+        let nodes = self.find_nodes(pattern, Want::Leaves).await?;
+        let leaves: Vec<Leaf> = nodes.into_iter().filter_map(|n| n.leaf).collect();
+        let mut globs = self.remembered.globs.lock().await;
+        if globs.len() >= REMEMBERED_GLOBS {
+            globs.clear();
+        }
+        globs.insert(
+            pattern.to_string(),
+            (Instant::now(), sizes, Arc::new(leaves.clone())),
+        );
+        Ok(leaves)
     }
 
     /// The series of one Graphite name, by precedence (counter, gauge, set, statistic), then
@@ -620,6 +706,7 @@ impl<'a> Source<'a> {
         &mut self,
         pattern: &str,
         kind: &Kind,
+        want: Want,
     ) -> Result<Vec<KindNode>, GraphiteError> {
         if let Kind::Etsy(..) = kind {
             let parts: Vec<NodePattern> = split_nodes(pattern)
@@ -659,7 +746,7 @@ impl<'a> Source<'a> {
             return Ok(nodes.into_values().collect());
         }
         Ok(self
-            .find_of(pattern, Some(kind))
+            .find_of(pattern, Some(kind), want)
             .await?
             .into_iter()
             .map(|n| KindNode {
@@ -713,6 +800,64 @@ impl<'a> Source<'a> {
             .filter(|leaf| only.is_none_or(|k| *k == leaf.kind))
             .into_iter()
             .collect())
+    }
+
+    /// Which of `paths` (untagged Graphite names) are series, of one kind only when given: the
+    /// kind and agent name of each, by precedence (counter, gauge, then what `SCAN` found), as
+    /// [`Source::children`] names a leaf. A `ZMSCORE` of every precision's member an index and
+    /// [`SCORES_A_CALL`] members, in one pipeline.
+    async fn series_of(
+        &mut self,
+        paths: &[String],
+        only: Option<&Kind>,
+    ) -> Result<Vec<Option<(Kind, String)>>, StoreError> {
+        let mut found: Vec<Option<(Kind, String)>> = vec![None; paths.len()];
+        for (index, kind) in [
+            (self.keys.counter_index().key, Kind::Counter),
+            (self.keys.gauge_index().key, Kind::Gauge),
+        ] {
+            if only.is_some_and(|k| *k != kind) {
+                continue;
+            }
+            let precisions = self.precisions_in(&index).await?;
+            let open: Vec<usize> = (0..paths.len()).filter(|&i| found[i].is_none()).collect();
+            if open.is_empty() || precisions.is_empty() {
+                continue;
+            }
+            let names_a_call = (SCORES_A_CALL / precisions.len()).max(1);
+            let mut pipe = redis::pipe();
+            for part in open.chunks(names_a_call) {
+                let zmscore = pipe.cmd("ZMSCORE").arg(&index);
+                for &i in part {
+                    for p in &precisions {
+                        zmscore.arg(format!("{p}:{}", paths[i]));
+                    }
+                }
+            }
+            let replies: Vec<Vec<Option<f64>>> = pipe.query_async(&mut self.conn).await?;
+            for (part, scores) in open.chunks(names_a_call).zip(replies) {
+                for (&i, scores) in part.iter().zip(scores.chunks(precisions.len())) {
+                    if scores.iter().any(Option::is_some) {
+                        found[i] = Some((kind.clone(), agent_name(&paths[i])));
+                    }
+                }
+            }
+        }
+        if found.iter().any(Option::is_none) {
+            let scanned = self.scanned().await?;
+            for (path, found) in paths.iter().zip(&mut found) {
+                if found.is_some() {
+                    continue;
+                }
+                *found = scanned
+                    .binary_search_by(|(name, _)| name.as_str().cmp(path))
+                    .ok()
+                    .map(|at| &scanned[at].1)
+                    .filter(|leaf| only.is_none_or(|k| *k == leaf.kind))
+                    .map(|leaf| (leaf.kind.clone(), leaf.series.clone()));
+            }
+        }
+        Ok(found)
     }
 
     /// The children of each of `prefixes` (`""` or a path ending in `.`) that `part` matches:

@@ -604,9 +604,9 @@ impl<'a> Source<'a> {
     ///
     /// A glob's series are kept for [`NAMES_FOR`] while `known:` and `known:gauge:` hold as
     /// many members as when they were found (a `ZCARD` each, one round trip): a dashboard's
-    /// refresh walks no tree, a new counter or gauge is named by the next render, and a
-    /// series gone with another come in its place within [`NAMES_FOR`], as a new set or timer is
-    /// (their names are [`Source::scanned`]'s, kept as long).
+    /// refresh walks no tree, a new counter or gauge is named by the next render, and only a
+    /// series gone while another came in its place is seen late, within [`NAMES_FOR`], as a
+    /// new set or timer is (their names are [`Source::scanned`]'s, kept as long).
     pub async fn leaves(&mut self, pattern: &str) -> Result<Vec<Leaf>, GraphiteError> {
         if pattern.contains(';') || !pattern.contains(['*', '?', '[', '{']) {
             return Ok(self.exact(pattern).await?);

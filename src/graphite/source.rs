@@ -628,8 +628,7 @@ impl<'a> Source<'a> {
         )
         .await
         else {
-            let nodes = self.find_nodes(pattern, Want::Leaves).await?;
-            return Ok(nodes.into_iter().filter_map(|n| n.leaf).collect());
+            return self.glob_leaves(pattern).await;
         };
         if let Some((at, known, leaves)) = self.remembered.globs.lock().await.get(pattern)
             && at.elapsed() < NAMES_FOR
@@ -637,8 +636,7 @@ impl<'a> Source<'a> {
         {
             return Ok(leaves.to_vec());
         }
-        let nodes = self.find_nodes(pattern, Want::Leaves).await?;
-        let leaves: Vec<Leaf> = nodes.into_iter().filter_map(|n| n.leaf).collect();
+        let leaves = self.glob_leaves(pattern).await?;
         let mut globs = self.remembered.globs.lock().await;
         if globs.len() >= REMEMBERED_GLOBS {
             globs.clear();
@@ -648,6 +646,12 @@ impl<'a> Source<'a> {
             (Instant::now(), sizes, Arc::new(leaves.clone())),
         );
         Ok(leaves)
+    }
+
+    /// A glob's series, found afresh.
+    async fn glob_leaves(&mut self, pattern: &str) -> Result<Vec<Leaf>, GraphiteError> {
+        let nodes = self.find_nodes(pattern, Want::Leaves).await?;
+        Ok(nodes.into_iter().filter_map(|n| n.leaf).collect())
     }
 
     /// The series of one Graphite name, by precedence (counter, gauge, set, statistic), then
@@ -796,12 +800,8 @@ impl<'a> Source<'a> {
             }
         }
         let scanned = self.scanned().await?;
-        let graphite = graphite_name(&series);
-        Ok(scanned
-            .binary_search_by(|(name, _)| name.as_str().cmp(&graphite))
-            .ok()
-            .map(|i| scanned[i].1.clone())
-            .filter(|leaf| only.is_none_or(|k| *k == leaf.kind))
+        Ok(scanned_leaf(&scanned, &graphite_name(&series), only)
+            .cloned()
             .into_iter()
             .collect())
     }
@@ -853,11 +853,7 @@ impl<'a> Source<'a> {
                 if found.is_some() {
                     continue;
                 }
-                *found = scanned
-                    .binary_search_by(|(name, _)| name.as_str().cmp(path))
-                    .ok()
-                    .map(|at| &scanned[at].1)
-                    .filter(|leaf| only.is_none_or(|k| *k == leaf.kind))
+                *found = scanned_leaf(&scanned, path, only)
                     .map(|leaf| (leaf.kind.clone(), leaf.series.clone()));
             }
         }
@@ -1370,6 +1366,16 @@ impl<'a> Source<'a> {
 
 /// A stored value as a number: a count's digits read directly (a render reads thousands), any
 /// other text as a float; `None` for a missing field or text that is no number.
+/// The set or timer statistic `SCAN` found under Graphite name `path`, of kind `only` when
+/// given.
+fn scanned_leaf<'n>(scanned: &'n Names, path: &str, only: Option<&Kind>) -> Option<&'n Leaf> {
+    scanned
+        .binary_search_by(|(name, _)| name.as_str().cmp(path))
+        .ok()
+        .map(|at| &scanned[at].1)
+        .filter(|leaf| only.is_none_or(|k| *k == leaf.kind))
+}
+
 fn number(v: &redis::Value) -> Point {
     match v {
         redis::Value::BulkString(bytes) => crate::store::bulk::number(bytes),

@@ -5,9 +5,11 @@
 # runs; a second agent of the same schema (its rollups every second, no cleaner) then makes
 # them: Redis's own time (INFO commandstats) and the agent's CPU (/proc) a pending member. Then
 # a cleaner pass over what that leaves (an agent with only its cleaner): Redis's time a series.
-# RUNS times (median, then the runs).
+# RUNS times (median, then the runs). FULL=1: each series' finer hashes first hold their newest
+# 120 slices, as a series that has sent for a few days leaves them (10 s, minutes and hours
+# before the open minute), so the rollup reads its intervals out of full hashes.
 #
-#   scripts/rollup-cost.sh [series=20000] [runs=3]
+#   [AGENT=<build>] [FULL=1] scripts/rollup-cost.sh [series=20000] [runs=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 series=${1:-20000}; runs=${2:-3}
@@ -19,6 +21,25 @@ redis_runs=(); agent_runs=(); cleaner_runs=()
 for run in $(seq 1 "$runs"); do
   sock=$dir/redis.sock; rm -f "$sock"
   start_redis "$sock"
+  if [ "${FULL:-0}" = 1 ]; then
+    /usr/bin/python3 - "$sock" "$series" <<'PY'
+import redis, sys, time
+sock, n = sys.argv[1], int(sys.argv[2])
+r = redis.Redis(unix_socket_path=sock)
+now = int(time.time())
+p = r.pipeline(transaction=False)
+for i in range(n):
+    s = f"collectd.host{i % 500}.cpu{i}.value"
+    for prec in (10, 60, 3600):
+        # The newest 120 slices before the open minute (hour, for the hours).
+        top = now - now % max(prec, 60) - prec
+        p.hset(f"gauge:{prec}:{s}", mapping={top - k * prec: (i + k) % 100 for k in range(120)})
+        p.zadd("known:gauge:", {f"{prec}:{s}": 0})
+    if i % 200 == 0:
+        p.execute()
+p.execute()
+PY
+  fi
   carbon=$(free_port)
   start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$schema" \
     --carbon-tcp "127.0.0.1:$carbon" --coarse-write-secs 3600 --cleaner-enabled false
@@ -48,6 +69,7 @@ PY
   until [ "$(redis-cli -s "$sock" zcard pending:gauge:)" = 0 ] &&
     [ "$(redis-cli -s "$sock" zcard rolling:gauge:)" = 0 ]; do sleep 0.1; done
   a1=$(cpu_of "$agent_pid")
+  [ -n "${COMMANDSTATS:-}" ] && redis-cli -s "$sock" info commandstats | grep -E "cmdstat_" >&2
   redis_runs+=("$(echo "$(redis_usec "$sock") / $series" | bc -l)")
   agent_runs+=("$(echo "($a1 - $a0) * 1000000 / $series" | bc -l)")
   kill "$agent_pid"; wait "$agent_pid" 2>/dev/null || true

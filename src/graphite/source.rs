@@ -28,7 +28,7 @@ use crate::aggregate::{Buckets, Mapping, StatKind};
 use crate::config::Config;
 use crate::retention::Retention;
 use crate::storage_conf::Schemas;
-use crate::store::bulk::{BulkPool, Hmget, LexRange, Members};
+use crate::store::bulk::{BulkPool, FEW_FIELDS, Hmget, LexRange, Members};
 use crate::store::history::{self, Family};
 use crate::store::quantile_blocks;
 use crate::store::reader::{index_precisions, index_series, lex_range};
@@ -105,10 +105,6 @@ pub struct Remembered {
     /// The server's `hash-max-listpack-entries`: which hashes are listpacks.
     listpack_limit: tokio::sync::Mutex<Option<(Instant, u64)>>,
 }
-
-/// Fewer fields than this are read with `HMGET` from a listpack hash too: a scan each, cheaper
-/// than the whole hash's reply (`HGETALL` costs about as much a field as a dozen fields scanned).
-const FEW_FIELDS: usize = 8;
 
 /// Index members read by the first call of a walk, and after each branch skipped.
 const FIRST_BATCH: usize = 32;

@@ -35,6 +35,12 @@ pub enum BulkAddr {
     Unix(PathBuf),
 }
 
+/// Fewer fields than this are read with `HMGET` from a listpack hash too: a scan each, cheaper
+/// than the whole hash's reply (`HGETALL` costs about as much a field as a dozen fields scanned).
+/// More are read whole ([`Hmget::whole`]) from a hash known to be short: a long archive's keeps
+/// its newest slices only, the rest in blocks.
+pub const FEW_FIELDS: usize = 8;
+
 /// One `HMGET`: a key and its fields (slice times, ascending).
 pub struct Hmget<'a> {
     pub key: &'a [u8],

@@ -26,10 +26,10 @@
 //! again once it is [`ABANDONED_SECS`] old. Making a slice twice writes the same value, so two
 //! runs over one member change nothing twice.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hashbrown::HashMap;
 use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -71,18 +71,19 @@ struct Archive {
 /// be made again, and every coarser archive's slice over it after it
 /// (`<archive>|<slice>|<method>|<xFilesFactor>|<archives>|<path>`, archives counted from 1).
 #[derive(Debug, Clone, PartialEq)]
-struct Member {
+struct Member<'a> {
     lower: usize,
     t: u64,
     method: Method,
     xff: f64,
-    archives: Vec<Archive>,
-    series: String,
+    archives: Arc<[Archive]>,
+    series: &'a str,
 }
 
-impl Member {
+impl<'a> Member<'a> {
     /// `None` for a member the agent did not write (no such method, no such archive): dropped.
-    fn parse(text: &str) -> Option<Member> {
+    /// `specs` keeps the archive lists read so far (a batch's members share a few).
+    fn parse(text: &'a str, specs: &mut Vec<(&'a str, Arc<[Archive]>)>) -> Option<Member<'a>> {
         let mut parts = text.splitn(6, '|');
         let mut next = || parts.next();
         let (lower, t, method, xff, spec, series) =
@@ -91,16 +92,23 @@ impl Member {
         if !digits(lower) || !digits(t) || series.is_empty() {
             return None;
         }
-        let archives = spec
-            .split(',')
-            .map(|a| {
-                let mut n = a.split(':').map(|x| x.parse::<u64>().ok());
-                match (n.next()??, n.next()??, n.next()??, n.next()) {
-                    (p, kept, slots, None) if p > 0 => Some(Archive { p, kept, slots }),
-                    _ => None,
-                }
-            })
-            .collect::<Option<Vec<_>>>()?;
+        let archives = match specs.iter().find(|(text, _)| *text == spec) {
+            Some((_, archives)) => archives.clone(),
+            None => {
+                let archives: Arc<[Archive]> = spec
+                    .split(',')
+                    .map(|a| {
+                        let mut n = a.split(':').map(|x| x.parse::<u64>().ok());
+                        match (n.next()??, n.next()??, n.next()??, n.next()) {
+                            (p, kept, slots, None) if p > 0 => Some(Archive { p, kept, slots }),
+                            _ => None,
+                        }
+                    })
+                    .collect::<Option<_>>()?;
+                specs.push((spec, archives.clone()));
+                archives
+            }
+        };
         let lower = lower.parse::<usize>().ok()?;
         (lower > 1 && lower <= archives.len()).then_some(())?;
         Some(Member {
@@ -109,7 +117,7 @@ impl Member {
             method: Method::ALL.into_iter().find(|m| m.as_str() == method)?,
             xff: xff.parse().ok().filter(|x: &f64| x.is_finite())?,
             archives,
-            series: series.to_string(),
+            series,
         })
     }
 
@@ -212,21 +220,36 @@ impl Rollups {
         if claimed.is_empty() {
             return Ok(0);
         }
-        let members: Vec<Member> = claimed.iter().filter_map(|m| Member::parse(m)).collect();
+        let mut specs = Vec::new();
+        let members: Vec<Member> = claimed
+            .iter()
+            .filter_map(|m| Member::parse(m, &mut specs))
+            .collect();
         let keys = self.store.keys().clone();
-        let hash = |m: &Member, a: usize| keys.gauge(m.archives[a].p, &m.series);
+        // Each member's hashes, named once: `hashes[i][a]` of archive `a`, from the finest it
+        // reads (`lower - 1`) to the coarsest it may write (none finer).
+        let hashes: Vec<Vec<String>> = members
+            .iter()
+            .map(|m| {
+                let named = |(a, archive): (usize, &Archive)| match a + 1 < m.lower {
+                    true => String::new(),
+                    false => keys.gauge(archive.p, m.series),
+                };
+                m.archives.iter().enumerate().map(named).collect()
+            })
+            .collect();
 
         // Every level's finer slices, read as they are now.
         let mut reads: Vec<Vec<Vec<Read>>> = Vec::with_capacity(members.len());
-        let mut requests: Vec<(String, Vec<i64>)> = Vec::new();
-        for m in &members {
+        let mut requests: Vec<(&str, Vec<i64>)> = Vec::new();
+        for (m, names) in members.iter().zip(&hashes) {
             let mut levels = vec![Vec::new(); m.archives.len()];
             for (level, slices) in levels.iter_mut().enumerate().skip(m.lower) {
-                let key = hash(m, level - 1);
-                let fields: Vec<i64> = m.interval(level).1.map(|t| t as i64).collect();
-                for part in fields.chunks(FIELDS_A_CALL) {
+                let mut fields = m.interval(level).1.map(|t| t as i64).peekable();
+                while fields.peek().is_some() {
+                    let part: Vec<i64> = fields.by_ref().take(FIELDS_A_CALL).collect();
                     slices.extend((0..part.len()).map(|i| Read::Field(requests.len(), i)));
-                    requests.push((key.clone(), part.to_vec()));
+                    requests.push((&names[level - 1], part));
                 }
             }
             reads.push(levels);
@@ -237,7 +260,7 @@ impl Rollups {
         let mut pipe = redis::pipe();
         let mut blocks: Vec<Option<f64>> = Vec::new();
         let mut block_slots = Vec::new();
-        for (m, levels) in members.iter().zip(&mut reads) {
+        for ((m, levels), names) in members.iter().zip(&mut reads).zip(&hashes) {
             for (level, slots) in levels.iter_mut().enumerate().skip(m.lower) {
                 let finer = m.archives[level - 1];
                 let Some(geometry) = (finer.slots > 0).then_some(Geometry { slots: finer.slots })
@@ -256,7 +279,7 @@ impl Rollups {
                     pipe.cmd("GETRANGE")
                         .arg(history::block_key(
                             &keys,
-                            &hash(m, level - 1),
+                            &names[level - 1],
                             geometry,
                             block,
                         ))
@@ -283,9 +306,11 @@ impl Rollups {
         // carrying down, a member goes on past a slice too little known to be written: it
         // stands for the coarser slices over its own too (the writer adds none of theirs), and
         // making one from the finer archive as it is gives what whisper's last write gave.
+        // A slice made: its member, archive, start and value.
         let mut made: HashMap<(&str, u64, u64), f64> = HashMap::new();
-        let mut writes: Vec<(String, u64, f64, String)> = Vec::new();
-        for (m, levels) in members.iter().zip(&reads) {
+        let mut writes: Vec<(usize, usize, u64, f64)> = Vec::new();
+        let mut known = Vec::new();
+        for (i, (m, levels)) in members.iter().zip(&reads).enumerate() {
             let refused = |r: &Read| matches!(*r, Read::Field(c, _) if fields[c].is_empty());
             if levels.iter().flatten().any(refused) {
                 continue;
@@ -294,17 +319,17 @@ impl Rollups {
                 let (finer, archive) = (m.archives[level - 1], m.archives[level]);
                 let (t, slices) = m.interval(level);
                 let stale = i128::from(now) - i128::from(finer.kept);
-                let mut known = Vec::new();
+                known.clear();
                 let mut total = 0;
                 for (slice, read) in slices.zip(slots) {
                     total += 1;
-                    let v =
-                        made.get(&(m.series.as_str(), finer.p, slice))
-                            .copied()
-                            .or(match *read {
-                                Read::Field(c, f) => fields[c].get(f).copied().flatten(),
-                                Read::Block(b) => blocks[b],
-                            });
+                    let v = made
+                        .get(&(m.series, finer.p, slice))
+                        .copied()
+                        .or(match *read {
+                            Read::Field(c, f) => fields[c].get(f).copied().flatten(),
+                            Read::Block(b) => blocks[b],
+                        });
                     // A slice past the archive's retention is whisper's stale slot: not known.
                     if let Some(v) = v.filter(|_| i128::from(slice) > stale) {
                         known.push(v);
@@ -315,13 +340,8 @@ impl Rollups {
                 }
                 let value = m.method.aggregate(&known, total);
                 if value.is_finite() {
-                    made.insert((m.series.as_str(), archive.p, t), value);
-                    writes.push((
-                        hash(m, level),
-                        t,
-                        value,
-                        keys::known_member(archive.p, &m.series),
-                    ));
+                    made.insert((m.series, archive.p, t), value);
+                    writes.push((i, level, t, value));
                 }
             }
         }
@@ -329,27 +349,34 @@ impl Rollups {
         // The slices and their index members, and the claim let go, at once.
         let mut pipe = redis::pipe();
         pipe.ignore_errors().cmd("MULTI");
-        let mut queued = Vec::new();
-        for (key, t, value, _) in &writes {
+        let mut queued: Vec<&str> = Vec::new();
+        for &(i, level, t, value) in &writes {
+            let key = &hashes[i][level];
             pipe.cmd("HSET").arg(key).arg(t).arg(value);
-            queued.push(key.clone());
+            queued.push(key);
         }
         let index = keys.known_gauges();
         if !writes.is_empty() {
-            let mut indexed: Vec<&str> = writes.iter().map(|w| w.3.as_str()).collect();
+            let mut indexed: Vec<(&str, u64)> = writes
+                .iter()
+                .map(|&(i, level, ..)| (members[i].series, members[i].archives[level].p))
+                .collect();
             indexed.sort_unstable();
             indexed.dedup();
             let zadd = pipe.cmd("ZADD").arg(&index);
-            for member in indexed {
-                zadd.arg(0).arg(member);
+            let mut member = Vec::new();
+            for (series, p) in indexed {
+                member.clear();
+                keys::put_known_member(&mut member, p, series);
+                zadd.arg(0).arg(&member[..]);
             }
-            queued.push(index.clone());
+            queued.push(&index);
         }
         pipe.cmd("ZREMRANGEBYSCORE")
             .arg(&rolling)
             .arg(claim)
             .arg(claim);
-        queued.push(String::new());
+        queued.push("");
         pipe.cmd("EXEC");
         let mut replies: Vec<redis::RedisResult<Value>> = pipe.query_async(conn).await?;
         // Refused as a whole (an ACL without a key): the claim stays, to be claimed again.
@@ -373,7 +400,7 @@ impl Rollups {
     async fn read_fields(
         &mut self,
         conn: &mut Connection,
-        requests: &[(String, Vec<i64>)],
+        requests: &[(&str, Vec<i64>)],
     ) -> Result<Vec<Vec<Option<f64>>>, StoreError> {
         if requests.is_empty() {
             return Ok(Vec::new());
@@ -384,7 +411,9 @@ impl Rollups {
                 .map(|(key, fields)| Hmget {
                     key: key.as_bytes(),
                     fields,
-                    whole: false,
+                    // An hour's minutes, a day's hours: the hash is short (its archive's
+                    // newest slices), and one scan of it costs Redis a third of sixty.
+                    whole: fields.len() > bulk::FEW_FIELDS,
                 })
                 .collect();
             if let Ok(values) = self.bulk.hmget(&hmgets).await {
@@ -444,7 +473,9 @@ mod tests {
 
     #[test]
     fn members_read_as_the_writer_names_them() {
-        let m = Member::parse("2|1020|absmax|0.5|10:21600:248,60:604800:2008|a.b|c").unwrap();
+        let mut specs = Vec::new();
+        let text = "2|1020|absmax|0.5|10:21600:248,60:604800:2008|a.b|c";
+        let m = Member::parse(text, &mut specs).unwrap();
         assert_eq!(
             m,
             Member {
@@ -463,8 +494,9 @@ mod tests {
                         kept: 604_800,
                         slots: 2008
                     },
-                ],
-                series: "a.b|c".into(),
+                ]
+                .into(),
+                series: "a.b|c",
             }
         );
         let (t, slices) = m.interval(1);
@@ -481,7 +513,11 @@ mod tests {
             "2|1020|max|0.5|10:60,60:120:0|s",
             "2|1020|max|0.5|10:60:0,60:120:0|",
         ] {
-            assert_eq!(Member::parse(bad), None, "{bad}");
+            assert_eq!(Member::parse(bad, &mut specs), None, "{bad}");
         }
+        // A spec read before is shared, not read again.
+        let again = Member::parse("2|1080|max|0|10:21600:248,60:604800:2008|d", &mut specs);
+        assert!(Arc::ptr_eq(&again.unwrap().archives, &m.archives));
+        assert_eq!(specs.len(), 2, "the good spec and 10:60:0,60:120:0");
     }
 }

@@ -72,7 +72,9 @@ struct Chain {
 /// (archive, slice, value, and the slice of the next archive left pending, or empty), or its
 /// chains (`points.lua`, `write_points`, reads both).
 pub(super) fn put_item(cmd: &mut Argv, s: &SeriesPoints, archives: &[Archive], now: u64) {
-    let mut item = Argv::default();
+    cmd.arg(&*s.series)
+        .arg(s.aggregation.method.as_str())
+        .arg(f64::from(s.aggregation.x_files_factor));
     let (lean, chains) = match present(s, archives, now) {
         Some(point) => (Some(point), Vec::new()),
         None => {
@@ -80,29 +82,28 @@ pub(super) fn put_item(cmd: &mut Argv, s: &SeriesPoints, archives: &[Archive], n
             (lean(&chains), chains)
         }
     };
+    // The lean item's five arguments go straight in; a plan's are counted first.
     if let Some((archive, slice, value, pending)) = lean {
-        item.arg("p").arg(archive + 1).arg(slice).arg(value);
+        cmd.arg(5).arg("p").arg(archive + 1).arg(slice).arg(value);
         match pending {
-            Some(t) => item.arg(t),
-            None => item.arg(""),
+            Some(t) => cmd.arg(t),
+            None => cmd.arg(""),
         };
-    } else {
-        item.arg(chains.len());
-        for c in &chains {
-            item.arg(c.archive + 1);
-            put_values(&mut item, &c.points);
-            item.arg(c.levels.len());
-            for l in &c.levels {
-                put_values(&mut item, &l.made);
-                item.arg(l.asks.len()).arg(&l.asks[..]);
-                item.arg(l.defers.len()).arg(&l.defers[..]);
-            }
+        return;
+    }
+    let mut item = Argv::default();
+    item.arg(chains.len());
+    for c in &chains {
+        item.arg(c.archive + 1);
+        put_values(&mut item, &c.points);
+        item.arg(c.levels.len());
+        for l in &c.levels {
+            put_values(&mut item, &l.made);
+            item.arg(l.asks.len()).arg(&l.asks[..]);
+            item.arg(l.defers.len()).arg(&l.defers[..]);
         }
     }
-    cmd.arg(&*s.series)
-        .arg(s.aggregation.method.as_str())
-        .arg(f64::from(s.aggregation.x_files_factor))
-        .arg(item.len());
+    cmd.arg(item.len());
     cmd.append(&item);
 }
 

@@ -276,14 +276,11 @@ impl Bulk {
         let reading = async move {
             let mut replies = Replies::new(read, timeout);
             let mut out = Vec::with_capacity(requests.len());
-            let mut pairs = Vec::new();
             for r in requests {
                 let mut values = Vec::with_capacity(r.fields.len());
                 if r.whole {
-                    pairs.clear();
-                    replies.numbers(&mut pairs).await?;
                     values.resize(r.fields.len(), None);
-                    pick(&pairs, r.fields, &mut values);
+                    replies.picked(r.fields, &mut values).await?;
                 } else {
                     replies.numbers(&mut values).await?;
                 }
@@ -483,6 +480,46 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
         Ok(())
     }
 
+    /// The values of `fields` (ascending) among an `HGETALL` reply's field, value pairs, as
+    /// numbers, into `out` (as long as `fields`): a field that is no slice time is passed over,
+    /// and only the values asked for are read as numbers (a rollup asks an hour's minutes of a
+    /// hash of two hours, a day's hours of five days').
+    async fn picked(&mut self, fields: &[i64], out: &mut [Point]) -> Result<(), StoreError> {
+        let n = self.length(b'*').await?;
+        let mut wanted = None;
+        for i in 0..n.max(0) {
+            // The common case, all buffered, without an await.
+            let span = match bulk_span(&self.buf[self.at..]) {
+                Some((span, used)) => {
+                    let span = span.map(|(from, to)| (self.at + from, self.at + to));
+                    self.at += used;
+                    span
+                }
+                None => {
+                    let len = self.length(b'$').await?;
+                    if len < 0 {
+                        None
+                    } else {
+                        let len = len as usize;
+                        self.want(len + 2).await?;
+                        self.at += len + 2;
+                        Some((self.at - len - 2, self.at - 2))
+                    }
+                }
+            };
+            let bytes = span.map(|(from, to)| &self.buf[from..to]);
+            if i % 2 == 0 {
+                wanted = bytes
+                    .and_then(number)
+                    .filter(|f| f.fract() == 0.0)
+                    .and_then(|f| fields.binary_search(&(f as i64)).ok());
+            } else if let Some(k) = wanted.take() {
+                out[k] = bytes.and_then(number);
+            }
+        }
+        Ok(())
+    }
+
     /// An array of bulk strings, each added to `out` as it is.
     async fn strings(&mut self, out: &mut Members) -> Result<(), StoreError> {
         let n = self.length(b'*').await?;
@@ -497,19 +534,6 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
             self.at += len + 2;
         }
         Ok(())
-    }
-}
-
-/// The values of `fields` (ascending) among an `HGETALL` reply's field, value pairs, as numbers,
-/// into `out` (as long as `fields`); a field that is no slice time is passed over.
-pub fn pick(pairs: &[Point], fields: &[i64], out: &mut [Point]) {
-    for pair in pairs.chunks_exact(2) {
-        let Some(field) = pair[0].filter(|f| f.fract() == 0.0) else {
-            continue;
-        };
-        if let Ok(i) = fields.binary_search(&(field as i64)) {
-            out[i] = pair[1];
-        }
     }
 }
 
@@ -548,6 +572,13 @@ fn line_end(b: &[u8]) -> Option<usize> {
 /// A whole bulk string at the start of `b` (`$-1\r\n` a null), as a number, and its length;
 /// `None` unless all of it is there.
 fn bulk_number(b: &[u8]) -> Option<(Point, usize)> {
+    let (span, used) = bulk_span(b)?;
+    Some((span.and_then(|(from, to)| number(&b[from..to])), used))
+}
+
+/// Where the text of a whole bulk string at the start of `b` lies (`None` for `$-1\r\n`, a
+/// null), and its length; `None` unless all of it is there.
+fn bulk_span(b: &[u8]) -> Option<(Option<(usize, usize)>, usize)> {
     if b.first() != Some(&b'$') {
         return None;
     }
@@ -572,7 +603,7 @@ fn bulk_number(b: &[u8]) -> Option<(Point, usize)> {
     if b.get(end..end + 2) != Some(b"\r\n") {
         return None;
     }
-    Some((number(&b[start..end]), end + 2))
+    Some((Some((start, end)), end + 2))
 }
 
 /// A value's text as a number: integers (counts) the quick way, anything else as Rust reads a
@@ -650,6 +681,29 @@ mod tests {
             replies.numbers(&mut second).await.unwrap();
             assert_eq!(first, [Some(42.0), None, Some(1.5), None], "chunk {chunk}");
             assert_eq!(second, [Some(7.0)], "chunk {chunk}");
+        }
+    }
+
+    /// An `HGETALL` reply cut anywhere across reads: the values of the fields asked, each
+    /// where its field is among them, whatever the reply's order; a field that is no slice
+    /// time, or not asked, is passed over, and a value that is no number is none.
+    #[tokio::test]
+    async fn whole_hashes_give_the_fields_asked() {
+        let reply = b"*12\r\n$3\r\n120\r\n$3\r\n2.5\r\n$2\r\n60\r\n$1\r\n7\r\n\
+            $4\r\n60.5\r\n$1\r\n9\r\n$1\r\nx\r\n$1\r\n8\r\n$3\r\n180\r\n$3\r\nabc\r\n\
+            $2\r\n30\r\n$2\r\n-4\r\n*0\r\n";
+        for chunk in [1, 2, 3, 5, 7, 64] {
+            let mut reader = tokio_test_reader(reply, chunk);
+            let mut replies = Replies::new(&mut reader, Duration::from_secs(1));
+            let mut values = vec![None; 4];
+            replies
+                .picked(&[0, 60, 120, 180], &mut values)
+                .await
+                .unwrap();
+            assert_eq!(values, [None, Some(7.0), Some(2.5), None], "chunk {chunk}");
+            let mut none = vec![None; 1];
+            replies.picked(&[60], &mut none).await.unwrap();
+            assert_eq!(none, [None], "chunk {chunk}");
         }
     }
 

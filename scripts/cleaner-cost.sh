@@ -63,6 +63,7 @@ for run in $(seq 1 "$runs"); do
   fill "$sock" "$series" "$schema" 0
   redis-cli -s "$sock" config resetstat >/dev/null
   until [ "$(agent_metric "$http" cleaner_passes_total)" = 2 ]; do sleep 0.2; done
+  [ -n "${COMMANDSTATS:-}" ] && redis-cli -s "$sock" info commandstats | grep -E "cmdstat_" >&2
   next_runs+=("$(echo "$(redis_usec "$sock") / $series" | bc -l)")
   kill "$agent_pid"; wait "$agent_pid" 2>/dev/null || true
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true

@@ -226,8 +226,8 @@ impl Rollups {
             .filter_map(|m| Member::parse(m, &mut specs))
             .collect();
         let keys = self.store.keys().clone();
-        // Each member's hashes, named once: `hashes[i][a]` of archive `a`, from the finest it
-        // reads (`lower - 1`) to the coarsest it may write (none finer).
+        // Each member's hashes, named once: `hashes[i][a]` of archive `a`, from the one before
+        // `lower` (the finest it reads) to the coarsest; none for the archives finer than that.
         let hashes: Vec<Vec<String>> = members
             .iter()
             .map(|m| {
@@ -411,8 +411,9 @@ impl Rollups {
                 .map(|(key, fields)| Hmget {
                     key: key.as_bytes(),
                     fields,
-                    // An hour's minutes, a day's hours: the hash is short (its archive's
-                    // newest slices), and one scan of it costs Redis a third of sixty.
+                    // An hour's minutes, a day's hours: the hash is short (a long archive's
+                    // holds its newest 120 slices, the rest in blocks; a short archive has no
+                    // more), and one scan of it costs Redis a third of sixty field scans.
                     whole: fields.len() > bulk::FEW_FIELDS,
                 })
                 .collect();

@@ -32,7 +32,7 @@ use crate::store::bulk::{BulkPool, FEW_FIELDS, Hmget, LexRange, Members};
 use crate::store::history::{self, Family};
 use crate::store::quantile_blocks;
 use crate::store::reader::{index_precisions, index_series, lex_range};
-use crate::store::{Connection, Keys, Reader, StoreError};
+use crate::store::{Connection, Keys, Reader, StoreError, keys};
 
 /// How long the names found by `SCAN` (sets, timers) are used before they are looked for again.
 pub const NAMES_FOR: Duration = Duration::from_secs(30);
@@ -547,16 +547,16 @@ impl<'a> Source<'a> {
                 let paths: Vec<String> = level.iter().map(|p| format!("{p}{literal}")).collect();
                 let series = self.series_of(&paths, only).await?;
                 for (path, series) in paths.into_iter().zip(series) {
-                    let leaf = series.map(|(kind, series)| Leaf {
-                        path: path.clone(),
-                        series,
-                        kind,
-                        view: View::Plain,
-                    });
-                    if leaf.is_some() {
+                    if let Some((kind, series)) = series {
+                        let leaf = Leaf {
+                            path: path.clone(),
+                            series,
+                            kind,
+                            view: View::Plain,
+                        };
                         found.push(Node {
                             path,
-                            leaf,
+                            leaf: Some(leaf),
                             branch: false,
                         });
                     }
@@ -830,7 +830,7 @@ impl<'a> Source<'a> {
                 let zmscore = pipe.cmd("ZMSCORE").arg(&index);
                 for &i in part {
                     for p in &precisions {
-                        zmscore.arg(format!("{p}:{}", paths[i]));
+                        zmscore.arg(keys::known_member(*p, &paths[i]));
                     }
                 }
             }
@@ -1360,8 +1360,6 @@ impl<'a> Source<'a> {
     }
 }
 
-/// A stored value as a number: a count's digits read directly (a render reads thousands), any
-/// other text as a float; `None` for a missing field or text that is no number.
 /// The set or timer statistic `SCAN` found under Graphite name `path`, of kind `only` when
 /// given.
 fn scanned_leaf<'n>(scanned: &'n Names, path: &str, only: Option<&Kind>) -> Option<&'n Leaf> {
@@ -1372,6 +1370,8 @@ fn scanned_leaf<'n>(scanned: &'n Names, path: &str, only: Option<&Kind>) -> Opti
         .filter(|leaf| only.is_none_or(|k| *k == leaf.kind))
 }
 
+/// A stored value as a number: a count's digits read directly (a render reads thousands), any
+/// other text as a float; `None` for a missing field or text that is no number.
 fn number(v: &redis::Value) -> Point {
     match v {
         redis::Value::BulkString(bytes) => crate::store::bulk::number(bytes),

@@ -429,12 +429,6 @@ pub fn known_member(precision: u64, series: &str) -> String {
     format!("{precision}:{series}")
 }
 
-/// [`known_member`] written at the end of `out`.
-pub fn put_known_member(out: &mut Vec<u8>, precision: u64, series: &str) {
-    use std::io::Write;
-    let _ = write!(out, "{precision}:{series}");
-}
-
 /// Hash slots of a Redis Cluster.
 pub const SLOTS: u16 = 16384;
 

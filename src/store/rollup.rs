@@ -364,11 +364,8 @@ impl Rollups {
             indexed.sort_unstable();
             indexed.dedup();
             let zadd = pipe.cmd("ZADD").arg(&index);
-            let mut member = Vec::new();
             for (series, p) in indexed {
-                member.clear();
-                keys::put_known_member(&mut member, p, series);
-                zadd.arg(0).arg(&member[..]);
+                zadd.arg(0).arg(keys::known_member(p, series));
             }
             queued.push(&index);
         }

@@ -709,15 +709,22 @@ async fn a_level_of_many_branches_is_found_whole() {
         cleaner_enabled: false,
         ..test_config(&redis)
     });
-    let find = |query: &str| -> std::collections::BTreeSet<String> {
-        let query = serde_urlencoded::to_string([("query", query)]).unwrap();
-        let (status, _, body) = http_request(agent.http, "GET", "/graphite/metrics/find", &query);
+    // A request's JSON answer (200 OK), and the strings of one key of each of its items.
+    let get = |path: &str, query: &[(&str, &str)]| -> Value {
+        let query = serde_urlencoded::to_string(query).unwrap();
+        let (status, _, body) = http_request(agent.http, "GET", path, &query);
         assert_eq!(status, 200, "{body}");
-        let nodes: Vec<Value> = serde_json::from_str(&body).unwrap();
-        nodes
-            .iter()
-            .map(|n| n["text"].as_str().unwrap().to_string())
+        serde_json::from_str(&body).unwrap()
+    };
+    let strings = |items: &Value, key: &str| -> Vec<String> {
+        let items = items.as_array().unwrap().iter();
+        items
+            .map(|i| i[key].as_str().unwrap().to_string())
             .collect()
+    };
+    let find = |query: &str| -> std::collections::BTreeSet<String> {
+        let nodes = get("/graphite/metrics/find", &[("query", query)]);
+        strings(&nodes, "text").into_iter().collect()
     };
     let names = |r: std::ops::Range<i32>| -> std::collections::BTreeSet<String> {
         r.map(|i| i.to_string()).collect()
@@ -735,16 +742,8 @@ async fn a_level_of_many_branches_is_found_whole() {
     // A render's names: its last literal node is looked up, not walked; it names what a
     // find lists as leaves there, once each.
     let render = |target: &str| -> Vec<String> {
-        let query =
-            serde_urlencoded::to_string([("target", target), ("from", "-1h"), ("format", "json")])
-                .unwrap();
-        let (status, _, body) = http_request(agent.http, "GET", "/graphite/render", &query);
-        assert_eq!(status, 200, "{body}");
-        let series: Vec<Value> = serde_json::from_str(&body).unwrap();
-        series
-            .iter()
-            .map(|s| s["target"].as_str().unwrap().to_string())
-            .collect()
+        let query = [("target", target), ("from", "-1h"), ("format", "json")];
+        strings(&get("/graphite/render", &query), "target")
     };
     let paths = |r: std::ops::Range<i32>, leaf: &str| -> Vec<String> {
         r.map(|i| format!("load.{i}.{leaf}")).collect()
@@ -764,16 +763,12 @@ async fn a_level_of_many_branches_is_found_whole() {
     assert!(render("load.b?g").is_empty());
     // The leaves the walk of every node finds (`/metrics/expand`, as a browse walks).
     let expanded = |query: &str| -> Vec<String> {
-        let query = serde_urlencoded::to_string([("query", query), ("leavesOnly", "1")]).unwrap();
-        let (status, _, body) = http_request(agent.http, "GET", "/graphite/metrics/expand", &query);
-        assert_eq!(status, 200, "{body}");
-        let found: Value = serde_json::from_str(&body).unwrap();
-        let mut found: Vec<String> = found["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p.as_str().unwrap().to_string())
-            .collect();
+        let found = get(
+            "/graphite/metrics/expand",
+            &[("query", query), ("leavesOnly", "1")],
+        );
+        let found = found["results"].as_array().unwrap().iter();
+        let mut found: Vec<String> = found.map(|p| p.as_str().unwrap().to_string()).collect();
         found.sort();
         found
     };

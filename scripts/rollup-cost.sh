@@ -5,33 +5,40 @@
 # runs; a second agent of the same schema (its rollups every second, no cleaner) then makes
 # them: Redis's own time (INFO commandstats) and the agent's CPU (/proc) a pending member. Then
 # a cleaner pass over what that leaves (an agent with only its cleaner): Redis's time a series.
-# RUNS times (median, then the runs). FULL=1: each series' finer hashes first hold their newest
-# 120 slices, as a series that has sent for a few days leaves them (10 s, minutes and hours
-# before the open minute), so the rollup reads its intervals out of full hashes.
+# RUNS times (median, then the runs). FULL=1: each series' finer hashes (every archive but the
+# coarsest) first hold their newest 120 slices, as a series that has sent for a few days leaves
+# them, so the rollup reads its intervals out of full hashes. SCHEMA: carbon's retentions
+# (default 10s:6h,1m:7d,1h:90d,1d:5y).
 #
-#   [AGENT=<build>] [FULL=1] scripts/rollup-cost.sh [series=20000] [runs=3]
+#   [AGENT=<build>] [FULL=1] [SCHEMA=retentions] scripts/rollup-cost.sh [series=20000] [runs=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 series=${1:-20000}; runs=${2:-3}
 . scripts/common.sh
 need_python_redis
-schema=10s:6h,1m:7d,1h:90d,1d:5y
+schema=${SCHEMA:-10s:6h,1m:7d,1h:90d,1d:5y}
 cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 redis_runs=(); agent_runs=(); cleaner_runs=()
 for run in $(seq 1 "$runs"); do
   sock=$dir/redis.sock; rm -f "$sock"
   start_redis "$sock"
   if [ "${FULL:-0}" = 1 ]; then
-    /usr/bin/python3 - "$sock" "$series" <<'PY'
+    /usr/bin/python3 - "$sock" "$series" "$schema" <<'PY'
 import redis, sys, time
-sock, n = sys.argv[1], int(sys.argv[2])
+sock, n, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+unit = {"s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+def seconds(text):
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    return int(number) * unit[text[len(number):] or "s"]
+# Every archive but the coarsest: the ones a rollup reads.
+finer = [seconds(a.split(":")[0]) for a in schema.split(",")][:-1]
 r = redis.Redis(unix_socket_path=sock)
 now = int(time.time())
 p = r.pipeline(transaction=False)
 for i in range(n):
     s = f"collectd.host{i % 500}.cpu{i}.value"
-    for prec in (10, 60, 3600):
-        # The newest 120 slices before the open minute (hour, for the hours).
+    for prec in finer:
+        # The newest 120 slices before the open minute (the open slice, for coarser ones).
         top = now - now % max(prec, 60) - prec
         p.hset(f"gauge:{prec}:{s}", mapping={top - k * prec: (i + k) % 100 for k in range(120)})
         p.zadd("known:gauge:", {f"{prec}:{s}": 0})

@@ -13,7 +13,8 @@
 #                                            ROUND_SERIES=20000 ROUNDS=12,
 #                                            SCHEMA=10s:6h,1m:7d,1h:90d,1d:5y; CARBON=0: the
 #                                            agent alone, to compare schemas;
-#                                            COMMANDSTATS=1: Redis's own time by command)
+#                                            COMMANDSTATS=1: Redis's own time by command;
+#                                            IDLE=1: first, their CPU left idle 60 s)
 #
 # carbon-cache runs as its users run it: MAX_CACHE_SIZE, MAX_UPDATES_PER_SECOND and
 # MAX_CREATES_PER_MINUTE unlimited (Debian's limits would make it slower still), the sorted write
@@ -128,6 +129,13 @@ for run in $(seq 1 "$RUNS"); do
     start_redis "$sock"
     agent_carbon=$(free_port)
     start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$SCHEMA" --carbon-tcp "127.0.0.1:$agent_carbon"
+    if [ -n "${IDLE:-}" ]; then
+      # What the agent and Redis spend doing nothing for as long as the points wait for their
+      # rollup run and cleaner pass (Redis's cron, the agent's ticks): in the figure below too.
+      i0=$(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid")" | bc)
+      sleep 60
+      echo "idle 60 s: agent + Redis $(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid") - $i0" | bc) s CPU" >&2
+    fi
     a0=$(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid")" | bc)
     sent=$(send "$agent_carbon" "$shape")
     # Counted too: the open intervals' rollups, made once a coarse_write_secs (60 s), and a

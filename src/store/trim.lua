@@ -31,7 +31,7 @@ local function quick_fields(hash, precision, now, since)
   local from = keep_from(since, precision) - 2 * precision
   local asked = {}
   for t = math.max(from, 0), keep_from(now, precision) - precision, precision do
-    asked[#asked + 1] = t
+    asked[#asked + 1] = int(t)
   end
   if n <= QUICK_LEAST or #asked > QUICK_MOST or n > HASH_SLICES + #asked + 1 then
     return nil
@@ -41,7 +41,7 @@ local function quick_fields(hash, precision, now, since)
     local values = redis.call('HMGET', hash, unpack(asked))
     for i, v in ipairs(values) do
       if v then
-        fields[#fields + 1] = tostring(asked[i])
+        fields[#fields + 1] = asked[i]
         fields[#fields + 1] = v
       end
     end
@@ -76,7 +76,7 @@ local function trim(hash, precision, now, kept, slots, block_base, gauge, since)
   end
   local moved = 0
   if slots and oldest and oldest < keep_from(now, precision) then
-    moved = move(hash, block_base .. ':' .. slots, precision, slots, fields, times, newest, now,
+    moved = move(hash, block_base .. ':' .. int(slots), precision, slots, fields, times, newest, now,
       cutoff, kept(precision), gauge, others)
   end
   local old = {}

@@ -1731,6 +1731,7 @@ fn a_points_section_of_an_earlier_release_is_refused_not_misread() {
     let script = redis::Script::new(concat!(
         include_str!("../src/store/retention.lua"),
         include_str!("../src/store/hourly.lua"),
+        include_str!("../src/store/numbers.lua"),
         include_str!("../src/store/points.lua"),
         include_str!("../src/store/flush.lua")
     ));

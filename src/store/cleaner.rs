@@ -160,6 +160,7 @@ impl Cleaner {
             holding: false,
             clean: Script::new(concat!(
                 include_str!("retention.lua"),
+                include_str!("numbers.lua"),
                 include_str!("history.lua"),
                 include_str!("trim.lua"),
                 include_str!("clean.lua")
@@ -167,6 +168,7 @@ impl Cleaner {
             recheck: Vec::new(),
             clean_slot: Script::new(concat!(
                 include_str!("retention.lua"),
+                include_str!("numbers.lua"),
                 include_str!("history.lua"),
                 include_str!("trim.lua"),
                 include_str!("clean_slot.lua")

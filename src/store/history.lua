@@ -1,6 +1,6 @@
--- Put after retention.lua, in front of trim.lua (src/store/cleaner.rs): a long archive's slices
--- moved out of the book's hash into blocks of fixed slots (src/store/history.rs, docs/layout.md
--- "History: fixed slots").
+-- Put after retention.lua and numbers.lua, in front of trim.lua (src/store/cleaner.rs): a long
+-- archive's slices moved out of the book's hash into blocks of fixed slots
+-- (src/store/history.rs, docs/layout.md "History: fixed slots").
 
 -- The cleaner's `precision:slots` list (`Retention::encode_history`): a function giving a
 -- precision's slots a block, or nil where the hash keeps every slice.
@@ -17,14 +17,6 @@ end
 -- hash written by an earlier release moves over several passes, none of which holds Redis long).
 local HASH_SLICES, GROUP, MOST_MOVED = 120, 65, 20000
 local moved_budget = MOST_MOVED
-
--- A whole number as the text Redis is given: Redis 7.0 formats a number argument of
--- redis.call with printf's %.17g (and Lua a number joined to a string with %.14g), several
--- times what %d costs; a visit passes a few dozen (docs/benchmarks.md, "The cleaner's numbers
--- as text").
-local function int(n)
-  return string.format('%d', n)
-end
 
 -- The oldest slice of `precision` the hash keeps at `now`: the newest HASH_SLICES, the one being
 -- written among them (history.rs, `keep_from`).
@@ -52,15 +44,17 @@ local function move(hash, block_base, precision, slots, fields, times, newest, n
     if t and t > cutoff and t < keep_from and t ~= newest and t % precision == 0 then
       local index = t / precision
       local block, slot = math.floor(index / slots), index % slots
-      local key = block_base .. ':' .. int(block)
+      local key = block_base .. ':' .. whole_text(block)
       if made[key] == nil then
         -- Made whole at once (a string grown slot by slot would take twice its bytes), and
         -- kept until its newest slice leaves the retention. A key of another type under the
         -- name (another program's) takes nothing: the slices stay in the hash.
-        local r = redis.pcall('BITFIELD', key, 'INCRBY', 'u8', int((slots / 8 * GROUP - 1) * 8), '0')
+        local r = redis.pcall('BITFIELD', key, 'INCRBY', 'u8',
+          whole_text((slots / 8 * GROUP - 1) * 8), '0')
         made[key] = not r.err
         if made[key] then
-          redis.call('EXPIRE', key, int(math.max((block + 1) * slots * precision + kept - now, 1)))
+          redis.call('EXPIRE', key,
+            whole_text(math.max((block + 1) * slots * precision + kept - now, 1)))
         end
       end
       local group = math.floor(slot / 8) * GROUP
@@ -71,15 +65,16 @@ local function move(hash, block_base, precision, slots, fields, times, newest, n
       elseif gauge then
         local v = tonumber(fields[i + 1])
         if v then
-          redis.call('SETRANGE', key, int(at / 8), struct.pack('>d', v))
+          redis.call('SETRANGE', key, whole_text(at / 8), struct.pack('>d', v))
           ok = true
         end
       else
-        local r = redis.pcall('BITFIELD', key, 'OVERFLOW', 'FAIL', 'INCRBY', 'i64', int(at), fields[i + 1])
+        local r = redis.pcall('BITFIELD', key, 'OVERFLOW', 'FAIL', 'INCRBY', 'i64', whole_text(at),
+          fields[i + 1])
         ok = type(r) == 'table' and r[1] ~= nil and r[1] ~= false
       end
       if ok then
-        redis.call('SETBIT', key, int(group * 8 + slot % 8), '1')
+        redis.call('SETBIT', key, whole_text(group * 8 + slot % 8), '1')
         gone[#gone + 1] = fields[i]
         moved = moved + 1
         moved_budget = moved_budget - 1

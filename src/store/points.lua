@@ -1,11 +1,11 @@
--- Put in front of flush.lua: carbon points (docs/carbon.md), written as whisper writes them.
--- A point is set into its slice of the finest archive that keeps its age (the agent chose
--- the archive and the slice, and kept one point a slice), in the gauge family's hash,
--- gauge:<p>:<series>; then each coarser archive's slice over it is recomputed from the finer
--- archive's known slices in its interval, written only when known / total reaches the
--- series' xFilesFactor, else left as it was, and the next archive is built from that one
--- (whisper's __archive_update_many and __propagate). Setting and recomputing are idempotent:
--- a chunk applied twice changes nothing.
+-- Put after numbers.lua, in front of flush.lua: carbon points (docs/carbon.md), written as
+-- whisper writes them. A point is set into its slice of the finest archive that keeps its age
+-- (the agent chose the archive and the slice, and kept one point a slice), in the gauge
+-- family's hash, gauge:<p>:<series>; then each coarser archive's slice over it is recomputed
+-- from the finer archive's known slices in its interval, written only when known / total
+-- reaches the series' xFilesFactor, else left as it was, and the next archive is built from
+-- that one (whisper's __archive_update_many and __propagate). Setting and recomputing are
+-- idempotent: a chunk applied twice changes nothing.
 
 -- The slices the book's hash keeps of a long archive before the cleaner moves them into its
 -- blocks (history.lua), a block's group of eight slots, and how long past the hash's own
@@ -52,21 +52,6 @@ local aggregations = {
     return m
   end,
 }
-
--- Redis 7.0 formats a number argument of redis.call with printf's %.17g, and Lua a number
--- joined to a string with %.14g: each several microseconds, most of a point's cost when a
--- point's coarser slices read a few dozen fields. So slices, offsets and precisions go to
--- Redis as text, each number written once a call (the items of a chunk share their slices):
--- %d, which gives the same digits for these whole numbers.
-local point_texts = {}
-local function whole_text(n)
-  local s = point_texts[n]
-  if s == nil then
-    s = string.format('%d', n)
-    point_texts[n] = s
-  end
-  return s
-end
 
 -- A double as text that reads back as the same double, as short as %.15g allows.
 local function point_text(v)

@@ -31,7 +31,7 @@ local function quick_fields(hash, precision, now, since)
   local from = keep_from(since, precision) - 2 * precision
   local asked = {}
   for t = math.max(from, 0), keep_from(now, precision) - precision, precision do
-    asked[#asked + 1] = int(t)
+    asked[#asked + 1] = whole_text(t)
   end
   if n <= QUICK_LEAST or #asked > QUICK_MOST or n > HASH_SLICES + #asked + 1 then
     return nil
@@ -76,8 +76,8 @@ local function trim(hash, precision, now, kept, slots, block_base, gauge, since)
   end
   local moved = 0
   if slots and oldest and oldest < keep_from(now, precision) then
-    moved = move(hash, block_base .. ':' .. int(slots), precision, slots, fields, times, newest, now,
-      cutoff, kept(precision), gauge, others)
+    moved = move(hash, block_base .. ':' .. whole_text(slots), precision, slots, fields, times,
+      newest, now, cutoff, kept(precision), gauge, others)
   end
   local old = {}
   if oldest and oldest <= cutoff then

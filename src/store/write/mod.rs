@@ -32,6 +32,7 @@ use standalone::{Indexed, Pending};
 const FLUSH_SCRIPT: &str = concat!(
     include_str!("../retention.lua"),
     include_str!("../hourly.lua"),
+    include_str!("../numbers.lua"),
     include_str!("../points.lua"),
     include_str!("../flush.lua")
 );

@@ -615,26 +615,26 @@ fn bulk_span(b: &[u8]) -> Option<(Option<(usize, usize)>, usize)> {
     Some((Some((start, end)), end + 2))
 }
 
+/// Up to 15 digits (no sign) as the integer they write; `None` for anything else.
+fn digits(bytes: &[u8]) -> Option<i64> {
+    (!bytes.is_empty() && bytes.len() < 16 && bytes.iter().all(u8::is_ascii_digit))
+        .then(|| bytes.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
+}
+
 /// A field's text as a slice time (a whole number of seconds): digits the quick way, anything
 /// else as [`number`] reads it, `None` unless whole.
 fn slice_time(bytes: &[u8]) -> Option<i64> {
-    if !bytes.is_empty() && bytes.len() < 16 && bytes.iter().all(u8::is_ascii_digit) {
-        return Some(bytes.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')));
-    }
-    number(bytes).filter(|f| f.fract() == 0.0).map(|f| f as i64)
+    digits(bytes).or_else(|| number(bytes).filter(|f| f.fract() == 0.0).map(|f| f as i64))
 }
 
 /// A value's text as a number: integers (counts) the quick way, anything else as Rust reads a
 /// float; text that is no number is `None`.
 pub fn number(bytes: &[u8]) -> Point {
-    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
-    if !digits.is_empty() && digits.len() < 16 && digits.iter().all(u8::is_ascii_digit) {
-        let n = digits
-            .iter()
-            .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
-        return Some(if digits.len() < bytes.len() { -n } else { n } as f64);
+    match bytes.strip_prefix(b"-") {
+        Some(rest) => digits(rest).map(|n| -n as f64),
+        None => digits(bytes).map(|n| n as f64),
     }
-    std::str::from_utf8(bytes).ok()?.parse().ok()
+    .or_else(|| std::str::from_utf8(bytes).ok()?.parse().ok())
 }
 
 #[cfg(test)]

@@ -18,17 +18,14 @@ series=${1:-20000}; runs=${2:-3}
 schema=${SCHEMA:-10s:6h,1m:7d,1h:90d,1d:5y}
 . scripts/common.sh
 need_python_redis
-# fill SOCK SERIES SCHEMA FIRST: each series' hashes of the schema's finer precisions (as
-# above), the first fill (FIRST=1) or a minute's new slices (0).
+kept=$(archives "$schema")
+# fill SOCK SERIES ARCHIVES FIRST: each series' hashes of the finer precisions of ARCHIVES
+# (`archives`' form; as above), the first fill (FIRST=1) or a minute's new slices (0).
 fill() {
   /usr/bin/python3 - "$@" <<'PY'
 import redis, sys, time
-sock, n, schema, first = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
-unit = {"s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-def seconds(text):
-    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
-    return int(number) * unit[text[len(number):] or "s"]
-archives = [tuple(map(seconds, a.split(":"))) for a in schema.split(",")]
+sock, n, first = sys.argv[1], int(sys.argv[2]), sys.argv[4] == "1"
+archives = [tuple(map(int, a.split(":"))) for a in sys.argv[3].split(",")]
 counts = []
 for i, (prec, kept) in enumerate(archives):
     if i >= 3 or (i == 2 and prec >= 3600):
@@ -53,14 +50,14 @@ first_runs=(); next_runs=()
 for run in $(seq 1 "$runs"); do
   sock=$dir/redis.sock; rm -f "$sock"
   start_redis "$sock"
-  fill "$sock" "$series" "$schema" 1
+  fill "$sock" "$series" "$kept" 1
   redis-cli -s "$sock" config resetstat >/dev/null
   start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$schema"
   until [ "$(agent_metric "$http" cleaner_passes_total)" != 0 ]; do sleep 0.2; done
   first_runs+=("$(echo "$(redis_usec "$sock") / $series" | bc -l)")
   # A minute of writes before the next pass (a pass every 60 s).
   sleep 45
-  fill "$sock" "$series" "$schema" 0
+  fill "$sock" "$series" "$kept" 0
   redis-cli -s "$sock" config resetstat >/dev/null
   until [ "$(agent_metric "$http" cleaner_passes_total)" = 2 ]; do sleep 0.2; done
   [ -n "${COMMANDSTATS:-}" ] && redis-cli -s "$sock" info commandstats | grep -E "cmdstat_" >&2

@@ -13,6 +13,19 @@ need_python_redis() {
   /usr/bin/python3 -c 'import redis' 2>/dev/null || { echo "python3-redis is missing: apt-get install -y python3-redis" >&2; exit 1; }
 }
 
+# archives SCHEMA: carbon's retentions (`10s:6h,1min:6d,...`) as each archive's precision and
+# seconds kept, `p:kept,...` (scripts/cleaner-cost.sh, scripts/rollup-cost.sh).
+archives() {
+  /usr/bin/python3 - "$1" <<'PY'
+import sys
+unit = {"s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+def seconds(text):
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    return int(number) * unit[text[len(number):] or "s"]
+print(",".join("%d:%d" % tuple(map(seconds, a.split(":"))) for a in sys.argv[1].split(",")))
+PY
+}
+
 # A port free on 127.0.0.1 (TCP; the agent's UDP port is taken from the same range).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

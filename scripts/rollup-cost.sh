@@ -23,15 +23,11 @@ for run in $(seq 1 "$runs"); do
   sock=$dir/redis.sock; rm -f "$sock"
   start_redis "$sock"
   if [ "${FULL:-0}" = 1 ]; then
-    /usr/bin/python3 - "$sock" "$series" "$schema" <<'PY'
+    /usr/bin/python3 - "$sock" "$series" "$(archives "$schema")" <<'PY'
 import redis, sys, time
-sock, n, schema = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-unit = {"s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-def seconds(text):
-    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
-    return int(number) * unit[text[len(number):] or "s"]
+sock, n = sys.argv[1], int(sys.argv[2])
 # Every archive but the coarsest: the ones a rollup reads.
-finer = [seconds(a.split(":")[0]) for a in schema.split(",")][:-1]
+finer = [int(a.split(":")[0]) for a in sys.argv[3].split(",")][:-1]
 r = redis.Redis(unix_socket_path=sock)
 now = int(time.time())
 p = r.pipeline(transaction=False)

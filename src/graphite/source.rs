@@ -1155,7 +1155,7 @@ impl<'a> Source<'a> {
                 })
             })
             .collect();
-        history::add_blocks(&self.conn, keys, now.max(0) as u64, asked).await
+        history::add_blocks(&self.conn, self.bulk, keys, now.max(0) as u64, asked).await
     }
 
     /// How long after its end a slice of `leaf`'s at `step` seconds is written: a window's

@@ -3,8 +3,9 @@
 //! 144 000 values; through the redis crate each is a `redis::Value` (a parser's state machine
 //! and an allocation each), which cost the agent close to half its CPU for such a render
 //! (docs/benchmarks.md, "Graphite API"). Here a value is read from the socket's buffer in
-//! place. Only one server without TLS is read so ([`Store::bulk_target`]); Sentinel, Cluster
-//! and TLS take the redis crate's way.
+//! place. A long archive's blocks (`GETRANGE`s, [`BulkPool::pipeline`]) are read on the same
+//! connections, each reply's bytes copied once. Only one server without TLS is read so
+//! ([`Store::bulk_target`]); Sentinel, Cluster and TLS take the redis crate's way.
 //!
 //! [`Store::bulk_target`]: super::Store::bulk_target
 
@@ -92,6 +93,70 @@ impl Members {
     }
 }
 
+/// Commands for [`BulkPool::pipeline`], written as RESP as they are added.
+#[derive(Debug, Default)]
+pub struct Commands {
+    out: Vec<u8>,
+    n: usize,
+    /// The bytes their replies are expected to hold, made room for before they are read.
+    expected: usize,
+}
+
+impl Commands {
+    pub fn push(&mut self, args: &[&[u8]]) {
+        command(&mut self.out, args);
+        self.n += 1;
+    }
+
+    /// [`Commands::push`] of a command whose reply is about `bytes` long.
+    pub fn push_expecting(&mut self, args: &[&[u8]], bytes: usize) {
+        self.push(args);
+        self.expected += bytes;
+    }
+
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+}
+
+/// One reply of a [`BulkPool::pipeline`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer<'a> {
+    /// A bulk string's bytes (a null: empty).
+    Bytes(&'a [u8]),
+    Integer(i64),
+}
+
+/// The replies of a pipeline, in order, their bytes in one buffer (no allocation a reply).
+#[derive(Debug, Default)]
+pub struct Answers {
+    bytes: Vec<u8>,
+    /// Each reply: where its bytes lie in `bytes` (`Err`: an integer).
+    replies: Vec<Result<(usize, usize), i64>>,
+}
+
+impl Answers {
+    pub fn len(&self) -> usize {
+        self.replies.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.replies.is_empty()
+    }
+
+    /// Reply `i`, if there is one.
+    pub fn get(&self, i: usize) -> Option<Answer<'_>> {
+        Some(match *self.replies.get(i)? {
+            Ok((start, end)) => Answer::Bytes(&self.bytes[start..end]),
+            Err(n) => Answer::Integer(n),
+        })
+    }
+}
+
 /// Bulk connections kept between requests, each used by one request at a time.
 pub struct BulkPool {
     target: Option<BulkTarget>,
@@ -131,6 +196,17 @@ impl BulkPool {
         self.read(|mut bulk| {
             Box::pin(async move {
                 let read = bulk.lex_ranges(requests).await;
+                (bulk, read)
+            })
+        })
+        .await
+    }
+
+    /// [`Bulk::pipeline`] on a kept or new connection ([`BulkPool::read`]).
+    pub async fn pipeline(&self, commands: &Commands) -> Result<Answers, StoreError> {
+        self.read(|mut bulk| {
+            Box::pin(async move {
+                let read = bulk.pipeline(commands).await;
                 (bulk, read)
             })
         })
@@ -319,6 +395,24 @@ impl Bulk {
             ranges.push(members);
         }
         Ok(ranges)
+    }
+}
+
+impl Bulk {
+    /// Each command's reply, bulk strings and integers (an error fails the whole read): the
+    /// commands in one write, the replies copied out of the socket's buffer into one.
+    pub async fn pipeline(&mut self, commands: &Commands) -> Result<Answers, StoreError> {
+        self.write.write_all(&commands.out).await?;
+        self.write.flush().await?;
+        let mut replies = Replies::new(&mut self.read, self.timeout);
+        let mut answers = Answers {
+            bytes: Vec::with_capacity(commands.expected),
+            replies: Vec::with_capacity(commands.n),
+        };
+        for _ in 0..commands.n {
+            replies.answer(&mut answers).await?;
+        }
+        Ok(answers)
     }
 }
 
@@ -526,6 +620,31 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
                 out[k] = bytes.and_then(number);
             }
         }
+        Ok(())
+    }
+
+    /// A bulk string (its bytes copied into `out`) or an integer.
+    async fn answer(&mut self, out: &mut Answers) -> Result<(), StoreError> {
+        self.want(1).await?;
+        if self.buf[self.at] == b':' {
+            let (_, rest) = self.line().await?;
+            let n = std::str::from_utf8(&rest)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| protocol("an integer"))?;
+            out.replies.push(Err(n));
+            return Ok(());
+        }
+        let len = self.length(b'$').await?;
+        let start = out.bytes.len();
+        if len >= 0 {
+            let len = len as usize;
+            self.want(len + 2).await?;
+            out.bytes
+                .extend_from_slice(&self.buf[self.at..self.at + len]);
+            self.at += len + 2;
+        }
+        out.replies.push(Ok((start, out.bytes.len())));
         Ok(())
     }
 
@@ -754,6 +873,38 @@ mod tests {
 
     /// Index members (with `\r` inside a member, and a `\n` alone) cut anywhere across reads
     /// parse alike; an error reply is Redis's refusal.
+    #[tokio::test]
+    async fn pipelined_replies_split_across_reads_parse_alike() {
+        // A block's bytes (with a `\r\n` inside), a missing block, a null, an EXISTS count,
+        // then a refusal.
+        let reply = b"$5\r\n\x80\r\n\x00\xff\r\n$0\r\n\r\n$-1\r\n:2\r\n-WRONGTYPE no\r\n";
+        for chunk in [1, 2, 3, 5, 7, 64] {
+            let mut reader = tokio_test_reader(reply, chunk);
+            let mut replies = Replies::new(&mut reader, Duration::from_secs(1));
+            let mut answers = Answers::default();
+            for _ in 0..4 {
+                replies.answer(&mut answers).await.unwrap();
+            }
+            let read: Vec<_> = (0..5).map(|i| answers.get(i)).collect();
+            assert_eq!(
+                read,
+                [
+                    Some(Answer::Bytes(b"\x80\r\n\x00\xff")),
+                    Some(Answer::Bytes(b"")),
+                    Some(Answer::Bytes(b"")),
+                    Some(Answer::Integer(2)),
+                    None
+                ],
+                "chunk {chunk}"
+            );
+            let refused = replies.answer(&mut answers).await;
+            assert!(
+                matches!(refused, Err(StoreError::Redis(ref e)) if e.to_string().contains("no")),
+                "{refused:?}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn members_split_across_reads_parse_alike() {
         let reply = b"*3\r\n$6\r\n60:a.b\r\n$4\r\n1:\rx\r\n$3\r\n\ny.\r\n*0\r\n-ERR no\r\n";

@@ -10,6 +10,7 @@
 //! (a counter's integer, a gauge's `f64` bits), as `BITFIELD` reads and writes them. A block
 //! expires when its newest slice leaves the retention: no slot is ever reused, so none is stale.
 
+use crate::store::bulk::{Answer, BulkPool, Commands};
 use crate::store::{Connection, Keys, StoreError};
 
 /// Slices the book's hash keeps of a long archive: the book's `sample_count`, so that
@@ -207,7 +208,19 @@ impl Geometry {
 /// A block's key: its hash's [`Keys::history_base`], then the cut's slots and the block's
 /// number: `history:count:600:web.hits:2008:129`. `hash` is the hash's name with the prefix.
 pub fn block_key(keys: &Keys, hash: &str, geometry: Geometry, block: u64) -> String {
-    format!("{}:{}:{block}", keys.history_base(hash), geometry.slots)
+    block_key_at(&keys.history_base(hash), geometry, block)
+}
+
+/// [`block_key`] from the hash's [`Keys::history_base`], made once for all of a series' blocks
+/// (a render names a few hundred).
+fn block_key_at(base: &str, geometry: Geometry, block: u64) -> String {
+    let (mut slots, mut number) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (slots, number) = (slots.format(geometry.slots), number.format(block));
+    let mut key = String::with_capacity(base.len() + slots.len() + number.len() + 2);
+    for part in [base, ":", slots, ":", number] {
+        key.push_str(part);
+    }
+    key
 }
 
 /// One read of a block: its key, and the slots and bytes asked.
@@ -241,6 +254,7 @@ fn reads_in(
     if first < 0 || precision == 0 {
         return out;
     }
+    let base = keys.history_base(hash);
     for &g in cuts {
         let (mut block, mut slot) = g.locate(precision, first as u64);
         let (last_block, last_slot) = g.locate(precision, last as u64);
@@ -252,7 +266,7 @@ fn reads_in(
                 g.slots - 1
             };
             out.push(BlockRead {
-                key: block_key(keys, hash, g, block),
+                key: block_key_at(&base, g, block),
                 first: slot,
                 last: end,
                 at,
@@ -289,11 +303,13 @@ const ONE_PIPELINE_READS: usize = 2048;
 /// of just the slots asked that a block may hold ([`blocks_before`]) in the configured
 /// retention's cut, and one `EXISTS` of the other cut's blocks over the range, whose slots are
 /// read only where one exists (slices written while another retention cut them). On one server
-/// every series' reads in one pipeline (one round trip a render) unless that is more than
+/// every series' reads in one pipeline (one round trip a render; through `bulk`, the Graphite
+/// API's reader, where it has one) unless that is more than
 /// [`ONE_PIPELINE_READS`]; else, and in a cluster, a pipeline a series, all at once (a
 /// series' blocks share one slot).
 pub async fn add_blocks(
     conn: &Connection,
+    bulk: Option<&BulkPool>,
     keys: &Keys,
     now: u64,
     asked: Vec<Asked<'_>>,
@@ -319,32 +335,40 @@ pub async fn add_blocks(
     if asked.is_empty() {
         return Ok(());
     }
-    // A series' commands: its own cut's GETRANGEs, then EXISTS of the other cut's blocks.
     let commands = |own: &[BlockRead], other: &[BlockRead], pipe: &mut redis::Pipeline| {
-        for block in own {
-            let (a, b) = Geometry::byte_range(block.first, block.last);
-            pipe.cmd("GETRANGE").arg(&block.key).arg(a).arg(b);
-        }
-        if !other.is_empty() {
-            let exists = pipe.cmd("EXISTS");
-            for block in other {
-                exists.arg(&block.key);
+        block_commands(own, other, |args, _| {
+            let command = pipe.cmd(if args[0] == b"EXISTS" {
+                "EXISTS"
+            } else {
+                "GETRANGE"
+            });
+            for arg in &args[1..] {
+                command.arg(*arg);
             }
-        }
+        });
     };
-    // A series' replies, as `commands` asked: true when the other cut has a block.
-    let take = |a: &mut Asked, own: &[BlockRead], other: &[BlockRead], replies: &[redis::Value]| {
-        let bytes: Vec<&[u8]> = replies
-            .iter()
-            .take(own.len())
-            .map(|v| match v {
-                redis::Value::BulkString(b) => b.as_slice(),
-                _ => &[],
-            })
-            .collect();
-        merge(a.values, own, &bytes, a.family);
-        !other.is_empty() && matches!(replies.get(own.len()), Some(redis::Value::Int(n)) if *n > 0)
+    // A series' replies, as `commands` asked (its blocks' bytes, then what EXISTS counted):
+    // true when the other cut has a block.
+    let take = |a: &mut Asked, own: &[BlockRead], other: &[BlockRead], bytes: &[&[u8]], exists| {
+        merge(a.values, own, bytes, a.family);
+        !other.is_empty() && matches!(exists, Some(n) if n > 0)
     };
+    let take_values =
+        |a: &mut Asked, own: &[BlockRead], other: &[BlockRead], replies: &[redis::Value]| {
+            let bytes: Vec<&[u8]> = replies
+                .iter()
+                .take(own.len())
+                .map(|v| match v {
+                    redis::Value::BulkString(b) => b.as_slice(),
+                    _ => &[],
+                })
+                .collect();
+            let exists = match replies.get(own.len()) {
+                Some(redis::Value::Int(n)) => Some(*n),
+                _ => None,
+            };
+            take(a, own, other, &bytes, exists)
+        };
     let replies_of =
         |own: &[BlockRead], other: &[BlockRead]| own.len() + usize::from(!other.is_empty());
     let reads: usize = asked
@@ -352,7 +376,31 @@ pub async fn add_blocks(
         .map(|(_, own, other)| replies_of(own, other))
         .sum();
     let mut elsewhere = vec![false; asked.len()];
-    if let (Connection::Single(_), true) = (conn, reads <= ONE_PIPELINE_READS) {
+    let one_pipeline = matches!(conn, Connection::Single(_)) && reads <= ONE_PIPELINE_READS;
+    if let (true, Some(bulk)) = (one_pipeline, bulk.filter(|b| b.available())) {
+        // Through the bulk reader: the replies' bytes read in place of the redis crate's
+        // values (a day of minutes of 100 series is 1.1 MB of them).
+        let mut pipe = Commands::default();
+        for (_, own, other) in &asked {
+            block_commands(own, other, |args, bytes| pipe.push_expecting(args, bytes));
+        }
+        let answers = bulk.pipeline(&pipe).await?;
+        let mut at = 0;
+        for ((a, own, other), found) in asked.iter_mut().zip(&mut elsewhere) {
+            let bytes: Vec<&[u8]> = (at..at + own.len())
+                .map(|i| match answers.get(i) {
+                    Some(Answer::Bytes(b)) => b,
+                    _ => &[],
+                })
+                .collect();
+            let exists = match answers.get(at + own.len()) {
+                Some(Answer::Integer(n)) if !other.is_empty() => Some(n),
+                _ => None,
+            };
+            *found = take(a, own, other, &bytes, exists);
+            at += replies_of(own, other);
+        }
+    } else if one_pipeline {
         let mut pipe = redis::pipe();
         for (_, own, other) in &asked {
             commands(own, other, &mut pipe);
@@ -361,7 +409,7 @@ pub async fn add_blocks(
         let mut replies = &replies[..];
         for ((a, own, other), found) in asked.iter_mut().zip(&mut elsewhere) {
             let (these, rest) = replies.split_at(replies_of(own, other).min(replies.len()));
-            *found = take(a, own, other, these);
+            *found = take_values(a, own, other, these);
             replies = rest;
         }
     } else {
@@ -374,7 +422,7 @@ pub async fn add_blocks(
                 let mut conn = conn.clone();
                 async move {
                     let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-                    *found = take(a, own, other, &replies);
+                    *found = take_values(a, own, other, &replies);
                     Ok::<_, StoreError>(())
                 }
             });
@@ -391,12 +439,33 @@ pub async fn add_blocks(
             let mut conn = conn.clone();
             async move {
                 let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-                take(a, other, &[], &replies);
+                take_values(a, other, &[], &replies);
                 Ok::<_, StoreError>(())
             }
         });
     futures_util::future::try_join_all(calls).await?;
     Ok(())
+}
+
+/// [`add_blocks`]' commands of a series, each given to `command` with the bytes its reply
+/// holds at most: its own cut's `GETRANGE`s, then one `EXISTS` of the other cut's blocks.
+fn block_commands(
+    own: &[BlockRead],
+    other: &[BlockRead],
+    mut command: impl FnMut(&[&[u8]], usize),
+) {
+    let (mut from, mut to) = (itoa::Buffer::new(), itoa::Buffer::new());
+    for block in own {
+        let (a, b) = Geometry::byte_range(block.first, block.last);
+        let bytes = (b - a + 1) as usize;
+        let (a, b) = (from.format(a).as_bytes(), to.format(b).as_bytes());
+        command(&[b"GETRANGE", block.key.as_bytes(), a, b], bytes);
+    }
+    if !other.is_empty() {
+        let mut exists: Vec<&[u8]> = vec![b"EXISTS"];
+        exists.extend(other.iter().map(|b| b.key.as_bytes()));
+        command(&exists, 0);
+    }
 }
 
 /// Adds what the blocks hold into `values` (one per slice of `slices`), a slice held in both

@@ -190,6 +190,7 @@ impl Reader {
         let mut values = vec![None; slices.len()];
         super::history::add_blocks(
             &self.conn,
+            None,
             &self.keys,
             now,
             vec![super::history::Asked {

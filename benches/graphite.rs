@@ -1,6 +1,6 @@
 //! The Graphite API's pieces (docs/benchmarks.md, "Graphite API"): reading an `HMGET` reply of
 //! a day of minutes (the bulk reader's parse beside the redis crate's), writing a series' JSON
-//! as graphite-web writes it, Python's float repr, consolidating for `maxDataPoints`, and
+//! as graphite-web writes it (and a render's body of 100 such series), Python's float repr, consolidating for `maxDataPoints`, and
 //! `sumSeries` of 100 series.
 //!
 //!     cargo bench --bench graphite
@@ -69,7 +69,7 @@ fn bench(c: &mut Criterion) {
     });
     let one = series("app0.host1.metric1");
     c.bench_function("JSON of a series of 1441 points", |b| {
-        b.iter(|| render_json(vec![one.clone()], None, false).collect::<String>())
+        b.iter(|| render_json(vec![one.clone()], None, false).collect::<Vec<_>>())
     });
     c.bench_function("repr of 1441 floats (thirds)", |b| {
         b.iter(|| {
@@ -102,6 +102,13 @@ fn bench(c: &mut Criterion) {
     let hundred: Vec<Series> = (0..100)
         .map(|i| series(&format!("app0.host1.metric{i}")))
         .collect();
+    c.bench_function("JSON of 100 series x 1441 points (a render's body)", |b| {
+        b.iter(|| {
+            render_json(hundred.clone(), None, false)
+                .map(|piece| piece.len())
+                .sum::<usize>()
+        })
+    });
     c.bench_function("sumSeries of 100 series x 1441 points", |b| {
         b.iter(|| {
             let mut state = State::default();

@@ -500,35 +500,113 @@ pub struct JsonBody {
     stamps: Stamps,
 }
 
-/// The text of a grid's timestamps, kept while series share it (most of a render's do).
+/// The text after each value of a grid, `, <timestamp>]`, kept while series share the grid
+/// (most of a render's do), each in a slot of its own.
 #[derive(Default)]
 struct Stamps {
     start: i64,
     step: i64,
-    text: Vec<String>,
+    tails: Vec<Slot<16>>,
 }
 
 impl Stamps {
-    fn get(&mut self, start: i64, step: i64, i: usize) -> &str {
+    fn tail(&mut self, start: i64, step: i64, i: usize) -> &Slot<16> {
         if (start, step) != (self.start, self.step) {
             (self.start, self.step) = (start, step);
-            self.text.clear();
+            self.tails.clear();
         }
-        while self.text.len() <= i {
-            let t = start + self.text.len() as i64 * step;
-            self.text.push(itoa::Buffer::new().format(t).to_string());
+        let mut digits = itoa::Buffer::new();
+        while self.tails.len() <= i {
+            let t = start + self.tails.len() as i64 * step;
+            self.tails
+                .push(Slot::of(&[b", ", digits.format(t).as_bytes(), b"]"]));
         }
-        &self.text[i]
+        &self.tails[i]
     }
 }
 
-impl Iterator for JsonBody {
-    type Item = String;
+/// A short text in a fixed number of bytes, appended with one copy of that many (a copy of a
+/// length known when compiled is a few moves; one of a length known only when run is a call
+/// into `memmove`, which was a quarter of a render's JSON), then cut to its length.
+struct Slot<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
 
-    fn next(&mut self) -> Option<String> {
+impl<const N: usize> Slot<N> {
+    /// The parts one after the other, or as much of them as fits ([`Slot::put`] checks).
+    fn of(parts: &[&[u8]]) -> Slot<N> {
+        let mut slot = Slot {
+            bytes: [0; N],
+            len: 0,
+        };
+        for part in parts {
+            for &b in *part {
+                if let Some(at) = slot.bytes.get_mut(slot.len) {
+                    *at = b;
+                }
+                slot.len += 1;
+            }
+        }
+        slot
+    }
+
+    /// Appends the text to `out`, or `false` when it did not fit the slot.
+    fn put(&self, out: &mut Vec<u8>) -> bool {
+        if self.len > N {
+            return false;
+        }
+        let at = out.len();
+        out.extend_from_slice(&self.bytes);
+        out.truncate(at + self.len);
+        true
+    }
+}
+
+/// A whole number below 1e16 as Python's `repr` writes it (`-12.0`; [`pyfmt::repr`]'s first
+/// case), appended to `out`: its digits written where they go (a copy out of a buffer of its
+/// own would read back bytes just written one at a time, which stalls the processor).
+fn put_whole(n: i64, out: &mut Vec<u8>) {
+    let at = out.len();
+    out.extend_from_slice(&[0; 24]);
+    let text = &mut out[at..];
+    let mut m = n.unsigned_abs();
+    let mut digits = 1;
+    while digits < 20 && m >= 10u64.pow(digits) {
+        digits += 1;
+    }
+    let sign = usize::from(n < 0);
+    let end = sign + digits as usize;
+    for place in text[sign..end].iter_mut().rev() {
+        *place = b'0' + (m % 10) as u8;
+        m /= 10;
+    }
+    if sign == 1 {
+        text[0] = b'-';
+    }
+    text[end] = b'.';
+    text[end + 1] = b'0';
+    out.truncate(at + end + 2);
+}
+
+/// A point's value as graphite-web's JSON writes it ([`pyfmt::json_number`]), into `out`.
+fn json_value(v: f64, out: &mut Vec<u8>, scratch: &mut String) {
+    if v.abs() < 1e16 && (v as i64) as f64 == v && !(v == 0.0 && v.is_sign_negative()) {
+        put_whole(v as i64, out);
+        return;
+    }
+    scratch.clear();
+    pyfmt::json_number(v, scratch);
+    out.extend_from_slice(scratch.as_bytes());
+}
+
+impl Iterator for JsonBody {
+    type Item = Vec<u8>;
+
+    fn next(&mut self) -> Option<Vec<u8>> {
         if !self.opened {
             self.opened = true;
-            return Some("[".into());
+            return Some(b"[".to_vec());
         }
         for s in self.data.by_ref() {
             if let Some(text) = series_json(&s, self.no_nulls, self.first, &mut self.stamps) {
@@ -540,54 +618,61 @@ impl Iterator for JsonBody {
             return None;
         }
         self.closed = true;
-        Some("]".into())
+        Some(b"]".to_vec())
     }
 }
 
 /// One series' object, `, ` before it unless it is the first; `None` when `noNullPoints` leaves
 /// it no point.
-fn series_json(s: &Series, no_nulls: bool, first: bool, stamps: &mut Stamps) -> Option<String> {
+fn series_json(s: &Series, no_nulls: bool, first: bool, stamps: &mut Stamps) -> Option<Vec<u8>> {
     let (points, step) = s.timed_points();
     let kept = |v: &Point| !no_nulls || v.is_some_and(|v| !v.is_nan());
     if no_nulls && !points.iter().any(kept) {
         return None;
     }
     // `[12.345678901234567, 1760001240], ` at most, mostly: one allocation a series.
-    let mut out = String::with_capacity(64 + 36 * points.len());
+    let mut out = Vec::with_capacity(64 + 36 * points.len());
     if !first {
-        out.push_str(", ");
+        out.extend_from_slice(b", ");
     }
-    out.push_str("{\"target\": ");
-    out.push_str(&serde_json::to_string(&s.name).unwrap_or_default());
-    out.push_str(", \"tags\": {");
+    let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default().into_bytes();
+    out.extend_from_slice(b"{\"target\": ");
+    out.extend_from_slice(&quoted(&s.name));
+    out.extend_from_slice(b", \"tags\": {");
     for (i, (k, v)) in s.tags.0.iter().enumerate() {
         if i > 0 {
-            out.push_str(", ");
+            out.extend_from_slice(b", ");
         }
-        out.push_str(&serde_json::to_string(k).unwrap_or_default());
-        out.push_str(": ");
-        out.push_str(&serde_json::to_string(v).unwrap_or_default());
+        out.extend_from_slice(&quoted(k));
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(&quoted(v));
     }
-    out.push_str("}, \"datapoints\": [");
+    out.extend_from_slice(b"}, \"datapoints\": [");
     let mut any = false;
+    let mut scratch = String::new();
     for (i, v) in points.iter().enumerate() {
         if !kept(v) {
             continue;
         }
         if any {
-            out.push_str(", ");
+            out.extend_from_slice(b", [");
+        } else {
+            out.push(b'[');
         }
         any = true;
-        out.push('[');
         match v {
-            Some(v) => pyfmt::json_number(*v, &mut out),
-            None => out.push_str("null"),
+            Some(v) => json_value(*v, &mut out, &mut scratch),
+            None => out.extend_from_slice(b"null"),
         }
-        out.push_str(", ");
-        out.push_str(stamps.get(s.start, step, i));
-        out.push(']');
+        let tail = stamps.tail(s.start, step, i);
+        if !tail.put(&mut out) {
+            let t = s.start + i as i64 * step;
+            for part in [", ", itoa::Buffer::new().format(t), "]"] {
+                out.extend_from_slice(part.as_bytes());
+            }
+        }
     }
-    out.push_str("]}");
+    out.extend_from_slice(b"]}");
     Some(out)
 }
 
@@ -614,4 +699,87 @@ pub fn render_csv(data: &[Series]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `render_json` writes, the plain way: each value through `pyfmt::json_number`.
+    fn plain(data: &[Series], no_nulls: bool) -> String {
+        let mut objects = Vec::new();
+        for s in data {
+            let (points, step) = s.timed_points();
+            let mut datapoints = Vec::new();
+            for (i, v) in points.iter().enumerate() {
+                if no_nulls && !v.is_some_and(|v| !v.is_nan()) {
+                    continue;
+                }
+                let mut value = String::new();
+                match v {
+                    Some(v) => pyfmt::json_number(*v, &mut value),
+                    None => value.push_str("null"),
+                }
+                datapoints.push(format!("[{value}, {}]", s.start + i as i64 * step));
+            }
+            if no_nulls && datapoints.is_empty() {
+                continue;
+            }
+            let tags: Vec<String> = s
+                .tags
+                .0
+                .iter()
+                .map(|(k, v)| format!("{k:?}: {v:?}"))
+                .collect();
+            objects.push(format!(
+                "{{\"target\": {:?}, \"tags\": {{{}}}, \"datapoints\": [{}]}}",
+                s.name,
+                tags.join(", "),
+                datapoints.join(", ")
+            ));
+        }
+        format!("[{}]", objects.join(", "))
+    }
+
+    #[test]
+    fn a_render_body_is_each_value_as_python_writes_it() {
+        let values = [
+            Some(0.0),
+            Some(-0.0),
+            Some(7.0),
+            Some(-12.0),
+            Some(1e15),
+            Some(-9999999999999998.0),
+            Some(1e16),
+            Some(2.5),
+            Some(1.0 / 3.0),
+            Some(f64::NAN),
+            Some(f64::INFINITY),
+            Some(f64::NEG_INFINITY),
+            None,
+            Some(123456789.0),
+        ];
+        let mut a = Series::new("a.b", 1_760_000_000, 1_760_000_140, 10, values.to_vec());
+        a.tags.0.push(("name".into(), "a.b".into()));
+        // Its grid's times do not fit the tails' slots: written the long way.
+        let far = Series::new(
+            "far",
+            -20_000_000_000_000,
+            -20_000_000_000_000 + 30,
+            10,
+            vec![Some(1.0), None, Some(-3.0)],
+        );
+        let empty = Series::new("none", 0, 20, 10, vec![None, Some(f64::NAN)]);
+        let data = vec![a, far, empty];
+        for no_nulls in [false, true] {
+            let body: Vec<u8> = render_json(data.clone(), None, no_nulls)
+                .flatten()
+                .collect();
+            assert_eq!(
+                String::from_utf8(body).expect("text"),
+                plain(&data, no_nulls),
+                "noNullPoints {no_nulls}"
+            );
+        }
+    }
 }

@@ -1044,9 +1044,39 @@ async fn slices_of_a_former_retentions_cut_are_read_too() {
     cmd::<()>(&redis, redis::cmd("HSET").arg("count:60:xc").arg(t).arg(2));
     cmd::<()>(&redis, redis::cmd("ZADD").arg("known:").arg(0).arg("60:xc"));
     want.insert(t, 2.0);
+    // A series beside it without a block of the former cut: one render asks for both.
+    cmd::<()>(&redis, redis::cmd("HSET").arg("count:60:ac").arg(t).arg(5));
+    cmd::<()>(&redis, redis::cmd("ZADD").arg("known:").arg(0).arg("60:ac"));
     let agent = TestAgent::start_at(config(&redis), Clock::manual(Duration::from_secs(t + 1)));
     let got = written(render(&agent, "xc", t - 6 * 86_400, t + 1));
     assert_eq!(got, want, "Graphite");
+    let both = curl_json(&format!(
+        "http://{}/graphite/render?target=%3Fc&from={}&until={}&format=json",
+        agent.http,
+        t - 6 * 86_400,
+        t + 1
+    ));
+    let by_name: BTreeMap<String, BTreeMap<u64, f64>> = both
+        .as_array()
+        .unwrap_or_else(|| panic!("{both}"))
+        .iter()
+        .map(|s| {
+            let points = s["datapoints"].as_array().expect("datapoints");
+            let points = points
+                .iter()
+                .map(|p| (p[1].as_u64().unwrap(), p[0].as_f64()));
+            (
+                s["target"].as_str().unwrap_or("").to_string(),
+                written(points.collect()),
+            )
+        })
+        .collect();
+    let ac = BTreeMap::from([(t, 5.0)]);
+    assert_eq!(
+        by_name,
+        BTreeMap::from([("ac".to_string(), ac), ("xc".to_string(), want.clone())]),
+        "two series, one with a former cut's blocks"
+    );
     let api = curl_json(&format!(
         "http://{}/api/v1/counter/xc?precision=60",
         agent.http

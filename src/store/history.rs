@@ -301,8 +301,9 @@ const ONE_PIPELINE_READS: usize = 2048;
 
 /// Adds to each series' values what its blocks hold for its slices as of `now`: `GETRANGE`s
 /// of just the slots asked that a block may hold ([`blocks_before`]) in the configured
-/// retention's cut, and one `EXISTS` of the other cut's blocks over the range, whose slots are
-/// read only where one exists (slices written while another retention cut them). On one server
+/// retention's cut, and one `EXISTS` of the other cut's blocks over the range (through `bulk`,
+/// one for every series), whose slots are read only where one exists (slices written while
+/// another retention cut them). On one server
 /// every series' reads in one pipeline (one round trip a render; through `bulk`, the Graphite
 /// API's reader, where it has one) unless that is more than
 /// [`ONE_PIPELINE_READS`]; else, and in a cluster, a pipeline a series, all at once (a
@@ -379,12 +380,22 @@ pub async fn add_blocks(
     let one_pipeline = matches!(conn, Connection::Single(_)) && reads <= ONE_PIPELINE_READS;
     if let (true, Some(bulk)) = (one_pipeline, bulk.filter(|b| b.available())) {
         // Through the bulk reader: the replies' bytes read in place of the redis crate's
-        // values (a day of minutes of 100 series is 1.1 MB of them).
+        // values (a day of minutes of 100 series is 1.1 MB of them). The other cut's blocks
+        // of every series are asked in one EXISTS: where any exists (a retention changed),
+        // each series' are read after, as below.
         let mut pipe = Commands::default();
+        let mut exists: Vec<&[u8]> = vec![b"EXISTS"];
         for (_, own, other) in &asked {
-            block_commands(own, other, |args, bytes| pipe.push_expecting(args, bytes));
+            block_commands(own, &[], |args, bytes| pipe.push_expecting(args, bytes));
+            exists.extend(other.iter().map(|b| b.key.as_bytes()));
+        }
+        let asks_others = exists.len() > 1;
+        if asks_others {
+            pipe.push(&exists);
         }
         let answers = bulk.pipeline(&pipe).await?;
+        let others_exist =
+            asks_others && matches!(answers.get(pipe.len() - 1), Some(Answer::Integer(n)) if n > 0);
         let mut at = 0;
         for ((a, own, other), found) in asked.iter_mut().zip(&mut elsewhere) {
             let bytes: Vec<&[u8]> = (at..at + own.len())
@@ -393,12 +404,9 @@ pub async fn add_blocks(
                     _ => &[],
                 })
                 .collect();
-            let exists = match answers.get(at + own.len()) {
-                Some(Answer::Integer(n)) if !other.is_empty() => Some(n),
-                _ => None,
-            };
-            *found = take(a, own, other, &bytes, exists);
-            at += replies_of(own, other);
+            take(a, own, &[], &bytes, None);
+            *found = others_exist && !other.is_empty();
+            at += own.len();
         }
     } else if one_pipeline {
         let mut pipe = redis::pipe();

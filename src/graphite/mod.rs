@@ -506,11 +506,11 @@ pub struct JsonBody {
 struct Stamps {
     start: i64,
     step: i64,
-    tails: Vec<Slot<16>>,
+    tails: Vec<Tail>,
 }
 
 impl Stamps {
-    fn tail(&mut self, start: i64, step: i64, i: usize) -> &Slot<16> {
+    fn tail(&mut self, start: i64, step: i64, i: usize) -> &Tail {
         if (start, step) != (self.start, self.step) {
             (self.start, self.step) = (start, step);
             self.tails.clear();
@@ -519,41 +519,39 @@ impl Stamps {
         while self.tails.len() <= i {
             let t = start + self.tails.len() as i64 * step;
             self.tails
-                .push(Slot::of(&[b", ", digits.format(t).as_bytes(), b"]"]));
+                .push(Tail::of(&[b", ", digits.format(t).as_bytes(), b"]"]));
         }
         &self.tails[i]
     }
 }
 
-/// A short text in a fixed number of bytes, appended with one copy of that many (a copy of a
+/// The text after a value, in a fixed 16 bytes: appended with one copy of all 16 (a copy of a
 /// length known when compiled is a few moves; one of a length known only when run is a call
 /// into `memmove`, which was a quarter of a render's JSON), then cut to its length.
-struct Slot<const N: usize> {
-    bytes: [u8; N],
+struct Tail {
+    bytes: [u8; 16],
     len: usize,
 }
 
-impl<const N: usize> Slot<N> {
-    /// The parts one after the other, or as much of them as fits ([`Slot::put`] checks).
-    fn of(parts: &[&[u8]]) -> Slot<N> {
-        let mut slot = Slot {
-            bytes: [0; N],
+impl Tail {
+    /// The parts one after the other, or as much of them as fits ([`Tail::put`] checks).
+    fn of(parts: &[&[u8]]) -> Tail {
+        let mut tail = Tail {
+            bytes: [0; 16],
             len: 0,
         };
-        for part in parts {
-            for &b in *part {
-                if let Some(at) = slot.bytes.get_mut(slot.len) {
-                    *at = b;
-                }
-                slot.len += 1;
+        for &b in parts.iter().copied().flatten() {
+            if let Some(at) = tail.bytes.get_mut(tail.len) {
+                *at = b;
             }
+            tail.len += 1;
         }
-        slot
+        tail
     }
 
-    /// Appends the text to `out`, or `false` when it did not fit the slot.
+    /// Appends the text to `out`, or `false` when it did not fit.
     fn put(&self, out: &mut Vec<u8>) -> bool {
-        if self.len > N {
+        if self.len > self.bytes.len() {
             return false;
         }
         let at = out.len();

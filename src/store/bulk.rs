@@ -140,14 +140,6 @@ pub struct Answers {
 }
 
 impl Answers {
-    pub fn len(&self) -> usize {
-        self.replies.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.replies.is_empty()
-    }
-
     /// Reply `i`, if there is one.
     pub fn get(&self, i: usize) -> Option<Answer<'_>> {
         Some(match *self.replies.get(i)? {
@@ -396,9 +388,7 @@ impl Bulk {
         }
         Ok(ranges)
     }
-}
 
-impl Bulk {
     /// Each command's reply, bulk strings and integers (an error fails the whole read): the
     /// commands in one write, the replies copied out of the socket's buffer into one.
     pub async fn pipeline(&mut self, commands: &Commands) -> Result<Answers, StoreError> {

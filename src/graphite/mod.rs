@@ -561,8 +561,7 @@ impl Tail {
     }
 }
 
-/// A whole number below 1e16 as Python's `repr` writes it (`-12.0`; [`pyfmt::repr`]'s first
-/// case), appended to `out`: its digits written where they go (a copy out of a buffer of its
+/// A whole number below 1e16 ([`pyfmt::whole`]) as Python's `repr` writes it (`-12.0`), appended to `out`: its digits written where they go (a copy out of a buffer of its
 /// own would read back bytes just written one at a time, which stalls the processor).
 fn put_whole(n: i64, out: &mut Vec<u8>) {
     let at = out.len();
@@ -589,8 +588,8 @@ fn put_whole(n: i64, out: &mut Vec<u8>) {
 
 /// A point's value as graphite-web's JSON writes it ([`pyfmt::json_number`]), into `out`.
 fn json_value(v: f64, out: &mut Vec<u8>, scratch: &mut String) {
-    if v.abs() < 1e16 && (v as i64) as f64 == v && !(v == 0.0 && v.is_sign_negative()) {
-        put_whole(v as i64, out);
+    if let Some(n) = pyfmt::whole(v) {
+        put_whole(n, out);
         return;
     }
     scratch.clear();

@@ -13,10 +13,8 @@ pub fn repr(v: f64, out: &mut String) {
         out.push_str(if v > 0.0 { "inf" } else { "-inf" });
         return;
     }
-    // Whole numbers below 1e16 (counts, mostly): their digits and `.0`. (A conversion to an
-    // integer and back, not `fract`: without SSE4.1 that is a call into libm a point.)
-    if v.abs() < 1e16 && (v as i64) as f64 == v && !(v == 0.0 && v.is_sign_negative()) {
-        integer(v as i64, out);
+    if let Some(n) = whole(v) {
+        integer(n, out);
         out.push_str(".0");
         return;
     }
@@ -32,6 +30,14 @@ pub fn repr(v: f64, out: &mut String) {
         return;
     }
     layout(text.as_bytes(), out);
+}
+
+/// A whole number below 1e16 (counts, mostly), which `repr` writes as its digits and `.0`
+/// (`-0.0` is not one). A conversion to an integer and back, not `fract`: without SSE4.1 that
+/// is a call into libm a point.
+pub fn whole(v: f64) -> Option<i64> {
+    (v.abs() < 1e16 && (v as i64) as f64 == v && !(v == 0.0 && v.is_sign_negative()))
+        .then_some(v as i64)
 }
 
 /// A value of at most four decimals between 1e-4 and 1e11 (an average of counts, mostly)

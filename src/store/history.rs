@@ -303,11 +303,10 @@ const ONE_PIPELINE_READS: usize = 2048;
 /// of just the slots asked that a block may hold ([`blocks_before`]) in the configured
 /// retention's cut, and one `EXISTS` of the other cut's blocks over the range (through `bulk`,
 /// one for every series), whose slots are read only where one exists (slices written while
-/// another retention cut them). On one server
-/// every series' reads in one pipeline (one round trip a render; through `bulk`, the Graphite
-/// API's reader, where it has one) unless that is more than
-/// [`ONE_PIPELINE_READS`]; else, and in a cluster, a pipeline a series, all at once (a
-/// series' blocks share one slot).
+/// another retention cut them). On one server every series' reads in one pipeline (one round
+/// trip a render; through `bulk`, the Graphite API's reader, where it has one) unless that is
+/// more than [`ONE_PIPELINE_READS`]; else, and in a cluster, a pipeline a series, all at once
+/// (a series' blocks share one slot).
 pub async fn add_blocks(
     conn: &Connection,
     bulk: Option<&BulkPool>,
@@ -338,38 +337,27 @@ pub async fn add_blocks(
     }
     let commands = |own: &[BlockRead], other: &[BlockRead], pipe: &mut redis::Pipeline| {
         block_commands(own, other, |args, _| {
-            let command = pipe.cmd(if args[0] == b"EXISTS" {
-                "EXISTS"
-            } else {
-                "GETRANGE"
-            });
-            for arg in &args[1..] {
+            let mut command = redis::Cmd::new();
+            for arg in args {
                 command.arg(*arg);
             }
+            pipe.add_command(command);
         });
     };
     // A series' replies, as `commands` asked (its blocks' bytes, then what EXISTS counted):
     // true when the other cut has a block.
-    let take = |a: &mut Asked, own: &[BlockRead], other: &[BlockRead], bytes: &[&[u8]], exists| {
-        merge(a.values, own, bytes, a.family);
-        !other.is_empty() && matches!(exists, Some(n) if n > 0)
+    let take = |a: &mut Asked, own: &[BlockRead], other: &[BlockRead], replies: &[redis::Value]| {
+        let bytes: Vec<&[u8]> = replies
+            .iter()
+            .take(own.len())
+            .map(|v| match v {
+                redis::Value::BulkString(b) => b.as_slice(),
+                _ => &[],
+            })
+            .collect();
+        merge(a.values, own, &bytes, a.family);
+        !other.is_empty() && matches!(replies.get(own.len()), Some(redis::Value::Int(n)) if *n > 0)
     };
-    let take_values =
-        |a: &mut Asked, own: &[BlockRead], other: &[BlockRead], replies: &[redis::Value]| {
-            let bytes: Vec<&[u8]> = replies
-                .iter()
-                .take(own.len())
-                .map(|v| match v {
-                    redis::Value::BulkString(b) => b.as_slice(),
-                    _ => &[],
-                })
-                .collect();
-            let exists = match replies.get(own.len()) {
-                Some(redis::Value::Int(n)) => Some(*n),
-                _ => None,
-            };
-            take(a, own, other, &bytes, exists)
-        };
     let replies_of =
         |own: &[BlockRead], other: &[BlockRead]| own.len() + usize::from(!other.is_empty());
     let reads: usize = asked
@@ -404,7 +392,7 @@ pub async fn add_blocks(
                     _ => &[],
                 })
                 .collect();
-            take(a, own, &[], &bytes, None);
+            merge(a.values, own, &bytes, a.family);
             *found = others_exist && !other.is_empty();
             at += own.len();
         }
@@ -417,7 +405,7 @@ pub async fn add_blocks(
         let mut replies = &replies[..];
         for ((a, own, other), found) in asked.iter_mut().zip(&mut elsewhere) {
             let (these, rest) = replies.split_at(replies_of(own, other).min(replies.len()));
-            *found = take_values(a, own, other, these);
+            *found = take(a, own, other, these);
             replies = rest;
         }
     } else {
@@ -430,7 +418,7 @@ pub async fn add_blocks(
                 let mut conn = conn.clone();
                 async move {
                     let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-                    *found = take_values(a, own, other, &replies);
+                    *found = take(a, own, other, &replies);
                     Ok::<_, StoreError>(())
                 }
             });
@@ -447,7 +435,7 @@ pub async fn add_blocks(
             let mut conn = conn.clone();
             async move {
                 let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-                take_values(a, other, &[], &replies);
+                take(a, other, &[], &replies);
                 Ok::<_, StoreError>(())
             }
         });

@@ -1,5 +1,5 @@
-//! The per-line path on one core, without sockets: parse, the reader's path for one line and for
-//! a whole datagram, the quantile bucket of a sample, a mapping file's rules; plus building the
+//! The per-line path on one core, without sockets: parse (StatsD's lines and carbon's), the
+//! reader's path for one line and for a whole datagram, the quantile bucket of a sample, a mapping file's rules; plus building the
 //! flush chunks of a closed window and spooling them; the cost of `prometheus_app_metrics` per
 //! line (on against off) and per series at each close.
 //!
@@ -13,7 +13,7 @@ use statsd_redis::aggregate::{Buckets, ClosedWindow, Ledger, Mapping, Window};
 use statsd_redis::ingest::LineHandler;
 use statsd_redis::ingest::mapping::Mapper;
 use statsd_redis::prometheus::{AppSeries, Cursor};
-use statsd_redis::protocol::{MetricType, parse_line, parse_plain};
+use statsd_redis::protocol::{MetricType, carbon, parse_line, parse_plain};
 use statsd_redis::spool::Spool;
 use statsd_redis::store::{ChunkSettings, CounterWrite, Keys, build_chunks};
 
@@ -48,6 +48,19 @@ fn parse(c: &mut Criterion) {
     g.bench_function("plain_counter", |b| {
         b.iter(|| parse_plain(black_box(LINES[0])))
     });
+    // Carbon's plaintext lines, as collectd and carbon-relay send them.
+    for (name, line) in [
+        (
+            "carbon_line",
+            &b"collectd.host42.cpu-0.cpu-idle 97.5 1764500000"[..],
+        ),
+        (
+            "carbon_tagged_line",
+            b"disk.used;host=a;env=prod 1234 1764500000",
+        ),
+    ] {
+        g.bench_function(name, |b| b.iter(|| carbon::parse_line(black_box(line))));
+    }
     g.finish();
 }
 

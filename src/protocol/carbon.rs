@@ -41,15 +41,46 @@ impl<'a> Parsed<'a> {
 /// Parses one line (without its newline).
 pub fn parse_line(line: &[u8]) -> Result<Parsed<'_>, BadLine> {
     let line = std::str::from_utf8(line).map_err(|_| BadLine::InvalidUtf8)?;
-    let mut fields = line.split_whitespace();
-    let (Some(path), Some(value), Some(at), None) =
-        (fields.next(), fields.next(), fields.next(), fields.next())
-    else {
-        return Err(BadLine::FieldCount);
-    };
+    let [path, value, at] = if line.is_ascii() {
+        ascii_fields(line)
+    } else {
+        three(line.split_whitespace())
+    }
+    .ok_or(BadLine::FieldCount)?;
     let value = python_float(value).ok_or(BadLine::InvalidValue)?;
     let at = python_float(at).ok_or(BadLine::InvalidTimestamp)?;
     point(path, value, at)
+}
+
+/// Exactly three fields, or `None`.
+fn three<'a>(mut fields: impl Iterator<Item = &'a str>) -> Option<[&'a str; 3]> {
+    match (fields.next(), fields.next(), fields.next(), fields.next()) {
+        (Some(a), Some(b), Some(c), None) => Some([a, b, c]),
+        _ => None,
+    }
+}
+
+/// The fields `str::split_whitespace` finds in an ASCII line (whose whitespace is these six
+/// bytes), found a byte at a time: splitting by `char` decoded each one and was a sixth of the
+/// agent's CPU on a batch of carbon lines (docs/benchmarks.md, "Carbon lines read as bytes").
+fn ascii_fields(line: &str) -> Option<[&str; 3]> {
+    let space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let bytes = line.as_bytes();
+    let (mut fields, mut n, mut i) = ([""; 3], 0, 0);
+    while i < bytes.len() {
+        if space(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && !space(bytes[i]) {
+            i += 1;
+        }
+        // Any byte of an ASCII text is a character's boundary.
+        *fields.get_mut(n)? = &line[start..i];
+        n += 1;
+    }
+    (n == 3).then_some(fields)
 }
 
 /// A point from its three fields as numbers (a plaintext line's, or a pickle item's), as
@@ -103,6 +134,14 @@ pub(crate) fn python_float(text: &str) -> Option<f64> {
 /// `TaggedSeries` formats it: leading `~` off the name, a repeated tag's last value, a `name`
 /// tag replaced by the name, the `;k=v` texts sorted as strings.
 pub fn normalize(path: &str) -> Result<Cow<'_, str>, BadLine> {
+    if plain(path.as_bytes()) {
+        return Ok(Cow::Borrowed(path));
+    }
+    formatted(path)
+}
+
+/// [`normalize`] of any path, plain or not.
+fn formatted(path: &str) -> Result<Cow<'_, str>, BadLine> {
     let (name, tags) = match path.split_once(';') {
         None => (path, None),
         Some((name, tags)) => (name, Some(tags)),
@@ -139,6 +178,19 @@ pub fn normalize(path: &str) -> Result<Cow<'_, str>, BadLine> {
     let mut texts: Vec<String> = pairs.iter().map(|(k, v)| format!(";{k}={v}")).collect();
     texts.sort_unstable();
     Ok(Cow::Owned(format!("{name}{}", texts.concat())))
+}
+
+/// Whether a path is kept as sent (most are): not empty, no tags, no leading `~`, no empty
+/// component; one pass over its bytes.
+fn plain(path: &[u8]) -> bool {
+    let mut prev = b'.';
+    for &b in path {
+        if b == b';' || (b == b'.' && prev == b'.') {
+            return false;
+        }
+        prev = b;
+    }
+    prev != b'.' && path.first() != Some(&b'~')
 }
 
 #[cfg(test)]
@@ -202,6 +254,29 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(line)
             );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20000))]
+        /// The byte-wise ways (an ASCII line's fields, a plain path) find what the general
+        /// ones find, over every kind of whitespace, ASCII or not, and every character a path
+        /// is normalized by.
+        #[test]
+        fn the_fast_ways_agree_with_the_general_ones(
+            chars in proptest::collection::vec(proptest::sample::select(vec![
+                ' ', '\t', '\n', '\x0b', '\x0c', '\r', '\x1c', '\u{85}', '\u{a0}', '\u{2003}',
+                '.', ';', '=', '~', '!', '_', 'a', 'b', '1', '-', 'é',
+            ]), 0..24)
+        ) {
+            let line: String = chars.into_iter().collect();
+            let general = three(line.split_whitespace());
+            if line.is_ascii() {
+                proptest::prop_assert_eq!(ascii_fields(&line), general);
+            }
+            for field in line.split_whitespace() {
+                proptest::prop_assert_eq!(normalize(field), formatted(field));
+            }
         }
     }
 

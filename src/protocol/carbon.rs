@@ -175,9 +175,25 @@ fn formatted(path: &str) -> Result<Cow<'_, str>, BadLine> {
             None => pairs.push((key, value)),
         }
     }
-    let mut texts: Vec<String> = pairs.iter().map(|(k, v)| format!(";{k}={v}")).collect();
-    texts.sort_unstable();
-    Ok(Cow::Owned(format!("{name}{}", texts.concat())))
+    Ok(Cow::Owned(tagged(&name, pairs, path.len())))
+}
+
+/// `name` and its tags as carbon's `TaggedSeries` writes them, the `;k=v` texts sorted as
+/// strings: compared as those texts without making them (a text, a sort of texts and their
+/// joining took a tagged line 0.8 µs).
+fn tagged(name: &str, mut pairs: Vec<(&str, &str)>, capacity: usize) -> String {
+    fn text<'a>((k, v): &(&'a str, &'a str)) -> impl Iterator<Item = u8> + 'a {
+        k.bytes().chain([b'=']).chain(v.bytes())
+    }
+    pairs.sort_unstable_by(|a, b| text(a).cmp(text(b)));
+    let mut out = String::with_capacity(capacity);
+    out.push_str(name);
+    for (k, v) in pairs {
+        for part in [";", k, "=", v] {
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 /// Whether a path is kept as sent (most are): not empty, no tags, no leading `~`, no empty
@@ -277,6 +293,21 @@ mod tests {
             for field in line.split_whitespace() {
                 proptest::prop_assert_eq!(normalize(field), formatted(field));
             }
+        }
+
+        /// Tags sorted as their texts are, whatever the keys and values hold.
+        #[test]
+        fn tags_are_sorted_as_their_texts(
+            tags in proptest::collection::btree_map("[a-c.=_~!]{1,3}", "[a-c=.]{1,3}", 0..6)
+        ) {
+            let pairs: Vec<(&str, &str)> = tags
+                .iter()
+                .filter(|(k, _)| !k.contains('='))
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let mut texts: Vec<String> = pairs.iter().map(|(k, v)| format!(";{k}={v}")).collect();
+            texts.sort_unstable();
+            proptest::prop_assert_eq!(tagged("m", pairs, 0), format!("m{}", texts.concat()));
         }
     }
 

@@ -61,7 +61,7 @@ fn three<'a>(mut fields: impl Iterator<Item = &'a str>) -> Option<[&'a str; 3]> 
 }
 
 /// The fields `str::split_whitespace` finds in an ASCII line (whose whitespace is these six
-/// bytes), found a byte at a time: splitting by `char` decoded each one and was a sixth of the
+/// bytes), found a byte at a time: splitting by `char` decoded each one and was an eighth of the
 /// agent's CPU on a batch of carbon lines (docs/benchmarks.md, "Carbon lines read as bytes").
 fn ascii_fields(line: &str) -> Option<[&str; 3]> {
     let space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');

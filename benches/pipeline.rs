@@ -1,7 +1,7 @@
 //! The per-line path on one core, without sockets: parse (StatsD's lines and carbon's), the
-//! reader's path for one line and for a whole datagram, the quantile bucket of a sample, a mapping file's rules; plus building the
-//! flush chunks of a closed window and spooling them; the cost of `prometheus_app_metrics` per
-//! line (on against off) and per series at each close.
+//! reader's path for one line and for a whole datagram, the quantile bucket of a sample, a
+//! mapping file's rules; plus building the flush chunks of a closed window and spooling them;
+//! the cost of `prometheus_app_metrics` per line (on against off) and per series at each close.
 //!
 //!     cargo bench --bench pipeline
 

@@ -110,7 +110,10 @@ end
 -- only those it holds. An HDEL of a field a listpack does not hold scans all of it (about 4 µs
 -- a field at 120 fields), so a batch's old slices sent to a series whose hash is full (a
 -- relay's backlog, a batch sent again) cost Redis a millisecond a series; one HKEYS of a short
--- hash finds the few it holds (docs/benchmarks.md, "Old slices taken out of a full hash").
+-- hash finds the few it holds (docs/benchmarks.md, "Old slices taken out of a full hash"). A
+-- few slices are deleted as they are (a few scans cost less than the read), and so are those
+-- of a hash of over 1 024 fields (the read's cost kept bounded; such a hash may have left its
+-- listpack, and an HDEL there finds its field at once).
 local function take_out(hash, slices)
   if #slices == 0 then
     return

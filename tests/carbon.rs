@@ -1703,7 +1703,10 @@ async fn tagged_paths_answer_as_graphite_web_over_carbon() {
                 .arg(&whisper)
                 .arg("--tagged-names")
                 .arg(names)
-                .args(["--redis", &imported.url(), "--retentions", SCHEMA]),
+                .args(["--redis", &imported.url(), "--retentions", SCHEMA])
+                // The minute of `until` too, though it may not have ended yet when the import
+                // runs (by default a slice that ends after now is left to the agent).
+                .args(["--until", &(until + 3600).to_string()]),
             "statsd-redis import whisper",
         )
     };

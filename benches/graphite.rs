@@ -1,7 +1,7 @@
 //! The Graphite API's pieces (docs/benchmarks.md, "Graphite API"): reading an `HMGET` reply of
 //! a day of minutes (the bulk reader's parse beside the redis crate's), writing a series' JSON
-//! as graphite-web writes it (and a render's body of 100 such series), Python's float repr, consolidating for `maxDataPoints`, and
-//! `sumSeries` of 100 series.
+//! as graphite-web writes it (and a render's body of 100 such series), Python's float repr,
+//! consolidating for `maxDataPoints`, and `sumSeries` of 100 series.
 //!
 //!     cargo bench --bench graphite
 

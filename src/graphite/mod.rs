@@ -561,17 +561,15 @@ impl Tail {
     }
 }
 
-/// A whole number below 1e16 ([`pyfmt::whole`]) as Python's `repr` writes it (`-12.0`), appended to `out`: its digits written where they go (a copy out of a buffer of its
-/// own would read back bytes just written one at a time, which stalls the processor).
+/// A whole number below 1e16 ([`pyfmt::whole`]) as Python's `repr` writes it (`-12.0`),
+/// appended to `out`: its digits written where they go (a copy out of a buffer of its own
+/// would read back bytes just written one at a time, which stalls the processor).
 fn put_whole(n: i64, out: &mut Vec<u8>) {
     let at = out.len();
     out.extend_from_slice(&[0; 24]);
     let text = &mut out[at..];
     let mut m = n.unsigned_abs();
-    let mut digits = 1;
-    while digits < 20 && m >= 10u64.pow(digits) {
-        digits += 1;
-    }
+    let digits = m.checked_ilog10().unwrap_or(0) + 1;
     let sign = usize::from(n < 0);
     let end = sign + digits as usize;
     for place in text[sign..end].iter_mut().rev() {

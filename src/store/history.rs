@@ -372,14 +372,12 @@ pub async fn add_blocks(
         // of every series are asked in one EXISTS: where any exists (a retention changed),
         // each series' are read after, as below.
         let mut pipe = Commands::default();
-        let mut exists: Vec<&[u8]> = vec![b"EXISTS"];
-        for (_, own, other) in &asked {
+        for (_, own, _) in &asked {
             block_commands(own, &[], |args, bytes| pipe.push_expecting(args, bytes));
-            exists.extend(other.iter().map(|b| b.key.as_bytes()));
         }
-        let asks_others = exists.len() > 1;
+        let asks_others = asked.iter().any(|(_, _, other)| !other.is_empty());
         if asks_others {
-            pipe.push(&exists);
+            pipe.push(&exists(asked.iter().flat_map(|(_, _, other)| other)));
         }
         let answers = bulk.pipeline(&pipe).await?;
         let others_exist =
@@ -458,10 +456,15 @@ fn block_commands(
         command(&[b"GETRANGE", block.key.as_bytes(), a, b], bytes);
     }
     if !other.is_empty() {
-        let mut exists: Vec<&[u8]> = vec![b"EXISTS"];
-        exists.extend(other.iter().map(|b| b.key.as_bytes()));
-        command(&exists, 0);
+        command(&exists(other), 0);
     }
+}
+
+/// `EXISTS` of the blocks' keys.
+fn exists<'a>(blocks: impl IntoIterator<Item = &'a BlockRead>) -> Vec<&'a [u8]> {
+    let mut command: Vec<&[u8]> = vec![b"EXISTS"];
+    command.extend(blocks.into_iter().map(|b| b.key.as_bytes()));
+    command
 }
 
 /// Adds what the blocks hold into `values` (one per slice of `slices`), a slice held in both

@@ -1,17 +1,20 @@
 //! The Graphite API's pieces (docs/benchmarks.md, "Graphite API"): reading an `HMGET` reply of
 //! a day of minutes (the bulk reader's parse beside the redis crate's), writing a series' JSON
 //! as graphite-web writes it (and a render's body of 100 such series), Python's float repr,
-//! consolidating for `maxDataPoints`, and `sumSeries` of 100 series.
+//! consolidating for `maxDataPoints`, `sumSeries` of 100 series, and a block of a timer's
+//! packed quantile minutes decoded (and each minute's p99, as a render of `….p99` reads it).
 //!
 //!     cargo bench --bench graphite
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use statsd_redis::aggregate::sketch::{Buckets, Mapping};
 use statsd_redis::graphite::functions::{self, Ctx, State};
 use statsd_redis::graphite::series::{Series, fit};
 use statsd_redis::graphite::{pyfmt, render_json};
 use statsd_redis::store::bulk::numbers_in;
+use statsd_redis::store::quantile_blocks;
 
 const POINTS: usize = 1441;
 
@@ -47,7 +50,53 @@ fn series(name: &str) -> Series {
     )
 }
 
+/// A block of 64 minutes of a timer, 60 latencies a minute (lognormal around 100 ms, as
+/// scripts/hist-bytes.sh makes them) at 1 % accuracy: about 44 buckets a minute.
+fn quantile_block() -> Vec<u8> {
+    let mapping = Mapping::new(0.01);
+    let mut state = 52u64;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut block = quantile_blocks::header("0.01");
+    for slot in 0..64u8 {
+        let mut buckets = Buckets::default();
+        for _ in 0..60 {
+            let normal = (-2.0 * (1.0 - uniform()).ln()).sqrt()
+                * (2.0 * std::f64::consts::PI * uniform()).cos();
+            buckets.add(mapping.bucket((100f64.ln() + 0.5 * normal).exp()), 1.0);
+        }
+        block.extend(quantile_blocks::record(slot, [0, 0, 0, slot], &buckets));
+    }
+    block
+}
+
 fn bench(c: &mut Criterion) {
+    let block = quantile_block();
+    c.bench_function("a block of 64 quantile minutes decoded", |b| {
+        b.iter(|| quantile_blocks::decode(black_box(&block)))
+    });
+    c.bench_function(
+        "a block of 64 quantile minutes read into one buffer, each minute's p99 (a render's way)",
+        |b| {
+            let mut read = Buckets::default();
+            b.iter(|| {
+                let (alpha, records) =
+                    quantile_blocks::records(black_box(&block)).expect("a block");
+                let mapping = Mapping::new(alpha);
+                records
+                    .iter()
+                    .map(|r| {
+                        r.buckets(&mut read)?;
+                        read.quantile(&mapping, 0.99)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        },
+    );
     let reply = reply();
     c.bench_function("reply of 1441 values: the bulk reader", |b| {
         b.iter(|| numbers_in(black_box(&reply)))

@@ -137,6 +137,20 @@ impl Buckets {
         Buckets(Vec::with_capacity(n))
     }
 
+    /// Buckets listed in value order without repeats (a block's, as they are decoded), at
+    /// most [`MAX_BUCKETS`] of them, taken as they are.
+    pub(crate) fn from_ordered(list: Vec<(Bucket, f64)>) -> Buckets {
+        debug_assert!(list.len() <= MAX_BUCKETS && list.windows(2).all(|w| w[0].0 < w[1].0));
+        Buckets(list)
+    }
+
+    /// Its list, emptied, to be filled again (a decoder's buffer, used slice after slice).
+    pub(crate) fn into_empty_list(self) -> Vec<(Bucket, f64)> {
+        let mut list = self.0;
+        list.clear();
+        list
+    }
+
     pub fn add(&mut self, bucket: Bucket, weight: f64) {
         // Buckets that come in value order (a block's, a hash's once sorted) go on the end.
         match self.0.last_mut().map(|(b, w)| ((*b).cmp(&bucket), w)) {
@@ -235,7 +249,7 @@ impl Buckets {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (Bucket, f64)> + '_ {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (Bucket, f64)> + '_ {
         self.0.iter().copied()
     }
 

@@ -18,7 +18,7 @@
 use super::names::NodePattern;
 use super::series::Point;
 use crate::aggregate::StatKind;
-use crate::aggregate::sketch::{Buckets, Mapping};
+use crate::aggregate::sketch::{Bucket, Buckets, Mapping};
 use crate::config::Config;
 
 /// How an Etsy name's points come from its series' points.
@@ -148,38 +148,40 @@ impl Field {
         if n <= 0.0 {
             return None;
         }
-        let estimates: Vec<(f64, f64)> =
-            buckets.iter().map(|(b, w)| (mapping.value(b), w)).collect();
+        // Each bucket's estimate is worked out where it is asked for (an `exp`), not for all.
+        let value = |b| mapping.value(b);
         // The value of rank `i` (from 0) in value order.
         let at = |i: f64| {
             let mut seen = 0.0;
-            for &(v, w) in &estimates {
+            for (b, w) in buckets.iter() {
                 seen += w;
                 if seen > i {
-                    return Some(v);
+                    return Some(value(b));
                 }
             }
-            estimates.last().map(|e| e.0)
+            buckets.iter().next_back().map(|(b, _)| value(b))
         };
         let sum = |power: i32| {
-            estimates
+            buckets
                 .iter()
-                .map(|(v, w)| v.powi(power) * w)
+                .map(|(b, w)| value(b).powi(power) * w)
                 .sum::<f64>()
         };
         // The `np` lowest (`top` false) or highest values' sums of powers 1 and 2.
         let part = |np: f64, top: bool| {
             let (mut left, mut sums) = (np, (0.0, 0.0));
-            let mut take = |&(v, w): &(f64, f64)| {
-                let t = w.min(left);
+            // Whether more are wanted.
+            let mut take = |(b, w): (Bucket, f64)| {
+                let (v, t) = (value(b), w.min(left));
                 left -= t;
                 sums.0 += v * t;
                 sums.1 += v * v * t;
+                left > 0.0
             };
             if top {
-                estimates.iter().rev().for_each(&mut take);
+                buckets.iter().rev().take_while(|e| take(*e)).for_each(drop);
             } else {
-                estimates.iter().for_each(&mut take);
+                buckets.iter().take_while(|e| take(*e)).for_each(drop);
             }
             sums
         };
@@ -197,11 +199,14 @@ impl Field {
             Field::Sum => Some(sum(1)),
             Field::SumSquares => Some(sum(2)),
             Field::Mean => Some(sum(1) / n),
-            Field::Upper => estimates.last().map(|e| e.0),
-            Field::Lower => estimates.first().map(|e| e.0),
+            Field::Upper => buckets.iter().next_back().map(|(b, _)| value(b)),
+            Field::Lower => buckets.iter().next().map(|(b, _)| value(b)),
             Field::Std => {
                 let mean = sum(1) / n;
-                let spread: f64 = estimates.iter().map(|(v, w)| (v - mean).powi(2) * w).sum();
+                let spread: f64 = buckets
+                    .iter()
+                    .map(|(b, w)| (value(b) - mean).powi(2) * w)
+                    .sum();
                 Some((spread / n).sqrt())
             }
             Field::Median => {

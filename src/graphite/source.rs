@@ -1335,26 +1335,31 @@ impl<'a> Source<'a> {
                     self.config.cleaner_interval_secs,
                 );
                 let slices: Vec<u64> = slices.iter().map(|s| *s as u64).collect();
+                let statistic = match &leaf.kind {
+                    Kind::Stat(_, stat) => Statistic::parse(stat),
+                    _ => None,
+                };
+                // A series' slices share their accuracy, nearly always.
+                let mut mapping = Mapping::default();
                 let read = quantile_blocks::read(
                     &self.conn,
                     keys,
                     (&leaf.series, *kind, step),
                     &slices,
                     hashes_from,
-                )
-                .await?;
-                Ok(read
-                    .iter()
-                    .map(|slice| {
-                        let (alpha, buckets) = slice.as_ref()?;
-                        let mapping = Mapping::new(*alpha);
-                        match &leaf.kind {
-                            Kind::Etsy(_, field) => field.of(buckets, &mapping),
-                            Kind::Stat(_, stat) => stat_of(buckets, &mapping, stat),
+                    |_, alpha, buckets| {
+                        if mapping.alpha() != alpha {
+                            mapping = Mapping::new(alpha);
+                        }
+                        match (&leaf.kind, &statistic) {
+                            (Kind::Etsy(_, field), _) => field.of(buckets, &mapping),
+                            (_, Some(statistic)) => statistic.of(buckets, &mapping),
                             _ => None,
                         }
-                    })
-                    .collect())
+                    },
+                )
+                .await?;
+                Ok(read.into_iter().map(Option::flatten).collect())
             }
         }
     }
@@ -1388,30 +1393,45 @@ fn stat_path(series: &str, stat: &str) -> String {
     }
 }
 
-/// One statistic of a slice's quantile buckets: the count (weights summed), the sum and mean
-/// (each bucket at its estimate), the extremes (the first and last bucket's estimates) and
-/// quantiles, each within the buckets' accuracy; null for a slice without values.
-fn stat_of(buckets: &Buckets, mapping: &Mapping, stat: &str) -> Point {
-    let total = buckets.total();
-    if total <= 0.0 {
-        return None;
+/// A timer statistic's name, read once for all of a render's slices.
+enum Statistic {
+    Count,
+    Sum,
+    Mean,
+    Quantile(f64),
+}
+
+impl Statistic {
+    /// `count`, `sum`, `mean`, `min`, `max` or `p<digits>` (`p99`: 0.99, `p999`: 0.999).
+    fn parse(stat: &str) -> Option<Statistic> {
+        Some(match stat {
+            "count" => Statistic::Count,
+            "sum" => Statistic::Sum,
+            "mean" => Statistic::Mean,
+            "min" => Statistic::Quantile(0.0),
+            "max" => Statistic::Quantile(1.0),
+            p => Statistic::Quantile(format!("0.{}", p.strip_prefix('p')?).parse().ok()?),
+        })
     }
-    let sum = || {
-        buckets
-            .iter()
-            .map(|(b, w)| mapping.value(b) * w)
-            .sum::<f64>()
-    };
-    match stat {
-        "count" => Some(total),
-        "sum" => Some(sum()),
-        "mean" => Some(sum() / total),
-        "min" => buckets.quantile(mapping, 0.0),
-        "max" => buckets.quantile(mapping, 1.0),
-        p => {
-            let digits = p.strip_prefix('p')?;
-            let q: f64 = format!("0.{digits}").parse().ok()?;
-            buckets.quantile(mapping, q)
+
+    /// This statistic of a slice's quantile buckets: the count (weights summed), the sum and
+    /// mean (each bucket at its estimate), the extremes (the first and last bucket's
+    /// estimates) and quantiles, each within the buckets' accuracy; null for a slice without
+    /// values.
+    fn of(&self, buckets: &Buckets, mapping: &Mapping) -> Point {
+        let total = || buckets.total();
+        let sum = || {
+            buckets
+                .iter()
+                .map(|(b, w)| mapping.value(b) * w)
+                .sum::<f64>()
+        };
+        match self {
+            Statistic::Quantile(q) => buckets.quantile(mapping, *q),
+            _ if total() <= 0.0 => None,
+            Statistic::Count => Some(total()),
+            Statistic::Sum => Some(sum()),
+            Statistic::Mean => Some(sum() / total()),
         }
     }
 }

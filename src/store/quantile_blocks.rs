@@ -297,6 +297,9 @@ impl<'a> Bits<'a> {
     }
 }
 
+/// The longest step [`BitReader::next_short`] reads (its bits less one: a step below 2^16).
+const SHORT_STEP_BITS: u32 = 15;
+
 /// Reads what [`Bits`] wrote, through a word of the bits to come; `None` past the end.
 struct BitReader<'a> {
     bytes: &'a [u8],
@@ -357,27 +360,34 @@ impl<'a> BitReader<'a> {
         Some(v)
     }
 
-    /// The common case read at once: (with `step`, a one: the next bucket) a Rice code of
-    /// parameter `k` whose quotient is short, all in the loaded word. `None` (nothing read)
-    /// for any other.
-    fn next_short(&mut self, step: bool, k: u32) -> Option<u64> {
+    /// The common case read at once: (with `step`) a step of at most [`SHORT_STEP_BITS`] bits
+    /// and a Rice code of parameter `k` whose quotient is short, all in the loaded word: the
+    /// step (1 without `step`) and the code. `None` (nothing read) for any other.
+    fn next_short(&mut self, step: bool, k: u32) -> Option<(u64, u64)> {
         self.load();
-        let g = u32::from(step);
-        if step && self.word >> 63 == 0 {
-            return None;
-        }
-        let q = (self.word << g).leading_ones();
-        let len = g + q + 1 + k;
+        let (gap, used) = if step {
+            // Elias gamma: `z` zeros, then the step's `z + 1` bits.
+            let z = self.word.leading_zeros();
+            if z > SHORT_STEP_BITS {
+                return None;
+            }
+            ((self.word << z) >> (63 - z), 2 * z + 1)
+        } else {
+            (1, 0)
+        };
+        let rest = self.word << used;
+        let q = rest.leading_ones();
+        let len = used + q + 1 + k;
         if q >= RICE_ESCAPE as u32 || k > 24 || len > self.loaded {
             return None;
         }
         let low = match k {
             0 => 0,
-            k => (self.word << (g + q + 1)) >> (64 - k),
+            k => (rest << (q + 1)) >> (64 - k),
         };
         self.word = self.word.checked_shl(len).unwrap_or(0);
         self.loaded -= len;
-        Some(u64::from(q) << k | low)
+        Some((gap, u64::from(q) << k | low))
     }
 
     /// Consumes the ones (`ones`) or zeros in a row from here, at most `most`, and says how
@@ -405,59 +415,131 @@ impl<'a> BitReader<'a> {
     }
 }
 
-/// [`put_coded`]'s buckets read back; `None` for bytes it did not write.
-fn coded(bytes: &[u8]) -> Option<Buckets> {
+/// [`put_coded`]'s buckets read back, onto `list` (empty: a buffer used again); `None` for
+/// bytes it did not write.
+fn coded(bytes: &[u8], mut list: Vec<(Bucket, f64)>) -> Option<Buckets> {
     let mut at = 0;
     let n = varint(bytes, &mut at)?;
     if n == 0 {
-        return (at == bytes.len()).then(Buckets::default);
+        return (at == bytes.len()).then(|| Buckets::from_ordered(list));
     }
-    // A bucket takes a bit at least.
-    let room = n.min(8 * bytes.len() as u64) as usize;
-    let mut buckets = Buckets::with_capacity(room.min(MAX_BUCKETS));
+    // A bucket takes a bit at least, and a record holds at most `MAX_BUCKETS`. The list is
+    // made its length at once: a bucket written into its place needs no check of room.
+    if n > 8 * bytes.len() as u64 || n > MAX_BUCKETS as u64 {
+        return None;
+    }
+    list.resize(n as usize, (Bucket::Zero, 0.0));
     let zigzag = varint(bytes, &mut at)?;
     let mut key = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
     let flags = *bytes.get(at)?;
     let (k0, counting) = (flags & !FRACTIONS, flags & FRACTIONS == 0);
     let mut m = 1u64.checked_shl(u32::from(k0))?;
     let mut bits = BitReader::new(&bytes[at + 1..]);
-    for i in 0..n {
+    for (i, place) in list.iter_mut().enumerate() {
         let k = rice_k(m);
-        // The common bucket, the next one with a count of a short code: from the word at once.
-        let code = match bits.next_short(i > 0, k) {
-            Some(code) => {
-                if i > 0 {
-                    key = key.checked_add(1)?;
-                }
-                code
-            }
+        // The common bucket, a short step on with a count of a short code: from the word at once.
+        let (step, code) = match bits.next_short(i > 0, k) {
+            Some(read) => read,
             None => {
+                let mut step = 0;
                 if i > 0 {
                     let zeros = bits.run(false, 64)?;
                     if zeros > 62 {
                         return None;
                     }
-                    let step = bits.take(zeros + 1)?;
-                    key = key.checked_add(step as i64)?;
+                    step = bits.take(zeros + 1)?;
                 }
                 let q = u64::from(bits.run(true, RICE_ESCAPE as u32)?);
-                if q == RICE_ESCAPE {
+                let code = if q == RICE_ESCAPE {
                     bits.take(64)?
                 } else {
                     bits.take(1)?;
                     q << k | bits.take(k)?
-                }
+                };
+                (step, code)
             }
         };
-        let w = match (counting, code) {
+        if i > 0 {
+            key = key.checked_add(i64::try_from(step).ok()?)?;
+        }
+        // A code we wrote is below 2^53 (a whole count's is below 2^52): as an `i64` it turns
+        // into a float in one instruction, where a `u64` takes several.
+        let c = i64::try_from(code).ok().filter(|c| *c < 1 << 53)?;
+        let w = match (counting, c) {
             (true, c) => c as f64 + 1.0,
             (false, 0) => f64::from_bits(bits.take(64)?),
             (false, c) => (c - 1) as f64,
         };
-        buckets.add(bucket_of(key)?, w);
+        *place = (bucket_of(key)?, w);
         m = m / 2 + code / 2 + (m & code & 1);
     }
+    // The keys rise, so positive values' buckets (all but zero's and the negatives', whose
+    // keys are above theirs) come in value order.
+    if key < ZERO {
+        return Some(Buckets::from_ordered(list));
+    }
+    let mut buckets = Buckets::with_capacity(list.len());
+    for (b, w) in list {
+        buckets.add(b, w);
+    }
     Some(buckets)
+}
+
+/// One part of a slice, as a block holds it, its buckets not read yet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Record<'a> {
+    pub slot: u8,
+    pub token: [u8; 4],
+    /// Its buckets: coded in bits ([`put_coded`]), or an earlier release's varints.
+    coded: bool,
+    bytes: &'a [u8],
+}
+
+impl Record<'_> {
+    /// Its buckets, read into `into` (a buffer used again: what it held goes); `None` for bytes
+    /// we did not write (`into` is left empty).
+    pub fn buckets(&self, into: &mut Buckets) -> Option<()> {
+        let list = std::mem::take(into).into_empty_list();
+        *into = if self.coded {
+            coded(self.bytes, list)?
+        } else {
+            let mut buckets = Buckets::from_ordered(list);
+            let (mut i, mut prev) = (0, 0i64);
+            while i < self.bytes.len() {
+                let (step, w) = bucket(self.bytes, &mut i)?;
+                prev = prev.checked_add(step)?;
+                buckets.add(bucket_of(prev)?, w);
+            }
+            buckets
+        };
+        Some(())
+    }
+}
+
+/// A block's accuracy and records (their buckets read by [`Record::buckets`]); `None` for
+/// bytes that are no block (another program's string).
+pub fn records(bytes: &[u8]) -> Option<(f64, Vec<Record<'_>>)> {
+    let mut at = 0;
+    let len = varint(bytes, &mut at)? as usize;
+    let alpha = std::str::from_utf8(bytes.get(at..at.checked_add(len)?)?)
+        .ok()?
+        .parse()
+        .ok()?;
+    at += len;
+    let mut records = Vec::with_capacity(SLOTS as usize);
+    while at < bytes.len() {
+        let len = varint(bytes, &mut at)? as usize;
+        let body = bytes.get(at..at.checked_add(len)?)?;
+        at += len;
+        let (&slot, rest) = body.split_first()?;
+        records.push(Record {
+            slot: slot & !CODED,
+            token: rest.get(..4)?.try_into().ok()?,
+            coded: slot & CODED != 0,
+            bytes: &rest[4..],
+        });
+    }
+    Some((alpha, records))
 }
 
 /// One part of a slice, as a block holds it.
@@ -468,42 +550,22 @@ pub struct Part {
     pub buckets: Buckets,
 }
 
-/// A block's accuracy and parts; `None` for bytes that are no block (another program's string).
+/// A block's accuracy and parts, every record's buckets read; `None` for bytes that are no
+/// block (another program's string).
 pub fn decode(bytes: &[u8]) -> Option<(f64, Vec<Part>)> {
-    let mut at = 0;
-    let len = varint(bytes, &mut at)? as usize;
-    let alpha = std::str::from_utf8(bytes.get(at..at.checked_add(len)?)?)
-        .ok()?
-        .parse()
-        .ok()?;
-    at += len;
-    let mut parts = Vec::new();
-    while at < bytes.len() {
-        let len = varint(bytes, &mut at)? as usize;
-        let body = bytes.get(at..at.checked_add(len)?)?;
-        at += len;
-        let (&slot, rest) = body.split_first()?;
-        let token: [u8; 4] = rest.get(..4)?.try_into().ok()?;
-        let buckets = if slot & CODED == 0 {
-            // A bucket takes a byte at least.
-            let room = rest.len().saturating_sub(4);
-            let mut buckets = Buckets::with_capacity(room.min(MAX_BUCKETS));
-            let (mut i, mut prev) = (4, 0i64);
-            while i < rest.len() {
-                let (step, w) = bucket(rest, &mut i)?;
-                prev = prev.checked_add(step)?;
-                buckets.add(bucket_of(prev)?, w);
-            }
-            buckets
-        } else {
-            coded(&rest[4..])?
-        };
-        parts.push(Part {
-            slot: slot & !CODED,
-            token,
-            buckets,
-        });
-    }
+    let (alpha, records) = records(bytes)?;
+    let parts = records
+        .iter()
+        .map(|r| {
+            let mut buckets = Buckets::default();
+            r.buckets(&mut buckets)?;
+            Some(Part {
+                slot: r.slot,
+                token: r.token,
+                buckets,
+            })
+        })
+        .collect::<Option<_>>()?;
     Some((alpha, parts))
 }
 
@@ -526,14 +588,18 @@ pub type Slice = Option<(f64, Buckets)>;
 /// their hashes alone, or, where the precision is packed (`hashes_from` given: [`hashes_from`]),
 /// from the hashes of the slices from there on and from the blocks of every slice, a slice's
 /// parts added (a part whose token a hash still holds is that hash's, which holds at least
-/// what moved).
-pub async fn read(
+/// what moved; a record that is no record of ours is no part). Each slice found is handed to
+/// `each` (its place in `slices`, its accuracy and buckets), in order; what it returns is the
+/// slice's answer, `None` for a slice with nothing. A slice of one part (nearly every packed
+/// one) is read into one buffer used again for the next.
+pub async fn read<T>(
     conn: &Connection,
     keys: &Keys,
     (series, kind, p): (&str, StatKind, u64),
     slices: &[u64],
     hashes_from: Option<u64>,
-) -> Result<Vec<Slice>, StoreError> {
+    mut each: impl FnMut(usize, f64, &Buckets) -> T,
+) -> Result<Vec<Option<T>>, StoreError> {
     let asked = slices.partition_point(|s| *s < hashes_from.unwrap_or(0));
     let hashes: Vec<Vec<(String, String)>> = conn
         .each_key(
@@ -543,7 +609,7 @@ pub async fn read(
                 .map(|s| keys.hist_slice(p, series, kind, *s)),
         )
         .await?;
-    let mut out: Vec<Slice> = vec![None; asked];
+    let mut held: Vec<Slice> = vec![None; asked];
     let mut sealed: HashMap<u64, [u8; 4]> = HashMap::new();
     for (s, hash) in slices[asked..].iter().zip(&hashes) {
         if let Some(token) = hash
@@ -553,42 +619,78 @@ pub async fn read(
         {
             sealed.insert(*s, token);
         }
-        out.push(super::reader::parse_buckets(hash));
+        held.push(super::reader::parse_buckets(hash));
     }
-    if hashes_from.is_none() || slices.is_empty() {
-        return Ok(out);
-    }
-    let first = locate(p, slices[0]).0;
-    let last = locate(p, slices[slices.len() - 1]).0;
-    let blocks: Vec<Option<Vec<u8>>> = conn
-        .each_key(
-            "GET",
-            (first..=last).map(|n| block_key(keys, p, series, kind, n)),
-        )
-        .await?;
-    let at: HashMap<u64, usize> = slices.iter().enumerate().map(|(i, s)| (*s, i)).collect();
-    for (n, bytes) in (first..).zip(blocks) {
-        let Some((alpha, parts)) = bytes.as_deref().and_then(decode) else {
+    let blocks: Vec<Option<Vec<u8>>> = match (hashes_from, slices.first(), slices.last()) {
+        (Some(_), Some(first), Some(last)) => {
+            let (first, last) = (locate(p, *first).0, locate(p, *last).0);
+            conn.each_key(
+                "GET",
+                (first..=last).map(|n| block_key(keys, p, series, kind, n)),
+            )
+            .await?
+        }
+        _ => Vec::new(),
+    };
+    // The slices asked are ascending, nearly always every one of a range: a slice's place is
+    // its distance from the first, checked, else found by a search.
+    let at = |slice: u64| {
+        let guess = ((slice.checked_sub(slices[0])?) / p.max(1)) as usize;
+        match slices.get(guess) {
+            Some(s) if *s == slice => Some(guess),
+            _ => slices.binary_search(&slice).ok(),
+        }
+    };
+    // Each record of a slice asked, with the slice's place, in the slices' order (a slice's
+    // records in the order their blocks hold them).
+    let first_block = slices.first().map_or(0, |s| locate(p, *s).0);
+    let mut found: Vec<(usize, f64, Record)> = Vec::new();
+    for (n, bytes) in (first_block..).zip(&blocks) {
+        let Some((alpha, records)) = bytes.as_deref().and_then(records) else {
             continue;
         };
-        for part in parts {
-            let slice = (n * SLOTS + u64::from(part.slot)) * p;
-            let Some(&i) = at.get(&slice) else { continue };
-            if sealed.get(&slice) == Some(&part.token) {
-                continue;
+        for record in records {
+            let slice = (n * SLOTS + u64::from(record.slot)) * p;
+            let Some(i) = at(slice) else { continue };
+            if sealed.get(&slice) != Some(&record.token) {
+                found.push((i, alpha, record));
             }
-            add(&mut out[i], alpha, part.buckets);
         }
+    }
+    if !found.is_sorted_by_key(|(i, _, _)| *i) {
+        found.sort_by_key(|(i, _, _)| *i);
+    }
+    let mut read = Buckets::default();
+    let mut found = found.as_slice();
+    let mut out = Vec::with_capacity(slices.len());
+    for (i, held) in held.into_iter().enumerate() {
+        let mine = found.partition_point(|(j, _, _)| *j == i);
+        let records;
+        (records, found) = found.split_at(mine);
+        out.push(match (held, records) {
+            (None, []) => None,
+            (None, [(_, alpha, record)]) => {
+                record.buckets(&mut read).map(|()| each(i, *alpha, &read))
+            }
+            (mut slice, records) => {
+                for (_, alpha, record) in records {
+                    if record.buckets(&mut read).is_some() {
+                        add(&mut slice, *alpha, &read);
+                    }
+                }
+                slice.map(|(alpha, buckets)| each(i, alpha, &buckets))
+            }
+        });
     }
     Ok(out)
 }
 
 /// Adds `buckets` of accuracy `alpha` into a slice read so far (a foreign accuracy's buckets
 /// at their estimates, as merging hashes does).
-pub(crate) fn add(slice: &mut Slice, alpha: f64, buckets: Buckets) {
+pub(crate) fn add(slice: &mut Slice, alpha: f64, buckets: &Buckets) {
     match slice {
-        None => *slice = Some((alpha, buckets)),
-        Some((mine, all)) if *mine == alpha => all.merge(&buckets),
+        None => *slice = Some((alpha, buckets.clone())),
+        Some((mine, all)) if *mine == alpha => all.merge(buckets),
         Some((mine, all)) => {
             let (to, from) = (
                 crate::aggregate::sketch::Mapping::new(*mine),
@@ -746,6 +848,33 @@ mod tests {
             let (_, parts) = decode(&block).unwrap();
             assert_eq!((parts[0].slot, &parts[0].buckets), (63, &b), "{n}");
         }
+    }
+
+    #[test]
+    fn a_record_that_is_none_of_ours_spoils_only_itself() {
+        let b = buckets(&[(Bucket::Positive(460), 3.0), (Bucket::Positive(463), 1.0)]);
+        let mut block = header("0.01");
+        let mut bad = record(1, [0, 0, 0, 1], &b);
+        // Its bucket count (the first byte after length, slot and token): more buckets than
+        // its bits could hold.
+        bad[6] = 0x7f;
+        for r in [
+            record(0, [0, 0, 0, 0], &b),
+            bad,
+            record(2, [0, 0, 0, 2], &b),
+        ] {
+            block.extend(r);
+        }
+        let (alpha, records) = records(&block).expect("a block");
+        assert_eq!(alpha, 0.01);
+        let mut read = Buckets::default();
+        let got: Vec<Option<Buckets>> = records
+            .iter()
+            .map(|r| r.buckets(&mut read).map(|()| read.clone()))
+            .collect();
+        assert_eq!(got, [Some(b.clone()), None, Some(b)]);
+        // Read whole, the block is no block.
+        assert_eq!(decode(&block), None);
     }
 
     #[test]

@@ -251,22 +251,17 @@ impl Reader {
                 (series, kind, range.precision),
                 batch,
                 hashes_from,
+                |i, alpha, buckets| {
+                    super::quantile_blocks::add(&mut merged, alpha, buckets);
+                    (by_slice && buckets.total() > 0.0).then(|| SliceQuantiles {
+                        slice: batch[i],
+                        count: buckets.total(),
+                        quantiles: quantiles_of(buckets, &Mapping::new(alpha), qs),
+                    })
+                },
             )
             .await?;
-            for (slice, read) in batch.iter().zip(read) {
-                let Some((alpha, buckets)) = read else {
-                    continue;
-                };
-                if by_slice && buckets.total() > 0.0 {
-                    let mapping = Mapping::new(alpha);
-                    each.push(SliceQuantiles {
-                        slice: *slice,
-                        count: buckets.total(),
-                        quantiles: quantiles_of(&buckets, &mapping, qs),
-                    });
-                }
-                super::quantile_blocks::add(&mut merged, alpha, buckets);
-            }
+            each.extend(read.into_iter().flatten().flatten());
         }
         let Some((alpha, buckets)) = merged.filter(|(_, b)| b.total() > 0.0) else {
             return Ok(None);

@@ -21,9 +21,13 @@
 #
 # With RENDERS=n, once every slice is packed: n renders of the timers' p99 over the last
 # `slices` minutes (`bench.*.latency.p99`, JSON), the agent's cleaner off; their median time
-# and Redis's own time a render (INFO commandstats), to set a long archive beside a short one.
+# and Redis's own time a render (INFO commandstats), to set a long archive beside a short one
+# (TARGET: another target, e.g. `stats.timers.bench.*.latency.upper_90`, Etsy's name, which
+# turns `graphite_etsy_names` on);
+# the agent's CPU a render (/proc, user and system); with PERF=file, the renders under
+# `perf record -g` (use AGENT=target/profiling/statsd-redis for its symbols).
 #
-#   [SCHEMA=...] [AGENT=...] [RENDERS=n] scripts/hist-bytes.sh [series=20] [slices=1440] [values=60]
+#   [SCHEMA=...] [AGENT=...] [RENDERS=n] [PERF=file] scripts/hist-bytes.sh [series=20] [slices=1440] [values=60]
 #
 # Needs: apt-get install -y python3-redis
 set -euo pipefail
@@ -95,14 +99,26 @@ cpu=$(pack)
 blocks=$(keys 'history:hist:*')
 packed=$(used)
 if [ -n "${RENDERS:-}" ]; then
+  target=${TARGET:-bench.*.latency.p99}
   start_agent "$dir/agent.log" --redis "unix://$sock" --cleaner-enabled false \
-    --retentions "${SCHEMA:-10s:6h,1min:6d,10min:1800d}" --quantile-precisions 60
-  url="http://127.0.0.1:$http/graphite/render?target=bench.*.latency.p99&from=-$((slices * 60))s&format=json"
+    --retentions "${SCHEMA:-10s:6h,1min:6d,10min:1800d}" --quantile-precisions 60 \
+    ${TARGET:+--graphite-etsy-names true}
+  url="http://127.0.0.1:$http/graphite/render?target=$target&from=-$((slices * 60))s&format=json"
   until curl -sfg -o /dev/null "$url"; do sleep 0.1; done
   curl -sg "$url" | python3 -c 'import json,sys; a=json.load(sys.stdin); print("  rendered:", len(a), "series,", sum(v is not None for s in a for v, _ in s["datapoints"]), "points")'
   redis-cli -s "$sock" config resetstat >/dev/null
+  if [ -n "${PERF:-}" ]; then
+    perf record -g -o "$PERF" -p "$agent_pid" 2>/dev/null &
+    perf_pid=$!
+    sleep 0.5
+  fi
+  cpu0=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
   for _ in $(seq "$RENDERS"); do curl -sg -o /dev/null -w '%{time_total}\n' "$url"; done |
-    sort -n | awk '{t[NR] = $1} END {printf "  render p99 of the last %d minutes: median %.2f ms\n", '"$slices"', t[int((NR + 1) / 2)] * 1000}'
+    sort -n | awk '{t[NR] = $1} END {printf "  render '"$target"' of the last %d minutes: median %.2f ms\n", '"$slices"', t[int((NR + 1) / 2)] * 1000}'
+  cpu1=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
+  if [ -n "${PERF:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
+  awk -v a="$cpu0" -v b="$cpu1" -v n="$RENDERS" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN {printf "  the agent'"'"'s CPU: %.2f ms a render\n", (b - a) * 1000 / hz / n}'
   redis-cli -s "$sock" info commandstats | tr -d '\r' |
     awk -F'[=,]' -v n="$RENDERS" '/^cmdstat_/ {u += $4} END {printf "  of which Redis: %.2f ms a render\n", u / n / 1000}'
   kill "$agent_pid"; wait "$agent_pid" || true

@@ -641,8 +641,7 @@ pub async fn read<T>(
             _ => slices.binary_search(&slice).ok(),
         }
     };
-    // Each record of a slice asked, with the slice's place, in the slices' order (a slice's
-    // records in the order their blocks hold them).
+    // Each record of a slice asked, with the slice's place and its block's accuracy.
     let first_block = slices.first().map_or(0, |s| locate(p, *s).0);
     let mut found: Vec<(usize, f64, Record)> = Vec::new();
     for (n, bytes) in (first_block..).zip(&blocks) {
@@ -657,17 +656,27 @@ pub async fn read<T>(
             }
         }
     }
-    if !found.is_sorted_by_key(|(i, _, _)| *i) {
-        found.sort_by_key(|(i, _, _)| *i);
+    // In the slices' order, a slice's records in the order their blocks hold them (a pack
+    // writes a block's records in the order its walk met the slices): counted a slice, then
+    // each put in its place; `ends[i]` is then where slice `i`'s records end.
+    let mut ends = vec![0; slices.len()];
+    for (i, _, _) in &found {
+        ends[*i] += 1;
+    }
+    let mut sum = 0;
+    for end in &mut ends {
+        (sum, *end) = (sum + *end, sum);
+    }
+    let mut ordered = found.clone();
+    for record in found {
+        ordered[ends[record.0]] = record;
+        ends[record.0] += 1;
     }
     let mut read = Buckets::default();
-    let mut found = found.as_slice();
     let mut out = Vec::with_capacity(slices.len());
     for (i, held) in held.into_iter().enumerate() {
-        let mine = found.partition_point(|(j, _, _)| *j == i);
-        let records;
-        (records, found) = found.split_at(mine);
-        out.push(match (held, records) {
+        let from = i.checked_sub(1).map_or(0, |j| ends[j]);
+        out.push(match (held, &ordered[from..ends[i]]) {
             (None, []) => None,
             (None, [(_, alpha, record)]) => {
                 record.buckets(&mut read).map(|()| each(i, *alpha, &read))

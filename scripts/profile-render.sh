@@ -5,7 +5,8 @@
 # profiling build, cleaner off) answers `requests` renders of 100 series (load.1??.c) from each
 # of RANGES (default -1d), with MAX_POINTS Grafana's maxDataPoints (its panel's width), the
 # first range's under `perf record -g`. Prints each range's median time, the agent's CPU time
-# (/proc, user and system) and Redis's own time (INFO commandstats) a render, and the first
+# (/proc, user and system), Redis's own time (INFO commandstats: its commands alone) and its
+# process's CPU (INFO cpu: reading the requests and writing the replies too) a render, and the first
 # range's top symbols; the profile stays in `out`.
 #
 #   [SCHEMA=10s:6h,1min:6d,10min:1800d] [RANGES="-1d -1y"] [MAX_POINTS=n] \
@@ -38,10 +39,12 @@ for from in ${RANGES:--1d}; do
     sleep 0.5
   fi
   cpu0=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
+  redis0=$(redis-cli -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}')
   for _ in $(seq "$requests"); do
     curl -sg -o /dev/null -w '%{time_total}\n' "$url"
   done >"$dir/times"
   cpu1=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
+  redis1=$(redis-cli -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}')
   if ! $profiled; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
   python3 -c "
 import statistics
@@ -49,7 +52,8 @@ t = [float(l) for l in open('$dir/times')]
 print(f'from=$from: render median {statistics.median(t) * 1e3:.2f} ms over {len(t)},'
       f' the agent\'s CPU {($cpu1 - $cpu0) * 1e3 / $(getconf CLK_TCK) / len(t):.2f} ms a render', end='')"
   redis-cli -p "$port" info commandstats | tr -d '\r' |
-    awk -F'[=,]' -v n="$requests" '/^cmdstat_/ {u += $4} END {printf ", Redis own time %.2f ms a render\n", u / n / 1e3}'
+    awk -F'[=,]' -v n="$requests" -v a="$redis0" -v b="$redis1" '/^cmdstat_/ {u += $4} END {
+      printf ", Redis own time %.2f ms a render (its process'"'"'s CPU: %.2f ms)\n", u / n / 1e3, (b - a) * 1e3 / n}'
   profiled=true
 done
 perf report -i "$out" --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40

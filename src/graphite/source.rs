@@ -1339,23 +1339,16 @@ impl<'a> Source<'a> {
                     Kind::Stat(_, stat) => Statistic::parse(stat),
                     _ => None,
                 };
-                // A series' slices share their accuracy, nearly always.
-                let mut mapping = Mapping::default();
                 let read = quantile_blocks::read(
                     &self.conn,
                     keys,
                     (&leaf.series, *kind, step),
                     &slices,
                     hashes_from,
-                    |_, alpha, buckets| {
-                        if mapping.alpha() != alpha {
-                            mapping = Mapping::new(alpha);
-                        }
-                        match (&leaf.kind, &statistic) {
-                            (Kind::Etsy(_, field), _) => field.of(buckets, &mapping),
-                            (_, Some(statistic)) => statistic.of(buckets, &mapping),
-                            _ => None,
-                        }
+                    |_, mapping, buckets| match (&leaf.kind, &statistic) {
+                        (Kind::Etsy(_, field), _) => field.of(buckets, mapping),
+                        (_, Some(statistic)) => statistic.of(buckets, mapping),
+                        _ => None,
                     },
                 )
                 .await?;

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 
 use super::{Connection, Keys, StoreError};
 use crate::aggregate::StatKind;
-use crate::aggregate::sketch::{Bucket, Buckets, MAX_BUCKETS};
+use crate::aggregate::sketch::{Bucket, Buckets, MAX_BUCKETS, Mapping};
 use crate::retention::Retention;
 
 /// Slices a block holds: an hour of minutes, 64 hours of hours. A reader gets a block whole, so
@@ -589,16 +589,17 @@ pub type Slice = Option<(f64, Buckets)>;
 /// from the hashes of the slices from there on and from the blocks of every slice, a slice's
 /// parts added (a part whose token a hash still holds is that hash's, which holds at least
 /// what moved; a record that is no record of ours is no part). Each slice found is handed to
-/// `each` (its place in `slices`, its accuracy and buckets), in order; what it returns is the
-/// slice's answer, `None` for a slice with nothing. A slice of one part (nearly every packed
-/// one) is read into one buffer used again for the next.
+/// `each` (its place in `slices`, its accuracy's mapping and its buckets), in order; what it
+/// returns is the slice's answer, `None` for a slice with nothing. A slice of one part (nearly
+/// every packed one) is read into one buffer used again for the next, and a mapping is made
+/// once for the slices of one accuracy (nearly always all of them).
 pub async fn read<T>(
     conn: &Connection,
     keys: &Keys,
     (series, kind, p): (&str, StatKind, u64),
     slices: &[u64],
     hashes_from: Option<u64>,
-    mut each: impl FnMut(usize, f64, &Buckets) -> T,
+    mut each: impl FnMut(usize, &Mapping, &Buckets) -> T,
 ) -> Result<Vec<Option<T>>, StoreError> {
     let asked = slices.partition_point(|s| *s < hashes_from.unwrap_or(0));
     let hashes: Vec<Vec<(String, String)>> = conn
@@ -672,6 +673,13 @@ pub async fn read<T>(
         ordered[ends[record.0]] = record;
         ends[record.0] += 1;
     }
+    let mut mapping = Mapping::default();
+    let mut answer = |i, alpha: f64, buckets: &Buckets| {
+        if mapping.alpha() != alpha {
+            mapping = Mapping::new(alpha);
+        }
+        each(i, &mapping, buckets)
+    };
     let mut read = Buckets::default();
     let mut out = Vec::with_capacity(slices.len());
     for (i, held) in held.into_iter().enumerate() {
@@ -679,7 +687,7 @@ pub async fn read<T>(
         out.push(match (held, &ordered[from..ends[i]]) {
             (None, []) => None,
             (None, [(_, alpha, record)]) => {
-                record.buckets(&mut read).map(|()| each(i, *alpha, &read))
+                record.buckets(&mut read).map(|()| answer(i, *alpha, &read))
             }
             (mut slice, records) => {
                 for (_, alpha, record) in records {
@@ -687,7 +695,7 @@ pub async fn read<T>(
                         add(&mut slice, *alpha, &read);
                     }
                 }
-                slice.map(|(alpha, buckets)| each(i, alpha, &buckets))
+                slice.map(|(alpha, buckets)| answer(i, alpha, &buckets))
             }
         });
     }
@@ -701,10 +709,7 @@ pub(crate) fn add(slice: &mut Slice, alpha: f64, buckets: &Buckets) {
         None => *slice = Some((alpha, buckets.clone())),
         Some((mine, all)) if *mine == alpha => all.merge(buckets),
         Some((mine, all)) => {
-            let (to, from) = (
-                crate::aggregate::sketch::Mapping::new(*mine),
-                crate::aggregate::sketch::Mapping::new(alpha),
-            );
+            let (to, from) = (Mapping::new(*mine), Mapping::new(alpha));
             for (b, w) in buckets.iter() {
                 all.add(to.bucket(from.value(b)), w);
             }

@@ -251,12 +251,13 @@ impl Reader {
                 (series, kind, range.precision),
                 batch,
                 hashes_from,
-                |i, alpha, buckets| {
-                    super::quantile_blocks::add(&mut merged, alpha, buckets);
-                    (by_slice && buckets.total() > 0.0).then(|| SliceQuantiles {
+                |i, mapping, buckets| {
+                    super::quantile_blocks::add(&mut merged, mapping.alpha(), buckets);
+                    let count = buckets.total();
+                    (by_slice && count > 0.0).then(|| SliceQuantiles {
                         slice: batch[i],
-                        count: buckets.total(),
-                        quantiles: quantiles_of(buckets, &Mapping::new(alpha), qs),
+                        count,
+                        quantiles: quantiles_of(buckets, mapping, qs),
                     })
                 },
             )

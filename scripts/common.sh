@@ -63,6 +63,17 @@ start_redis() {
 # redis_cpu SOCKET: the CPU seconds (user + system) that Redis has used so far.
 redis_cpu() { redis-cli -s "$1" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
 
+# proc_cpu PID: the CPU seconds (user + system) that a process has used so far.
+proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
+
+# perf_start OUT PID: `perf record -g` of a running process into OUT, until perf_stop.
+perf_start() {
+  perf record -g -o "$1" -p "$2" 2>/dev/null &
+  perf_pid=$!
+  sleep 0.5
+}
+perf_stop() { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+
 # redis_usage REDIS-CLI-ADDRESS-FLAGS: the server's CPU seconds (user + system) and HINCRBY calls
 # so far (0 before the first).
 redis_usage() {

@@ -107,18 +107,14 @@ if [ -n "${RENDERS:-}" ]; then
   until curl -sfg -o /dev/null "$url"; do sleep 0.1; done
   curl -sg "$url" | python3 -c 'import json,sys; a=json.load(sys.stdin); print("  rendered:", len(a), "series,", sum(v is not None for s in a for v, _ in s["datapoints"]), "points")'
   redis-cli -s "$sock" config resetstat >/dev/null
-  if [ -n "${PERF:-}" ]; then
-    perf record -g -o "$PERF" -p "$agent_pid" 2>/dev/null &
-    perf_pid=$!
-    sleep 0.5
-  fi
-  cpu0=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
+  [ -z "${PERF:-}" ] || perf_start "$PERF" "$agent_pid"
+  cpu0=$(proc_cpu "$agent_pid")
   for _ in $(seq "$RENDERS"); do curl -sg -o /dev/null -w '%{time_total}\n' "$url"; done |
     sort -n | awk '{t[NR] = $1} END {printf "  render '"$target"' of the last %d minutes: median %.2f ms\n", '"$slices"', t[int((NR + 1) / 2)] * 1000}'
-  cpu1=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
-  if [ -n "${PERF:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
-  awk -v a="$cpu0" -v b="$cpu1" -v n="$RENDERS" -v hz="$(getconf CLK_TCK)" \
-    'BEGIN {printf "  the agent'"'"'s CPU: %.2f ms a render\n", (b - a) * 1000 / hz / n}'
+  cpu1=$(proc_cpu "$agent_pid")
+  [ -z "${PERF:-}" ] || perf_stop
+  awk -v a="$cpu0" -v b="$cpu1" -v n="$RENDERS" \
+    'BEGIN {printf "  the agent'"'"'s CPU: %.2f ms a render\n", (b - a) * 1000 / n}'
   redis-cli -s "$sock" info commandstats | tr -d '\r' |
     awk -F'[=,]' -v n="$RENDERS" '/^cmdstat_/ {u += $4} END {printf "  of which Redis: %.2f ms a render\n", u / n / 1000}'
   kill "$agent_pid"; wait "$agent_pid" || true

@@ -33,24 +33,20 @@ for from in ${RANGES:--1d}; do
   # The names' look-up, kept 30 s, out of the timing.
   curl -sg -o /dev/null "$url"
   redis-cli -p "$port" config resetstat >/dev/null
-  if ! $profiled; then
-    perf record -g -o "$out" -p "$agent_pid" 2>/dev/null &
-    perf_pid=$!
-    sleep 0.5
-  fi
-  cpu0=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
-  redis0=$(redis-cli -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}')
+  $profiled || perf_start "$out" "$agent_pid"
+  cpu0=$(proc_cpu "$agent_pid")
+  redis0=$(redis_usage "-p $port" | cut -d' ' -f1)
   for _ in $(seq "$requests"); do
     curl -sg -o /dev/null -w '%{time_total}\n' "$url"
   done >"$dir/times"
-  cpu1=$(awk '{print $14 + $15}' /proc/"$agent_pid"/stat)
-  redis1=$(redis-cli -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}')
-  if ! $profiled; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
+  cpu1=$(proc_cpu "$agent_pid")
+  redis1=$(redis_usage "-p $port" | cut -d' ' -f1)
+  $profiled || perf_stop
   python3 -c "
 import statistics
 t = [float(l) for l in open('$dir/times')]
 print(f'from=$from: render median {statistics.median(t) * 1e3:.2f} ms over {len(t)},'
-      f' the agent\'s CPU {($cpu1 - $cpu0) * 1e3 / $(getconf CLK_TCK) / len(t):.2f} ms a render', end='')"
+      f' the agent\'s CPU {($cpu1 - $cpu0) * 1e3 / len(t):.2f} ms a render', end='')"
   redis-cli -p "$port" info commandstats | tr -d '\r' |
     awk -F'[=,]' -v n="$requests" -v a="$redis0" -v b="$redis1" '/^cmdstat_/ {u += $4} END {
       printf ", Redis own time %.2f ms a render (its process'"'"'s CPU: %.2f ms)\n", u / n / 1e3, (b - a) * 1e3 / n}'

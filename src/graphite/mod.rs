@@ -510,31 +510,33 @@ struct Stamps {
 }
 
 impl Stamps {
-    fn tail(&mut self, start: i64, step: i64, i: usize) -> &Tail {
+    /// The tails of the grid's first `n` points.
+    fn tails(&mut self, start: i64, step: i64, n: usize) -> &[Tail] {
         if (start, step) != (self.start, self.step) {
             (self.start, self.step) = (start, step);
             self.tails.clear();
         }
         let mut digits = itoa::Buffer::new();
-        while self.tails.len() <= i {
+        while self.tails.len() < n {
             let t = start + self.tails.len() as i64 * step;
             self.tails
                 .push(Tail::of(&[b", ", digits.format(t).as_bytes(), b"]"]));
         }
-        &self.tails[i]
+        &self.tails[..n]
     }
 }
 
-/// The text after a value, in a fixed 16 bytes: appended with one copy of all 16 (a copy of a
-/// length known when compiled is a few moves; one of a length known only when run is a call
-/// into `memmove`, which was a quarter of a render's JSON), then cut to its length.
+/// The text after a value, in a fixed 16 bytes: copied whole (a copy of a length known when
+/// compiled is a few moves; one of a length known only when run is a call into `memmove`,
+/// which was a quarter of a render's JSON), the point's end then put after its length.
 struct Tail {
     bytes: [u8; 16],
     len: usize,
 }
 
 impl Tail {
-    /// The parts one after the other, or as much of them as fits ([`Tail::put`] checks).
+    /// The parts one after the other, or as much of them as fits (`len` says how much did
+    /// not).
     fn of(parts: &[&[u8]]) -> Tail {
         let mut tail = Tail {
             bytes: [0; 16],
@@ -548,51 +550,48 @@ impl Tail {
         }
         tail
     }
-
-    /// Appends the text to `out`, or `false` when it did not fit.
-    fn put(&self, out: &mut Vec<u8>) -> bool {
-        if self.len > self.bytes.len() {
-            return false;
-        }
-        let at = out.len();
-        out.extend_from_slice(&self.bytes);
-        out.truncate(at + self.len);
-        true
-    }
 }
 
-/// A whole number below 1e16 ([`pyfmt::whole`]) as Python's `repr` writes it (`-12.0`),
-/// appended to `out`: its digits written where they go (a copy out of a buffer of its own
-/// would read back bytes just written one at a time, which stalls the processor).
-fn put_whole(n: i64, out: &mut Vec<u8>) {
-    let at = out.len();
-    out.extend_from_slice(&[0; 24]);
-    let text = &mut out[at..];
+/// The room a point's text is given: `, [`, its value's room, a tail's 16 bytes.
+const POINT_ROOM: usize = 3 + VALUE_ROOM + 16;
+
+/// The room a value's text is given: Python's repr of a double is at most 24 bytes
+/// (`-2.2250738585072014e-308`), a whole number below 1e16 19 (`-9999999999999998.0`).
+const VALUE_ROOM: usize = 29;
+
+/// Two digits a pair, `00` to `99`.
+const PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// A whole number below 1e16 ([`pyfmt::whole`]) as Python's `repr` writes it (`-12.0`), at the
+/// start of `room`: its digits written where they go, two at a time (a copy out of a buffer of
+/// its own would read back bytes just written one at a time, which stalls the processor).
+/// Returns its length.
+fn put_whole(n: i64, room: &mut [u8; VALUE_ROOM]) -> usize {
     let mut m = n.unsigned_abs();
-    let digits = m.checked_ilog10().unwrap_or(0) + 1;
     let sign = usize::from(n < 0);
-    let end = sign + digits as usize;
-    for place in text[sign..end].iter_mut().rev() {
-        *place = b'0' + (m % 10) as u8;
-        m /= 10;
+    let end = (sign + m.checked_ilog10().unwrap_or(0) as usize + 1).min(VALUE_ROOM - 2);
+    let mut at = end;
+    while m >= 10 && at >= 2 {
+        let pair = (m % 100) as usize * 2;
+        m /= 100;
+        at -= 2;
+        room[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
     }
-    if sign == 1 {
-        text[0] = b'-';
+    if at > sign {
+        at -= 1;
+        room[at] = b'0' + m as u8;
     }
-    text[end] = b'.';
-    text[end + 1] = b'0';
-    out.truncate(at + end + 2);
-}
-
-/// A point's value as graphite-web's JSON writes it ([`pyfmt::json_number`]), into `out`.
-fn json_value(v: f64, out: &mut Vec<u8>, scratch: &mut String) {
-    if let Some(n) = pyfmt::whole(v) {
-        put_whole(n, out);
-        return;
+    if n < 0 {
+        room[0] = b'-';
     }
-    scratch.clear();
-    pyfmt::json_number(v, scratch);
-    out.extend_from_slice(scratch.as_bytes());
+    room[end] = b'.';
+    room[end + 1] = b'0';
+    end + 2
 }
 
 impl Iterator for JsonBody {
@@ -643,32 +642,60 @@ fn series_json(s: &Series, no_nulls: bool, first: bool, stamps: &mut Stamps) -> 
         out.extend_from_slice(&quoted(v));
     }
     out.extend_from_slice(b"}, \"datapoints\": [");
-    let mut any = false;
+    // Each point is written into a room of its own, of a size known when compiled (no
+    // capacity checked a byte), and the text cut to its end once.
+    let mut at = out.len();
+    out.resize(at + POINT_ROOM * points.len() + 2, 0);
+    let mut open: &[u8] = b"[";
     let mut scratch = String::new();
-    for (i, v) in points.iter().enumerate() {
+    let tails = stamps.tails(s.start, step, points.len());
+    for ((i, v), tail) in points.iter().enumerate().zip(tails) {
         if !kept(v) {
             continue;
         }
-        if any {
-            out.extend_from_slice(b", [");
+        let Some(room) = out.get_mut(at..at + POINT_ROOM) else {
+            break;
+        };
+        let room: &mut [u8; POINT_ROOM] = room.try_into().expect("a point's room");
+        let mut len = open.len();
+        room[..len].copy_from_slice(open);
+        open = b", [";
+        let value: &mut [u8; VALUE_ROOM] = (&mut room[len..len + VALUE_ROOM])
+            .try_into()
+            .expect("a value's room");
+        len += point_text(*v, value, &mut scratch);
+        if tail.len <= tail.bytes.len() {
+            room[len..len + 16].copy_from_slice(&tail.bytes);
+            len += tail.len;
         } else {
-            out.push(b'[');
-        }
-        any = true;
-        match v {
-            Some(v) => json_value(*v, &mut out, &mut scratch),
-            None => out.extend_from_slice(b"null"),
-        }
-        let tail = stamps.tail(s.start, step, i);
-        if !tail.put(&mut out) {
             let t = s.start + i as i64 * step;
             for part in [", ", itoa::Buffer::new().format(t), "]"] {
-                out.extend_from_slice(part.as_bytes());
+                room[len..len + part.len()].copy_from_slice(part.as_bytes());
+                len += part.len();
             }
         }
+        at += len;
     }
+    out.truncate(at);
     out.extend_from_slice(b"]}");
     Some(out)
+}
+
+/// A point's value as graphite-web's JSON writes it ([`pyfmt::json_number`]; `null` for
+/// none), at the start of `room`. Returns its length.
+fn point_text(v: Point, room: &mut [u8; VALUE_ROOM], scratch: &mut String) -> usize {
+    let Some(v) = v else {
+        room[..4].copy_from_slice(b"null");
+        return 4;
+    };
+    if let Some(n) = pyfmt::whole(v) {
+        return put_whole(n, room);
+    }
+    scratch.clear();
+    pyfmt::json_number(v, scratch);
+    let len = scratch.len().min(VALUE_ROOM);
+    room[..len].copy_from_slice(&scratch.as_bytes()[..len]);
+    len
 }
 
 /// The CSV body of a render: `name,YYYY-MM-DD HH:MM:SS,value` a point (UTC; a null is empty).
@@ -753,8 +780,16 @@ mod tests {
             Some(f64::NEG_INFINITY),
             None,
             Some(123456789.0),
+            Some(-2.2250738585072014e-308),
         ];
-        let mut a = Series::new("a.b", 1_760_000_000, 1_760_000_140, 10, values.to_vec());
+        // Whole numbers of each length, and at each edge of one: digits written two at a time.
+        let edges = (0..16).flat_map(|e| {
+            let p = 10f64.powi(e);
+            [p - 1.0, p, p + 1.0, -p, -(p - 1.0)].map(Some)
+        });
+        let values: Vec<Point> = values.into_iter().chain(edges).collect();
+        let end = 1_760_000_000 + 10 * values.len() as i64;
+        let mut a = Series::new("a.b", 1_760_000_000, end, 10, values);
         a.tags.0.push(("name".into(), "a.b".into()));
         // Its grid's times do not fit the tails' slots: written the long way.
         let far = Series::new(

@@ -1047,6 +1047,8 @@ impl<'a> Source<'a> {
             .iter()
             .map(|l| self.window(l, from, until, now))
             .collect();
+        let blocks = self.blocks(leaves, &windows, now);
+        let mut answers = None;
         let mut values: Vec<Option<Vec<Point>>> = vec![None; leaves.len()];
         if let Some(bulk) = self.bulk.filter(|b| b.available()) {
             let hashes: Vec<(usize, String)> = leaves
@@ -1076,10 +1078,15 @@ impl<'a> Source<'a> {
                     }
                 })
                 .collect();
-            if !requests.is_empty() {
-                for ((i, _), v) in hashes.iter().zip(bulk.hmget(&requests).await?) {
+            // The blocks' reads in the same write: Redis answers them while the hashes' replies
+            // are read.
+            let then = blocks.bulk_commands(&self.conn);
+            if !requests.is_empty() || then.is_some() {
+                let (read, blocks_read) = bulk.hmget_then(&requests, then.as_ref()).await?;
+                for ((i, _), v) in hashes.iter().zip(read) {
                     values[*i] = Some(v);
                 }
+                answers = blocks_read;
             }
         }
         let rest = futures_util::future::try_join_all(
@@ -1107,7 +1114,9 @@ impl<'a> Source<'a> {
                 (Some(_), None) => rest.next().unwrap_or_default(),
             })
             .collect();
-        self.add_history(leaves, &windows, &mut values, now).await?;
+        blocks
+            .add(&self.conn, self.bulk, answers, &mut values)
+            .await?;
         let mut out = Vec::with_capacity(leaves.len());
         for ((leaf, w), mut v) in leaves.iter().zip(windows).zip(values) {
             let Some(w) = w else { continue };
@@ -1122,21 +1131,20 @@ impl<'a> Source<'a> {
         Ok(out)
     }
 
-    /// Adds to each counter's, gauge's and set's points what a long archive keeps in blocks
-    /// (`store::history`) as of `now` ([`history::add_blocks`]).
-    async fn add_history(
-        &mut self,
+    /// The block reads of each counter's, gauge's and set's long archive over its window
+    /// (`store::history`) as of `now`, their values the leaf's.
+    fn blocks<'w>(
+        &self,
         leaves: &[Leaf],
-        windows: &[Option<Window>],
-        values: &mut [Vec<Point>],
+        windows: &'w [Option<Window>],
         now: i64,
-    ) -> Result<(), StoreError> {
+    ) -> history::Blocks<'w> {
         let keys = self.keys;
         let asked: Vec<history::Asked> = leaves
             .iter()
             .zip(windows)
-            .zip(values.iter_mut())
-            .filter_map(|((leaf, w), values)| {
+            .enumerate()
+            .filter_map(|(i, (leaf, w))| {
                 let w = w.as_ref()?;
                 let step = w.step as u64;
                 let cut = self.retention().history(step)?;
@@ -1151,11 +1159,11 @@ impl<'a> Source<'a> {
                     cut,
                     slices: &w.slices,
                     family,
-                    values,
+                    values: i,
                 })
             })
             .collect();
-        history::add_blocks(&self.conn, self.bulk, keys, now.max(0) as u64, asked).await
+        history::Blocks::plan(keys, now.max(0) as u64, asked)
     }
 
     /// How long after its end a slice of `leaf`'s at `step` seconds is written: a window's

@@ -174,9 +174,19 @@ impl BulkPool {
 
     /// [`Bulk::hmget`] on a kept or new connection ([`BulkPool::read`]).
     pub async fn hmget(&self, requests: &[Hmget<'_>]) -> Result<Vec<Vec<Point>>, StoreError> {
+        Ok(self.hmget_then(requests, None).await?.0)
+    }
+
+    /// [`Bulk::hmget`] and then, in the same write, `then`'s commands: their replies as
+    /// [`BulkPool::pipeline`] gives them.
+    pub async fn hmget_then(
+        &self,
+        requests: &[Hmget<'_>],
+        then: Option<&Commands>,
+    ) -> Result<(Vec<Vec<Point>>, Option<Answers>), StoreError> {
         self.read(|mut bulk| {
             Box::pin(async move {
-                let read = bulk.hmget(requests).await;
+                let read = bulk.hmget(requests, then).await;
                 (bulk, read)
             })
         })
@@ -303,9 +313,15 @@ impl Bulk {
     }
 
     /// Each `HMGET`'s values as numbers (a field that is missing or no number: `None`), in
-    /// order. The commands are written while the replies are read, so neither side's buffers
-    /// hold the whole of either; a read that waits longer than the timeout fails.
-    pub async fn hmget(&mut self, requests: &[Hmget<'_>]) -> Result<Vec<Vec<Point>>, StoreError> {
+    /// order, and then the replies to `then`'s commands, written after them ([`Bulk::pipeline`]'s
+    /// answers): Redis answers those while the `HMGET`s' replies are read. The commands are
+    /// written while the replies are read, so neither side's buffers hold the whole of either; a
+    /// read that waits longer than the timeout fails.
+    pub async fn hmget(
+        &mut self,
+        requests: &[Hmget<'_>],
+        then: Option<&Commands>,
+    ) -> Result<(Vec<Vec<Point>>, Option<Answers>), StoreError> {
         let timeout = self.timeout;
         let write = &mut self.write;
         let writing = async move {
@@ -336,6 +352,9 @@ impl Bulk {
                     out.clear();
                 }
             }
+            if let Some(then) = then {
+                out.extend_from_slice(&then.out);
+            }
             write.write_all(&out).await?;
             write.flush().await?;
             Ok::<_, StoreError>(())
@@ -354,7 +373,11 @@ impl Bulk {
                 }
                 out.push(values);
             }
-            Ok::<_, StoreError>(out)
+            let answers = match then {
+                Some(then) => Some(replies.answers(then).await?),
+                None => None,
+            };
+            Ok::<_, StoreError>((out, answers))
         };
         let (written, read) = tokio::join!(writing, reading);
         written?;
@@ -394,15 +417,9 @@ impl Bulk {
     pub async fn pipeline(&mut self, commands: &Commands) -> Result<Answers, StoreError> {
         self.write.write_all(&commands.out).await?;
         self.write.flush().await?;
-        let mut replies = Replies::new(&mut self.read, self.timeout);
-        let mut answers = Answers {
-            bytes: Vec::with_capacity(commands.expected),
-            replies: Vec::with_capacity(commands.n),
-        };
-        for _ in 0..commands.n {
-            replies.answer(&mut answers).await?;
-        }
-        Ok(answers)
+        Replies::new(&mut self.read, self.timeout)
+            .answers(commands)
+            .await
     }
 }
 
@@ -611,6 +628,18 @@ impl<'r, R: AsyncRead + Unpin> Replies<'r, R> {
             }
         }
         Ok(())
+    }
+
+    /// The replies to `commands`.
+    async fn answers(&mut self, commands: &Commands) -> Result<Answers, StoreError> {
+        let mut answers = Answers {
+            bytes: Vec::with_capacity(commands.expected),
+            replies: Vec::with_capacity(commands.n),
+        };
+        for _ in 0..commands.n {
+            self.answer(&mut answers).await?;
+        }
+        Ok(answers)
     }
 
     /// A bulk string (its bytes copied into `out`) or an integer.
@@ -863,6 +892,54 @@ mod tests {
 
     /// Index members (with `\r` inside a member, and a `\n` alone) cut anywhere across reads
     /// parse alike; an error reply is Redis's refusal.
+    #[tokio::test]
+    async fn a_pipeline_after_hmgets_is_read_from_where_their_replies_end() {
+        // An HMGET's two values, a whole hash's two fields, then two blocks' bytes: however the
+        // socket cuts them, the blocks' replies start in the buffer the hashes' were read from.
+        let reply = b"*2\r\n$1\r\n5\r\n$-1\r\n\
+            *4\r\n$2\r\n60\r\n$1\r\n7\r\n$3\r\n120\r\n$2\r\n-1\r\n\
+            $3\r\n\x80\r\n\r\n$-1\r\n";
+        let mut blocks = Commands::default();
+        blocks.push_expecting(&[b"GETRANGE", b"b1", b"0", b"64"], 65);
+        blocks.push_expecting(&[b"GETRANGE", b"b2", b"0", b"64"], 65);
+        for chunk in [1, 2, 3, 5, 7, 64] {
+            let mut bulk = Bulk {
+                read: Box::new(tokio_test_reader(reply, chunk)),
+                write: Box::new(tokio::io::sink()),
+                timeout: Duration::from_secs(1),
+            };
+            let requests = [
+                Hmget {
+                    key: b"h1",
+                    fields: &[0, 10],
+                    whole: false,
+                },
+                Hmget {
+                    key: b"h2",
+                    fields: &[0, 60, 120],
+                    whole: true,
+                },
+            ];
+            let (values, answers) = bulk.hmget(&requests, Some(&blocks)).await.unwrap();
+            assert_eq!(
+                values,
+                [vec![Some(5.0), None], vec![None, Some(7.0), Some(-1.0)]],
+                "chunk {chunk}"
+            );
+            let answers = answers.expect("the blocks' replies");
+            let read: Vec<_> = (0..3).map(|i| answers.get(i)).collect();
+            assert_eq!(
+                read,
+                [
+                    Some(Answer::Bytes(b"\x80\r\n")),
+                    Some(Answer::Bytes(b"")),
+                    None
+                ],
+                "chunk {chunk}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn pipelined_replies_split_across_reads_parse_alike() {
         // A block's bytes (with a `\r\n` inside), a missing block, a null, an EXISTS count,

@@ -10,7 +10,7 @@
 //! (a counter's integer, a gauge's `f64` bits), as `BITFIELD` reads and writes them. A block
 //! expires when its newest slice leaves the retention: no slot is ever reused, so none is stale.
 
-use crate::store::bulk::{Answer, BulkPool, Commands};
+use crate::store::bulk::{Answer, Answers, BulkPool, Commands};
 use crate::store::{Connection, Keys, StoreError};
 
 /// Slices the book's hash keeps of a long archive: the book's `sample_count`, so that
@@ -279,10 +279,10 @@ fn reads_in(
     out
 }
 
-/// One series' blocks asked by [`add_blocks`]: what they are named after (a hash's name, or a
-/// set's [`Keys::set_series`]), the precision, the slices (ascending, consecutive at
-/// `precision`), and the values read elsewhere for them (the hash's or the HyperLogLogs'), to
-/// which the blocks' are added.
+/// One series' blocks asked by [`Blocks::plan`]: what they are named after (a hash's name, or
+/// a set's [`Keys::set_series`]), the precision, the slices (ascending, consecutive at
+/// `precision`), and which of the caller's lists of values (the hash's or the HyperLogLogs',
+/// one a slice) the blocks' are added to.
 pub struct Asked<'a> {
     pub name: String,
     pub precision: u64,
@@ -291,7 +291,8 @@ pub struct Asked<'a> {
     pub cut: Geometry,
     pub slices: &'a [i64],
     pub family: Family,
-    pub values: &'a mut [Option<f64>],
+    /// The caller's list of values these slices' are (each series' its own).
+    pub values: usize,
 }
 
 /// Block reads a render makes in one pipeline at most: past this (a year of ten-minute slices
@@ -299,150 +300,213 @@ pub struct Asked<'a> {
 /// workers parse side by side.
 const ONE_PIPELINE_READS: usize = 2048;
 
-/// Adds to each series' values what its blocks hold for its slices as of `now`: `GETRANGE`s
-/// of just the slots asked that a block may hold ([`blocks_before`]) in the configured
-/// retention's cut, and one `EXISTS` of the other cut's blocks over the range (through `bulk`,
-/// one for every series), whose slots are read only where one exists (slices written while
-/// another retention cut them). On one server every series' reads in one pipeline (one round
-/// trip a render; through `bulk`, the Graphite API's reader, where it has one) unless that is
-/// more than [`ONE_PIPELINE_READS`]; else, and in a cluster, a pipeline a series, all at once
-/// (a series' blocks share one slot).
-pub async fn add_blocks(
-    conn: &Connection,
-    bulk: Option<&BulkPool>,
-    keys: &Keys,
-    now: u64,
-    asked: Vec<Asked<'_>>,
-) -> Result<(), StoreError> {
-    let mut asked: Vec<(Asked, Vec<BlockRead>, Vec<BlockRead>)> = asked
-        .into_iter()
-        .map(|mut a| {
-            let before = blocks_before(now, a.precision, a.family) as i64;
-            let n = a
-                .slices
-                .partition_point(|s| *s < before)
-                .min(a.values.len());
-            a.slices = &a.slices[..n];
-            let values = std::mem::take(&mut a.values);
-            a.values = &mut values[..n];
-            let others: Vec<Geometry> = GEOMETRIES.into_iter().filter(|g| *g != a.cut).collect();
-            let own = reads_in(&[a.cut], keys, &a.name, a.precision, a.slices);
-            let other = reads_in(&others, keys, &a.name, a.precision, a.slices);
-            (a, own, other)
-        })
-        .filter(|(_, own, other)| !own.is_empty() || !other.is_empty())
-        .collect();
-    if asked.is_empty() {
-        return Ok(());
-    }
-    let commands = |own: &[BlockRead], other: &[BlockRead], pipe: &mut redis::Pipeline| {
-        block_commands(own, other, |args, _| {
-            let mut command = redis::Cmd::new();
-            for arg in args {
-                command.arg(*arg);
-            }
-            pipe.add_command(command);
-        });
-    };
-    // A series' replies, as `commands` asked (its blocks' bytes, then what EXISTS counted):
-    // true when the other cut has a block.
-    let take = |a: &mut Asked, own: &[BlockRead], other: &[BlockRead], replies: &[redis::Value]| {
-        let bytes: Vec<&[u8]> = replies
-            .iter()
-            .take(own.len())
-            .map(|v| match v {
-                redis::Value::BulkString(b) => b.as_slice(),
-                _ => &[],
-            })
-            .collect();
-        merge(a.values, own, &bytes, a.family);
-        !other.is_empty() && matches!(replies.get(own.len()), Some(redis::Value::Int(n)) if *n > 0)
-    };
-    let replies_of =
-        |own: &[BlockRead], other: &[BlockRead]| own.len() + usize::from(!other.is_empty());
-    let reads: usize = asked
-        .iter()
-        .map(|(_, own, other)| replies_of(own, other))
-        .sum();
-    let mut elsewhere = vec![false; asked.len()];
-    let one_pipeline = matches!(conn, Connection::Single(_)) && reads <= ONE_PIPELINE_READS;
-    if let (true, Some(bulk)) = (one_pipeline, bulk.filter(|b| b.available())) {
-        // Through the bulk reader: the replies' bytes read in place of the redis crate's
-        // values (a day of minutes of 100 series is 1.1 MB of them). The other cut's blocks
-        // of every series are asked in one EXISTS: where any exists (a retention changed),
-        // each series' are read after, as below.
-        let mut pipe = Commands::default();
-        for (_, own, _) in &asked {
-            block_commands(own, &[], |args, bytes| pipe.push_expecting(args, bytes));
-        }
-        let asks_others = asked.iter().any(|(_, _, other)| !other.is_empty());
-        if asks_others {
-            pipe.push(&exists(asked.iter().flat_map(|(_, _, other)| other)));
-        }
-        let answers = bulk.pipeline(&pipe).await?;
-        let others_exist =
-            asks_others && matches!(answers.get(pipe.len() - 1), Some(Answer::Integer(n)) if n > 0);
-        let mut at = 0;
-        for ((a, own, other), found) in asked.iter_mut().zip(&mut elsewhere) {
-            let bytes: Vec<&[u8]> = (at..at + own.len())
-                .map(|i| match answers.get(i) {
-                    Some(Answer::Bytes(b)) => b,
-                    _ => &[],
-                })
-                .collect();
-            merge(a.values, own, &bytes, a.family);
-            *found = others_exist && !other.is_empty();
-            at += own.len();
-        }
-    } else if one_pipeline {
-        let mut pipe = redis::pipe();
-        for (_, own, other) in &asked {
-            commands(own, other, &mut pipe);
-        }
-        let replies: Vec<redis::Value> = pipe.query_async(&mut conn.clone()).await?;
-        let mut replies = &replies[..];
-        for ((a, own, other), found) in asked.iter_mut().zip(&mut elsewhere) {
-            let (these, rest) = replies.split_at(replies_of(own, other).min(replies.len()));
-            *found = take(a, own, other, these);
-            replies = rest;
-        }
-    } else {
-        let calls = asked
-            .iter_mut()
-            .zip(&mut elsewhere)
-            .map(|((a, own, other), found)| {
-                let mut pipe = redis::pipe();
-                commands(own, other, &mut pipe);
-                let mut conn = conn.clone();
-                async move {
-                    let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-                    *found = take(a, own, other, &replies);
-                    Ok::<_, StoreError>(())
-                }
-            });
-        futures_util::future::try_join_all(calls).await?;
-    }
-    // The other cut's slots, where it has a block: rare, a pipeline a series.
-    let calls = asked
-        .iter_mut()
-        .zip(elsewhere)
-        .filter(|(_, found)| *found)
-        .map(|((a, _, other), _)| {
-            let mut pipe = redis::pipe();
-            commands(other, &[], &mut pipe);
-            let mut conn = conn.clone();
-            async move {
-                let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-                take(a, other, &[], &replies);
-                Ok::<_, StoreError>(())
-            }
-        });
-    futures_util::future::try_join_all(calls).await?;
-    Ok(())
+/// A read's block reads, planned before any is sent, so that the Graphite API's bulk reader can
+/// send them in the same write as the hashes' reads ([`Blocks::bulk_commands`]): Redis then
+/// answers the blocks while the agent reads the hashes' replies.
+pub struct Blocks<'a> {
+    /// Each series asked, its own cut's reads and the other cut's.
+    series: Vec<(Asked<'a>, Vec<BlockRead>, Vec<BlockRead>)>,
 }
 
-/// [`add_blocks`]' commands of a series, each given to `command` with the bytes its reply
-/// holds at most: its own cut's `GETRANGE`s, then one `EXISTS` of the other cut's blocks.
+impl<'a> Blocks<'a> {
+    /// The `GETRANGE`s of just the slots asked that a block may hold ([`blocks_before`]) as of
+    /// `now`, in the configured retention's cut, and the other cut's blocks over the range.
+    pub fn plan(keys: &Keys, now: u64, asked: Vec<Asked<'a>>) -> Blocks<'a> {
+        let series = asked
+            .into_iter()
+            .map(|mut a| {
+                let before = blocks_before(now, a.precision, a.family) as i64;
+                a.slices = &a.slices[..a.slices.partition_point(|s| *s < before)];
+                let others: Vec<Geometry> =
+                    GEOMETRIES.into_iter().filter(|g| *g != a.cut).collect();
+                let own = reads_in(&[a.cut], keys, &a.name, a.precision, a.slices);
+                let other = reads_in(&others, keys, &a.name, a.precision, a.slices);
+                (a, own, other)
+            })
+            .filter(|(_, own, other)| !own.is_empty() || !other.is_empty())
+            .collect();
+        Blocks { series }
+    }
+
+    /// The commands the bulk reader sends for these reads on `conn` (each series' `GETRANGE`s,
+    /// then one `EXISTS` of every series' other cut's blocks), when one pipeline takes them:
+    /// on one server, at most [`ONE_PIPELINE_READS`]. [`Blocks::add`] takes their replies.
+    pub fn bulk_commands(&self, conn: &Connection) -> Option<Commands> {
+        let reads: usize = self
+            .series
+            .iter()
+            .map(|(_, own, other)| replies(own, other))
+            .sum();
+        if self.series.is_empty()
+            || !matches!(conn, Connection::Single(_))
+            || reads > ONE_PIPELINE_READS
+        {
+            return None;
+        }
+        let mut pipe = Commands::default();
+        for (_, own, _) in &self.series {
+            block_commands(own, &[], |args, bytes| pipe.push_expecting(args, bytes));
+        }
+        if self.series.iter().any(|(_, _, other)| !other.is_empty()) {
+            pipe.push(&exists(self.series.iter().flat_map(|(_, _, other)| other)));
+        }
+        Some(pipe)
+    }
+
+    /// Adds to each series' values (`values[asked.values]`, one a slice) what its blocks hold:
+    /// from `answers`, the replies to [`Blocks::bulk_commands`] where the caller sent them,
+    /// else read here (the same commands through `bulk` where it has one; else the redis
+    /// crate's: on one server every series' reads in one pipeline unless that is more than
+    /// [`ONE_PIPELINE_READS`], else, and in a cluster, a pipeline a series, all at once: a
+    /// series' blocks share one slot). The other cut's slots are read only where one of its
+    /// blocks exists (slices written while another retention cut them).
+    pub async fn add(
+        self,
+        conn: &Connection,
+        bulk: Option<&BulkPool>,
+        answers: Option<Answers>,
+        values: &mut [Vec<Option<f64>>],
+    ) -> Result<(), StoreError> {
+        if self.series.is_empty() {
+            return Ok(());
+        }
+        let answers = match (answers, bulk.filter(|b| b.available())) {
+            (Some(answers), _) => Some(answers),
+            (None, Some(bulk)) => match self.bulk_commands(conn) {
+                Some(pipe) => Some(bulk.pipeline(&pipe).await?),
+                None => None,
+            },
+            (None, None) => None,
+        };
+        let series = &self.series;
+        // Per series, whether the other cut has a block.
+        let elsewhere: Vec<bool> = match answers {
+            Some(answers) => {
+                // The replies' bytes read in place of the redis crate's values (a day of
+                // minutes of 100 series is 1.1 MB of them), and the one EXISTS after them.
+                let mut at = 0;
+                for (a, own, _) in series {
+                    let bytes: Vec<&[u8]> = (at..at + own.len())
+                        .map(|i| match answers.get(i) {
+                            Some(Answer::Bytes(b)) => b,
+                            _ => &[],
+                        })
+                        .collect();
+                    if let Some(v) = values.get_mut(a.values) {
+                        merge(v, own, &bytes, a.family);
+                    }
+                    at += own.len();
+                }
+                let others_exist = matches!(answers.get(at), Some(Answer::Integer(n)) if n > 0);
+                series
+                    .iter()
+                    .map(|(_, _, other)| others_exist && !other.is_empty())
+                    .collect()
+            }
+            None => {
+                let reads: Vec<usize> = series
+                    .iter()
+                    .map(|(_, own, other)| replies(own, other))
+                    .collect();
+                let one_pipeline = matches!(conn, Connection::Single(_))
+                    && reads.iter().sum::<usize>() <= ONE_PIPELINE_READS;
+                if one_pipeline {
+                    let mut pipe = redis::pipe();
+                    for (_, own, other) in series {
+                        crate_commands(own, other, &mut pipe);
+                    }
+                    let all: Vec<redis::Value> = pipe.query_async(&mut conn.clone()).await?;
+                    let mut all = all.into_iter();
+                    series
+                        .iter()
+                        .zip(&reads)
+                        .map(|((a, own, other), n)| {
+                            let replies: Vec<redis::Value> = all.by_ref().take(*n).collect();
+                            values
+                                .get_mut(a.values)
+                                .is_some_and(|v| take(v, a.family, own, other, &replies))
+                        })
+                        .collect()
+                } else {
+                    let each = series
+                        .iter()
+                        .map(|(a, own, other)| (a, &own[..], &other[..]));
+                    each_series(conn, each, values).await?
+                }
+            }
+        };
+        // The other cut's slots, where it has a block: rare.
+        let found = series
+            .iter()
+            .zip(elsewhere)
+            .filter(|(_, found)| *found)
+            .map(|((a, _, other), _)| (a, &other[..], &[][..]));
+        each_series(conn, found, values).await?;
+        Ok(())
+    }
+}
+
+/// Each series' reads ([`crate_commands`] of its `own` and `other` blocks) in a pipeline of its
+/// own, all at once, its replies merged into its values as they come (never all of them held at
+/// once); for each, whether the other cut has a block.
+async fn each_series<'s>(
+    conn: &Connection,
+    series: impl Iterator<Item = (&'s Asked<'s>, &'s [BlockRead], &'s [BlockRead])>,
+    values: &mut [Vec<Option<f64>>],
+) -> Result<Vec<bool>, StoreError> {
+    let mut lists: Vec<Option<&mut Vec<Option<f64>>>> = values.iter_mut().map(Some).collect();
+    let calls = series.map(|(a, own, other)| {
+        let list = lists.get_mut(a.values).and_then(Option::take);
+        let mut pipe = redis::pipe();
+        crate_commands(own, other, &mut pipe);
+        let mut conn = conn.clone();
+        async move {
+            let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+            Ok::<_, StoreError>(list.is_some_and(|v| take(v, a.family, own, other, &replies)))
+        }
+    });
+    futures_util::future::try_join_all(calls).await
+}
+
+/// How many replies a series' [`block_commands`] get.
+fn replies(own: &[BlockRead], other: &[BlockRead]) -> usize {
+    own.len() + usize::from(!other.is_empty())
+}
+
+/// A series' block commands ([`block_commands`]) added to a pipeline of the redis crate's.
+fn crate_commands(own: &[BlockRead], other: &[BlockRead], pipe: &mut redis::Pipeline) {
+    block_commands(own, other, |args, _| {
+        let mut command = redis::Cmd::new();
+        for arg in args {
+            command.arg(*arg);
+        }
+        pipe.add_command(command);
+    });
+}
+
+/// Merges a series' replies to [`crate_commands`] (its blocks' bytes, then what EXISTS
+/// counted) into `values`; true when the other cut has a block.
+fn take(
+    values: &mut [Option<f64>],
+    family: Family,
+    own: &[BlockRead],
+    other: &[BlockRead],
+    replies: &[redis::Value],
+) -> bool {
+    let bytes: Vec<&[u8]> = replies
+        .iter()
+        .take(own.len())
+        .map(|v| match v {
+            redis::Value::BulkString(b) => b.as_slice(),
+            _ => &[],
+        })
+        .collect();
+    merge(values, own, &bytes, family);
+    !other.is_empty() && matches!(replies.get(own.len()), Some(redis::Value::Int(n)) if *n > 0)
+}
+
+/// A series' block commands, each given to `command` with the bytes its reply holds at most:
+/// its own cut's `GETRANGE`s, then one `EXISTS` of the other cut's blocks.
 fn block_commands(
     own: &[BlockRead],
     other: &[BlockRead],

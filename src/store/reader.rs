@@ -177,7 +177,7 @@ impl Reader {
     /// What the blocks of the hash `hash` at `precision` (a long archive's older slices,
     /// [`crate::store::history`]) hold from slice `from` to slice `until`, as they stand at `now`, oldest first:
     /// the slots asked of each block of the configured `cut`, and of the other cut's where one
-    /// exists ([`super::history::add_blocks`]).
+    /// exists ([`super::history::Blocks`]).
     pub async fn history(
         &mut self,
         hash: &str,
@@ -187,22 +187,19 @@ impl Reader {
     ) -> Result<Vec<(u64, f64)>, StoreError> {
         let p = precision.max(1);
         let slices: Vec<i64> = (from / p..=until / p).map(|i| (i * p) as i64).collect();
-        let mut values = vec![None; slices.len()];
-        super::history::add_blocks(
-            &self.conn,
-            None,
-            &self.keys,
-            now,
-            vec![super::history::Asked {
-                name: hash.to_string(),
-                precision: p,
-                cut,
-                slices: &slices,
-                family,
-                values: &mut values,
-            }],
-        )
-        .await?;
+        let mut values = vec![vec![None; slices.len()]];
+        let asked = super::history::Asked {
+            name: hash.to_string(),
+            precision: p,
+            cut,
+            slices: &slices,
+            family,
+            values: 0,
+        };
+        super::history::Blocks::plan(&self.keys, now, vec![asked])
+            .add(&self.conn, None, None, &mut values)
+            .await?;
+        let values = values.pop().unwrap_or_default();
         Ok(slices
             .iter()
             .zip(values)

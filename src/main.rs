@@ -76,13 +76,29 @@ enum ImportSource {
 /// fragment them all: at 110 000 active series the agent's peak RSS was 88 MB with the default
 /// and 55 MB with one arena (docs/benchmarks.md). Small allocations still come from each
 /// thread's cache without the arena lock, and the per-line path allocates nothing.
+///
+/// The arena keeps up to [`KEPT_FREE`] of freed memory at its top instead of handing it back
+/// at every `free`, and takes blocks below [`OWN_MAPPING`] from the heap: a Graphite render of a
+/// day of 100 series holds a few MB (its points, the blocks' replies), and each render faulted
+/// that memory in again, page by page (a tenth of its CPU; docs/benchmarks.md, "Renders:
+/// freed memory kept"). Larger blocks are still mapped and unmapped alone.
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets a tunable; it runs before any other thread exists.
+    // SAFETY: mallopt only sets tunables; it runs before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_FREE);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_MAPPING);
     }
 }
+
+/// Freed memory (bytes) the malloc arena keeps at its top before handing it back.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const KEPT_FREE: libc::c_int = 8 << 20;
+
+/// Blocks (bytes) at least this large get a mapping of their own, unmapped when freed.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const OWN_MAPPING: libc::c_int = 4 << 20;
 
 /// SIGHUP's default action ends the process, and the reload handler is installed only once the
 /// configuration is read and the runtime runs: a `systemctl reload` racing a start would kill

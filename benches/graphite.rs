@@ -1,6 +1,7 @@
 //! The Graphite API's pieces (docs/benchmarks.md, "Graphite API"): reading an `HMGET` reply of
 //! a day of minutes (the bulk reader's parse beside the redis crate's), writing a series' JSON
-//! as graphite-web writes it (and a render's body of 100 such series), Python's float repr,
+//! as graphite-web writes it (and a render's body of 100 such series, and of 100 series of a
+//! year of days), Python's float repr,
 //! consolidating for `maxDataPoints`, `sumSeries` of 100 series, and a block of a timer's
 //! packed quantile minutes decoded (and each minute's p99, as a render of `….p99` reads it).
 //!
@@ -154,6 +155,28 @@ fn bench(c: &mut Criterion) {
     c.bench_function("JSON of 100 series x 1441 points (a render's body)", |b| {
         b.iter(|| {
             render_json(hundred.clone(), None, false)
+                .map(|piece| piece.len())
+                .sum::<usize>()
+        })
+    });
+    // A year of days of 100 counters: seven digits a value.
+    let days: Vec<Series> = (0..100)
+        .map(|i| {
+            let values = (0..366)
+                .map(|d| Some((86_400 + (i * 7_919 + d * 104_729) % 4_000_000) as f64))
+                .collect();
+            Series::new(
+                &format!("app0.day{i}"),
+                1_760_000_000,
+                1_760_000_000 + 86_400 * 366,
+                86_400,
+                values,
+            )
+        })
+        .collect();
+    c.bench_function("JSON of 100 series x 366 days (7-digit counts)", |b| {
+        b.iter(|| {
+            render_json(days.clone(), None, false)
                 .map(|piece| piece.len())
                 .sum::<usize>()
         })

@@ -7,9 +7,9 @@
 # first range's under `perf record -g`. Prints each range's median time, the agent's CPU time
 # (/proc, user and system), Redis's own time (INFO commandstats: its commands alone) and its
 # process's CPU (INFO cpu: reading the requests and writing the replies too) a render, and the first
-# range's top symbols; the profile stays in `out`.
+# range's top symbols; the profile stays in `out`. NOPERF=1 times the same without perf.
 #
-#   [SCHEMA=10s:6h,1min:6d,10min:1800d] [RANGES="-1d -1y"] [MAX_POINTS=n] \
+#   [SCHEMA=10s:6h,1min:6d,10min:1800d] [RANGES="-1d -1y"] [MAX_POINTS=n] [NOPERF=1] \
 #     scripts/profile-render.sh [series=200] [requests=200] [out=render.perf]
 #
 # Needs: apt-get install -y linux-perf python3-whisper
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 series=${1:-200}; requests=${2:-200}; out=${3:-render.perf}
 schema=${SCHEMA:-10s:6h,1min:6d,10min:1800d}
-command -v perf >/dev/null || { echo "perf is missing: apt-get install -y linux-perf" >&2; exit 1; }
+[ -n "${NOPERF:-}" ] || command -v perf >/dev/null || { echo "perf is missing: apt-get install -y linux-perf" >&2; exit 1; }
 cargo build --profile profiling --quiet --bin statsd-redis
 . scripts/common.sh
 port=$(free_port)
@@ -52,4 +52,4 @@ print(f'from=$from: render median {statistics.median(t) * 1e3:.2f} ms over {len(
       printf ", Redis own time %.2f ms a render (its process'"'"'s CPU: %.2f ms)\n", u / n / 1e3, (b - a) * 1e3 / n}'
   profiled=true
 done
-perf report -i "$out" --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40
+[ -n "${NOPERF:-}" ] || perf report -i "$out" --no-children --percent-limit 1.5 --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40

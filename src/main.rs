@@ -81,7 +81,7 @@ enum ImportSource {
 /// at every `free`, and takes blocks below [`OWN_MAPPING`] from the heap: a Graphite render of a
 /// day of 100 series holds a few MB (its points, the blocks' replies), and each render faulted
 /// that memory in again, page by page (a tenth of its CPU; docs/benchmarks.md, "Renders:
-/// freed memory kept"). Larger blocks are still mapped and unmapped alone.
+/// one write, freed memory kept"). Larger blocks are still mapped and unmapped alone.
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets tunables; it runs before any other thread exists.

@@ -552,8 +552,9 @@ impl Tail {
     }
 }
 
-/// The room a point's text is given: `, [`, its value's room, a tail's 16 bytes.
-const POINT_ROOM: usize = 3 + VALUE_ROOM + 16;
+/// The room a point's text is given: `, [`, its value's room, its tail's (a [`Tail`]'s 16 bytes,
+/// or written the long way, at most `, -9223372036854775808]`).
+const POINT_ROOM: usize = 3 + VALUE_ROOM + 24;
 
 /// The room a value's text is given: Python's repr of a double is at most 24 bytes
 /// (`-2.2250738585072014e-308`), a whole number below 1e16 19 (`-9999999999999998.0`).
@@ -791,13 +792,14 @@ mod tests {
         let end = 1_760_000_000 + 10 * values.len() as i64;
         let mut a = Series::new("a.b", 1_760_000_000, end, 10, values);
         a.tags.0.push(("name".into(), "a.b".into()));
-        // Its grid's times do not fit the tails' slots: written the long way.
+        // Its grid's times do not fit the tails' slots: written the long way, the longest after
+        // the longest value.
         let far = Series::new(
             "far",
-            -20_000_000_000_000,
-            -20_000_000_000_000 + 30,
+            -9_000_000_000_000_000_000,
+            -9_000_000_000_000_000_000 + 40,
             10,
-            vec![Some(1.0), None, Some(-3.0)],
+            vec![Some(1.0), None, Some(-3.0), Some(-2.2250738585072014e-308)],
         );
         let empty = Series::new("none", 0, 20, 10, vec![None, Some(f64::NAN)]);
         let data = vec![a, far, empty];

@@ -890,8 +890,6 @@ mod tests {
         assert_eq!(slice_time(b"x"), None);
     }
 
-    /// Index members (with `\r` inside a member, and a `\n` alone) cut anywhere across reads
-    /// parse alike; an error reply is Redis's refusal.
     #[tokio::test]
     async fn a_pipeline_after_hmgets_is_read_from_where_their_replies_end() {
         // An HMGET's two values, a whole hash's two fields, then two blocks' bytes: however the
@@ -972,6 +970,8 @@ mod tests {
         }
     }
 
+    /// Index members (with `\r` inside a member, and a `\n` alone) cut anywhere across reads
+    /// parse alike; an error reply is Redis's refusal.
     #[tokio::test]
     async fn members_split_across_reads_parse_alike() {
         let reply = b"*3\r\n$6\r\n60:a.b\r\n$4\r\n1:\rx\r\n$3\r\n\ny.\r\n*0\r\n-ERR no\r\n";

@@ -41,6 +41,7 @@ fn get<T: redis::FromRedisValue>(redis: &RedisServer, cmd: &mut redis::Cmd) -> T
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timers_histograms_and_distributions_become_hourly_stats() {
+    clear_of_the_hour(60).await;
     let redis = RedisServer::start();
     let agent = TestAgent::start(test_config(&redis));
     agent.send(b"ctx:100|ms\nctx:200|ms\nfast:50|ms\nsize:3|h\nsize:5|h|@0.5\nlat:7|d");
@@ -384,6 +385,7 @@ async fn an_older_hour_rolls_over_to_last_and_pstart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_reply_is_retried_without_applying_twice() {
+    clear_of_the_hour(60).await;
     let (redis, port) = RedisServer::start_tcp();
     let proxy = LossyProxy::start(([127, 0, 0, 1], port).into()).await;
     let agent = TestAgent::start(Config {
@@ -540,6 +542,8 @@ async fn windows_close_on_schedule_while_redis_is_slow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coarse_writes_keep_every_precision_and_the_stats_exact() {
+    // The whole test's statistics in one hour (its waits add up to about 20 s at most).
+    clear_of_the_hour(60).await;
     let redis = RedisServer::start();
     // 1 s every window; 2 s once per 2 s with the stats; 3 s and 60 s once per 3 s.
     let precisions = [1, 2, 3, 60];

@@ -443,6 +443,16 @@ pub fn unix_now() -> u64 {
     statsd_redis::store::clock::unix_now()
 }
 
+/// Waits, when fewer than `needed` seconds are left of the hour, until the next one has begun:
+/// a test that adds up an hour's statistics (the book's `stats:` rolls over to `:last` at the
+/// hour) then finds them all in one hour.
+pub async fn clear_of_the_hour(needed: u64) {
+    let left = 3600 - unix_now() % 3600;
+    if left < needed {
+        tokio::time::sleep(Duration::from_secs(left + 1)).await;
+    }
+}
+
 /// The UTC hour of `secs` as the book writes it (`YYYY-MM-DDTHH:00:00`), computed independently
 /// through `date`.
 pub fn hour_of(secs: u64) -> String {

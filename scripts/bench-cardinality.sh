@@ -23,7 +23,6 @@ start_agent "${AGENT_LOG:-$dir/agent.log}" --redis "redis+unix://$sock" \
   --precisions "$precisions" --cleaner-enabled false ${AGENT_ARGS:-}
 pid=$agent_pid
 sleep 1
-# CPU seconds (user + system) of a process.
 idle_kb=$(rss_kb $pid); cpu0=$(redis_cpu "$sock"); agent0=$(proc_cpu $pid); redis-cli -s "$sock" config resetstat >/dev/null
 target/release/examples/loadgen send --target "127.0.0.1:$udp" --series "$counters" --prefix hc \
   --lines-per-datagram 20 --lines $((counters * secs)) --rate "$counters" >/dev/null &

@@ -1276,7 +1276,7 @@ impl<'a> Source<'a> {
     }
 
     /// `leaf`'s points at `step` for `slices`, as of `now`: of a long archive, the hash's (or
-    /// the sets' HyperLogLogs') part; the blocks' are added by [`Source::blocks`]' reads..
+    /// the sets' HyperLogLogs') part; the blocks' are added by [`Source::blocks`]' reads.
     async fn points(
         &mut self,
         leaf: &Leaf,

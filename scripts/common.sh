@@ -66,9 +66,10 @@ redis_cpu() { redis-cli -s "$1" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s +
 # proc_cpu PID: the CPU seconds (user + system) that a process has used so far.
 proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 
-# perf_start OUT PID: `perf record -g` of a running process into OUT, until perf_stop.
+# perf_start OUT PID: `perf record -g` of a running process into OUT, until perf_stop;
+# PERF_CALLGRAPH other call-graph flags (`--call-graph dwarf`: the callers of libc's functions).
 perf_start() {
-  perf record -g -o "$1" -p "$2" 2>/dev/null &
+  perf record ${PERF_CALLGRAPH:--g} -o "$1" -p "$2" 2>/dev/null &
   perf_pid=$!
   sleep 0.5
 }

@@ -10,6 +10,7 @@
 # range's top symbols; the profile stays in `out`. NOPERF=1 times the same without perf.
 #
 #   [SCHEMA=10s:6h,1min:6d,10min:1800d] [RANGES="-1d -1y"] [MAX_POINTS=n] [NOPERF=1] \
+#     [PERF_CALLGRAPH="--call-graph dwarf"] \
 #     scripts/profile-render.sh [series=200] [requests=200] [out=render.perf]
 #
 # Needs: apt-get install -y linux-perf python3-whisper

@@ -312,6 +312,11 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 /// Serves `app` on `listener` until `shutdown`, on a runtime of its own (its own threads), so
 /// that no request delays the window closer or the writer. Returns when every connection has
 /// ended (each is asked to finish its request at the stop).
+///
+/// The accept loop is a task on the runtime's workers, not the thread that waits for it: a
+/// connection accepted there is served by the worker that accepted it, where from that thread
+/// each accept woke a worker and each readiness the thread (8 context switches a request
+/// instead of 3; docs/benchmarks.md, "Small requests: the accept loop on a worker").
 pub fn serve(
     listener: std::net::TcpListener,
     app: Router,
@@ -327,12 +332,17 @@ pub fn serve(
     std::thread::Builder::new()
         .name("http".into())
         .spawn(move || {
-            runtime.block_on(async move {
+            let accepting = runtime.spawn(async move {
                 match tokio::net::TcpListener::from_std(listener) {
                     Ok(listener) => accept(listener, app, web, telemetry, shutdown).await,
                     Err(e) => tracing::error!(error = %e, "HTTP listener unusable"),
                 }
-            })
+            });
+            if let Err(e) = runtime.block_on(accepting)
+                && e.is_panic()
+            {
+                std::panic::resume_unwind(e.into_panic());
+            }
         })
 }
 

@@ -18,16 +18,11 @@ cd "$(dirname "$0")/.."
 . scripts/common.sh
 runs=${1:-30}
 oracle_runs=${2:-5}
+cargo build --release --quiet
 # whisper reads against the clock: the data is written up to now. Two days of minutes kept (a
 # day of them written), so that a window or a shift before `-1d` still reads minutes, in both.
-now=$(date +%s)
-cargo build --release --quiet --example graphite_latency
-cargo build --release --quiet
-start_redis "$dir/redis.sock"
-redis="redis+unix://$dir/redis.sock"
-target/release/examples/graphite_latency seed --redis "$redis" --now "$now"
-start_agent "$dir/agent.log" --redis "$redis" --sample-count 2880 --cleaner-enabled false \
-  --log-level warn
+seed_graphite
+start_agent "$dir/agent.log" "${graphite_flags[@]}"
 oracle=()
 if [ "$oracle_runs" -gt 0 ]; then
   tests/graphite/whisper_from_redis.py --url "unix://$dir/redis.sock" --dir "$dir/whisper" \

@@ -66,6 +66,19 @@ redis_cpu() { redis-cli -s "$1" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s +
 # proc_cpu PID: the CPU seconds (user + system) that a process has used so far.
 proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 
+# seed_graphite [seed flags...]: a Redis of our own on a unix socket, seeded by
+# examples/graphite_latency as bench-graphite.sh reads it (10 000 known series, a day of minutes
+# for 1 000 of them, up to `now`); its URL in `redis`, the agent's flags to read it in
+# `graphite_flags`.
+seed_graphite() {
+  now=$(date +%s)
+  cargo build --release --quiet --example graphite_latency
+  start_redis "$dir/redis.sock"
+  redis="redis+unix://$dir/redis.sock"
+  target/release/examples/graphite_latency seed --redis "$redis" --now "$now" "$@"
+  graphite_flags=(--redis "$redis" --sample-count 2880 --cleaner-enabled false --log-level warn)
+}
+
 # perf_start OUT PID: `perf record -g` of a running process into OUT, until perf_stop;
 # PERF_CALLGRAPH other call-graph flags (`--call-graph dwarf`: the callers of libc's functions).
 perf_start() {

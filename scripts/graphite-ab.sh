@@ -8,14 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 a=$1; b=$2; only=${3:-find,moving10}; rounds=${4:-5}; runs=${5:-300}
-now=$(date +%s)
-cargo build --release --quiet --example graphite_latency
-start_redis "$dir/redis.sock"
-redis="redis+unix://$dir/redis.sock"
-target/release/examples/graphite_latency seed --redis "$redis" --now "$now" >/dev/null
-flags=(--redis "$redis" --sample-count 2880 --cleaner-enabled false --log-level warn)
-AGENT=$a start_agent "$dir/a.log" "${flags[@]}"; http_a=$http
-AGENT=$b start_agent "$dir/b.log" "${flags[@]}"; http_b=$http
+seed_graphite >/dev/null
+AGENT=$a start_agent "$dir/a.log" "${graphite_flags[@]}"; http_a=$http
+AGENT=$b start_agent "$dir/b.log" "${graphite_flags[@]}"; http_b=$http
 for round in $(seq "$rounds"); do
   for side in A B; do
     port=$http_a; [ "$side" = B ] && port=$http_b

@@ -7,14 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
-now=$(date +%s)
-cargo build --release --quiet --example graphite_latency
 cargo build --release --quiet
-start_redis "$dir/redis.sock"
-redis="redis+unix://$dir/redis.sock"
-target/release/examples/graphite_latency seed --redis "$redis" --now "$now" --day-series 10000
-start_agent "$dir/agent.log" --redis "$redis" --sample-count 2880 --cleaner-enabled false \
-  --log-level warn
+seed_graphite --day-series 10000
+start_agent "$dir/agent.log" "${graphite_flags[@]}"
 kb() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$agent_pid/status"; }
 echo "agent before: VmRSS $(kb VmRSS) kB"
 (

@@ -11,14 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 a=$1; b=$2; rounds=${3:-5}; requests=${4:-300}
-now=$(date +%s)
-cargo build --release --quiet --example graphite_latency
-start_redis "$dir/redis.sock"
-redis="redis+unix://$dir/redis.sock"
-target/release/examples/graphite_latency seed --redis "$redis" --now "$now" >/dev/null
-flags=(--redis "$redis" --sample-count 2880 --cleaner-enabled false --log-level warn)
-AGENT=$a start_agent "$dir/a.log" "${flags[@]}"; http_a=$http; pid_a=$agent_pid
-AGENT=$b start_agent "$dir/b.log" "${flags[@]}"; http_b=$http; pid_b=$agent_pid
+seed_graphite >/dev/null
+AGENT=$a start_agent "$dir/a.log" "${graphite_flags[@]}"; http_a=$http; pid_a=$agent_pid
+AGENT=$b start_agent "$dir/b.log" "${graphite_flags[@]}"; http_b=$http; pid_b=$agent_pid
 urls=(
   "version graphite/version"
   "find graphite/metrics/find?query=app3.host4.*"

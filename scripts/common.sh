@@ -66,6 +66,13 @@ redis_cpu() { redis-cli -s "$1" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s +
 # proc_cpu PID: the CPU seconds (user + system) that a process has used so far.
 proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 
+# task_usage PID: nanoseconds on a CPU and context switches (voluntary and not) of all the
+# process's threads so far (/proc/PID/task/*/schedstat and status): finer than proc_cpu.
+task_usage() {
+  cat /proc/"$1"/task/*/schedstat | awk '{ns += $1} END {printf "%d ", ns}'
+  cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'
+}
+
 # seed_graphite [seed flags...]: a Redis of our own on a unix socket, seeded by
 # examples/graphite_latency as bench-graphite.sh reads it (10 000 known series, a day of minutes
 # for 1 000 of them, up to `now`); its URL in `redis`, the agent's flags to read it in

@@ -20,11 +20,6 @@ urls=(
   "render1 graphite/render?target=app0.host1.metric1&from=-1h&format=json"
   "render-glob graphite/render?target=app0.host1.metric1%5B0-9%5D&from=-1h&format=json"
 )
-# Nanoseconds on a CPU and context switches, all threads of a process so far.
-usage() {
-  cat /proc/"$1"/task/*/schedstat | awk '{ns += $1} END {printf "%d ", ns}'
-  cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'
-}
 for round in $(seq "$rounds"); do
   for side in A B; do
     port=$http_a; pid=$pid_a
@@ -32,9 +27,9 @@ for round in $(seq "$rounds"); do
     for entry in "${urls[@]}"; do
       read -r name path <<<"$entry"
       curl -sg -o /dev/null "http://127.0.0.1:$port/$path"
-      read -r ns0 cs0 <<<"$(usage "$pid")"
+      read -r ns0 cs0 <<<"$(task_usage "$pid")"
       for _ in $(seq "$requests"); do curl -sg -o /dev/null "http://127.0.0.1:$port/$path"; done
-      read -r ns1 cs1 <<<"$(usage "$pid")"
+      read -r ns1 cs1 <<<"$(task_usage "$pid")"
       echo "round $round $side $name $(( (ns1 - ns0) / requests / 1000 )) $(echo "$cs0 $cs1 $requests" | awk '{printf "%.1f", ($2 - $1) / $3}')"
     done
   done

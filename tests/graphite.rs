@@ -813,3 +813,137 @@ async fn a_level_of_many_branches_is_found_whole() {
     assert_eq!(render("load.*.d"), more);
     drop(agent);
 }
+
+/// A render of paths alone is read and written a part at a time (docs/reading.md, "Renders
+/// streamed"): its answer is byte for byte what the same series give through a function (which
+/// is evaluated whole), over parts, with `maxDataPoints`, `noNullPoints`, several targets and
+/// none; and when Redis fails after the answer began, the body ends short of its closing `]`,
+/// never as a whole answer with series missing, and the next render is whole again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_render_of_paths_is_streamed_and_says_what_a_function_says() {
+    use common::proxy::{FaultProxy, Mode};
+    let (redis, port) = RedisServer::start_tcp();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 3).await;
+    let now = unix_now() as i64;
+    let minute = now - now % 60;
+    // 600 counters of an hour of minutes (every 7th missing: nulls), 5 gauges: 36 300 points,
+    // more than two parts.
+    let mut c = redis.conn();
+    let mut known = redis::cmd("ZADD");
+    known.arg("known:");
+    for i in 0..600 {
+        let mut hset = redis::cmd("HSET");
+        hset.arg(format!("count:60:many.{i}"));
+        for k in (1..=60).filter(|k| (k + i) % 7 != 0) {
+            hset.arg(minute - k * 60).arg(k * 1000 + i);
+        }
+        let () = hset.query(&mut c).unwrap();
+        known.arg(0).arg(format!("60:many.{i}"));
+    }
+    let () = known.query(&mut c).unwrap();
+    for g in 0..5 {
+        let () = redis::cmd("HSET")
+            .arg(format!("gauge:60:many.g{g}"))
+            .arg(minute - 120)
+            .arg(format!("{g}.25"))
+            .query(&mut c)
+            .unwrap();
+        let () = redis::cmd("ZADD")
+            .arg("known:gauge:")
+            .arg(0)
+            .arg(format!("60:many.g{g}"))
+            .query(&mut c)
+            .unwrap();
+    }
+    let agent = TestAgent::start(Config {
+        cleaner_enabled: false,
+        redis: format!("redis://{}/0", proxy.addr),
+        ..test_config(&redis)
+    });
+    let at = (minute + 30).to_string();
+    let render = |targets: &[&str], more: &[(&str, &str)]| -> String {
+        let mut query = vec![("from", "-1h"), ("now", at.as_str()), ("format", "json")];
+        query.extend(targets.iter().map(|t| ("target", *t)));
+        query.extend_from_slice(more);
+        let query = serde_urlencoded::to_string(&query).unwrap();
+        let (status, _, body) = http_request(agent.http, "POST", "/graphite/render", &query);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let whole = render(&["many.*"], &[]);
+    let answer: Value = serde_json::from_str(&whole).unwrap();
+    let answer = answer.as_array().unwrap();
+    assert_eq!(answer.len(), 605);
+    let many5 = answer.iter().find(|s| s["target"] == "many.5").unwrap();
+    let points: Vec<Option<f64>> = many5["datapoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_f64())
+        .collect();
+    let want: Vec<Option<f64>> = (0..60)
+        .rev()
+        .map(|k| (k > 0 && (k + 5) % 7 != 0).then(|| (k * 1000 + 5) as f64))
+        .collect();
+    assert_eq!(points, want, "many.5, oldest first");
+    for (targets, grouped, more) in [
+        (&["many.*"][..], "group(many.*)", &[][..]),
+        (&["many.*"], "group(many.*)", &[("maxDataPoints", "7")][..]),
+        (&["many.*"], "group(many.*)", &[("noNullPoints", "1")][..]),
+        (&["many.1*", "many.g*"], "group(many.1*, many.g*)", &[]),
+        (&["nothing.*"], "group(nothing.*)", &[]),
+        (&["nothing.*", "many.g1"], "group(nothing.*, many.g1)", &[]),
+    ] {
+        assert_eq!(
+            render(targets, more),
+            render(&[grouped], more),
+            "{targets:?} {more:?}"
+        );
+    }
+    assert_eq!(render(&["nothing.*"], &[]), "[]");
+    // Redis's connection cut whenever the last part is asked (its last series, `many.99`): the
+    // first part was read before the answer began, so the answer is a 200 that ends short.
+    proxy.set_mode(Mode::CutWritesWith(b"count:60:many.99\r\n"));
+    let query =
+        serde_urlencoded::to_string([("target", "many.*"), ("from", "-1h"), ("now", at.as_str())])
+            .unwrap();
+    let raw = raw_response(agent.http, &format!("/graphite/render?{query}"));
+    assert!(
+        raw.starts_with("HTTP/1.1 200"),
+        "{}",
+        &raw[..raw.len().min(200)]
+    );
+    assert!(
+        raw.contains("\"target\": \"many.0\""),
+        "the first part was sent"
+    );
+    assert!(!raw.contains("many.99\""), "the failed part was not");
+    assert!(
+        !raw.ends_with("\r\n0\r\n\r\n") && !raw.trim_end().ends_with(']'),
+        "the body ends short: {}",
+        &raw[raw.len().saturating_sub(200)..]
+    );
+    assert!(proxy.cuts.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    proxy.set_mode(Mode::Pass);
+    assert_eq!(render(&["many.*"], &[]), whole, "whole again");
+    drop(agent);
+}
+
+/// A response as it came, however it ended (a connection cut in the body is no error here).
+fn raw_response(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&raw).into_owned()
+}

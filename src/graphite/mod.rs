@@ -20,6 +20,7 @@ pub mod source;
 
 use futures_util::future::BoxFuture;
 
+use crate::store::StoreError;
 use expr::{Call, Expr};
 use functions::{Body, Ctx, Fetch, State};
 use names::parse_tagged;
@@ -178,6 +179,12 @@ impl<'a> Evaluation<'a> {
         from: i64,
         until: i64,
     ) -> Result<Vec<Series>, GraphiteError> {
+        let leaves = self.leaves(path).await?;
+        self.read(leaves, path, from, until).await
+    }
+
+    /// The series a path expression matches, in name order, counted against [`MAX_SERIES`].
+    pub async fn leaves(&mut self, path: &str) -> Result<Vec<Leaf>, GraphiteError> {
         // A path is matched once a request (a function that reads its argument again, a
         // target repeated): the series it names do not depend on the range.
         let leaves = match self.found.get(path) {
@@ -188,7 +195,19 @@ impl<'a> Evaluation<'a> {
                 leaves
             }
         };
-        self.read(leaves, path, from, until).await
+        self.count(leaves.len())?;
+        Ok(leaves)
+    }
+
+    /// `n` series more read by this request, against [`MAX_SERIES`].
+    fn count(&mut self, n: usize) -> Result<(), GraphiteError> {
+        self.fetched += n;
+        if self.fetched > MAX_SERIES {
+            return Err(bad(format!(
+                "the targets match more than {MAX_SERIES} series, the limit of one request: narrow the glob"
+            )));
+        }
+        Ok(())
     }
 
     async fn read(
@@ -198,12 +217,6 @@ impl<'a> Evaluation<'a> {
         from: i64,
         until: i64,
     ) -> Result<Vec<Series>, GraphiteError> {
-        self.fetched += leaves.len();
-        if self.fetched > MAX_SERIES {
-            return Err(bad(format!(
-                "the targets match more than {MAX_SERIES} series, the limit of one request: narrow the glob"
-            )));
-        }
         let fetched = if self.shapes_only {
             self.source.shapes(&leaves, from, until, self.now)
         } else {
@@ -237,6 +250,7 @@ impl<'a> Evaluation<'a> {
                 })
                 .collect::<Result<_, _>>()?;
             let leaves = self.tagged(&specs).await?;
+            self.count(leaves.len())?;
             return self.read(leaves, &call.raw, from, until).await;
         }
         let mut args = Vec::new();
@@ -470,22 +484,13 @@ pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: b
     if data.iter().all(|s| s.values.is_empty()) {
         data.clear();
     }
-    if let (Some(max), false) = (max_points, data.is_empty()) {
-        let start = data.iter().map(|s| s.start).min().unwrap_or(0);
-        let end = data.iter().map(|s| s.end).max().unwrap_or(0);
-        for s in &mut data {
-            if !s.values.is_empty() {
-                series::fit(s, max, end - start);
-            }
-        }
-    }
+    let start = data.iter().map(|s| s.start).min().unwrap_or(0);
+    let end = data.iter().map(|s| s.end).max().unwrap_or(0);
     JsonBody {
         data: data.into_iter(),
-        no_nulls,
+        writer: JsonWriter::new(max_points.map(|max| (max, end - start)), no_nulls),
         opened: false,
         closed: false,
-        first: true,
-        stamps: Stamps::default(),
     }
 }
 
@@ -493,11 +498,152 @@ pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: b
 /// it).
 pub struct JsonBody {
     data: std::vec::IntoIter<Series>,
-    no_nulls: bool,
+    writer: JsonWriter,
     opened: bool,
     closed: bool,
+}
+
+/// A render's series written as graphite-web's JSON one at a time, between [`JsonWriter::OPEN`]
+/// and [`JsonWriter::CLOSE`].
+pub struct JsonWriter {
+    /// `maxDataPoints`, and the time from the earliest series' start to the latest's end.
+    fit: Option<(usize, i64)>,
+    no_nulls: bool,
     first: bool,
     stamps: Stamps,
+}
+
+impl JsonWriter {
+    pub const OPEN: &'static [u8] = b"[";
+    pub const CLOSE: &'static [u8] = b"]";
+
+    pub fn new(fit: Option<(usize, i64)>, no_nulls: bool) -> JsonWriter {
+        JsonWriter {
+            fit,
+            no_nulls,
+            first: true,
+            stamps: Stamps::default(),
+        }
+    }
+
+    /// A series' object, `, ` before it unless it is the first; `None` when `noNullPoints`
+    /// leaves it no point.
+    pub fn series(&mut self, mut s: Series) -> Option<Vec<u8>> {
+        if let Some((max, range)) = self.fit
+            && !s.values.is_empty()
+        {
+            series::fit(&mut s, max, range);
+        }
+        let text = series_json(&s, self.no_nulls, self.first, &mut self.stamps)?;
+        self.first = false;
+        Some(text)
+    }
+}
+
+/// The points a streamed render reads at a time ([`Streamed`]).
+const PART_POINTS: usize = 16 * 1024;
+
+/// A render of paths alone (every target a path or glob, no function): its series read a part
+/// at a time and written as JSON as they come, each part's reading asked of Redis before the
+/// part before it is written, so that Redis answers while the agent writes (docs/reading.md,
+/// "Renders streamed"). What it writes is what [`render_json`] writes of the same series.
+pub struct Streamed {
+    leaves: Vec<Leaf>,
+    /// The leaves of each part, in order; about [`PART_POINTS`] points a part.
+    parts: Vec<std::ops::Range<usize>>,
+    writer: JsonWriter,
+    from: i64,
+    until: i64,
+    now: i64,
+}
+
+impl Streamed {
+    pub fn new(
+        source: &Source<'_>,
+        leaves: Vec<Leaf>,
+        (from, until, now): (i64, i64, i64),
+        max_points: Option<usize>,
+        no_nulls: bool,
+    ) -> Streamed {
+        let grids: Vec<_> = leaves
+            .iter()
+            .map(|l| source.grid(l, from, until, now))
+            .collect();
+        let mut parts = Vec::new();
+        let (mut start, mut points) = (0, 0);
+        for (i, g) in grids.iter().enumerate() {
+            points += g.map_or(0, |g| g.2);
+            if points >= PART_POINTS || i + 1 == grids.len() {
+                parts.push(start..i + 1);
+                (start, points) = (i + 1, 0);
+            }
+        }
+        // graphite-web renders nothing unless some series has a value (`if any(data)`).
+        if grids.iter().flatten().all(|g| g.2 == 0) {
+            parts.clear();
+        }
+        let first = grids.iter().flatten().map(|g| g.0).min().unwrap_or(0);
+        let last = grids.iter().flatten().map(|g| g.1).max().unwrap_or(0);
+        Streamed {
+            leaves,
+            parts,
+            writer: JsonWriter::new(max_points.map(|max| (max, last - first)), no_nulls),
+            from,
+            until,
+            now,
+        }
+    }
+
+    /// The first part's series (read before the answer starts: a Redis that does not answer
+    /// is an error answer, not a cut body).
+    pub async fn first(&self, source: &mut Source<'_>) -> Result<Vec<Series>, StoreError> {
+        match self.parts.first() {
+            Some(part) => {
+                let leaves = self.leaves.get(part.clone()).unwrap_or_default();
+                source
+                    .fetch_all(leaves, self.from, self.until, self.now)
+                    .await
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The whole JSON through `send`, a part's pieces at a time, the first part's series
+    /// given: each next part's reading is sent to Redis before the part in hand is written
+    /// (`join!` polls it first), so that Redis answers while the agent writes.
+    pub async fn write(
+        self,
+        source: &mut Source<'_>,
+        first: Vec<Series>,
+        mut send: impl FnMut(Vec<Vec<u8>>),
+    ) -> Result<(), StoreError> {
+        let Streamed {
+            leaves,
+            parts,
+            mut writer,
+            from,
+            until,
+            now,
+        } = self;
+        let mut pieces = vec![JsonWriter::OPEN.to_vec()];
+        let mut ready = first;
+        for part in parts.into_iter().skip(1) {
+            let in_hand = std::mem::take(&mut ready);
+            let mut text = std::mem::take(&mut pieces);
+            let (writer, send) = (&mut writer, &mut send);
+            let writing = async move {
+                text.extend(in_hand.into_iter().filter_map(|s| writer.series(s)));
+                send(text);
+            };
+            let leaves = leaves.get(part).unwrap_or_default();
+            let (next, ()) = tokio::join!(source.fetch_all(leaves, from, until, now), writing);
+            ready = next?;
+        }
+        pieces.extend(ready.into_iter().filter_map(|s| writer.series(s)));
+        pieces.push(JsonWriter::CLOSE.to_vec());
+        send(pieces);
+        Ok(())
+    }
 }
 
 /// The text after each value of a grid, `, <timestamp>]`, kept while series share the grid
@@ -601,11 +747,10 @@ impl Iterator for JsonBody {
     fn next(&mut self) -> Option<Vec<u8>> {
         if !self.opened {
             self.opened = true;
-            return Some(b"[".to_vec());
+            return Some(JsonWriter::OPEN.to_vec());
         }
         for s in self.data.by_ref() {
-            if let Some(text) = series_json(&s, self.no_nulls, self.first, &mut self.stamps) {
-                self.first = false;
+            if let Some(text) = self.writer.series(s) {
                 return Some(text);
             }
         }
@@ -613,7 +758,7 @@ impl Iterator for JsonBody {
             return None;
         }
         self.closed = true;
-        Some(b"]".to_vec())
+        Some(JsonWriter::CLOSE.to_vec())
     }
 }
 
@@ -679,6 +824,9 @@ fn series_json(s: &Series, no_nulls: bool, first: bool, stamps: &mut Stamps) -> 
     }
     out.truncate(at);
     out.extend_from_slice(b"]}");
+    // The rooms left over handed back (in place: a smaller `realloc` splits the block), as a
+    // streamed render holds a part's pieces at once.
+    out.shrink_to_fit();
     Some(out)
 }
 

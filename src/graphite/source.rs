@@ -1192,6 +1192,13 @@ impl<'a> Source<'a> {
             .collect()
     }
 
+    /// The start, end and number of points [`Source::fetch_all`] would give `leaf`, without
+    /// reading them; `None` when it would give no series.
+    pub fn grid(&self, leaf: &Leaf, from: i64, until: i64, now: i64) -> Option<(i64, i64, usize)> {
+        let w = self.window(leaf, from, until, now)?;
+        Some((w.from, w.until, w.slices.len()))
+    }
+
     /// The hash a counter's or a gauge's points at `step` are in.
     fn hash_key(&self, leaf: &Leaf, step: u64) -> Option<String> {
         match leaf.kind {

@@ -2,21 +2,24 @@
 //! asks, answered from the agent's Redis as graphite-web answers it (`src/graphite/`).
 //! Parameters come in the query string or, as Grafana posts them, a form body.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, RawQuery, Request, State};
+use axum::extract::{Extension, FromRequest, RawQuery, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::AppState;
 use super::api::ApiError;
+use super::{AppState, Turn};
 use crate::graphite::source::{Node, Source};
 use crate::graphite::{self, GraphiteError, attime, expr, functions, tagged};
+use crate::store::StoreError;
 use crate::store::clock::Clock;
 
 pub fn routes() -> Router<AppState> {
@@ -147,7 +150,7 @@ fn json_error(e: GraphiteError) -> Response {
     }
 }
 
-async fn source(state: &AppState) -> Result<Source<'_>, GraphiteError> {
+async fn source(state: &AppState) -> Result<Source<'_>, StoreError> {
     Ok(Source::new(
         state.reader_connection().await?,
         state.store.keys(),
@@ -161,14 +164,22 @@ fn json_body(text: String) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
-async fn render(State(state): State<AppState>, params: Params) -> Response {
-    match try_render(&state, &params).await {
+async fn render(
+    State(state): State<AppState>,
+    turn: Option<Extension<Turn>>,
+    params: Params,
+) -> Response {
+    match try_render(&state, turn.map(|t| t.0), &params).await {
         Ok(r) => r,
         Err(e) => error(e),
     }
 }
 
-async fn try_render(state: &AppState, params: &Params) -> Result<Response, GraphiteError> {
+async fn try_render(
+    state: &AppState,
+    turn: Option<Turn>,
+    params: &Params,
+) -> Result<Response, GraphiteError> {
     let (now, from, until) = params.times(&state.clock)?;
     let targets: Vec<&str> = params
         .all("target")
@@ -191,11 +202,6 @@ async fn try_render(state: &AppState, params: &Params) -> Result<Response, Graph
         })?;
         parsed.push(e);
     }
-    let mut evaluation = graphite::Evaluation::new(source(state).await?, now);
-    let mut data = Vec::new();
-    for e in &parsed {
-        data.extend(evaluation.evaluate(e, from, until).await?);
-    }
     let max_points = params
         .get("maxDataPoints")
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
@@ -205,7 +211,36 @@ async fn try_render(state: &AppState, params: &Params) -> Result<Response, Graph
             "maxDataPoints must be at least 1".into(),
         ));
     }
-    match params.get("format").unwrap_or("json") {
+    let format = params.get("format").unwrap_or("json");
+    let mut evaluation = graphite::Evaluation::new(source(state).await?, now);
+    let paths: Option<Vec<&str>> = parsed
+        .iter()
+        .map(|e| match e {
+            expr::Expr::Path(p) => Some(p.as_str()),
+            _ => None,
+        })
+        .collect();
+    if let (Some(paths), "json") = (paths, format) {
+        let mut leaves = Vec::new();
+        for path in paths {
+            leaves.extend(evaluation.leaves(path).await?);
+        }
+        let no_nulls = params.get("noNullPoints").is_some();
+        let streamed = graphite::Streamed::new(
+            &evaluation.source,
+            leaves,
+            (from, until, now),
+            max_points,
+            no_nulls,
+        );
+        let first = streamed.first(&mut evaluation.source).await?;
+        return Ok(streamed_body(state.clone(), turn, streamed, first));
+    }
+    let mut data = Vec::new();
+    for e in &parsed {
+        data.extend(evaluation.evaluate(e, from, until).await?);
+    }
+    match format {
         "csv" => Ok((
             [(header::CONTENT_TYPE, "text/csv")],
             graphite::render_csv(&data),
@@ -225,6 +260,63 @@ async fn try_render(state: &AppState, params: &Params) -> Result<Response, Graph
             "format {other:?} is not served: json or csv"
         ))),
     }
+}
+
+/// A render of paths alone, its answer begun with the first part read ([`graphite::Streamed`]):
+/// the body reads and writes the rest as the client takes it, in the connection's own task (a
+/// task of its own, woken from the other thread at each part, cost a render more of the
+/// agent's CPU than it saved), holding the request's turn until it is done or dropped. Should
+/// Redis fail after the answer began, the body ends short of its closing `]` (the connection
+/// is cut) and the failure is logged: the status is already sent.
+fn streamed_body(
+    state: AppState,
+    turn: Option<Turn>,
+    streamed: graphite::Streamed,
+    first: Vec<graphite::series::Series>,
+) -> Response {
+    use std::task::Poll;
+    let queue = Arc::new(std::sync::Mutex::new(VecDeque::<Vec<u8>>::new()));
+    let sink = queue.clone();
+    let mut producer = Some(Box::pin(async move {
+        let _turn = turn;
+        let mut source = source(&state).await?;
+        let sent = |pieces: Vec<Vec<u8>>| {
+            if let Ok(mut q) = sink.lock() {
+                q.extend(pieces);
+            }
+        };
+        let written = streamed.write(&mut source, first, sent).await;
+        if let Err(e) = &written {
+            tracing::warn!(error = %e, "a Graphite render failed after its answer began; its body is cut short");
+            state.connection.lock().await.forget();
+        }
+        written
+    }));
+    let body = futures_util::stream::poll_fn(move |cx| {
+        loop {
+            if let Some(piece) = queue.lock().ok().and_then(|mut q| q.pop_front()) {
+                return Poll::Ready(Some(Ok(piece)));
+            }
+            let Some(p) = producer.as_mut() else {
+                return Poll::Ready(None);
+            };
+            // Polled until it waits with nothing written, or is done.
+            match p.as_mut().poll(cx) {
+                Poll::Ready(Ok(())) => producer = None,
+                Poll::Ready(Err(e)) => {
+                    producer = None;
+                    return Poll::Ready(Some(Err(std::io::Error::other(e.to_string()))));
+                }
+                Poll::Pending if queue.lock().is_ok_and(|q| q.is_empty()) => return Poll::Pending,
+                Poll::Pending => {}
+            }
+        }
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// `/metrics/find`: the nodes a glob matches at its last level, `treejson` (Grafana's) or

@@ -170,6 +170,11 @@ async fn read_body_first(request: Request, next: Next) -> Response {
     api::ApiError(status, message.into()).into_response()
 }
 
+/// An API request's turn among the [`MAX_API_REQUESTS`]: held until the request's work is done,
+/// by a streamed render's reading after its answer has begun too.
+#[derive(Clone)]
+pub struct Turn(#[allow(dead_code)] Arc<tokio::sync::OwnedSemaphorePermit>);
+
 /// At most [`MAX_API_REQUESTS`] API requests at once; one that waits longer than
 /// [`API_QUEUE_WAIT`] for its turn is answered 503.
 async fn limit_api_requests(
@@ -180,7 +185,11 @@ async fn limit_api_requests(
     let permit =
         tokio::time::timeout(API_QUEUE_WAIT, state.api_permits.clone().acquire_owned()).await;
     match permit {
-        Ok(Ok(_permit)) => next.run(request).await,
+        Ok(Ok(permit)) => {
+            let mut request = request;
+            request.extensions_mut().insert(Turn(Arc::new(permit)));
+            next.run(request).await
+        }
         _ => api::ApiError(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("busy: {MAX_API_REQUESTS} API requests are running; try again"),

@@ -1,5 +1,6 @@
 //! A TCP proxy of the test's own between the agent and Redis that delivers late, stalls and
-//! cuts: the network faults under which a flush must still be applied exactly once.
+//! cuts: the network faults under which a flush must still be applied exactly once, and a
+//! streamed render must not end as if it were whole.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +24,9 @@ pub enum Mode {
     /// Forward the client's writes, drop the replies from the first to a flush chunk's
     /// transaction on: Redis applies what the agent never hears of.
     SwallowReplies,
+    /// Cut the connection of each client write that holds these bytes (what it carried is
+    /// lost); pass the others.
+    CutWritesWith(&'static [u8]),
     /// Each client write: 1 in 6 cuts the connection (what was read is lost), 1 in 4 stalls for
     /// up to 1.5 s and then arrives, whether the agent still waits or not.
     Chaos,
@@ -147,6 +151,11 @@ impl Shared {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     self.delivered_late.fetch_add(1, Ordering::SeqCst);
                     break;
+                }
+                Mode::CutWritesWith(needle) if contains(data, needle) => {
+                    self.cuts.fetch_add(1, Ordering::SeqCst);
+                    replies.abort();
+                    return;
                 }
                 Mode::Chaos => {
                     let roll: f64 = rng.random();

@@ -817,8 +817,9 @@ async fn a_level_of_many_branches_is_found_whole() {
 /// A render of paths alone is read and written a part at a time (docs/reading.md, "Renders
 /// streamed"): its answer is byte for byte what the same series give through a function (which
 /// is evaluated whole), over parts, with `maxDataPoints`, `noNullPoints`, several targets and
-/// none; and when Redis fails after the answer began, the body ends short of its closing `]`,
-/// never as a whole answer with series missing, and the next render is whole again.
+/// none; when Redis fails after the answer began, the body ends short of its closing `]`,
+/// never as a whole answer with series missing, and the next render is whole again; a client
+/// that leaves early ends the reading and its turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_render_of_paths_is_streamed_and_says_what_a_function_says() {
     use common::proxy::{FaultProxy, Mode};
@@ -926,6 +927,24 @@ async fn a_render_of_paths_is_streamed_and_says_what_a_function_says() {
     assert!(proxy.cuts.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     proxy.set_mode(Mode::Pass);
     assert_eq!(render(&["many.*"], &[]), whole, "whole again");
+    // Clients that leave after the answer's first bytes: each render's reading ends with its
+    // body and hands back its turn (four API requests at once; a turn kept would leave the
+    // next request waiting 5 s for a 503).
+    for _ in 0..6 {
+        let mut s = std::net::TcpStream::connect(agent.http).unwrap();
+        let request = format!(
+            "GET /graphite/render?{query} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        );
+        std::io::Write::write_all(&mut s, request.as_bytes()).unwrap();
+        let mut head = [0u8; 1024];
+        std::io::Read::read_exact(&mut s, &mut head).unwrap();
+        assert!(head.starts_with(b"HTTP/1.1 200"));
+    }
+    assert_eq!(
+        render(&["many.*"], &[]),
+        whole,
+        "after the clients that left"
+    );
     drop(agent);
 }
 

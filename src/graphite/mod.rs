@@ -582,12 +582,12 @@ impl Streamed {
         if grids.iter().flatten().all(|g| g.2 == 0) {
             parts.clear();
         }
-        let first = grids.iter().flatten().map(|g| g.0).min().unwrap_or(0);
-        let last = grids.iter().flatten().map(|g| g.1).max().unwrap_or(0);
+        let earliest = grids.iter().flatten().map(|g| g.0).min().unwrap_or(0);
+        let latest = grids.iter().flatten().map(|g| g.1).max().unwrap_or(0);
         Streamed {
             leaves,
             parts,
-            writer: JsonWriter::new(max_points.map(|max| (max, last - first)), no_nulls),
+            writer: JsonWriter::new(max_points.map(|max| (max, latest - earliest)), no_nulls),
             from,
             until,
             now,

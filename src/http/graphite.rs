@@ -292,20 +292,21 @@ fn streamed_body(
         }
         written
     }));
+    // What was written goes out before a failure ends the body.
+    let mut failed = None;
     let body = futures_util::stream::poll_fn(move |cx| {
         loop {
             if let Some(piece) = queue.lock().ok().and_then(|mut q| q.pop_front()) {
                 return Poll::Ready(Some(Ok(piece)));
             }
             let Some(p) = producer.as_mut() else {
-                return Poll::Ready(None);
+                return Poll::Ready(failed.take().map(Err));
             };
             // Polled until it waits with nothing written, or is done.
             match p.as_mut().poll(cx) {
-                Poll::Ready(Ok(())) => producer = None,
-                Poll::Ready(Err(e)) => {
+                Poll::Ready(written) => {
                     producer = None;
-                    return Poll::Ready(Some(Err(std::io::Error::other(e.to_string()))));
+                    failed = written.err().map(|e| std::io::Error::other(e.to_string()));
                 }
                 Poll::Pending if queue.lock().is_ok_and(|q| q.is_empty()) => return Poll::Pending,
                 Poll::Pending => {}

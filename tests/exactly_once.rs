@@ -864,9 +864,7 @@ async fn chaos_over_a_window_of_several_schemas_neither_loses_nor_doubles() {
     )
     .unwrap();
     let schemas = statsd_redis::storage_conf::Schemas::load(&file).unwrap();
-    let carbon = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let carbon_addr = carbon.local_addr().unwrap();
-    drop(carbon);
+    let carbon_addr: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let agent = TestAgent::start(Config {
         storage_schemas: file.clone(),
         schemas: Some(statsd_redis::storage_conf::SharedSchemas::new(schemas)),

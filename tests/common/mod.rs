@@ -511,10 +511,7 @@ impl RedisServer {
 
     /// Starts a server that also listens on a TCP port of 127.0.0.1 (for the proxy tests).
     pub fn start_tcp() -> (RedisServer, u16) {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
+        let port = free_port();
         let server = RedisServer::start_with(&["--port", &port.to_string(), "--bind", "127.0.0.1"]);
         (server, port)
     }
@@ -652,13 +649,21 @@ pub fn curl_json(url: &str) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("{url}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// A port of 127.0.0.1 free for TCP and UDP, never handed out before by this test program: the
+/// kernel may hand a port let go out again, and two tests running at once must not be given the
+/// same one (the likely cause of a `GET /metrics` once reset in `tests/acl.rs`: an agent's HTTP
+/// port taken by another test's Redis, which resets an HTTP request).
 pub fn free_port() -> u16 {
-    let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let p = s.local_addr().unwrap().port();
-    // The UDP port of the same number must be free too.
-    UdpSocket::bind(("127.0.0.1", p))
-        .map(|_| p)
-        .unwrap_or_else(|_| free_port())
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = s.local_addr().unwrap().port();
+        // The UDP port of the same number must be free too.
+        if UdpSocket::bind(("127.0.0.1", p)).is_ok() && GIVEN.lock().unwrap().insert(p) {
+            return p;
+        }
+    }
 }
 
 /// Starts the binary on free ports; returns it with its UDP and HTTP ports once HTTP answers.

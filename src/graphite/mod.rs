@@ -552,9 +552,8 @@ pub struct Streamed {
     /// The leaves of each part, in order; about [`PART_POINTS`] points a part.
     parts: Vec<std::ops::Range<usize>>,
     writer: JsonWriter,
-    from: i64,
-    until: i64,
-    now: i64,
+    /// `from`, `until` and `now`, as [`Source::fetch_all`] takes them.
+    times: (i64, i64, i64),
 }
 
 impl Streamed {
@@ -588,9 +587,7 @@ impl Streamed {
             leaves,
             parts,
             writer: JsonWriter::new(max_points.map(|max| (max, latest - earliest)), no_nulls),
-            from,
-            until,
-            now,
+            times: (from, until, now),
         }
     }
 
@@ -598,12 +595,7 @@ impl Streamed {
     /// is an error answer, not a cut body).
     pub async fn first(&self, source: &mut Source<'_>) -> Result<Vec<Series>, StoreError> {
         match self.parts.first() {
-            Some(part) => {
-                let leaves = self.leaves.get(part.clone()).unwrap_or_default();
-                source
-                    .fetch_all(leaves, self.from, self.until, self.now)
-                    .await
-            }
+            Some(part) => read_part(source, &self.leaves, part.clone(), self.times).await,
             None => Ok(Vec::new()),
         }
     }
@@ -621,9 +613,7 @@ impl Streamed {
             leaves,
             parts,
             mut writer,
-            from,
-            until,
-            now,
+            times,
         } = self;
         let mut pieces = vec![JsonWriter::OPEN.to_vec()];
         let mut ready = first;
@@ -635,8 +625,7 @@ impl Streamed {
                 text.extend(in_hand.into_iter().filter_map(|s| writer.series(s)));
                 send(text);
             };
-            let leaves = leaves.get(part).unwrap_or_default();
-            let (next, ()) = tokio::join!(source.fetch_all(leaves, from, until, now), writing);
+            let (next, ()) = tokio::join!(read_part(source, &leaves, part, times), writing);
             ready = next?;
         }
         pieces.extend(ready.into_iter().filter_map(|s| writer.series(s)));
@@ -644,6 +633,17 @@ impl Streamed {
         send(pieces);
         Ok(())
     }
+}
+
+/// One part's series, as [`Source::fetch_all`] reads them.
+async fn read_part(
+    source: &mut Source<'_>,
+    leaves: &[Leaf],
+    part: std::ops::Range<usize>,
+    (from, until, now): (i64, i64, i64),
+) -> Result<Vec<Series>, StoreError> {
+    let leaves = leaves.get(part).unwrap_or_default();
+    source.fetch_all(leaves, from, until, now).await
 }
 
 /// The text after each value of a grid, `, <timestamp>]`, kept while series share the grid

@@ -56,6 +56,11 @@ fn requests() -> Vec<Request> {
             vec![("query", "app3.host4.*".to_string())],
         ),
         ("render1000", "/render", render(&["app0.*.*"])),
+        (
+            "alias1000",
+            "/render",
+            render(&["aliasByNode(app0.*.*,1,2)"]),
+        ),
         ("dashboard20", "/render", render(DASHBOARD)),
     ]
 }

@@ -5,8 +5,9 @@
 # day of minutes. Each request's answers are checked equal first; then both are timed,
 # interleaved, one request at a time, with Redis's own time (INFO commandstats) beside the
 # agent's. The requests: a render of 100 series over a day, their sumSeries,
-# aliasByNode(movingAverage(10 series, 10), 2), a find of one level, a render of 1 000 series,
-# a dashboard of 20 targets over graphite-web's other functions (examples/graphite_latency.rs).
+# aliasByNode(movingAverage(10 series, 10), 2), a find of one level, a render of 1 000 series, the
+# same named by aliasByNode, a dashboard of 20 targets over graphite-web's other functions
+# (examples/graphite_latency.rs).
 #   scripts/bench-graphite.sh [agent runs] [graphite-web runs]   (30 and 5 by default; 0
 #   graphite-web runs: the agent alone)
 # graphite-web is 1.1.10's webapp (from PyPI, as tests/graphite.rs runs it) on Debian's 1.1.8

@@ -2,8 +2,9 @@
 # The Graphite API's memory and the agent's liveness under the largest render one request may
 # make: 10 000 series (the limit of a request) × a day of minutes, 14.4 million points. Prints
 # the agent's resident memory before, its peak (VmHWM) after, the render's time and size, and
-# the slowest /healthz answer while it ran.
-#   scripts/graphite-memory.sh
+# the slowest /healthz answer while it ran. TARGET: another target over them (e.g.
+# 'aliasByNode(app*.*.*,1,2)').
+#   [TARGET=…] scripts/graphite-memory.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -22,8 +23,9 @@ echo "agent before: VmRSS $(kb VmRSS) kB"
   echo "slowest /healthz during the render: ${worst} s"
 ) &
 watch=$!
-curl -s -o "$dir/body.json" -w 'render of app*.*.* from -1d: %{http_code}, %{size_download} bytes in %{time_total} s\n' \
-  --data-urlencode 'target=app*.*.*' --data-urlencode 'from=-1d' --data-urlencode "now=$now" \
+target=${TARGET:-app*.*.*}
+curl -s -o "$dir/body.json" -w "render of $target from -1d: %{http_code}, %{size_download} bytes in %{time_total} s\n" \
+  --data-urlencode "target=$target" --data-urlencode 'from=-1d' --data-urlencode "now=$now" \
   --data-urlencode 'format=json' "127.0.0.1:$http/graphite/render"
 touch "$dir/done"; wait "$watch"
 echo "agent after: VmRSS $(kb VmRSS) kB, peak VmHWM $(kb VmHWM) kB"

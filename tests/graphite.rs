@@ -814,14 +814,16 @@ async fn a_level_of_many_branches_is_found_whole() {
     drop(agent);
 }
 
-/// A render of paths alone is read and written a part at a time (docs/reading.md, "Renders
-/// streamed"): its answer is byte for byte what the same series give through a function (which
+/// A render of paths, bare or inside functions that treat each series alone (`aliasByNode`,
+/// `scale`, `perSecond`…), is read and written a part at a time (docs/reading.md, "Renders
+/// streamed"): its answer is byte for byte what the same targets give inside `group()` (which
 /// is evaluated whole), over parts, with `maxDataPoints`, `noNullPoints`, several targets and
-/// none; when Redis fails after the answer began, the body ends short of its closing `]`,
-/// never as a whole answer with series missing, and the next render is whole again; a client
-/// that leaves early ends the reading and its turn.
+/// none; an argument a function refuses is a 400 as before; when Redis fails after the answer
+/// began, the body ends short of its closing `]`, never as a whole answer with series missing,
+/// and the next render is whole again; a client that leaves early ends the reading and its
+/// turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_render_of_paths_is_streamed_and_says_what_a_function_says() {
+async fn a_streamed_render_says_what_a_whole_evaluation_says() {
     use common::proxy::{FaultProxy, Mode};
     let (redis, port) = RedisServer::start_tcp();
     let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 3).await;
@@ -894,6 +896,40 @@ async fn a_render_of_paths_is_streamed_and_says_what_a_function_says() {
         (&["many.1*", "many.g*"], "group(many.1*, many.g*)", &[]),
         (&["nothing.*"], "group(nothing.*)", &[]),
         (&["nothing.*", "many.g1"], "group(nothing.*, many.g1)", &[]),
+        // Functions that treat each series alone are applied a part at a time.
+        (
+            &["aliasByNode(many.*, 1)"],
+            "group(aliasByNode(many.*, 1))",
+            &[],
+        ),
+        (
+            &["scale(perSecond(many.*), 2)"],
+            "group(scale(perSecond(many.*), 2))",
+            &[("maxDataPoints", "7")],
+        ),
+        (
+            &["nonNegativeDerivative(keepLastValue(many.*))"],
+            "group(nonNegativeDerivative(keepLastValue(many.*)))",
+            &[("noNullPoints", "1")],
+        ),
+        (
+            &["alias(many.1*, 'x')", "many.g*"],
+            "group(alias(many.1*, 'x'), many.g*)",
+            &[],
+        ),
+        (
+            &[r"aliasSub(many.*, 'y\.(\d)', 'n\1')"],
+            r"group(aliasSub(many.*, 'y\.(\d)', 'n\1'))",
+            &[],
+        ),
+        (
+            &[
+                "transformNull(aliasByMetric(nothing.*))",
+                "offset(many.g1, -1)",
+            ],
+            "group(transformNull(aliasByMetric(nothing.*)), offset(many.g1, -1))",
+            &[],
+        ),
     ] {
         assert_eq!(
             render(targets, more),
@@ -902,30 +938,49 @@ async fn a_render_of_paths_is_streamed_and_says_what_a_function_says() {
         );
     }
     assert_eq!(render(&["nothing.*"], &[]), "[]");
+    // A function's argument it refuses is the request's error, before any series is read.
+    let refused = |target: &str| {
+        let query = serde_urlencoded::to_string([("target", target), ("from", "-1h")]).unwrap();
+        let (status, _, body) = http_request(agent.http, "POST", "/graphite/render", &query);
+        (status, body)
+    };
+    let (status, body) = refused("log(many.*, 1)");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!((status, body), refused("group(log(many.*, 1))"));
     // Redis's connection cut whenever the last part is asked (its last series, `many.99`): the
     // first part was read before the answer began, so the answer is a 200 that ends short.
     proxy.set_mode(Mode::CutWritesWith(b"count:60:many.99\r\n"));
-    let query =
-        serde_urlencoded::to_string([("target", "many.*"), ("from", "-1h"), ("now", at.as_str())])
-            .unwrap();
-    let raw = raw_response(agent.http, &format!("/graphite/render?{query}"));
-    assert!(
-        raw.starts_with("HTTP/1.1 200"),
-        "{}",
-        &raw[..raw.len().min(200)]
-    );
-    assert!(
-        raw.contains("\"target\": \"many.0\""),
-        "the first part was sent"
-    );
-    assert!(!raw.contains("many.99\""), "the failed part was not");
-    assert!(
-        !raw.ends_with("\r\n0\r\n\r\n") && !raw.trim_end().ends_with(']'),
-        "the body ends short: {}",
-        &raw[raw.len().saturating_sub(200)..]
-    );
-    assert!(proxy.cuts.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    for (target, first) in [
+        ("many.*", "many.0"),
+        ("scale(many.*, 1)", "scale(many.0,1)"),
+    ] {
+        let query =
+            serde_urlencoded::to_string([("target", target), ("from", "-1h"), ("now", &at)])
+                .unwrap();
+        let raw = raw_response(agent.http, &format!("/graphite/render?{query}"));
+        assert!(
+            raw.starts_with("HTTP/1.1 200"),
+            "{target}: {}",
+            &raw[..raw.len().min(200)]
+        );
+        assert!(
+            raw.contains(&format!("\"target\": \"{first}\"")),
+            "{target}: the first part was sent"
+        );
+        assert!(
+            !raw.contains("many.99"),
+            "{target}: the failed part was not"
+        );
+        assert!(
+            !raw.ends_with("\r\n0\r\n\r\n") && !raw.trim_end().ends_with(']'),
+            "{target}: the body ends short: {}",
+            &raw[raw.len().saturating_sub(200)..]
+        );
+    }
+    assert!(proxy.cuts.load(std::sync::atomic::Ordering::SeqCst) >= 2);
     proxy.set_mode(Mode::Pass);
+    let query =
+        serde_urlencoded::to_string([("target", "many.*"), ("from", "-1h"), ("now", &at)]).unwrap();
     assert_eq!(render(&["many.*"], &[]), whole, "whole again");
     // Clients that leave after the answer's first bytes: each render's reading ends with its
     // body and hands back its turn (four API requests at once; a turn kept would leave the

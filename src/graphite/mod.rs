@@ -20,7 +20,6 @@ pub mod source;
 
 use futures_util::future::BoxFuture;
 
-use crate::store::StoreError;
 use expr::{Call, Expr};
 use functions::{Body, Ctx, Fetch, State};
 use names::parse_tagged;
@@ -41,6 +40,15 @@ const MAX_TAG_CANDIDATES: usize = 100 * MAX_SERIES;
 pub enum GraphiteError {
     BadRequest(String),
     Redis(crate::store::StoreError),
+}
+
+impl std::fmt::Display for GraphiteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GraphiteError::BadRequest(m) => f.write_str(m),
+            GraphiteError::Redis(e) => e.fmt(f),
+        }
+    }
 }
 
 impl From<crate::store::StoreError> for GraphiteError {
@@ -347,25 +355,26 @@ impl<'a> Evaluation<'a> {
     async fn argument(&mut self, a: &Expr, from: i64, until: i64) -> Result<Arg, GraphiteError> {
         match a {
             Expr::Path(_) | Expr::Call(_) => Ok(Arg::Series(self.evaluate(a, from, until).await?)),
-            other => self.literal(other),
+            other => literal(other),
         }
-    }
-
-    fn literal(&self, a: &Expr) -> Result<Arg, GraphiteError> {
-        Ok(match a {
-            Expr::Str(s) => Arg::Str(s.clone()),
-            Expr::Int(n) => Arg::Int(*n),
-            Expr::Float(f) => Arg::Float(*f),
-            Expr::Bool(b) => Arg::Bool(*b),
-            Expr::None => Arg::None,
-            _ => return Err(bad("expected a value, not a series".into())),
-        })
     }
 
     /// The series matching tag expressions, by Graphite name.
     pub async fn tagged(&mut self, specs: &[String]) -> Result<Vec<Leaf>, GraphiteError> {
         tagged(&mut self.source, specs).await
     }
+}
+
+/// A value argument of a call.
+fn literal(a: &Expr) -> Result<Arg, GraphiteError> {
+    Ok(match a {
+        Expr::Str(s) => Arg::Str(s.clone()),
+        Expr::Int(n) => Arg::Int(*n),
+        Expr::Float(f) => Arg::Float(*f),
+        Expr::Bool(b) => Arg::Bool(*b),
+        Expr::None => Arg::None,
+        _ => return Err(bad("expected a value, not a series".into())),
+    })
 }
 
 /// A tag expression of `seriesByTag`: `tag=value`, `tag!=value`, `tag=~regex`, `tag!=~regex`
@@ -540,15 +549,101 @@ impl JsonWriter {
     }
 }
 
+/// A target a render may stream: a path or glob, inside calls of functions that treat each
+/// series alone (`Function::per_series`) whose other arguments are values.
+#[derive(Clone, Debug)]
+pub struct StreamedTarget {
+    pub path: String,
+    /// The calls around the path, the innermost first.
+    calls: Vec<Call>,
+}
+
+impl StreamedTarget {
+    /// `e` as a streamed target, or `None` when it must be evaluated whole.
+    pub fn of(e: &Expr) -> Option<StreamedTarget> {
+        let mut calls = Vec::new();
+        let mut e = e;
+        loop {
+            match e {
+                Expr::Path(path) => {
+                    calls.reverse();
+                    return Some(StreamedTarget {
+                        path: path.clone(),
+                        calls,
+                    });
+                }
+                Expr::Call(call) => {
+                    let (first, rest) = call.args.split_first()?;
+                    let values = rest.iter().chain(call.kwargs.iter().map(|(_, a)| a));
+                    if !functions::find(&call.name).is_some_and(|f| f.per_series)
+                        || values
+                            .clone()
+                            .any(|a| matches!(a, Expr::Path(_) | Expr::Call(_)))
+                    {
+                        return None;
+                    }
+                    calls.push(call.clone());
+                    e = first;
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The calls applied to `list` (series of this target's path), the innermost first.
+    fn apply(
+        &self,
+        mut list: Vec<Series>,
+        (from, until, now): (i64, i64, i64),
+    ) -> Result<Vec<Series>, GraphiteError> {
+        for s in &mut list {
+            s.path_expression.clone_from(&self.path);
+        }
+        for call in &self.calls {
+            let f = functions::find(&call.name).ok_or_else(|| functions::unknown(&call.name))?;
+            let Body::Apply(apply) = f.body else {
+                return Err(bad(format!(
+                    "{} is not applied a part at a time",
+                    call.name
+                )));
+            };
+            let mut args = vec![Arg::Series(list)];
+            for a in &call.args[1..] {
+                args.push(literal(a)?);
+            }
+            let mut kwargs = Vec::new();
+            for (k, a) in &call.kwargs {
+                kwargs.push((k.clone(), literal(a)?));
+            }
+            let mut bound = functions::bind(f, &call.name, args, kwargs)?;
+            let mut state = State::default();
+            list = apply(
+                &mut bound,
+                &mut Ctx {
+                    from,
+                    until,
+                    now,
+                    state: &mut state,
+                },
+            )?;
+        }
+        Ok(list)
+    }
+}
+
 /// The points a streamed render reads at a time ([`Streamed`]).
 const PART_POINTS: usize = 16 * 1024;
 
-/// A render of paths alone (every target a path or glob, no function): its series read a part
-/// at a time and written as JSON as they come, each part's reading asked of Redis before the
-/// part before it is written, so that Redis answers while the agent writes (docs/reading.md,
-/// "Renders streamed"). What it writes is what [`render_json`] writes of the same series.
+/// A render whose targets are all [`StreamedTarget`]s: its series read a part at a time, the
+/// targets' functions applied to each part's, and written as JSON as they come, each part's
+/// reading asked of Redis before the part before it is written, so that Redis answers while
+/// the agent writes (docs/reading.md, "Renders streamed"). What it writes is what
+/// [`render_json`] writes of the same targets evaluated whole.
 pub struct Streamed {
     leaves: Vec<Leaf>,
+    /// Each leaf's target, for the leaves that give a series ([`Source::grid`]).
+    owners: Vec<Option<usize>>,
+    targets: Vec<StreamedTarget>,
     /// The leaves of each part, in order; about [`PART_POINTS`] points a part.
     parts: Vec<std::ops::Range<usize>>,
     writer: JsonWriter,
@@ -557,64 +652,101 @@ pub struct Streamed {
 }
 
 impl Streamed {
+    /// The render of `targets`, each with the leaves its path matches. A target's functions are
+    /// bound and applied to no series first: an argument they refuse is the request's error,
+    /// before the answer begins.
     pub fn new(
         source: &Source<'_>,
-        leaves: Vec<Leaf>,
+        targets: Vec<(StreamedTarget, Vec<Leaf>)>,
         (from, until, now): (i64, i64, i64),
         max_points: Option<usize>,
         no_nulls: bool,
-    ) -> Streamed {
-        let grids: Vec<_> = leaves
-            .iter()
-            .map(|l| source.grid(l, from, until, now))
-            .collect();
+    ) -> Result<Streamed, GraphiteError> {
+        let mut leaves = Vec::new();
+        let mut owners = Vec::new();
+        let mut kept = Vec::new();
+        for (i, (target, matched)) in targets.into_iter().enumerate() {
+            target.apply(Vec::new(), (from, until, now))?;
+            for leaf in matched {
+                let grid = source.grid(&leaf, from, until, now);
+                owners.push(grid.map(|_| i));
+                leaves.push((leaf, grid));
+            }
+            kept.push(target);
+        }
         let mut parts = Vec::new();
         let (mut start, mut points) = (0, 0);
-        for (i, g) in grids.iter().enumerate() {
+        for (i, (_, g)) in leaves.iter().enumerate() {
             points += g.map_or(0, |g| g.2);
-            if points >= PART_POINTS || i + 1 == grids.len() {
+            if points >= PART_POINTS || i + 1 == leaves.len() {
                 parts.push(start..i + 1);
                 (start, points) = (i + 1, 0);
             }
         }
+        let grids = || leaves.iter().filter_map(|(_, g)| *g);
         // graphite-web renders nothing unless some series has a value (`if any(data)`).
-        if grids.iter().flatten().all(|g| g.2 == 0) {
+        if grids().all(|g| g.2 == 0) {
             parts.clear();
         }
-        let earliest = grids.iter().flatten().map(|g| g.0).min().unwrap_or(0);
-        let latest = grids.iter().flatten().map(|g| g.1).max().unwrap_or(0);
-        Streamed {
-            leaves,
+        let earliest = grids().map(|g| g.0).min().unwrap_or(0);
+        let latest = grids().map(|g| g.1).max().unwrap_or(0);
+        Ok(Streamed {
+            leaves: leaves.into_iter().map(|(l, _)| l).collect(),
+            owners,
+            targets: kept,
             parts,
             writer: JsonWriter::new(max_points.map(|max| (max, latest - earliest)), no_nulls),
             times: (from, until, now),
-        }
+        })
     }
 
     /// The first part's series (read before the answer starts: a Redis that does not answer
     /// is an error answer, not a cut body).
-    pub async fn first(&self, source: &mut Source<'_>) -> Result<Vec<Series>, StoreError> {
+    pub async fn first(&self, source: &mut Source<'_>) -> Result<Vec<Series>, GraphiteError> {
         match self.parts.first() {
-            Some(part) => read_part(source, &self.leaves, part.clone(), self.times).await,
+            Some(part) => self.read_part(source, part.clone()).await,
             None => Ok(Vec::new()),
         }
+    }
+
+    /// One part's series, read as [`Source::fetch_all`] reads them, each run of a target's
+    /// through its functions.
+    async fn read_part(
+        &self,
+        source: &mut Source<'_>,
+        part: std::ops::Range<usize>,
+    ) -> Result<Vec<Series>, GraphiteError> {
+        let leaves = self.leaves.get(part.clone()).unwrap_or_default();
+        let read = source
+            .fetch_all(leaves, self.times.0, self.times.1, self.times.2)
+            .await?;
+        if self.targets.iter().all(|t| t.calls.is_empty()) {
+            return Ok(read);
+        }
+        let owners = self.owners.get(part).unwrap_or_default().iter().flatten();
+        let mut out = Vec::with_capacity(read.len());
+        let mut run: Vec<Series> = Vec::new();
+        let mut read = owners.zip(read).peekable();
+        while let Some((&owner, s)) = read.next() {
+            run.push(s);
+            if read.peek().is_none_or(|(next, _)| **next != owner) {
+                out.extend(self.targets[owner].apply(std::mem::take(&mut run), self.times)?);
+            }
+        }
+        Ok(out)
     }
 
     /// The whole JSON through `send`, a part's pieces at a time, the first part's series
     /// given: each next part's reading is sent to Redis before the part in hand is written
     /// (`join!` polls it first), so that Redis answers while the agent writes.
     pub async fn write(
-        self,
+        mut self,
         source: &mut Source<'_>,
         first: Vec<Series>,
         mut send: impl FnMut(Vec<Vec<u8>>),
-    ) -> Result<(), StoreError> {
-        let Streamed {
-            leaves,
-            parts,
-            mut writer,
-            times,
-        } = self;
+    ) -> Result<(), GraphiteError> {
+        let parts = std::mem::take(&mut self.parts);
+        let mut writer = std::mem::replace(&mut self.writer, JsonWriter::new(None, false));
         let mut pieces = vec![JsonWriter::OPEN.to_vec()];
         let mut ready = first;
         for part in parts.into_iter().skip(1) {
@@ -625,7 +757,7 @@ impl Streamed {
                 text.extend(in_hand.into_iter().filter_map(|s| writer.series(s)));
                 send(text);
             };
-            let (next, ()) = tokio::join!(read_part(source, &leaves, part, times), writing);
+            let (next, ()) = tokio::join!(self.read_part(source, part), writing);
             ready = next?;
         }
         pieces.extend(ready.into_iter().filter_map(|s| writer.series(s)));
@@ -633,17 +765,6 @@ impl Streamed {
         send(pieces);
         Ok(())
     }
-}
-
-/// One part's series, as [`Source::fetch_all`] reads them.
-async fn read_part(
-    source: &mut Source<'_>,
-    leaves: &[Leaf],
-    part: std::ops::Range<usize>,
-    (from, until, now): (i64, i64, i64),
-) -> Result<Vec<Series>, StoreError> {
-    let leaves = leaves.get(part).unwrap_or_default();
-    source.fetch_all(leaves, from, until, now).await
 }
 
 /// The text after each value of a grid, `, <timestamp>]`, kept while series share the grid

@@ -213,26 +213,22 @@ async fn try_render(
     }
     let format = params.get("format").unwrap_or("json");
     let mut evaluation = graphite::Evaluation::new(source(state).await?, now);
-    let paths: Option<Vec<&str>> = parsed
-        .iter()
-        .map(|e| match e {
-            expr::Expr::Path(p) => Some(p.as_str()),
-            _ => None,
-        })
-        .collect();
-    if let (Some(paths), "json") = (paths, format) {
-        let mut leaves = Vec::new();
-        for path in paths {
-            leaves.extend(evaluation.leaves(path).await?);
+    let streamed: Option<Vec<graphite::StreamedTarget>> =
+        parsed.iter().map(graphite::StreamedTarget::of).collect();
+    if let (Some(targets), "json") = (streamed, format) {
+        let mut matched = Vec::new();
+        for target in targets {
+            let leaves = evaluation.leaves(&target.path).await?;
+            matched.push((target, leaves));
         }
         let no_nulls = params.get("noNullPoints").is_some();
         let streamed = graphite::Streamed::new(
             &evaluation.source,
-            leaves,
+            matched,
             (from, until, now),
             max_points,
             no_nulls,
-        );
+        )?;
         let first = streamed.first(&mut evaluation.source).await?;
         return Ok(streamed_body(state.clone(), turn, streamed, first));
     }
@@ -288,7 +284,9 @@ fn streamed_body(
         let written = streamed.write(&mut source, first, sent).await;
         if let Err(e) = &written {
             tracing::warn!(error = %e, "a Graphite render failed after its answer began; its body is cut short");
-            state.connection.lock().await.forget();
+            if matches!(e, GraphiteError::Redis(_)) {
+                state.connection.lock().await.forget();
+            }
         }
         written
     }));

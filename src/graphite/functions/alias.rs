@@ -20,28 +20,32 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Ok(list)
         }),
         "Names every series newName.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "aliasByMetric",
         Group::Alias,
         &[SERIES],
         Body::Apply(|a, _| Ok(special::substr(a.series(0), -1, 0))),
         "Names each series by the last node of its name.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "aliasByNode",
         Group::Alias,
         &[SERIES, Param::new("nodes", NodeOrTag).required().multiple()],
         Body::Apply(by_nodes),
         "Names each series by nodes of its name, or by its tags.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "aliasByTags",
         Group::Alias,
         &[SERIES, Param::new("tags", NodeOrTag).required().multiple()],
         Body::Apply(by_nodes),
         "Names each series by its tags, or nodes of its name.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "aliasQuery",
         Group::Alias,
@@ -100,7 +104,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Ok(list)
         }),
         "Renames the series with a regular expression and its replacement (\\1 for a group).",
-    ),
+    )
+    .per_series(),
     Function::new(
         "legendValue",
         Group::Alias,

@@ -272,6 +272,11 @@ pub struct Function {
     pub params: &'static [Param],
     /// graphite-web's `.aggregator`: a callback of `groupByNode` and the like may name it.
     pub aggregator: bool,
+    /// Treats each series of its first argument alone, from nothing but that series and its
+    /// other arguments (values): its answer for a list is its answers for each series in turn,
+    /// so a streamed render may apply it a part at a time (`graphite::Streamed`; held by
+    /// `tests.rs`, `per_series_functions_answer_a_list_as_its_series_one_by_one`).
+    pub per_series: bool,
     pub body: Body,
 }
 
@@ -290,6 +295,7 @@ impl Function {
             description,
             params,
             aggregator: false,
+            per_series: false,
             body,
         }
     }
@@ -299,6 +305,12 @@ impl Function {
     pub const fn aggregator(self) -> Function {
         Function {
             aggregator: true,
+            ..self
+        }
+    }
+    pub const fn per_series(self) -> Function {
+        Function {
+            per_series: true,
             ..self
         }
     }

@@ -386,3 +386,121 @@ fn percentiles_as_graphite_web_ranks_them() {
     assert_eq!(percentile(&p, 10.0, true), Some(1.0));
     assert_eq!(percentile(&[None], 50.0, false), None);
 }
+
+/// A sample call of each function declared `per_series` (its arguments after the series).
+fn per_series_calls() -> Vec<(&'static str, Vec<Arg>)> {
+    let text = |s: &str| Arg::Str(s.into());
+    vec![
+        ("alias", vec![text("x")]),
+        ("aliasByMetric", vec![]),
+        ("aliasByNode", vec![Arg::Int(1), Arg::Int(-1)]),
+        ("aliasByTags", vec![text("env"), Arg::Int(0)]),
+        ("aliasSub", vec![text(r"b(\d)"), text(r"c\1")]),
+        ("absolute", vec![]),
+        ("add", vec![Arg::Float(2.5)]),
+        ("derivative", vec![]),
+        ("exp", vec![]),
+        ("integral", vec![]),
+        ("invert", vec![]),
+        ("isNonNull", vec![]),
+        ("keepLastValue", vec![Arg::Int(1)]),
+        ("log", vec![Arg::Int(10)]),
+        ("logit", vec![]),
+        ("minMax", vec![]),
+        ("nonNegativeDerivative", vec![Arg::Float(100.0)]),
+        ("offset", vec![Arg::Float(-1.0)]),
+        ("offsetToZero", vec![]),
+        ("perSecond", vec![]),
+        ("pow", vec![Arg::Float(2.0)]),
+        ("round", vec![Arg::Int(1)]),
+        ("scale", vec![Arg::Float(0.5)]),
+        ("scaleToSeconds", vec![Arg::Float(1.0)]),
+        ("sigmoid", vec![]),
+        ("squareRoot", vec![]),
+        ("transformNull", vec![Arg::Float(-1.0)]),
+    ]
+}
+
+/// What a streamed render relies on (`graphite::Streamed`): a `per_series` function's answer
+/// for a list is its answers for each series alone, in order, and each keeps its series'
+/// times and number of points (the render's `maxDataPoints` and "any data" are worked out
+/// from the series before the functions).
+#[test]
+fn per_series_functions_answer_a_list_as_its_series_one_by_one() {
+    let calls = per_series_calls();
+    let mut flagged: Vec<&str> = declarations()
+        .filter(|f| f.per_series)
+        .map(|f| f.name)
+        .collect();
+    let mut sampled: Vec<&str> = calls.iter().map(|(name, _)| *name).collect();
+    flagged.sort_unstable();
+    sampled.sort_unstable();
+    assert_eq!(
+        flagged, sampled,
+        "every per_series function has a sample call"
+    );
+    let list = vec![
+        Series::new(
+            "a.b1.c;env=prod",
+            0,
+            360,
+            60,
+            vec![
+                Some(3.0),
+                None,
+                Some(-2.5),
+                Some(0.0),
+                Some(7.25),
+                Some(1.0),
+            ],
+        ),
+        Series::new(
+            "a.b2.d",
+            0,
+            360,
+            60,
+            vec![None, None, Some(0.5), Some(0.25), None, Some(9.0)],
+        ),
+        Series::new(
+            "x",
+            60,
+            180,
+            30,
+            vec![Some(1e9), Some(2e9), None, Some(5.0)],
+        ),
+    ];
+    let apply = |name: &str, args: &[Arg], list: Vec<Series>| -> Vec<Series> {
+        let f = find(name).expect("declared");
+        let Body::Apply(apply) = f.body else {
+            panic!("{name}: a per_series function is applied, not planned");
+        };
+        let mut all = vec![Arg::Series(list)];
+        all.extend(args.iter().cloned());
+        let mut bound = bind(f, name, all, Vec::new()).expect("binds");
+        let mut state = State::default();
+        let mut ctx = Ctx {
+            from: 0,
+            until: 360,
+            now: 400,
+            state: &mut state,
+        };
+        apply(&mut bound, &mut ctx).expect("applies")
+    };
+    for (name, args) in &calls {
+        let whole = apply(name, args, list.clone());
+        let one_by_one: Vec<Series> = list
+            .iter()
+            .flat_map(|s| apply(name, args, vec![s.clone()]))
+            .collect();
+        assert_eq!(whole, one_by_one, "{name}");
+        assert_eq!(whole.len(), list.len(), "{name}");
+        for (out, s) in whole.iter().zip(&list) {
+            assert_eq!(
+                (out.start, out.end, out.step, out.values.len()),
+                (s.start, s.end, s.step, s.values.len()),
+                "{name}: {}",
+                out.name
+            );
+        }
+    }
+}

@@ -35,7 +35,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             }))
         }),
         "The absolute value of every point.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "add",
         Group::Transform,
@@ -52,7 +53,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             ))
         }),
         "Adds the constant to every point.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "compressPeriodicGaps",
         Group::Transform,
@@ -125,14 +127,16 @@ pub(super) const FUNCTIONS: &[Function] = &[
                 .collect())
         }),
         "The change from the previous point.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "exp",
         Group::Transform,
         &[SERIES],
         Body::Apply(|a, _| Ok(per_value(a.series(0), "exp", "e", "", |v| v.map(f64::exp)))),
         "e to the power of every point.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "hitcount",
         Group::Transform,
@@ -169,7 +173,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
                 .collect())
         }),
         "The running total of each series.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "integralByInterval",
         Group::Transform,
@@ -258,7 +263,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             }))
         }),
         "1 divided by every point.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "isNonNull",
         Group::Transform,
@@ -269,7 +275,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             }))
         }),
         "1 where a series has a value, 0 where not.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "keepLastValue",
         Group::Transform,
@@ -307,7 +314,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Ok(list)
         }),
         "Fills gaps with the last value seen, up to limit points.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "log",
         Group::Transform,
@@ -332,7 +340,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
                 .collect())
         }),
         "The logarithm of every point to the base (null at or below zero).",
-    ),
+    )
+    .per_series(),
     Function::new(
         "logit",
         Group::Transform,
@@ -348,7 +357,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             }))
         }),
         "The logit of every point, log(v / (1 - v)).",
-    ),
+    )
+    .per_series(),
     Function::new(
         "minMax",
         Group::Transform,
@@ -373,21 +383,24 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Ok(list)
         }),
         "Scales each series to between 0 (its minimum) and 1 (its maximum).",
-    ),
+    )
+    .per_series(),
     Function::new(
         "nonNegativeDerivative",
         Group::Transform,
         &[SERIES, MAX_VALUE, MIN_VALUE],
         Body::Apply(|a, _| Ok(derivatives(a, false))),
         "The change from the previous point, null where it decreases.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "offset",
         Group::Transform,
         &[SERIES, Param::new("factor", Float).required()],
         Body::Apply(|a, _| Ok(with_factor(a, "offset", |v, f| v.map(|v| v + f)))),
         "Adds factor to every point.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "offsetToZero",
         Group::Transform,
@@ -404,21 +417,24 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Ok(list)
         }),
         "Subtracts each series' minimum from it.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "perSecond",
         Group::Transform,
         &[SERIES, MAX_VALUE, MIN_VALUE],
         Body::Apply(|a, _| Ok(derivatives(a, true))),
         "The change from the previous point per second, null where it decreases.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "pow",
         Group::Transform,
         &[SERIES, Param::new("factor", Float).required()],
         Body::Apply(|a, _| Ok(with_factor(a, "pow", |v, f| safe_pow(v, Some(f))))),
         "Every point to the power of factor.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "round",
         Group::Transform,
@@ -442,14 +458,16 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Ok(list)
         }),
         "Rounds every point to that many decimals (Python's round: half to even).",
-    ),
+    )
+    .per_series(),
     Function::new(
         "scale",
         Group::Transform,
         &[SERIES, Param::new("factor", Float).required()],
         Body::Apply(|a, _| Ok(with_factor(a, "scale", |v, f| v.map(|v| v * f)))),
         "Multiplies every point by factor.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "scaleToSeconds",
         Group::Transform,
@@ -470,7 +488,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Ok(list)
         }),
         "Every point as a value per that many seconds.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "sigmoid",
         Group::Transform,
@@ -481,7 +500,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             }))
         }),
         "The sigmoid of every point, 1 / (1 + e^-v).",
-    ),
+    )
+    .per_series(),
     Function::new(
         "sinFunction",
         Group::Transform,
@@ -530,7 +550,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             }))
         }),
         "The square root of every point.",
-    ),
+    )
+    .per_series(),
     Function::new(
         "summarize",
         Group::Transform,
@@ -770,7 +791,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
             Ok(list)
         }),
         "Replaces nulls with default (where the reference series has a value, if given).",
-    ),
+    )
+    .per_series(),
 ];
 
 use crate::graphite::attime::in_range as in_years;

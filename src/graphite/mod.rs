@@ -720,9 +720,6 @@ impl Streamed {
         let read = source
             .fetch_all(leaves, self.times.0, self.times.1, self.times.2)
             .await?;
-        if self.targets.iter().all(|t| t.calls.is_empty()) {
-            return Ok(read);
-        }
         let owners = self.owners.get(part).unwrap_or_default().iter().flatten();
         let mut out = Vec::with_capacity(read.len());
         let mut run: Vec<Series> = Vec::new();

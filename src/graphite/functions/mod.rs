@@ -273,9 +273,10 @@ pub struct Function {
     /// graphite-web's `.aggregator`: a callback of `groupByNode` and the like may name it.
     pub aggregator: bool,
     /// Treats each series of its first argument alone, from nothing but that series and its
-    /// other arguments (values): its answer for a list is its answers for each series in turn,
-    /// so a streamed render may apply it a part at a time (`graphite::Streamed`; held by
-    /// `tests.rs`, `per_series_functions_answer_a_list_as_its_series_one_by_one`).
+    /// other arguments (values), keeping its times and number of points: its answer for a list
+    /// is its answers for each series in turn, so a streamed render may apply it a part at a
+    /// time (`graphite::Streamed`; held by `tests.rs`,
+    /// `per_series_functions_answer_a_list_as_its_series_one_by_one`).
     pub per_series: bool,
     pub body: Body,
 }

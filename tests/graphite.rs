@@ -814,10 +814,11 @@ async fn a_level_of_many_branches_is_found_whole() {
     drop(agent);
 }
 
-/// A render of paths, bare or inside functions that treat each series alone (`aliasByNode`,
-/// `scale`, `perSecond`…), is read and written a part at a time (docs/reading.md, "Renders
-/// streamed"): its answer is byte for byte what the same targets give inside `group()` (which
-/// is evaluated whole), over parts, with `maxDataPoints`, `noNullPoints`, several targets and
+/// A render in JSON is read and written a part at a time (docs/reading.md, "Renders
+/// streamed"), its paths, bare or inside functions that treat each series alone (`aliasByNode`,
+/// `scale`, `perSecond`…), as the answer is written, its other targets evaluated whole in their
+/// places: its answer is byte for byte what the same targets give inside `group()` (which is
+/// evaluated whole), over parts, with `maxDataPoints`, `noNullPoints`, several targets and
 /// none; an argument a function refuses is a 400 as before; when Redis fails after the answer
 /// began, the body ends short of its closing `]`, never as a whole answer with series missing,
 /// and the next render is whole again; a client that leaves early ends the reading and its
@@ -930,6 +931,22 @@ async fn a_streamed_render_says_what_a_whole_evaluation_says() {
             "group(transformNull(aliasByMetric(nothing.*)), offset(many.g1, -1))",
             &[],
         ),
+        // Other functions' targets are evaluated whole, in their places among the parts.
+        (
+            &["sumSeries(many.1*)", "aliasByNode(many.*, 1)", "many.g*"],
+            "group(sumSeries(many.1*), aliasByNode(many.*, 1), many.g*)",
+            &[("maxDataPoints", "7")],
+        ),
+        (
+            &["many.2*", "highestMax(many.*, 3)", "nothing.*", "many.g1"],
+            "group(many.2*, highestMax(many.*, 3), nothing.*, many.g1)",
+            &[],
+        ),
+        (
+            &["sumSeries(nothing.*)", "constantLine(5)"],
+            "group(sumSeries(nothing.*), constantLine(5))",
+            &[],
+        ),
     ] {
         assert_eq!(
             render(targets, more),
@@ -950,13 +967,15 @@ async fn a_streamed_render_says_what_a_whole_evaluation_says() {
     // Redis's connection cut whenever the last part is asked (its last series, `many.99`): the
     // first part was read before the answer began, so the answer is a 200 that ends short.
     proxy.set_mode(Mode::CutWritesWith(b"count:60:many.99\r\n"));
-    for (target, first) in [
-        ("many.*", "many.0"),
-        ("scale(many.*, 1)", "scale(many.0,1)"),
+    for (targets, first) in [
+        (&["many.*"][..], "many.0"),
+        (&["scale(many.*, 1)"], "scale(many.0,1)"),
+        (&["sumSeries(many.g*)", "many.*"], "sumSeries(many.g*)"),
     ] {
-        let query =
-            serde_urlencoded::to_string([("target", target), ("from", "-1h"), ("now", &at)])
-                .unwrap();
+        let mut query = vec![("from", "-1h"), ("now", at.as_str())];
+        query.extend(targets.iter().map(|t| ("target", *t)));
+        let query = serde_urlencoded::to_string(query).unwrap();
+        let target = targets.join(", ");
         let raw = raw_response(agent.http, &format!("/graphite/render?{query}"));
         assert!(
             raw.starts_with("HTTP/1.1 200"),
@@ -977,7 +996,7 @@ async fn a_streamed_render_says_what_a_whole_evaluation_says() {
             &raw[raw.len().saturating_sub(200)..]
         );
     }
-    assert!(proxy.cuts.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+    assert!(proxy.cuts.load(std::sync::atomic::Ordering::SeqCst) >= 3);
     proxy.set_mode(Mode::Pass);
     let query =
         serde_urlencoded::to_string([("target", "many.*"), ("from", "-1h"), ("now", &at)]).unwrap();

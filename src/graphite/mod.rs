@@ -484,32 +484,21 @@ pub async fn tagged(source: &mut Source<'_>, specs: &[String]) -> Result<Vec<Lea
     Ok(out)
 }
 
-/// The JSON body of a render: `[{"target", "tags", "datapoints": [[value|null, t], …]}]`, with
-/// `maxDataPoints` consolidation and `noNullPoints` as graphite-web applies them, made a series
-/// at a time as the body is sent ([`JsonBody`]): a render's memory is its points (16 bytes
-/// each) and one series' text, not the whole answer's text besides.
-pub fn render_json(mut data: Vec<Series>, max_points: Option<usize>, no_nulls: bool) -> JsonBody {
-    // graphite-web renders nothing unless some series has a value (`if any(data)`).
-    if data.iter().all(|s| s.values.is_empty()) {
-        data.clear();
+/// The JSON body of a render of series in hand: `[{"target", "tags", "datapoints":
+/// [[value|null, t], …]}]`, with `maxDataPoints` consolidation and `noNullPoints` as
+/// graphite-web applies them, one piece a series between the list's opening and closing
+/// pieces. A render answers through [`Streamed`], which writes the same a part at a time.
+pub fn render_json(data: Vec<Series>, max_points: Option<usize>, no_nulls: bool) -> Vec<Vec<u8>> {
+    let bounds: Vec<_> = data
+        .iter()
+        .map(|s| (s.start, s.end, s.values.len()))
+        .collect();
+    let mut pieces = vec![JsonWriter::OPEN.to_vec()];
+    if let Some(mut writer) = JsonWriter::of_render(&bounds, max_points, no_nulls) {
+        pieces.extend(data.into_iter().filter_map(|s| writer.series(s)));
     }
-    let start = data.iter().map(|s| s.start).min().unwrap_or(0);
-    let end = data.iter().map(|s| s.end).max().unwrap_or(0);
-    JsonBody {
-        data: data.into_iter(),
-        writer: JsonWriter::new(max_points.map(|max| (max, end - start)), no_nulls),
-        opened: false,
-        closed: false,
-    }
-}
-
-/// A render's JSON text, one piece a series (the first piece opens the list, the last closes
-/// it).
-pub struct JsonBody {
-    data: std::vec::IntoIter<Series>,
-    writer: JsonWriter,
-    opened: bool,
-    closed: bool,
+    pieces.push(JsonWriter::CLOSE.to_vec());
+    pieces
 }
 
 /// A render's series written as graphite-web's JSON one at a time, between [`JsonWriter::OPEN`]
@@ -525,6 +514,26 @@ pub struct JsonWriter {
 impl JsonWriter {
     pub const OPEN: &'static [u8] = b"[";
     pub const CLOSE: &'static [u8] = b"]";
+
+    /// The writer of a render whose series span `bounds` (each one's start, end and number of
+    /// points), or `None` when none has a point: graphite-web renders nothing then (`if
+    /// any(data)`). `maxDataPoints` fits each series to the time from the earliest start to
+    /// the latest end.
+    pub fn of_render(
+        bounds: &[(i64, i64, usize)],
+        max_points: Option<usize>,
+        no_nulls: bool,
+    ) -> Option<JsonWriter> {
+        if bounds.iter().all(|b| b.2 == 0) {
+            return None;
+        }
+        let earliest = bounds.iter().map(|b| b.0).min().unwrap_or(0);
+        let latest = bounds.iter().map(|b| b.1).max().unwrap_or(0);
+        Some(JsonWriter::new(
+            max_points.map(|max| (max, latest - earliest)),
+            no_nulls,
+        ))
+    }
 
     pub fn new(fit: Option<(usize, i64)>, no_nulls: bool) -> JsonWriter {
         JsonWriter {
@@ -634,93 +643,146 @@ impl StreamedTarget {
 /// The points a streamed render reads at a time ([`Streamed`]).
 const PART_POINTS: usize = 16 * 1024;
 
-/// A render whose targets are all [`StreamedTarget`]s: its series read a part at a time, the
-/// targets' functions applied to each part's, and written as JSON as they come, each part's
-/// reading asked of Redis before the part before it is written, so that Redis answers while
-/// the agent writes (docs/reading.md, "Renders streamed"). What it writes is what
-/// [`render_json`] writes of the same targets evaluated whole.
+/// A target of a streamed render: its leaves, read a part at a time, or its series, evaluated
+/// whole before the answer begins (any function that is not `per_series`).
+pub enum RenderTarget {
+    Streamed(StreamedTarget, Vec<Leaf>),
+    Whole(Vec<Series>),
+}
+
+/// A place in a streamed render's answer: a leaf (and whether it gives a series:
+/// [`Source::grid`]), or the next series of the targets evaluated whole.
+#[derive(Clone, Copy)]
+enum Slot {
+    Leaf(bool),
+    Whole,
+}
+
+/// A part of a streamed render: its slots, and the leaves among them.
+struct Part {
+    slots: std::ops::Range<usize>,
+    leaves: std::ops::Range<usize>,
+}
+
+/// A render in JSON: its series read a part at a time (the [`RenderTarget::Streamed`] targets'
+/// leaves, put through their functions; the series of the targets evaluated whole in their
+/// places) and written as JSON as they come, each part's reading asked of Redis before the
+/// part before it is written, so that Redis answers while the agent writes (docs/reading.md,
+/// "Renders streamed"). What it writes is what [`render_json`] writes of the same targets
+/// evaluated whole.
 pub struct Streamed {
     leaves: Vec<Leaf>,
-    /// Each leaf's target, for the leaves that give a series ([`Source::grid`]).
+    /// Each leaf's target (an index into `targets`), for the leaves that give a series.
     owners: Vec<Option<usize>>,
     targets: Vec<StreamedTarget>,
-    /// The leaves of each part, in order; about [`PART_POINTS`] points a part.
-    parts: Vec<std::ops::Range<usize>>,
+    /// The series of the targets evaluated whole, in order.
+    whole: Vec<Series>,
+    /// The answer's places, in order.
+    slots: Vec<Slot>,
+    /// About [`PART_POINTS`] points a part.
+    parts: Vec<Part>,
     writer: JsonWriter,
     /// `from`, `until` and `now`, as [`Source::fetch_all`] takes them.
     times: (i64, i64, i64),
 }
 
 impl Streamed {
-    /// The render of `targets`, each with the leaves its path matches. A target's functions are
-    /// bound and applied to no series first: an argument they refuse is the request's error,
-    /// before the answer begins.
+    /// The render of `targets`. A streamed target's functions are bound and applied to no
+    /// series first: an argument they refuse is the request's error, before the answer begins.
     pub fn new(
         source: &Source<'_>,
-        targets: Vec<(StreamedTarget, Vec<Leaf>)>,
+        targets: Vec<RenderTarget>,
         (from, until, now): (i64, i64, i64),
         max_points: Option<usize>,
         no_nulls: bool,
     ) -> Result<Streamed, GraphiteError> {
-        let mut leaves = Vec::new();
-        let mut owners = Vec::new();
-        let mut kept = Vec::new();
-        for (i, (target, matched)) in targets.into_iter().enumerate() {
-            target.apply(Vec::new(), (from, until, now))?;
-            for leaf in matched {
-                let grid = source.grid(&leaf, from, until, now);
-                owners.push(grid.map(|_| i));
-                leaves.push((leaf, grid));
-            }
-            kept.push(target);
-        }
-        let mut parts = Vec::new();
-        let (mut start, mut points) = (0, 0);
-        for (i, (_, g)) in leaves.iter().enumerate() {
-            points += g.map_or(0, |g| g.2);
-            if points >= PART_POINTS || i + 1 == leaves.len() {
-                parts.push(start..i + 1);
-                (start, points) = (i + 1, 0);
-            }
-        }
-        let grids = || leaves.iter().filter_map(|(_, g)| *g);
-        // graphite-web renders nothing unless some series has a value (`if any(data)`).
-        if grids().all(|g| g.2 == 0) {
-            parts.clear();
-        }
-        let earliest = grids().map(|g| g.0).min().unwrap_or(0);
-        let latest = grids().map(|g| g.1).max().unwrap_or(0);
-        Ok(Streamed {
-            leaves: leaves.into_iter().map(|(l, _)| l).collect(),
-            owners,
-            targets: kept,
-            parts,
-            writer: JsonWriter::new(max_points.map(|max| (max, latest - earliest)), no_nulls),
+        let mut streamed = Streamed {
+            leaves: Vec::new(),
+            owners: Vec::new(),
+            targets: Vec::new(),
+            whole: Vec::new(),
+            slots: Vec::new(),
+            parts: Vec::new(),
+            writer: JsonWriter::new(None, no_nulls),
             times: (from, until, now),
-        })
+        };
+        // Each slot's start, end and points.
+        let mut grids = Vec::new();
+        for target in targets {
+            match target {
+                RenderTarget::Streamed(target, leaves) => {
+                    target.apply(Vec::new(), (from, until, now))?;
+                    for leaf in leaves {
+                        let grid = source.grid(&leaf, from, until, now);
+                        streamed.owners.push(grid.map(|_| streamed.targets.len()));
+                        streamed.slots.push(Slot::Leaf(grid.is_some()));
+                        streamed.leaves.push(leaf);
+                        grids.push(grid);
+                    }
+                    streamed.targets.push(target);
+                }
+                RenderTarget::Whole(series) => {
+                    for s in series {
+                        grids.push(Some((s.start, s.end, s.values.len())));
+                        streamed.slots.push(Slot::Whole);
+                        streamed.whole.push(s);
+                    }
+                }
+            }
+        }
+        let (mut start, mut leaf, mut points) = (0, 0, 0);
+        for (i, g) in grids.iter().enumerate() {
+            points += g.map_or(0, |g| g.2);
+            if points >= PART_POINTS || i + 1 == grids.len() {
+                let leaves = leaf
+                    + streamed.slots[start..=i]
+                        .iter()
+                        .filter(|s| matches!(s, Slot::Leaf(_)))
+                        .count();
+                streamed.parts.push(Part {
+                    slots: start..i + 1,
+                    leaves: leaf..leaves,
+                });
+                (start, leaf, points) = (i + 1, leaves, 0);
+            }
+        }
+        let bounds: Vec<_> = grids.into_iter().flatten().collect();
+        match JsonWriter::of_render(&bounds, max_points, no_nulls) {
+            Some(writer) => streamed.writer = writer,
+            None => streamed.parts.clear(),
+        }
+        Ok(streamed)
     }
 
-    /// The first part's series (read before the answer starts: a Redis that does not answer
-    /// is an error answer, not a cut body).
+    /// The first part's leaves' series (read before the answer starts: a Redis that does not
+    /// answer is an error answer, not a cut body).
     pub async fn first(&self, source: &mut Source<'_>) -> Result<Vec<Series>, GraphiteError> {
         match self.parts.first() {
-            Some(part) => self.read_part(source, part.clone()).await,
+            Some(part) => self.read_part(source, part.leaves.clone()).await,
             None => Ok(Vec::new()),
         }
     }
 
-    /// One part's series, read as [`Source::fetch_all`] reads them, each run of a target's
-    /// through its functions.
+    /// Leaves' series, read as [`Source::fetch_all`] reads them, each run of a target's through
+    /// its functions.
     async fn read_part(
         &self,
         source: &mut Source<'_>,
-        part: std::ops::Range<usize>,
+        leaves: std::ops::Range<usize>,
     ) -> Result<Vec<Series>, GraphiteError> {
-        let leaves = self.leaves.get(part.clone()).unwrap_or_default();
+        if leaves.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (from, until, now) = self.times;
         let read = source
-            .fetch_all(leaves, self.times.0, self.times.1, self.times.2)
+            .fetch_all(
+                self.leaves.get(leaves.clone()).unwrap_or_default(),
+                from,
+                until,
+                now,
+            )
             .await?;
-        let owners = self.owners.get(part).unwrap_or_default().iter().flatten();
+        let owners = self.owners.get(leaves).unwrap_or_default().iter().flatten();
         let mut out = Vec::with_capacity(read.len());
         let mut run: Vec<Series> = Vec::new();
         let mut read = owners.zip(read).peekable();
@@ -733,31 +795,48 @@ impl Streamed {
         Ok(out)
     }
 
-    /// The whole JSON through `send`, a part's pieces at a time, the first part's series
-    /// given: each next part's reading is sent to Redis before the part in hand is written
-    /// (`join!` polls it first), so that Redis answers while the agent writes.
+    /// The whole JSON through `send`, a part's pieces at a time, the first part's leaves'
+    /// series given: each next part's reading is sent to Redis before the part in hand is
+    /// written (`join!` polls it first), so that Redis answers while the agent writes.
     pub async fn write(
         mut self,
         source: &mut Source<'_>,
         first: Vec<Series>,
         mut send: impl FnMut(Vec<Vec<u8>>),
     ) -> Result<(), GraphiteError> {
-        let parts = std::mem::take(&mut self.parts);
+        let mut parts = std::mem::take(&mut self.parts).into_iter();
         let mut writer = std::mem::replace(&mut self.writer, JsonWriter::new(None, false));
+        let mut whole = std::mem::take(&mut self.whole).into_iter();
         let mut pieces = vec![JsonWriter::OPEN.to_vec()];
-        let mut ready = first;
-        for part in parts.into_iter().skip(1) {
-            let in_hand = std::mem::take(&mut ready);
+        let mut read = first;
+        let mut part = parts.next();
+        while let Some(in_hand) = part {
+            // The part's series in the answer's order: its leaves' as read, the whole targets'
+            // in their places.
+            let mut leaves = std::mem::take(&mut read).into_iter();
+            let series: Vec<Series> = self.slots[in_hand.slots]
+                .iter()
+                .filter_map(|slot| match slot {
+                    Slot::Leaf(true) => leaves.next(),
+                    Slot::Leaf(false) => None,
+                    Slot::Whole => whole.next(),
+                })
+                .collect();
             let mut text = std::mem::take(&mut pieces);
+            part = parts.next();
+            let Some(next) = &part else {
+                text.extend(series.into_iter().filter_map(|s| writer.series(s)));
+                pieces = text;
+                break;
+            };
             let (writer, send) = (&mut writer, &mut send);
             let writing = async move {
-                text.extend(in_hand.into_iter().filter_map(|s| writer.series(s)));
+                text.extend(series.into_iter().filter_map(|s| writer.series(s)));
                 send(text);
             };
-            let (next, ()) = tokio::join!(self.read_part(source, part), writing);
-            ready = next?;
+            let (next, ()) = tokio::join!(self.read_part(source, next.leaves.clone()), writing);
+            read = next?;
         }
-        pieces.extend(ready.into_iter().filter_map(|s| writer.series(s)));
         pieces.push(JsonWriter::CLOSE.to_vec());
         send(pieces);
         Ok(())
@@ -857,27 +936,6 @@ fn put_whole(n: i64, room: &mut [u8; VALUE_ROOM]) -> usize {
     room[end] = b'.';
     room[end + 1] = b'0';
     end + 2
-}
-
-impl Iterator for JsonBody {
-    type Item = Vec<u8>;
-
-    fn next(&mut self) -> Option<Vec<u8>> {
-        if !self.opened {
-            self.opened = true;
-            return Some(JsonWriter::OPEN.to_vec());
-        }
-        for s in self.data.by_ref() {
-            if let Some(text) = self.writer.series(s) {
-                return Some(text);
-            }
-        }
-        if self.closed {
-            return None;
-        }
-        self.closed = true;
-        Some(JsonWriter::CLOSE.to_vec())
-    }
 }
 
 /// One series' object, `, ` before it unless it is the first; `None` when `noNullPoints` leaves
@@ -1071,6 +1129,7 @@ mod tests {
         let data = vec![a, far, empty];
         for no_nulls in [false, true] {
             let body: Vec<u8> = render_json(data.clone(), None, no_nulls)
+                .into_iter()
                 .flatten()
                 .collect();
             assert_eq!(

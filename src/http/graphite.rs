@@ -213,21 +213,26 @@ async fn try_render(
     }
     let format = params.get("format").unwrap_or("json");
     let mut evaluation = graphite::Evaluation::new(source(state).await?, now);
-    let streamed: Option<Vec<graphite::StreamedTarget>> =
-        parsed.iter().map(graphite::StreamedTarget::of).collect();
-    if let (Some(targets), "json") = (streamed, format) {
-        let mut matched = Vec::new();
-        for target in targets {
-            let leaves = evaluation.leaves(&target.path).await?;
-            matched.push((target, leaves));
+    if format == "json" {
+        // Each target in turn, as graphite-web evaluates them: a path under functions that
+        // treat each series alone is read a part at a time as the answer is written, any other
+        // target evaluated whole now.
+        let mut targets = Vec::new();
+        for e in &parsed {
+            targets.push(match graphite::StreamedTarget::of(e) {
+                Some(target) => {
+                    let leaves = evaluation.leaves(&target.path).await?;
+                    graphite::RenderTarget::Streamed(target, leaves)
+                }
+                None => graphite::RenderTarget::Whole(evaluation.evaluate(e, from, until).await?),
+            });
         }
-        let no_nulls = params.get("noNullPoints").is_some();
         let streamed = graphite::Streamed::new(
             &evaluation.source,
-            matched,
+            targets,
             (from, until, now),
             max_points,
-            no_nulls,
+            params.get("noNullPoints").is_some(),
         )?;
         let first = streamed.first(&mut evaluation.source).await?;
         return Ok(streamed_body(state.clone(), turn, streamed, first));
@@ -242,23 +247,13 @@ async fn try_render(
             graphite::render_csv(&data),
         )
             .into_response()),
-        "json" => {
-            let pieces =
-                graphite::render_json(data, max_points, params.get("noNullPoints").is_some());
-            let stream = futures_util::stream::iter(pieces.map(Ok::<_, std::convert::Infallible>));
-            Ok((
-                [(header::CONTENT_TYPE, "application/json")],
-                axum::body::Body::from_stream(stream),
-            )
-                .into_response())
-        }
         other => Err(GraphiteError::BadRequest(format!(
             "format {other:?} is not served: json or csv"
         ))),
     }
 }
 
-/// A render of paths alone, its answer begun with the first part read ([`graphite::Streamed`]):
+/// A render in JSON, its answer begun with the first part read ([`graphite::Streamed`]):
 /// the body reads and writes the rest as the client takes it, in the connection's own task (a
 /// task of its own, woken from the other thread at each part, cost a render more of the
 /// agent's CPU than it saved), holding the request's turn until it is done or dropped. Should

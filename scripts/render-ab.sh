@@ -2,14 +2,14 @@
 # Two builds of the agent answering the same Graphite renders over one Redis of `series`
 # counter series of SCHEMA from python3-whisper files (`statsd-redis import whisper`, as
 # scripts/profile-render.sh fills it), in alternating rounds of `requests` renders of 100 series
-# (load.1??.c) a range of RANGES: what a change to the render path bought. Prints each round's
+# (load.1??.c, or TARGET over them) a range of RANGES: what a change to the render path bought. Prints each round's
 # median render time, its time to the first byte of the answer (the reads and the functions,
 # before any JSON), Redis's own time a render (INFO commandstats), the agent's CPU and context
 # switches a render (common.sh's task_usage) and Redis's process CPU a render (INFO cpu: reading
 # the requests and writing the replies too), then the medians of the rounds a build and range,
 # B's ÷ A's, and each build's render ÷ Redis's process CPU.
 #
-#   [SCHEMA=10s:6h,1m:7d,1h:90d,1d:5y] [RANGES="-1h -1d -1y"] \
+#   [SCHEMA=10s:6h,1m:7d,1h:90d,1d:5y] [RANGES="-1h -1d -1y"] [TARGET='aliasByNode(load.1??.c,1)'] \
 #     scripts/render-ab.sh BUILD_A BUILD_B [series=10000] [rounds=5] [requests=30]
 #
 # Needs python3-whisper.
@@ -18,6 +18,7 @@ cd "$(dirname "$0")/.."
 a=$1; b=$2; series=${3:-10000}; rounds=${4:-5}; requests=${5:-30}
 schema=${SCHEMA:-10s:6h,1m:7d,1h:90d,1d:5y}
 . scripts/common.sh
+target=$(/usr/bin/python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "${TARGET:-load.1??.c}")
 port=$(free_port)
 start_node "$port"
 mkwhisper "$dir/whisper" "$series" schema "$schema" >/dev/null
@@ -31,7 +32,7 @@ for round in $(seq "$rounds"); do
     base=$http_a; pid=$pid_a
     [ "$side" = B ] && { base=$http_b; pid=$pid_b; }
     for from in ${RANGES:--1h -1d -1y}; do
-      url="http://127.0.0.1:$base/graphite/render?target=load.1%3F%3F.c&from=$from&format=json"
+      url="http://127.0.0.1:$base/graphite/render?target=$target&from=$from&format=json"
       # The names' look-up, kept 30 s, out of the timing.
       curl -sg -o /dev/null "$url"
       redis-cli -p "$port" config resetstat >/dev/null

@@ -650,11 +650,11 @@ pub enum RenderTarget {
     Whole(Vec<Series>),
 }
 
-/// A place in a streamed render's answer: a leaf (and whether it gives a series:
-/// [`Source::grid`]), or the next series of the targets evaluated whole.
+/// A place in a streamed render's answer: a leaf (and, when it gives a series, [`Source::grid`],
+/// the index of its target), or the next series of the targets evaluated whole.
 #[derive(Clone, Copy)]
 enum Slot {
-    Leaf(bool),
+    Leaf(Option<usize>),
     Whole,
 }
 
@@ -671,17 +671,20 @@ struct Part {
 /// "Renders streamed"). What it writes is what [`render_json`] writes of the same targets
 /// evaluated whole.
 pub struct Streamed {
-    leaves: Vec<Leaf>,
-    /// Each leaf's target (an index into `targets`), for the leaves that give a series.
-    owners: Vec<Option<usize>>,
-    targets: Vec<StreamedTarget>,
+    reading: Reading,
     /// The series of the targets evaluated whole, in order.
     whole: Vec<Series>,
-    /// The answer's places, in order.
-    slots: Vec<Slot>,
     /// About [`PART_POINTS`] points a part.
     parts: Vec<Part>,
     writer: JsonWriter,
+}
+
+/// What a streamed render reads its parts with.
+struct Reading {
+    leaves: Vec<Leaf>,
+    targets: Vec<StreamedTarget>,
+    /// The answer's places, in order.
+    slots: Vec<Slot>,
     /// `from`, `until` and `now`, as [`Source::fetch_all`] takes them.
     times: (i64, i64, i64),
 }
@@ -696,16 +699,13 @@ impl Streamed {
         max_points: Option<usize>,
         no_nulls: bool,
     ) -> Result<Streamed, GraphiteError> {
-        let mut streamed = Streamed {
+        let mut reading = Reading {
             leaves: Vec::new(),
-            owners: Vec::new(),
             targets: Vec::new(),
-            whole: Vec::new(),
             slots: Vec::new(),
-            parts: Vec::new(),
-            writer: JsonWriter::new(None, no_nulls),
             times: (from, until, now),
         };
+        let mut whole = Vec::new();
         // Each slot's start, end and points.
         let mut grids = Vec::new();
         for target in targets {
@@ -714,32 +714,33 @@ impl Streamed {
                     target.apply(Vec::new(), (from, until, now))?;
                     for leaf in leaves {
                         let grid = source.grid(&leaf, from, until, now);
-                        streamed.owners.push(grid.map(|_| streamed.targets.len()));
-                        streamed.slots.push(Slot::Leaf(grid.is_some()));
-                        streamed.leaves.push(leaf);
+                        let owner = grid.map(|_| reading.targets.len());
+                        reading.slots.push(Slot::Leaf(owner));
+                        reading.leaves.push(leaf);
                         grids.push(grid);
                     }
-                    streamed.targets.push(target);
+                    reading.targets.push(target);
                 }
                 RenderTarget::Whole(series) => {
                     for s in series {
                         grids.push(Some((s.start, s.end, s.values.len())));
-                        streamed.slots.push(Slot::Whole);
-                        streamed.whole.push(s);
+                        reading.slots.push(Slot::Whole);
+                        whole.push(s);
                     }
                 }
             }
         }
+        let mut parts = Vec::new();
         let (mut start, mut leaf, mut points) = (0, 0, 0);
         for (i, g) in grids.iter().enumerate() {
             points += g.map_or(0, |g| g.2);
             if points >= PART_POINTS || i + 1 == grids.len() {
                 let leaves = leaf
-                    + streamed.slots[start..=i]
+                    + reading.slots[start..=i]
                         .iter()
                         .filter(|s| matches!(s, Slot::Leaf(_)))
                         .count();
-                streamed.parts.push(Part {
+                parts.push(Part {
                     slots: start..i + 1,
                     leaves: leaf..leaves,
                 });
@@ -747,84 +748,60 @@ impl Streamed {
             }
         }
         let bounds: Vec<_> = grids.into_iter().flatten().collect();
-        match JsonWriter::of_render(&bounds, max_points, no_nulls) {
-            Some(writer) => streamed.writer = writer,
-            None => streamed.parts.clear(),
+        let writer = JsonWriter::of_render(&bounds, max_points, no_nulls);
+        if writer.is_none() {
+            parts.clear();
         }
-        Ok(streamed)
+        Ok(Streamed {
+            reading,
+            whole,
+            parts,
+            writer: writer.unwrap_or_else(|| JsonWriter::new(None, no_nulls)),
+        })
     }
 
     /// The first part's leaves' series (read before the answer starts: a Redis that does not
     /// answer is an error answer, not a cut body).
     pub async fn first(&self, source: &mut Source<'_>) -> Result<Vec<Series>, GraphiteError> {
         match self.parts.first() {
-            Some(part) => self.read_part(source, part.leaves.clone()).await,
+            Some(part) => self.reading.part(source, part).await,
             None => Ok(Vec::new()),
         }
-    }
-
-    /// Leaves' series, read as [`Source::fetch_all`] reads them, each run of a target's through
-    /// its functions.
-    async fn read_part(
-        &self,
-        source: &mut Source<'_>,
-        leaves: std::ops::Range<usize>,
-    ) -> Result<Vec<Series>, GraphiteError> {
-        if leaves.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (from, until, now) = self.times;
-        let read = source
-            .fetch_all(
-                self.leaves.get(leaves.clone()).unwrap_or_default(),
-                from,
-                until,
-                now,
-            )
-            .await?;
-        let owners = self.owners.get(leaves).unwrap_or_default().iter().flatten();
-        let mut out = Vec::with_capacity(read.len());
-        let mut run: Vec<Series> = Vec::new();
-        let mut read = owners.zip(read).peekable();
-        while let Some((&owner, s)) = read.next() {
-            run.push(s);
-            if read.peek().is_none_or(|(next, _)| **next != owner) {
-                out.extend(self.targets[owner].apply(std::mem::take(&mut run), self.times)?);
-            }
-        }
-        Ok(out)
     }
 
     /// The whole JSON through `send`, a part's pieces at a time, the first part's leaves'
     /// series given: each next part's reading is sent to Redis before the part in hand is
     /// written (`join!` polls it first), so that Redis answers while the agent writes.
     pub async fn write(
-        mut self,
+        self,
         source: &mut Source<'_>,
         first: Vec<Series>,
         mut send: impl FnMut(Vec<Vec<u8>>),
     ) -> Result<(), GraphiteError> {
-        let mut parts = std::mem::take(&mut self.parts).into_iter();
-        let mut writer = std::mem::replace(&mut self.writer, JsonWriter::new(None, false));
-        let mut whole = std::mem::take(&mut self.whole).into_iter();
+        let Streamed {
+            reading,
+            whole,
+            parts,
+            mut writer,
+        } = self;
+        let mut whole = whole.into_iter();
         let mut pieces = vec![JsonWriter::OPEN.to_vec()];
         let mut read = first;
-        let mut part = parts.next();
-        while let Some(in_hand) = part {
+        let mut parts = parts.iter().peekable();
+        while let Some(in_hand) = parts.next() {
             // The part's series in the answer's order: its leaves' as read, the whole targets'
             // in their places.
             let mut leaves = std::mem::take(&mut read).into_iter();
-            let series: Vec<Series> = self.slots[in_hand.slots]
+            let series: Vec<Series> = reading.slots[in_hand.slots.clone()]
                 .iter()
                 .filter_map(|slot| match slot {
-                    Slot::Leaf(true) => leaves.next(),
-                    Slot::Leaf(false) => None,
+                    Slot::Leaf(Some(_)) => leaves.next(),
+                    Slot::Leaf(None) => None,
                     Slot::Whole => whole.next(),
                 })
                 .collect();
             let mut text = std::mem::take(&mut pieces);
-            part = parts.next();
-            let Some(next) = &part else {
+            let Some(next) = parts.peek() else {
                 text.extend(series.into_iter().filter_map(|s| writer.series(s)));
                 pieces = text;
                 break;
@@ -834,12 +811,45 @@ impl Streamed {
                 text.extend(series.into_iter().filter_map(|s| writer.series(s)));
                 send(text);
             };
-            let (next, ()) = tokio::join!(self.read_part(source, next.leaves.clone()), writing);
+            let (next, ()) = tokio::join!(reading.part(source, next), writing);
             read = next?;
         }
         pieces.push(JsonWriter::CLOSE.to_vec());
         send(pieces);
         Ok(())
+    }
+}
+
+impl Reading {
+    /// A part's leaves' series, read as [`Source::fetch_all`] reads them, each run of a
+    /// target's through its functions.
+    async fn part(
+        &self,
+        source: &mut Source<'_>,
+        part: &Part,
+    ) -> Result<Vec<Series>, GraphiteError> {
+        if part.leaves.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (from, until, now) = self.times;
+        let leaves = self.leaves.get(part.leaves.clone()).unwrap_or_default();
+        let read = source.fetch_all(leaves, from, until, now).await?;
+        let owners = self.slots[part.slots.clone()]
+            .iter()
+            .filter_map(|slot| match slot {
+                Slot::Leaf(owner) => *owner,
+                Slot::Whole => None,
+            });
+        let mut out = Vec::with_capacity(read.len());
+        let mut run: Vec<Series> = Vec::new();
+        let mut read = owners.zip(read).peekable();
+        while let Some((owner, s)) = read.next() {
+            run.push(s);
+            if read.peek().is_none_or(|(next, _)| *next != owner) {
+                out.extend(self.targets[owner].apply(std::mem::take(&mut run), self.times)?);
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -2,7 +2,8 @@
 # Two builds of the agent answering the same Graphite renders over one Redis of `series`
 # counter series of SCHEMA from python3-whisper files (`statsd-redis import whisper`, as
 # scripts/profile-render.sh fills it), in alternating rounds of `requests` renders of 100 series
-# (load.1??.c, or TARGET over them) a range of RANGES: what a change to the render path bought. Prints each round's
+# (load.1??.c, or TARGET over them) a range of RANGES (MAX_POINTS: Grafana's maxDataPoints, its
+# panel's width): what a change to the render path bought. Prints each round's
 # median render time, its time to the first byte of the answer (the reads and the functions,
 # before any JSON), Redis's own time a render (INFO commandstats), the agent's CPU and context
 # switches a render (common.sh's task_usage) and Redis's process CPU a render (INFO cpu: reading
@@ -10,6 +11,7 @@
 # B's ÷ A's, and each build's render ÷ Redis's process CPU.
 #
 #   [SCHEMA=10s:6h,1m:7d,1h:90d,1d:5y] [RANGES="-1h -1d -1y"] [TARGET='aliasByNode(load.1??.c,1)'] \
+#     [MAX_POINTS=n] \
 #     scripts/render-ab.sh BUILD_A BUILD_B [series=10000] [rounds=5] [requests=30]
 #
 # Needs python3-whisper.
@@ -28,11 +30,13 @@ flags=(--redis "redis://127.0.0.1:$port" --retentions "$schema" --cleaner-enable
 AGENT=$a start_agent "$dir/a.log" "${flags[@]}"; http_a=$http; pid_a=$agent_pid
 AGENT=$b start_agent "$dir/b.log" "${flags[@]}"; http_b=$http; pid_b=$agent_pid
 for round in $(seq "$rounds"); do
-  for side in A B; do
+  # Each build first in every other round: whichever runs first is favoured on a busy machine.
+  sides="A B"; [ $((round % 2)) = 0 ] && sides="B A"
+  for side in $sides; do
     base=$http_a; pid=$pid_a
     [ "$side" = B ] && { base=$http_b; pid=$pid_b; }
     for from in ${RANGES:--1h -1d -1y}; do
-      url="http://127.0.0.1:$base/graphite/render?target=$target&from=$from&format=json"
+      url="http://127.0.0.1:$base/graphite/render?target=$target&from=$from&format=json${MAX_POINTS:+&maxDataPoints=$MAX_POINTS}"
       # The names' look-up, kept 30 s, out of the timing.
       curl -sg -o /dev/null "$url"
       redis-cli -p "$port" config resetstat >/dev/null

@@ -921,14 +921,16 @@ const PAIRS: &[u8; 200] = b"\
     6061626364656667686970717273747576777879\
     8081828384858687888990919293949596979899";
 
-/// A whole number below 1e16 ([`pyfmt::whole`]) as Python's `repr` writes it (`-12.0`), at the
-/// start of `room`: its digits written where they go, two at a time (a copy out of a buffer of
-/// its own would read back bytes just written one at a time, which stalls the processor).
-/// Returns its length.
-fn put_whole(n: i64, room: &mut [u8; VALUE_ROOM]) -> usize {
-    let mut m = n.unsigned_abs();
-    let sign = usize::from(n < 0);
-    let end = (sign + m.checked_ilog10().unwrap_or(0) as usize + 1).min(VALUE_ROOM - 2);
+/// A number of at most four decimals below 1e16 ([`pyfmt::Decimals`]: whole numbers, and the
+/// averages of counts that `maxDataPoints` makes) as Python's `repr` writes it (`-12.0`,
+/// `1234.05`), at the start of `room`: its digits written where they go, the whole part two at a
+/// time (a copy out of a buffer of its own would read back bytes just written one at a time,
+/// which stalls the processor). Returns its length.
+fn put_decimals(d: pyfmt::Decimals, room: &mut [u8; VALUE_ROOM]) -> usize {
+    let decimals = d.decimals.clamp(1, 4);
+    let mut m = d.whole;
+    let sign = usize::from(d.negative);
+    let end = (sign + m.checked_ilog10().unwrap_or(0) as usize + 1).min(VALUE_ROOM - 1 - decimals);
     let mut at = end;
     while m >= 10 && at >= 2 {
         let pair = (m % 100) as usize * 2;
@@ -938,14 +940,18 @@ fn put_whole(n: i64, room: &mut [u8; VALUE_ROOM]) -> usize {
     }
     if at > sign {
         at -= 1;
-        room[at] = b'0' + m as u8;
+        room[at] = b'0' + (m % 10) as u8;
     }
-    if n < 0 {
+    if d.negative {
         room[0] = b'-';
     }
     room[end] = b'.';
-    room[end + 1] = b'0';
-    end + 2
+    let mut fraction = d.fraction;
+    for i in (1..=decimals).rev() {
+        room[end + i] = b'0' + (fraction % 10) as u8;
+        fraction /= 10;
+    }
+    end + 1 + decimals
 }
 
 /// One series' object, `, ` before it unless it is the first; `None` when `noNullPoints` leaves
@@ -1027,8 +1033,8 @@ fn point_text(v: Point, room: &mut [u8; VALUE_ROOM], scratch: &mut String) -> us
         room[..4].copy_from_slice(b"null");
         return 4;
     };
-    if let Some(n) = pyfmt::whole(v) {
-        return put_whole(n, room);
+    if let Some(d) = pyfmt::Decimals::of(v) {
+        return put_decimals(d, room);
     }
     scratch.clear();
     pyfmt::json_number(v, scratch);
@@ -1120,12 +1126,27 @@ mod tests {
             None,
             Some(123456789.0),
             Some(-2.2250738585072014e-308),
+            // Few decimals, written into the room as whole numbers are.
+            Some(0.5),
+            Some(-0.5),
+            Some(0.05),
+            Some(0.0001),
+            Some(-0.0123),
+            Some(1234.5678),
+            Some(10.05),
+            Some(99999999999.5),
+            Some(-99999999999.9999),
         ];
-        // Whole numbers of each length, and at each edge of one: digits written two at a time.
+        // Whole numbers of each length, and at each edge of one: digits written two at a time;
+        // and numbers of a few decimals beside them.
         let edges = (0..16).flat_map(|e| {
             let p = 10f64.powi(e);
             [p - 1.0, p, p + 1.0, -p, -(p - 1.0)].map(Some)
         });
+        let edges = edges.chain((0..12).flat_map(|e| {
+            let p = 10f64.powi(e);
+            [p + 0.5, -(p - 0.25), p - 0.0001, p + 0.001].map(Some)
+        }));
         let values: Vec<Point> = values.into_iter().chain(edges).collect();
         let end = 1_760_000_000 + 10 * values.len() as i64;
         let mut a = Series::new("a.b", 1_760_000_000, end, 10, values);

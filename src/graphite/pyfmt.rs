@@ -41,34 +41,74 @@ pub fn whole(v: f64) -> Option<i64> {
 }
 
 /// A value of at most four decimals between 1e-4 and 1e11 (an average of counts, mostly)
-/// written as Python writes it, without ryu: the fewest decimals whose number reads back as
-/// `v` are its shortest round-trip digits (no two numbers of four decimals there are as close
-/// as a unit of the last place, so the digits are the only ones). False for any other value.
+/// written as Python writes it, without ryu ([`Decimals`]). False for any other value.
 fn few_decimals(v: f64, out: &mut String) -> bool {
-    let a = v.abs();
-    if !(1e-4..1e11).contains(&a) {
+    let Some(d) = Decimals::of_fraction(v) else {
         return false;
+    };
+    if d.negative {
+        out.push('-');
     }
-    for (decimals, scale) in [(1, 10u64), (2, 100), (3, 1000), (4, 10_000)] {
-        // Rounded by adding a half and truncating (`round` is a call into libm): any `m` that
-        // reads back as `v` is right, whichever way a tie went.
-        let m = (a * scale as f64 + 0.5) as u64;
-        if m as f64 / scale as f64 == a {
-            if v < 0.0 {
-                out.push('-');
-            }
-            integer((m / scale) as i64, out);
-            out.push('.');
-            let mut digits = itoa::Buffer::new();
-            let fraction = digits.format(m % scale);
-            for _ in fraction.len()..decimals {
-                out.push('0');
-            }
-            out.push_str(fraction);
-            return true;
+    out.push_str(itoa::Buffer::new().format(d.whole));
+    out.push('.');
+    let mut digits = itoa::Buffer::new();
+    let fraction = digits.format(d.fraction);
+    for _ in fraction.len()..d.decimals {
+        out.push('0');
+    }
+    out.push_str(fraction);
+    true
+}
+
+/// A value as `repr` writes it when it has few decimals: its sign, its whole part, and its
+/// fraction's digits as a number of `decimals` digits (`-12.05`: 12, 5, 2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decimals {
+    pub negative: bool,
+    pub whole: u64,
+    pub fraction: u64,
+    pub decimals: usize,
+}
+
+impl Decimals {
+    /// A whole number below 1e16 ([`whole`], one decimal: `12.0`) or a value of at most four
+    /// decimals between 1e-4 and 1e11 ([`Decimals::of_fraction`]).
+    pub fn of(v: f64) -> Option<Decimals> {
+        match whole(v) {
+            Some(n) => Some(Decimals {
+                negative: n < 0,
+                whole: n.unsigned_abs(),
+                fraction: 0,
+                decimals: 1,
+            }),
+            None => Decimals::of_fraction(v),
         }
     }
-    false
+
+    /// A value of at most four decimals between 1e-4 and 1e11: the fewest decimals whose
+    /// number reads back as `v` are its shortest round-trip digits (no two numbers of four
+    /// decimals there are as close as a unit of the last place, so the digits are the only
+    /// ones).
+    fn of_fraction(v: f64) -> Option<Decimals> {
+        let a = v.abs();
+        if !(1e-4..1e11).contains(&a) {
+            return None;
+        }
+        for (decimals, scale) in [(1, 10u64), (2, 100), (3, 1000), (4, 10_000)] {
+            // Rounded by adding a half and truncating (`round` is a call into libm): any `m`
+            // that reads back as `v` is right, whichever way a tie went.
+            let m = (a * scale as f64 + 0.5) as u64;
+            if m as f64 / scale as f64 == a {
+                return Some(Decimals {
+                    negative: v < 0.0,
+                    whole: m / scale,
+                    fraction: m % scale,
+                    decimals,
+                });
+            }
+        }
+        None
+    }
 }
 
 /// ryu's text of a finite float laid out again as Python lays it out, without an allocation.

@@ -114,16 +114,10 @@ impl Series {
         if self.values_per_point <= 1 {
             return Cow::Borrowed(&self.values);
         }
+        let func = Consolidation::named(&self.consolidation);
         self.values
             .chunks(self.values_per_point)
-            .map(|chunk| {
-                consolidate(
-                    &self.consolidation,
-                    chunk,
-                    self.values_per_point,
-                    self.x_files_factor,
-                )
-            })
+            .map(|chunk| consolidate(func, chunk, self.values_per_point, self.x_files_factor))
             .collect()
     }
 
@@ -148,9 +142,10 @@ impl Series {
 /// One consolidated point of `chunk` (`per_point` values, the last chunk maybe fewer) as
 /// graphite-web's consolidating generator makes it: the function over the non-null values
 /// (`avg_zero` counting nulls as 0), null when there are none or fewer than the x-files factor.
-/// The values are walked where they lie, not gathered into a list of their own: a year's render
-/// with `maxDataPoints` spent a fifth of its CPU allocating those lists.
-pub fn consolidate(func: &str, chunk: &[Point], per_point: usize, xff: f64) -> Point {
+/// The values are walked where they lie, not gathered into a list of their own (a year's render
+/// with `maxDataPoints` spent a fifth of its CPU allocating those lists), and the function is
+/// named once a series, not compared by name a point.
+fn consolidate(func: Consolidation, chunk: &[Point], per_point: usize, xff: f64) -> Point {
     let mut present = chunk.iter().flatten().copied();
     let known = present.clone().count();
     if known == 0 || (known as f64 / per_point as f64) < xff {
@@ -158,13 +153,40 @@ pub fn consolidate(func: &str, chunk: &[Point], per_point: usize, xff: f64) -> P
     }
     let sum = || present.clone().fold(0.0, |a, b| a + b);
     match func {
-        "sum" => Some(sum()),
-        "max" => Some(present.fold(f64::NEG_INFINITY, f64::max)),
-        "min" => Some(present.fold(f64::INFINITY, f64::min)),
-        "first" => present.next(),
-        "last" => present.last(),
-        "avg_zero" => Some(sum() / chunk.len() as f64),
-        _ => Some(sum() / known as f64),
+        Consolidation::Sum => Some(sum()),
+        Consolidation::Max => Some(present.fold(f64::NEG_INFINITY, f64::max)),
+        Consolidation::Min => Some(present.fold(f64::INFINITY, f64::min)),
+        Consolidation::First => present.next(),
+        Consolidation::Last => present.last(),
+        Consolidation::AvgZero => Some(sum() / chunk.len() as f64),
+        Consolidation::Average => Some(sum() / known as f64),
+    }
+}
+
+/// A consolidation function ([`CONSOLIDATIONS`]); any other name averages, as graphite-web's
+/// consolidation does.
+#[derive(Clone, Copy)]
+enum Consolidation {
+    Sum,
+    Max,
+    Min,
+    First,
+    Last,
+    AvgZero,
+    Average,
+}
+
+impl Consolidation {
+    fn named(name: &str) -> Consolidation {
+        match name {
+            "sum" => Consolidation::Sum,
+            "max" => Consolidation::Max,
+            "min" => Consolidation::Min,
+            "first" => Consolidation::First,
+            "last" => Consolidation::Last,
+            "avg_zero" => Consolidation::AvgZero,
+            _ => Consolidation::Average,
+        }
     }
 }
 

@@ -907,52 +907,7 @@ impl Tail {
 
 /// The room a point's text is given: `, [`, its value's room, its tail's (a [`Tail`]'s 16 bytes,
 /// or written the long way, at most `, -9223372036854775808]`).
-const POINT_ROOM: usize = 3 + VALUE_ROOM + 24;
-
-/// The room a value's text is given: Python's repr of a double is at most 24 bytes
-/// (`-2.2250738585072014e-308`), a whole number below 1e16 19 (`-9999999999999998.0`).
-const VALUE_ROOM: usize = 29;
-
-/// Two digits a pair, `00` to `99`.
-const PAIRS: &[u8; 200] = b"\
-    0001020304050607080910111213141516171819\
-    2021222324252627282930313233343536373839\
-    4041424344454647484950515253545556575859\
-    6061626364656667686970717273747576777879\
-    8081828384858687888990919293949596979899";
-
-/// A number of at most four decimals below 1e16 ([`pyfmt::Decimals`]: whole numbers, and the
-/// averages of counts that `maxDataPoints` makes) as Python's `repr` writes it (`-12.0`,
-/// `1234.05`), at the start of `room`: its digits written where they go, the whole part two at a
-/// time (a copy out of a buffer of its own would read back bytes just written one at a time,
-/// which stalls the processor). Returns its length.
-fn put_decimals(d: pyfmt::Decimals, room: &mut [u8; VALUE_ROOM]) -> usize {
-    let decimals = d.decimals.clamp(1, 4);
-    let mut m = d.whole;
-    let sign = usize::from(d.negative);
-    let end = (sign + m.checked_ilog10().unwrap_or(0) as usize + 1).min(VALUE_ROOM - 1 - decimals);
-    let mut at = end;
-    while m >= 10 && at >= 2 {
-        let pair = (m % 100) as usize * 2;
-        m /= 100;
-        at -= 2;
-        room[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-    }
-    if at > sign {
-        at -= 1;
-        room[at] = b'0' + (m % 10) as u8;
-    }
-    if d.negative {
-        room[0] = b'-';
-    }
-    room[end] = b'.';
-    let mut fraction = d.fraction;
-    for i in (1..=decimals).rev() {
-        room[end + i] = b'0' + (fraction % 10) as u8;
-        fraction /= 10;
-    }
-    end + 1 + decimals
-}
+const POINT_ROOM: usize = 3 + pyfmt::VALUE_ROOM + 24;
 
 /// One series' object, `, ` before it unless it is the first; `None` when `noNullPoints` leaves
 /// it no point.
@@ -1002,7 +957,7 @@ fn series_json(s: &Series, no_nulls: bool, first: bool, stamps: &mut Stamps) -> 
         room[..3].copy_from_slice(open.0);
         let mut len = open.1;
         open = (b", [", 3);
-        let value: &mut [u8; VALUE_ROOM] = (&mut room[len..len + VALUE_ROOM])
+        let value: &mut [u8; pyfmt::VALUE_ROOM] = (&mut room[len..len + pyfmt::VALUE_ROOM])
             .try_into()
             .expect("a value's room");
         len += point_text(*v, value, &mut scratch);
@@ -1028,17 +983,17 @@ fn series_json(s: &Series, no_nulls: bool, first: bool, stamps: &mut Stamps) -> 
 
 /// A point's value as graphite-web's JSON writes it ([`pyfmt::json_number`]; `null` for
 /// none), at the start of `room`. Returns its length.
-fn point_text(v: Point, room: &mut [u8; VALUE_ROOM], scratch: &mut String) -> usize {
+fn point_text(v: Point, room: &mut [u8; pyfmt::VALUE_ROOM], scratch: &mut String) -> usize {
     let Some(v) = v else {
         room[..4].copy_from_slice(b"null");
         return 4;
     };
     if let Some(d) = pyfmt::Decimals::of(v) {
-        return put_decimals(d, room);
+        return d.put(room);
     }
     scratch.clear();
     pyfmt::json_number(v, scratch);
-    let len = scratch.len().min(VALUE_ROOM);
+    let len = scratch.len().min(pyfmt::VALUE_ROOM);
     room[..len].copy_from_slice(&scratch.as_bytes()[..len]);
     len
 }

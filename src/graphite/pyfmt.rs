@@ -13,12 +13,10 @@ pub fn repr(v: f64, out: &mut String) {
         out.push_str(if v > 0.0 { "inf" } else { "-inf" });
         return;
     }
-    if let Some(n) = whole(v) {
-        integer(n, out);
-        out.push_str(".0");
-        return;
-    }
-    if few_decimals(v, out) {
+    if let Some(d) = Decimals::of(v) {
+        let mut room = [0; VALUE_ROOM];
+        let len = d.put(&mut room);
+        out.push_str(std::str::from_utf8(&room[..len]).unwrap_or_default());
         return;
     }
     // ryu gives the shortest round-trip digits, as Python's repr has them. From 1e-4 up, where
@@ -40,28 +38,20 @@ pub fn whole(v: f64) -> Option<i64> {
         .then_some(v as i64)
 }
 
-/// A value of at most four decimals between 1e-4 and 1e11 (an average of counts, mostly)
-/// written as Python writes it, without ryu ([`Decimals`]). False for any other value.
-fn few_decimals(v: f64, out: &mut String) -> bool {
-    let Some(d) = Decimals::of_fraction(v) else {
-        return false;
-    };
-    if d.negative {
-        out.push('-');
-    }
-    out.push_str(itoa::Buffer::new().format(d.whole));
-    out.push('.');
-    let mut digits = itoa::Buffer::new();
-    let fraction = digits.format(d.fraction);
-    for _ in fraction.len()..d.decimals {
-        out.push('0');
-    }
-    out.push_str(fraction);
-    true
-}
+/// The room a value's text is given: Python's repr of a double is at most 24 bytes
+/// (`-2.2250738585072014e-308`), a whole number below 1e16 19 (`-9999999999999998.0`).
+pub const VALUE_ROOM: usize = 29;
 
-/// A value as `repr` writes it when it has few decimals: its sign, its whole part, and its
-/// fraction's digits as a number of `decimals` digits (`-12.05`: 12, 5, 2).
+/// Two digits a pair, `00` to `99`.
+const PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// A value as `repr` writes it when it has few decimals, without ryu: its sign, its whole
+/// part, and its fraction's digits as a number of `decimals` digits (`-12.05`: 12, 5, 2).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Decimals {
     pub negative: bool,
@@ -108,6 +98,39 @@ impl Decimals {
             }
         }
         None
+    }
+
+    /// The number as Python's `repr` writes it (`-12.0`, `1234.05`), at the start of `room`:
+    /// its digits written where they go, the whole part two at a time (a copy out of a buffer
+    /// of its own would read back bytes just written one at a time, which stalls the
+    /// processor; a render's JSON writes its points so). Returns its length.
+    pub fn put(self, room: &mut [u8; VALUE_ROOM]) -> usize {
+        let decimals = self.decimals.clamp(1, 4);
+        let mut m = self.whole;
+        let sign = usize::from(self.negative);
+        let end =
+            (sign + m.checked_ilog10().unwrap_or(0) as usize + 1).min(VALUE_ROOM - 1 - decimals);
+        let mut at = end;
+        while m >= 10 && at >= 2 {
+            let pair = (m % 100) as usize * 2;
+            m /= 100;
+            at -= 2;
+            room[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if at > sign {
+            at -= 1;
+            room[at] = b'0' + (m % 10) as u8;
+        }
+        if self.negative {
+            room[0] = b'-';
+        }
+        room[end] = b'.';
+        let mut fraction = self.fraction;
+        for i in (1..=decimals).rev() {
+            room[end + i] = b'0' + (fraction % 10) as u8;
+            fraction /= 10;
+        }
+        end + 1 + decimals
     }
 }
 
@@ -267,6 +290,18 @@ mod tests {
             (0.5, "0.5"),
         ] {
             assert_eq!(repr_string(v), text, "{v}");
+        }
+    }
+
+    /// Whole numbers of each length, and at each edge of one, written by [`Decimals::put`] as
+    /// Rust writes them with one decimal (the render's JSON writes its points with `put` too).
+    #[test]
+    fn whole_numbers_as_python_writes_them() {
+        for e in 0..16 {
+            let p = 10f64.powi(e);
+            for v in [p - 1.0, p, p + 1.0, -p, -(p - 1.0)] {
+                assert_eq!(repr_string(v), format!("{v:.1}"), "{v:e}");
+            }
         }
     }
 

@@ -513,6 +513,19 @@ struct Watched<I> {
     activity: Activity,
 }
 
+impl<I> Watched<I> {
+    /// A write's outcome, noted in [`Activity`] when it moved bytes.
+    fn noted(
+        &self,
+        polled: std::task::Poll<std::io::Result<usize>>,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
 impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
@@ -535,10 +548,7 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
-        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
+        self.noted(polled)
     }
 
     /// Passed through, so that hyper writes a body's pieces as they are (`writev`) instead of
@@ -550,10 +560,7 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let polled = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
+        self.noted(polled)
     }
 
     fn is_write_vectored(&self) -> bool {

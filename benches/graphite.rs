@@ -13,7 +13,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use statsd_redis::aggregate::sketch::{Buckets, Mapping};
 use statsd_redis::graphite::functions::{self, Ctx, State};
 use statsd_redis::graphite::series::{Series, fit};
-use statsd_redis::graphite::{pyfmt, render_json};
+use statsd_redis::graphite::{Arg, pyfmt, render_json};
 use statsd_redis::store::bulk::numbers_in;
 use statsd_redis::store::quantile_blocks;
 
@@ -190,6 +190,27 @@ fn bench(c: &mut Criterion) {
                 state: &mut state,
             };
             functions::aggregate(hundred.clone(), "sum", None, &ctx)
+        })
+    });
+    // The moving average of bench-graphite.sh's `moving10`, its series as the window's read
+    // gives them.
+    let ten: Vec<Series> = (0..10).map(|i| series(&format!("s{i}"))).collect();
+    let moving = functions::find("movingAverage").expect("declared");
+    c.bench_function("movingAverage(10) of 10 series x 1441 points", |b| {
+        b.iter(|| {
+            let functions::Body::Shaped(_, finish) = moving.body else {
+                unreachable!("movingAverage reads its window again")
+            };
+            let args = vec![Arg::Series(ten.clone()), Arg::Int(10)];
+            let mut bound = functions::bind(moving, "movingAverage", args, Vec::new()).unwrap();
+            let mut state = State::default();
+            let mut ctx = Ctx {
+                from: 0,
+                until: 0,
+                now: 0,
+                state: &mut state,
+            };
+            finish(&mut bound, &mut ctx, vec![ten.clone()]).unwrap()
         })
     });
 }

@@ -75,6 +75,16 @@ fn quantile_block() -> Vec<u8> {
     block
 }
 
+/// A function's context with no range (the functions benched here read none).
+fn ctx(state: &mut State) -> Ctx<'_> {
+    Ctx {
+        from: 0,
+        until: 0,
+        now: 0,
+        state,
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let block = quantile_block();
     c.bench_function("a block of 64 quantile minutes decoded", |b| {
@@ -183,34 +193,22 @@ fn bench(c: &mut Criterion) {
     c.bench_function("sumSeries of 100 series x 1441 points", |b| {
         b.iter(|| {
             let mut state = State::default();
-            let ctx = Ctx {
-                from: 0,
-                until: 0,
-                now: 0,
-                state: &mut state,
-            };
-            functions::aggregate(hundred.clone(), "sum", None, &ctx)
+            functions::aggregate(hundred.clone(), "sum", None, &ctx(&mut state))
         })
     });
     // The moving average of bench-graphite.sh's `moving10`, its series as the window's read
     // gives them.
     let ten: Vec<Series> = (0..10).map(|i| series(&format!("s{i}"))).collect();
     let moving = functions::find("movingAverage").expect("declared");
+    let functions::Body::Shaped(_, finish) = moving.body else {
+        unreachable!("movingAverage reads its window again")
+    };
     c.bench_function("movingAverage(10) of 10 series x 1441 points", |b| {
         b.iter(|| {
-            let functions::Body::Shaped(_, finish) = moving.body else {
-                unreachable!("movingAverage reads its window again")
-            };
             let args = vec![Arg::Series(ten.clone()), Arg::Int(10)];
             let mut bound = functions::bind(moving, "movingAverage", args, Vec::new()).unwrap();
             let mut state = State::default();
-            let mut ctx = Ctx {
-                from: 0,
-                until: 0,
-                now: 0,
-                state: &mut state,
-            };
-            finish(&mut bound, &mut ctx, vec![ten.clone()]).unwrap()
+            finish(&mut bound, &mut ctx(&mut state), vec![ten.clone()]).unwrap()
         })
     });
 }

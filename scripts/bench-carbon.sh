@@ -17,7 +17,13 @@
 #                                            IDLE=1: first, their CPU left idle 60 s;
 #                                            AGAIN=1: each shape sent once first, unmeasured,
 #                                            so that the measured sending finds the files and
-#                                            hashes full, as a relay's backlog would)
+#                                            hashes full, as a relay's backlog would;
+#                                            FULL=1, the rounds at steady state: AGAIN=1, and
+#                                            the agent's Redis first holds each series' finer
+#                                            hashes full (their newest 120 slices, as days of
+#                                            sending leave them: fill_full in common.sh), so
+#                                            its cleaner moves and its rollups read what a
+#                                            series that has sent for days costs them)
 #
 # carbon-cache runs as its users run it: MAX_CACHE_SIZE, MAX_UPDATES_PER_SECOND and
 # MAX_CREATES_PER_MINUTE unlimited (Debian's limits would make it slower still), the sorted write
@@ -32,19 +38,18 @@ SERIES=${SERIES:-2000}; POINTS=${POINTS:-360}
 ROUND_SERIES=${ROUND_SERIES:-20000}; ROUNDS=${ROUNDS:-12}
 SCHEMA=${SCHEMA:-10s:6h,1m:7d,1h:90d,1d:5y}
 CARBON=${CARBON:-1}
+[ -n "${FULL:-}" ] && AGAIN=1
 
-# cpu_of PID: its CPU seconds so far (user + system, its threads included).
-cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 
 # settle PID...: waits until the CPU of these processes stops moving for 3 s (everything
 # written), at most 10 minutes; prints the seconds it waited.
 settle() {
   local start last now still=0 waited=0
   start=$(date +%s.%N)
-  last=$(for p in "$@"; do cpu_of "$p"; done | paste -sd+ | bc)
+  last=$(for p in "$@"; do proc_cpu "$p"; done | paste -sd+ | bc)
   while [ "$still" -lt 6 ] && [ "$waited" -lt 1200 ]; do
     sleep 0.5; waited=$((waited + 1))
-    now=$(for p in "$@"; do cpu_of "$p"; done | paste -sd+ | bc)
+    now=$(for p in "$@"; do proc_cpu "$p"; done | paste -sd+ | bc)
     if [ "$(echo "$now - $last < 0.01" | bc)" = 1 ]; then still=$((still + 1)); else still=0; fi
     last=$now
   done
@@ -122,23 +127,24 @@ for run in $(seq 1 "$RUNS"); do
     if [ "$CARBON" = 1 ]; then
       start_carbon
       if [ -n "${AGAIN:-}" ]; then send "$carbon_port" "$shape" >/dev/null; settle "$carbon_pid" >/dev/null; fi
-      c0=$(cpu_of "$carbon_pid")
+      c0=$(proc_cpu "$carbon_pid")
       sent=$(send "$carbon_port" "$shape")
       carbon_s=$(settle "$carbon_pid")
-      c1=$(cpu_of "$carbon_pid")
+      c1=$(proc_cpu "$carbon_pid")
       kill "$carbon_pid"; wait "$carbon_pid" 2>/dev/null || true
     fi
 
     sock=$dir/redis.sock; rm -f "$sock"
     start_redis "$sock"
+    [ -n "${FULL:-}" ] && [ "$shape" = rounds ] && fill_full "$sock" "$ROUND_SERIES" "$SCHEMA"
     agent_carbon=$(free_port)
     start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$SCHEMA" --carbon-tcp "127.0.0.1:$agent_carbon"
     if [ -n "${IDLE:-}" ]; then
       # What the agent and Redis spend doing nothing for as long as the points wait for their
       # rollup run and cleaner pass (Redis's cron, the agent's ticks): in the figure below too.
-      i0=$(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid")" | bc)
+      i0=$(echo "$(proc_cpu "$agent_pid") + $(proc_cpu "$redis_pid")" | bc)
       sleep 60
-      echo "idle 60 s: agent + Redis $(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid") - $i0" | bc) s CPU" >&2
+      echo "idle 60 s: agent + Redis $(echo "$(proc_cpu "$agent_pid") + $(proc_cpu "$redis_pid") - $i0" | bc) s CPU" >&2
     fi
     if [ -n "${AGAIN:-}" ]; then
       send "$agent_carbon" "$shape" >/dev/null
@@ -146,7 +152,7 @@ for run in $(seq 1 "$RUNS"); do
       first=$(agent_metric "$http" carbon_points_total)
       redis-cli -s "$sock" config resetstat >/dev/null
     fi
-    a0=$(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid")" | bc)
+    a0=$(echo "$(proc_cpu "$agent_pid") + $(proc_cpu "$redis_pid")" | bc)
     sent=$(send "$agent_carbon" "$shape")
     # Counted too: the open intervals' rollups, made once a coarse_write_secs (60 s), and a
     # cleaner pass after the points (every cleaner_interval_secs, 60 s), which moves what a
@@ -156,10 +162,10 @@ for run in $(seq 1 "$RUNS"); do
     until [ "$(redis-cli -s "$sock" zcard pending:gauge:)" = 0 ] &&
       [ "$(agent_metric "$http" cleaner_passes_total)" != "$passes" ]; do sleep 0.5; done
     agent_s=$(echo "$(date +%s.%N) - $t0 + $(settle "$agent_pid" "$redis_pid")" | bc)
-    a1=$(echo "$(cpu_of "$agent_pid") + $(cpu_of "$redis_pid")" | bc)
+    a1=$(echo "$(proc_cpu "$agent_pid") + $(proc_cpu "$redis_pid")" | bc)
     if [ -n "${COMMANDSTATS:-}" ]; then
       redis-cli -s "$sock" info commandstats | grep -E "cmdstat_" >&2
-      echo "agent $(cpu_of "$agent_pid") s, redis $(cpu_of "$redis_pid") s (CPU since start)" >&2
+      echo "agent $(proc_cpu "$agent_pid") s, redis $(proc_cpu "$redis_pid") s (CPU since start)" >&2
     fi
     placed=$(agent_metric "$http" carbon_points_total)
     placed=$(echo "$placed - ${first:-0}" | bc)

@@ -26,6 +26,33 @@ print(",".join("%d:%d" % tuple(map(seconds, a.split(":"))) for a in sys.argv[1].
 PY
 }
 
+# fill_full SOCK SERIES SCHEMA: each of SERIES collectd-like series (`collectd.host<i % 500>.cpu<i>.value`,
+# the names bench-carbon.sh's rounds send) holds, in every archive of SCHEMA but the coarsest
+# (the ones a rollup reads), its newest 120 slices before the open minute, with its index
+# member: the hashes a series that has sent for days leaves (scripts/rollup-cost.sh,
+# scripts/bench-carbon.sh with FULL=1).
+fill_full() {
+  need_python_redis
+  /usr/bin/python3 - "$1" "$2" "$(archives "$3")" <<'PY'
+import redis, sys, time
+sock, n = sys.argv[1], int(sys.argv[2])
+finer = [int(a.split(":")[0]) for a in sys.argv[3].split(",")][:-1]
+r = redis.Redis(unix_socket_path=sock)
+now = int(time.time())
+p = r.pipeline(transaction=False)
+for i in range(n):
+    s = f"collectd.host{i % 500}.cpu{i}.value"
+    for prec in finer:
+        # The newest 120 slices before the open minute (the open slice, for coarser ones).
+        top = now - now % max(prec, 60) - prec
+        p.hset(f"gauge:{prec}:{s}", mapping={top - k * prec: (i + k) % 100 for k in range(120)})
+        p.zadd("known:gauge:", {f"{prec}:{s}": 0})
+    if i % 200 == 0:
+        p.execute()
+p.execute()
+PY
+}
+
 # A port free on 127.0.0.1 (TCP; the agent's UDP port is taken from the same range).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

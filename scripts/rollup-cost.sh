@@ -3,8 +3,10 @@
 # build, carbon's schema 10s:6h,1m:7d,1h:90d,1d:5y, its rollups held back) takes SERIES series'
 # points of the open minute, as collectd's rounds leave them, and is killed before a rollup
 # runs; a second agent of the same schema (its rollups every second, no cleaner) then makes
-# them: Redis's own time (INFO commandstats) and the agent's CPU (/proc) a pending member. Then
-# a cleaner pass over what that leaves (an agent with only its cleaner): Redis's time a series.
+# them: Redis's own time (INFO commandstats, where a script's commands count in the script's
+# time and again in their own), Redis's process CPU while the rollups ran (its reading of
+# commands and writing of replies too) and the agent's CPU (/proc) a pending member. Then a
+# cleaner pass over what that leaves (an agent with only its cleaner): Redis's time a series.
 # RUNS times (median, then the runs). FULL=1: each series' finer hashes (every archive but the
 # coarsest) first hold their newest 120 slices, as a series that has sent for a few days leaves
 # them, so the rollup reads its intervals out of full hashes. SCHEMA: carbon's retentions
@@ -17,31 +19,12 @@ series=${1:-20000}; runs=${2:-3}
 . scripts/common.sh
 need_python_redis
 schema=${SCHEMA:-10s:6h,1m:7d,1h:90d,1d:5y}
-cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
-redis_runs=(); agent_runs=(); cleaner_runs=()
+redis_runs=(); process_runs=(); agent_runs=(); cleaner_runs=()
 for run in $(seq 1 "$runs"); do
   sock=$dir/redis.sock; rm -f "$sock"
   start_redis "$sock"
   if [ "${FULL:-0}" = 1 ]; then
-    /usr/bin/python3 - "$sock" "$series" "$(archives "$schema")" <<'PY'
-import redis, sys, time
-sock, n = sys.argv[1], int(sys.argv[2])
-# Every archive but the coarsest: the ones a rollup reads.
-finer = [int(a.split(":")[0]) for a in sys.argv[3].split(",")][:-1]
-r = redis.Redis(unix_socket_path=sock)
-now = int(time.time())
-p = r.pipeline(transaction=False)
-for i in range(n):
-    s = f"collectd.host{i % 500}.cpu{i}.value"
-    for prec in finer:
-        # The newest 120 slices before the open minute (the open slice, for coarser ones).
-        top = now - now % max(prec, 60) - prec
-        p.hset(f"gauge:{prec}:{s}", mapping={top - k * prec: (i + k) % 100 for k in range(120)})
-        p.zadd("known:gauge:", {f"{prec}:{s}": 0})
-    if i % 200 == 0:
-        p.execute()
-p.execute()
-PY
+    fill_full "$sock" "$series" "$schema"
   fi
   carbon=$(free_port)
   start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$schema" \
@@ -68,12 +51,13 @@ PY
   redis-cli -s "$sock" config resetstat >/dev/null
   start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$schema" \
     --carbon-tcp "127.0.0.1:$(free_port)" --coarse-write-secs 1 --cleaner-enabled false
-  a0=$(cpu_of "$agent_pid")
+  a0=$(proc_cpu "$agent_pid"); r0=$(proc_cpu "$redis_pid")
   until [ "$(redis-cli -s "$sock" zcard pending:gauge:)" = 0 ] &&
     [ "$(redis-cli -s "$sock" zcard rolling:gauge:)" = 0 ]; do sleep 0.1; done
-  a1=$(cpu_of "$agent_pid")
+  a1=$(proc_cpu "$agent_pid"); r1=$(proc_cpu "$redis_pid")
   [ -n "${COMMANDSTATS:-}" ] && redis-cli -s "$sock" info commandstats | grep -E "cmdstat_" >&2
   redis_runs+=("$(echo "$(redis_usec "$sock") / $series" | bc -l)")
+  process_runs+=("$(echo "($r1 - $r0) * 1000000 / $series" | bc -l)")
   agent_runs+=("$(echo "($a1 - $a0) * 1000000 / $series" | bc -l)")
   kill "$agent_pid"; wait "$agent_pid" 2>/dev/null || true
   redis-cli -s "$sock" config resetstat >/dev/null
@@ -84,5 +68,6 @@ PY
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
 done
 show_runs "rollup, Redis a pending member" 2 "${redis_runs[@]}"
+show_runs "rollup, Redis's process CPU a pending member" 2 "${process_runs[@]}"
 show_runs "rollup, the agent a pending member" 2 "${agent_runs[@]}"
 show_runs "cleaner pass, Redis a series" 2 "${cleaner_runs[@]}"

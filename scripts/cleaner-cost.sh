@@ -6,8 +6,10 @@
 # retention keeps when that is fewer, and what a minute brought since the pass before (126 of
 # 10 s, 121 of 60 s, 120 of 600 s); a first pass (every hash read whole), a minute of new
 # slices (60/p + 1 a precision: 7 of 10 s, 2 of 60 s, 1 of 600 s a series), then the next
-# pass: Redis's own time a series (INFO commandstats) for each pass. RUNS times (median, then
-# the runs).
+# pass: Redis's own time a series (INFO commandstats, where a script's commands count in the
+# script's time and again in their own) and Redis's process CPU a series (INFO cpu; the next
+# pass's includes Redis idling until it comes) for each pass. RUNS times (median, then the
+# runs).
 #
 #   [AGENT=<build>] [SCHEMA=retentions] scripts/cleaner-cost.sh [series=20000] [runs=3]
 #
@@ -46,24 +48,30 @@ for i in range(n):
 p.execute()
 PY
 }
-first_runs=(); next_runs=()
+first_runs=(); next_runs=(); first_cpu=(); next_cpu=()
 for run in $(seq 1 "$runs"); do
   sock=$dir/redis.sock; rm -f "$sock"
   start_redis "$sock"
   fill "$sock" "$series" "$kept" 1
   redis-cli -s "$sock" config resetstat >/dev/null
+  r0=$(redis_cpu "$sock")
   start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$schema"
   until [ "$(agent_metric "$http" cleaner_passes_total)" != 0 ]; do sleep 0.2; done
   first_runs+=("$(echo "$(redis_usec "$sock") / $series" | bc -l)")
+  first_cpu+=("$(echo "($(redis_cpu "$sock") - $r0) * 1000000 / $series" | bc -l)")
   # A minute of writes before the next pass (a pass every 60 s).
   sleep 45
   fill "$sock" "$series" "$kept" 0
   redis-cli -s "$sock" config resetstat >/dev/null
+  r0=$(redis_cpu "$sock")
   until [ "$(agent_metric "$http" cleaner_passes_total)" = 2 ]; do sleep 0.2; done
   [ -n "${COMMANDSTATS:-}" ] && redis-cli -s "$sock" info commandstats | grep -E "cmdstat_" >&2
   next_runs+=("$(echo "$(redis_usec "$sock") / $series" | bc -l)")
+  next_cpu+=("$(echo "($(redis_cpu "$sock") - $r0) * 1000000 / $series" | bc -l)")
   kill "$agent_pid"; wait "$agent_pid" 2>/dev/null || true
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
 done
 show_runs "first pass, Redis a series" 1 "${first_runs[@]}"
 show_runs "next pass, Redis a series" 1 "${next_runs[@]}"
+show_runs "first pass, Redis's process CPU a series" 1 "${first_cpu[@]}"
+show_runs "next pass, Redis's process CPU a series (and its idle wait for the pass)" 1 "${next_cpu[@]}"

@@ -375,7 +375,11 @@ pub async fn import(
             // A long archive's slices older than the hash keeps go into its blocks.
             let (older, newer) = match retention.history(p) {
                 Some(g) => {
-                    let keep_from = history::keep_from(now, p);
+                    let family = match counter {
+                        true => history::Family::Counter,
+                        false => history::Family::Gauge,
+                    };
+                    let keep_from = history::keep_from(now, p, family);
                     let mut newer = found.split_off(&keep_from);
                     // The hash keeps at least the newest slice, as the cleaner leaves it: the
                     // hash and its index member stand for the series while it has history.

@@ -875,6 +875,86 @@ async fn a_rollup_stopped_half_way_or_raced_by_a_point_loses_nothing() {
     assert_eq!(known, ["60:r.busy", "60:r.dead", "60:r.raced"]);
 }
 
+/// A rollup makes an hour of minutes most of which the cleaner moved into their block (a
+/// gauge's hash keeps its newest 16): one `GETRANGE` of their neighbouring slots for the level,
+/// the hash's value of a minute found in both read over the block's, a block's empty slot not
+/// known (the hour below its xFilesFactor then, as whisper leaves it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollup_reads_an_hours_moved_minutes_as_one_range() {
+    use statsd_redis::store::history::{self, Geometry};
+    use statsd_redis::store::rollup::Rollups;
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = statsd_redis::store::Store::open(&config).unwrap();
+    let telemetry = std::sync::Arc::new(statsd_redis::telemetry::Telemetry::new());
+    let mut rollups = Rollups::new(store, Duration::from_secs(60), telemetry);
+    let mut conn = redis.conn();
+    let now = unix_now();
+    // Three hours ago: every minute of it older than the newest 16 the hash keeps.
+    let hour = now - now % 3600 - 3 * 3600;
+    let spec = "10:21600:248,60:604800:2008,3600:7776000:248";
+    let member = |series: &str, xff: f64| format!("3|{hour}|sum|{xff}|{spec}|{series}");
+    let geometry = Geometry { slots: 2008 };
+    let keys = statsd_redis::store::Keys::new(&config.key_prefix);
+    // Minutes k = 0..59 hold k + 1 in the block, but minute 59, left out (an empty slot); the
+    // hash holds minutes 50..59, minute 50 newer (100) than its block's.
+    for series in ["r.moved", "r.gap"] {
+        let hash = format!("gauge:60:{series}");
+        for k in 0..59u64 {
+            let (block, at) = geometry.locate(60, hour + 60 * k);
+            let key = history::block_key(&keys, &hash, geometry, block);
+            let (group, _) = Geometry::byte_range(at, at);
+            let flag: u8 = redis::cmd("GETRANGE")
+                .arg(&key)
+                .arg(group)
+                .arg(group)
+                .query::<Vec<u8>>(&mut conn)
+                .unwrap()
+                .first()
+                .copied()
+                .unwrap_or(0);
+            let () = redis::cmd("SETRANGE")
+                .arg(&key)
+                .arg(group)
+                .arg(&[flag | (0x80 >> (at % 8))][..])
+                .query(&mut conn)
+                .unwrap();
+            let () = redis::cmd("SETRANGE")
+                .arg(&key)
+                .arg(group + 1 + (at % 8) * 8)
+                .arg(&((k + 1) as f64).to_bits().to_be_bytes()[..])
+                .query(&mut conn)
+                .unwrap();
+        }
+        if series == "r.moved" {
+            for k in 50..60u64 {
+                let v = if k == 50 { 100.0 } else { (k + 1) as f64 };
+                let () = conn.hset(&hash, hour + 60 * k, v).unwrap();
+            }
+        }
+    }
+    let () = conn
+        .zadd("pending:gauge:", member("r.moved", 1.0), now)
+        .unwrap();
+    let () = conn
+        .zadd("pending:gauge:", member("r.gap", 1.0), now)
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(rollups.run_once(now).await.unwrap(), 2);
+    // 1 + ... + 60, minute 50 read as the hash's 100 rather than the block's 51.
+    let sum: f64 = (1..=60).map(f64::from).sum::<f64>() - 51.0 + 100.0;
+    let made = |conn: &mut redis::Connection, series: &str| -> Option<f64> {
+        conn.hget(format!("gauge:3600:{series}"), hour).unwrap()
+    };
+    assert_eq!(made(&mut conn, "r.moved"), Some(sum));
+    // Minute 59 in neither: 59 of 60 known, below an xFilesFactor of 1.
+    assert_eq!(made(&mut conn, "r.gap"), None);
+    assert_eq!(redis.calls("getrange"), 2, "one range a series' level");
+}
+
 /// A batch's points older than the slices a long archive's hash keeps go straight into its
 /// blocks, before any cleaner pass: the hash stays short, a group the batch fills in part keeps
 /// the slots it held, and a value the hash held for such a slice gives way to the newer one,

@@ -155,7 +155,14 @@ async fn moved_slices_read_back_as_the_hash_held_them() {
         *sent.entry(at / 60 * 60).or_default() += 1;
         lines.push(format!("h.c:1|c|T{at}"));
     }
+    // A gauge of 130 neighbouring minutes: its hash keeps the newest 16 once moved.
+    for k in 1..=130u64 {
+        lines.push(format!("h.gn:{k}|g|T{}", t - k * 60 + 5));
+    }
     send_window(&agent, &redis, &lines, t).await;
+    let neighbours_before = render(&agent, "h.gn", t - 61 * 86_400, t);
+    let known = neighbours_before.iter().filter(|p| p.1.is_some()).count();
+    assert_eq!(known, 130);
     let from = t - 61 * 86_400;
     let counts_before = render(&agent, "h.c", from, t);
     let gauges_before = render(&agent, "h.g", from, t);
@@ -178,7 +185,7 @@ async fn moved_slices_read_back_as_the_hash_held_them() {
         report.slices_moved as usize > hash_before - 130,
         "{report:?}"
     );
-    let keep_from = history::keep_from(t + 1, 60);
+    let keep_from = history::keep_from(t + 1, 60, history::Family::Counter);
     let left = redis.get_counter("count:60:h.c");
     assert!(
         left.len() <= HASH_SLICES as usize,
@@ -186,8 +193,24 @@ async fn moved_slices_read_back_as_the_hash_held_them() {
         left.len()
     );
     assert!(left.keys().all(|&s| s >= keep_from), "{left:?}");
+    let gauge_keep = history::keep_from(t + 1, 60, history::Family::Gauge);
+    let neighbours: Vec<u64> = cmd(&redis, redis::cmd("HKEYS").arg("gauge:60:h.gn"));
+    assert_eq!(neighbours.len() as u64, history::GAUGE_HASH_SLICES - 1);
+    assert!(
+        neighbours.iter().all(|&s| s >= gauge_keep),
+        "{neighbours:?}"
+    );
+    same!(
+        render(&agent, "h.gn", t - 61 * 86_400, t),
+        neighbours_before,
+        "a gauge's minutes once moved"
+    );
     let seconds = redis.get_counter("count:1:h.c");
-    assert!(seconds.keys().all(|&s| s >= history::keep_from(t + 1, 1)));
+    assert!(
+        seconds
+            .keys()
+            .all(|&s| s >= history::keep_from(t + 1, 1, history::Family::Counter))
+    );
     let blocks: Vec<String> = cmd(&redis, redis::cmd("KEYS").arg("history:*"));
     assert!(
         blocks

@@ -12,20 +12,22 @@ local function cuts(text)
   return function(p) return slots[p] end
 end
 
--- Slices the book's hash keeps of such an archive (history.rs, HASH_SLICES), a group of eight
--- slots' bytes (a flag byte, then eight 8-byte slots), and the most slices one call moves (a
--- hash written by an earlier release moves over several passes, none of which holds Redis long).
-local HASH_SLICES, GROUP, MOST_MOVED = 120, 65, 20000
+-- Slices the book's hash keeps of such an archive (history.rs, HASH_SLICES), those a gauge's
+-- hash keeps (GAUGE_HASH_SLICES), a group of eight slots' bytes (a flag byte, then eight 8-byte
+-- slots), and the most slices one call moves (a hash written by an earlier release moves over
+-- several passes, none of which holds Redis long).
+local HASH_SLICES, GAUGE_HASH_SLICES, GROUP, MOST_MOVED = 120, 16, 65, 20000
 local moved_budget = MOST_MOVED
 
--- The oldest slice of `precision` the hash keeps at `now`: the newest HASH_SLICES, the one being
--- written among them (history.rs, `keep_from`).
-local function keep_from(now, precision)
-  return now - now % precision - (HASH_SLICES - 1) * precision
+-- The oldest slice of `precision` the hash keeps at `now` (a gauge's with `gauge`): its newest
+-- slices, the one being written among them (history.rs, `keep_from`).
+local function keep_from(now, precision, gauge)
+  local kept = gauge and GAUGE_HASH_SLICES or HASH_SLICES
+  return now - now % precision - (kept - 1) * precision
 end
 
 -- Moves the `fields` (slice, value pairs, as HGETALL gives them) of `hash` older than the
--- newest HASH_SLICES slices of `now`, but its newest field (which keeps the hash, and its index
+-- newest slices its hash keeps at `now`, but its newest field (which keeps the hash, and its index
 -- member, while the series has history), into the blocks named `block_prefix<member>:<slots>:<n>`:
 -- a counter's value added to its slot, a gauge's set; each field deleted in the same call, so a
 -- slice is in the hash or in a block, never counted twice. A counter slot that would overflow
@@ -35,7 +37,7 @@ end
 -- Returns how many moved.
 local function move(hash, block_base, precision, slots, fields, times, newest, now, cutoff, kept,
     gauge, others)
-  local keep_from = keep_from(now, precision)
+  local keep_from = keep_from(now, precision, gauge)
   if others then newest = nil end
   local made, moved, gone = {}, 0, {}
   for i = 1, #fields, 2 do

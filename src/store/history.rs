@@ -17,11 +17,23 @@ use crate::store::{Connection, Keys, StoreError};
 /// `get_counter` answers on them as it always did.
 pub const HASH_SLICES: u64 = 120;
 
-/// The oldest slice of precision `p` the book's hash keeps at `now`: the newest [`HASH_SLICES`],
-/// the one being written among them.
-pub fn keep_from(now: u64, p: u64) -> u64 {
+/// Slices a gauge's hash (`gauge:`, carbon's points and StatsD's gauges) keeps of a long
+/// archive. No book reader reads that family, and every cost of its hash grows with the
+/// hash's length, not the archive's: a point's `HSET` searches the listpack it joins, a
+/// rollup reads the hash whole to make an hour of its minutes, a quick visit searches it for
+/// the fields that left it. So it keeps a few, the rest in the blocks they move to anyway
+/// (docs/layout.md, "History: fixed slots").
+pub const GAUGE_HASH_SLICES: u64 = 16;
+
+/// The oldest slice of precision `p` a hash of `family` keeps at `now`: the newest
+/// [`HASH_SLICES`] ([`GAUGE_HASH_SLICES`] for a gauge), the one being written among them.
+pub fn keep_from(now: u64, p: u64, family: Family) -> u64 {
     let p = p.max(1);
-    (now / p * p).saturating_sub((HASH_SLICES - 1) * p)
+    let kept = match family {
+        Family::Gauge => GAUGE_HASH_SLICES,
+        Family::Counter | Family::Set => HASH_SLICES,
+    };
+    (now / p * p).saturating_sub((kept - 1) * p)
 }
 
 /// How often (s) the cleaner walks the sets' slices to move the older ones into blocks: the walk
@@ -59,7 +71,7 @@ const CLOCK_SLACK_SECS: u64 = 300;
 fn blocks_before(now: u64, p: u64, family: Family) -> u64 {
     let boundary = match family {
         Family::Set => set_keep_from(now, p),
-        Family::Counter | Family::Gauge => keep_from(now, p),
+        Family::Counter | Family::Gauge => keep_from(now, p, family),
     };
     boundary + CLOCK_SLACK_SECS
 }

@@ -7,10 +7,11 @@
 -- that one (whisper's __archive_update_many and __propagate). Setting and recomputing are
 -- idempotent: a chunk applied twice changes nothing.
 
--- The slices the book's hash keeps of a long archive before the cleaner moves them into its
--- blocks (history.lua), a block's group of eight slots, and how long past the hash's own
--- boundary the cleaner may have moved (a clock ahead of the agent's; as the readers allow).
-local POINT_HASH_SLICES, POINT_GROUP, POINT_MARGIN = 120, 65, 300
+-- The slices a gauge's hash keeps of a long archive before the cleaner moves them into its
+-- blocks (history.lua's GAUGE_HASH_SLICES), a block's group of eight slots, and how long past
+-- the hash's own boundary the cleaner may have moved (a clock ahead of the agent's; as the
+-- readers allow).
+local POINT_HASH_SLICES, POINT_GROUP, POINT_MARGIN = 16, 65, 300
 
 -- whisper.aggregate: `known` are the known values in time order, `total` the slices.
 local aggregations = {

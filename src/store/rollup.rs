@@ -135,8 +135,8 @@ impl<'a> Member<'a> {
 enum Read {
     /// The `i`th field of an `HMGET`'s reply.
     Field(usize, usize),
-    /// A `GETRANGE` of its block group.
-    Block(usize),
+    /// The `k`th slot of the `b`th `GETRANGE` of a block: `Block(b, k)`.
+    Block(usize, usize),
 }
 
 /// The rollup runs of one agent.
@@ -256,10 +256,10 @@ impl Rollups {
         }
         let fields = self.read_fields(conn, &requests).await?;
 
-        // Slices missing from a long archive's hash, older than it keeps: from their blocks.
+        // Slices missing from a long archive's hash, older than it keeps: from their blocks,
+        // a `GETRANGE` a level's block (an hour's minutes are neighbouring slots).
         let mut pipe = redis::pipe();
-        let mut blocks: Vec<Option<f64>> = Vec::new();
-        let mut block_slots = Vec::new();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
         for ((m, levels), names) in members.iter().zip(&mut reads).zip(&hashes) {
             for (level, slots) in levels.iter_mut().enumerate().skip(m.lower) {
                 let finer = m.archives[level - 1];
@@ -267,7 +267,8 @@ impl Rollups {
                 else {
                     continue;
                 };
-                let in_hash = history::keep_from(now, finer.p) + MOVED_MARGIN;
+                let in_hash = history::keep_from(now, finer.p, Family::Gauge) + MOVED_MARGIN;
+                let mut missing: Vec<(&mut Read, u64, u64)> = Vec::new();
                 for (slot, slice) in slots.iter_mut().zip(m.interval(level).1) {
                     let Read::Field(c, f) = *slot else { continue };
                     // (A read Redis refused leaves its member out, below.)
@@ -275,7 +276,11 @@ impl Rollups {
                         continue;
                     }
                     let (block, at) = geometry.locate(finer.p, slice);
-                    let (from, to) = Geometry::byte_range(at, at);
+                    missing.push((slot, block, at));
+                }
+                for run in missing.chunk_by_mut(|a, b| a.1 == b.1) {
+                    let (block, first, last) = (run[0].1, run[0].2, run[run.len() - 1].2);
+                    let (from, to) = Geometry::byte_range(first, last);
                     pipe.cmd("GETRANGE")
                         .arg(history::block_key(
                             &keys,
@@ -285,20 +290,21 @@ impl Rollups {
                         ))
                         .arg(from)
                         .arg(to);
-                    block_slots.push(at);
-                    *slot = Read::Block(blocks.len());
-                    blocks.push(None);
+                    for (slot, _, at) in run.iter_mut() {
+                        **slot = Read::Block(ranges.len(), (*at - first) as usize);
+                    }
+                    ranges.push((first, last));
                 }
             }
         }
-        if !blocks.is_empty() {
+        let mut blocks: Vec<Vec<Option<f64>>> = Vec::new();
+        if !ranges.is_empty() {
             let replies: Vec<redis::RedisResult<Vec<u8>>> =
                 pipe.ignore_errors().query_async(conn).await?;
-            for ((value, reply), at) in blocks.iter_mut().zip(replies).zip(block_slots) {
+            for (reply, (first, last)) in replies.into_iter().zip(ranges) {
                 // A name of another type reads as no value, as the script read it.
-                if let Ok(bytes) = reply {
-                    *value = Geometry::read(at, at, &bytes, Family::Gauge)[0];
-                }
+                let bytes = reply.unwrap_or_default();
+                blocks.push(Geometry::read(first, last, &bytes, Family::Gauge));
             }
         }
 
@@ -328,7 +334,7 @@ impl Rollups {
                         .copied()
                         .or(match *read {
                             Read::Field(c, f) => fields[c].get(f).copied().flatten(),
-                            Read::Block(b) => blocks[b],
+                            Read::Block(b, k) => blocks[b].get(k).copied().flatten(),
                         });
                     // A slice past the archive's retention is whisper's stale slot: not known.
                     if let Some(v) = v.filter(|_| i128::from(slice) > stale) {
@@ -409,8 +415,8 @@ impl Rollups {
                     key: key.as_bytes(),
                     fields,
                     // An hour's minutes, a day's hours: the hash is short (a long archive's
-                    // holds its newest 120 slices, the rest in blocks; a short archive has no
-                    // more), and one scan of it costs Redis a third of sixty field scans.
+                    // holds its newest 16 slices, the rest in blocks; a short archive at most
+                    // 120), and one scan of it costs Redis less than sixty field scans.
                     whole: fields.len() > bulk::FEW_FIELDS,
                 })
                 .collect();

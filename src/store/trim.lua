@@ -2,7 +2,7 @@
 -- (src/store/cleaner.rs): the book's clean_counters for one hash.
 
 -- The slices of a long archive's hash a quick visit asks for (see `trim`): those that left the
--- newest HASH_SLICES since the pass at `since`, with two more before them. A visit that would ask
+-- newest slices it keeps since the pass at `since`, with two more before them. A visit that would ask
 -- more reads the whole hash.
 local QUICK_MOST = 64
 
@@ -23,17 +23,18 @@ local QUICK_LEAST = 16
 -- slice of a longer hash older than the visit asks for, and a slice past the retention, wait
 -- for the next full visit (`FULL_EVERY` passes,
 -- src/store/cleaner.rs); readers read the hash whole, so both read as they should meanwhile.
-local function quick_fields(hash, precision, now, since)
+local function quick_fields(hash, precision, now, since, gauge)
   local n = redis.pcall('HLEN', hash)
   if type(n) ~= 'number' then
     return nil
   end
-  local from = keep_from(since, precision) - 2 * precision
+  local from = keep_from(since, precision, gauge) - 2 * precision
   local asked = {}
-  for t = math.max(from, 0), keep_from(now, precision) - precision, precision do
+  for t = math.max(from, 0), keep_from(now, precision, gauge) - precision, precision do
     asked[#asked + 1] = whole_text(t)
   end
-  if n <= QUICK_LEAST or #asked > QUICK_MOST or n > HASH_SLICES + #asked + 1 then
+  local kept = gauge and GAUGE_HASH_SLICES or HASH_SLICES
+  if n <= QUICK_LEAST or #asked > QUICK_MOST or n > kept + #asked + 1 then
     return nil
   end
   local fields = {}
@@ -54,7 +55,7 @@ local function trim(hash, precision, now, kept, slots, block_base, gauge, since)
   local cutoff = now - kept(precision)
   local fields, others, held
   if slots and since and since > 0 then
-    fields, others, held = quick_fields(hash, precision, now, since)
+    fields, others, held = quick_fields(hash, precision, now, since, gauge)
   end
   if not fields then
     fields = redis.pcall(slots and 'HGETALL' or 'HKEYS', hash)
@@ -75,7 +76,7 @@ local function trim(hash, precision, now, kept, slots, block_base, gauge, since)
     end
   end
   local moved = 0
-  if slots and oldest and oldest < keep_from(now, precision) then
+  if slots and oldest and oldest < keep_from(now, precision, gauge) then
     moved = move(hash, block_base .. ':' .. whole_text(slots), precision, slots, fields, times,
       newest, now, cutoff, kept(precision), gauge, others)
   end

@@ -269,7 +269,7 @@ fn split(values: Vec<(u64, f64)>, archive: Archive, now: u64) -> Values {
         return out;
     }
     let p = archive.p;
-    let keep = history::keep_from(now, p);
+    let keep = history::keep_from(now, p, history::Family::Gauge);
     let newest = values.iter().map(|v| v.0).max().unwrap_or(0);
     let mut old: Vec<(u64, f64)> = Vec::new();
     for v in values {
@@ -392,7 +392,7 @@ mod tests {
     fn an_hour_of_points_makes_its_ended_minutes_and_leaves_the_open_ones_pending() {
         // 360 points of 10 s up to now: the minutes and hour they fill whole are made here, the
         // ended hour they fill in part is asked, the open minute and hour are pending, and the
-        // points older than the hash's 120 go to blocks.
+        // points older than the hash's 16 go to blocks.
         let from = NOW - NOW % 10 - 3590;
         let chains = plan(
             &series(Method::Sum, 0.5, points(0, from, 10, 360)),
@@ -402,7 +402,7 @@ mod tests {
         let [c] = &chains[..] else {
             panic!("{chains:?}")
         };
-        let keep = history::keep_from(NOW, 10);
+        let keep = history::keep_from(NOW, 10, history::Family::Gauge);
         assert!(c.points.hash.iter().all(|v| v.0 >= keep));
         let in_blocks: usize =
             c.points.runs.iter().map(|r| r.slices.len()).sum::<usize>() + c.points.old.len();
@@ -420,20 +420,33 @@ mod tests {
             .map(|k| from - from % 60 + k * 60)
             .filter(|m| *m >= from && m + 60 <= NOW)
             .collect();
-        let made: Vec<u64> = (minutes.made.hash.iter().chain(&minutes.made.old))
+        // Those older than the minutes' hash keeps go to blocks too, whole groups as runs.
+        let mut made: Vec<u64> = (minutes.made.hash.iter().chain(&minutes.made.old))
             .map(|v| v.0)
+            .chain(
+                minutes
+                    .made
+                    .runs
+                    .iter()
+                    .flat_map(|r| r.slices.iter().copied()),
+            )
             .collect();
+        made.sort_unstable();
         assert_eq!(made, whole_minutes);
         // The batch starts in the middle of a minute: Redis's slices before it may weigh in.
         assert_ne!(from % 60, 0);
         assert_eq!(minutes.asks, [from - from % 60]);
         assert_eq!(minutes.defers, [NOW - NOW % 60]);
-        // The minute's value: the sum of its six points.
-        let first = whole_minutes[0];
+        // The newest whole minute's value (in the hash): the sum of its six points.
+        let last = whole_minutes[whole_minutes.len() - 1];
         let expect: f64 = (0..6)
-            .map(|k| (((first - from) / 10 + k) % 7) as f64 - 2.5)
+            .map(|k| (((last - from) / 10 + k) % 7) as f64 - 2.5)
             .sum();
-        assert_eq!(minutes.made.hash[0], (first, expect));
+        assert!(
+            minutes.made.hash.contains(&(last, expect)),
+            "{:?}",
+            minutes.made.hash
+        );
         let hours = &c.levels[1];
         assert_eq!(hours.made, Values::default());
         assert_eq!(hours.asks, [NOW - NOW % 3600 - 3600]);
@@ -464,7 +477,7 @@ mod tests {
         assert_eq!(hours.len(), 24);
         assert!(c.levels[0].asks.is_empty());
         assert_eq!(c.levels[1].made.hash, [(day, 3.5)]);
-        // The minutes past the hash's 120 went to blocks, in runs of whole groups.
+        // The minutes past the hash's 16 went to blocks, in runs of whole groups.
         assert!(c.points.runs.iter().map(|r| r.slices.len()).sum::<usize>() >= 1300);
     }
 

@@ -367,18 +367,22 @@ pub async fn import(
             if found.is_empty() {
                 continue;
             }
-            let (key, index) = if counter {
-                (keys.counter(p, series), keys.known())
+            let (key, index, family) = if counter {
+                (
+                    keys.counter(p, series),
+                    keys.known(),
+                    history::Family::Counter,
+                )
             } else {
-                (keys.gauge(p, series), keys.known_gauges())
+                (
+                    keys.gauge(p, series),
+                    keys.known_gauges(),
+                    history::Family::Gauge,
+                )
             };
             // A long archive's slices older than the hash keeps go into its blocks.
             let (older, newer) = match retention.history(p) {
                 Some(g) => {
-                    let family = match counter {
-                        true => history::Family::Counter,
-                        false => history::Family::Gauge,
-                    };
                     let keep_from = history::keep_from(now, p, family);
                     let mut newer = found.split_off(&keep_from);
                     // The hash keeps at least the newest slice, as the cleaner leaves it: the
@@ -401,7 +405,7 @@ pub async fn import(
                     p,
                     a.seconds(),
                     &older,
-                    counter,
+                    family,
                     now,
                 )
                 .await
@@ -497,7 +501,7 @@ async fn set_blocks(
     p: u64,
     kept_secs: u64,
     slices: &BTreeMap<u64, f64>,
-    counter: bool,
+    family: history::Family,
     now: u64,
 ) -> redis::RedisResult<usize> {
     let mut by_block: BTreeMap<u64, Vec<(u64, f64)>> = BTreeMap::new();
@@ -520,15 +524,7 @@ async fn set_blocks(
             .arg(2)
             .arg(history::block_key(keys, hash, geometry, block))
             .arg(hash)
-            .arg(history::block_bytes(
-                geometry,
-                &points,
-                if counter {
-                    history::Family::Counter
-                } else {
-                    history::Family::Gauge
-                },
-            ))
+            .arg(history::block_bytes(geometry, &points, family))
             .arg(ttl)
             .arg(start)
             .arg(p)

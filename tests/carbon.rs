@@ -898,33 +898,17 @@ async fn a_rollup_reads_an_hours_moved_minutes_as_one_range() {
     let keys = statsd_redis::store::Keys::new(&config.key_prefix);
     // Minutes k = 0..59 hold k + 1 in the block, but minute 59, left out (an empty slot); the
     // hash holds minutes 50..59, minute 50 newer (100) than its block's.
+    let mut blocks: BTreeMap<u64, Vec<(u64, f64)>> = BTreeMap::new();
+    for k in 0..59u64 {
+        let (block, at) = geometry.locate(60, hour + 60 * k);
+        blocks.entry(block).or_default().push((at, (k + 1) as f64));
+    }
     for series in ["r.moved", "r.gap"] {
         let hash = format!("gauge:60:{series}");
-        for k in 0..59u64 {
-            let (block, at) = geometry.locate(60, hour + 60 * k);
+        for (&block, slots) in &blocks {
             let key = history::block_key(&keys, &hash, geometry, block);
-            let (group, _) = Geometry::byte_range(at, at);
-            let flag: u8 = redis::cmd("GETRANGE")
-                .arg(&key)
-                .arg(group)
-                .arg(group)
-                .query::<Vec<u8>>(&mut conn)
-                .unwrap()
-                .first()
-                .copied()
-                .unwrap_or(0);
-            let () = redis::cmd("SETRANGE")
-                .arg(&key)
-                .arg(group)
-                .arg(&[flag | (0x80 >> (at % 8))][..])
-                .query(&mut conn)
-                .unwrap();
-            let () = redis::cmd("SETRANGE")
-                .arg(&key)
-                .arg(group + 1 + (at % 8) * 8)
-                .arg(&((k + 1) as f64).to_bits().to_be_bytes()[..])
-                .query(&mut conn)
-                .unwrap();
+            let bytes = history::block_bytes(geometry, slots, history::Family::Gauge);
+            let () = conn.set(key, bytes).unwrap();
         }
         if series == "r.moved" {
             for k in 50..60u64 {
@@ -952,7 +936,18 @@ async fn a_rollup_reads_an_hours_moved_minutes_as_one_range() {
     assert_eq!(made(&mut conn, "r.moved"), Some(sum));
     // Minute 59 in neither: 59 of 60 known, below an xFilesFactor of 1.
     assert_eq!(made(&mut conn, "r.gap"), None);
-    assert_eq!(redis.calls("getrange"), 2, "one range a series' level");
+    // (An hour may straddle two blocks: a range each.) Read from blocks: r.moved's minutes
+    // 0..49, r.gap's 0..59.
+    let spanned = |minutes: u64| {
+        let first = geometry.locate(60, hour).0;
+        geometry.locate(60, hour + 60 * (minutes - 1)).0 - first + 1
+    };
+    let ranges = spanned(50) + spanned(60);
+    assert_eq!(
+        redis.calls("getrange"),
+        ranges,
+        "one range a series' level's block"
+    );
 }
 
 /// A batch's points older than the slices a long archive's hash keeps go straight into its

@@ -19,11 +19,15 @@ end
 local HASH_SLICES, GAUGE_HASH_SLICES, GROUP, MOST_MOVED = 120, 16, 65, 20000
 local moved_budget = MOST_MOVED
 
+-- How many of its newest slices a long archive's hash keeps (a gauge's with `gauge`).
+local function hash_slices(gauge)
+  return gauge and GAUGE_HASH_SLICES or HASH_SLICES
+end
+
 -- The oldest slice of `precision` the hash keeps at `now` (a gauge's with `gauge`): its newest
 -- slices, the one being written among them (history.rs, `keep_from`).
 local function keep_from(now, precision, gauge)
-  local kept = gauge and GAUGE_HASH_SLICES or HASH_SLICES
-  return now - now % precision - (kept - 1) * precision
+  return now - now % precision - (hash_slices(gauge) - 1) * precision
 end
 
 -- Moves the `fields` (slice, value pairs, as HGETALL gives them) of `hash` older than the

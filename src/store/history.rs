@@ -580,6 +580,22 @@ pub fn block_bytes(geometry: Geometry, points: &[(u64, f64)], family: Family) ->
 mod tests {
     use super::*;
 
+    /// The scripts that move and write a long archive's slices keep the hash's length as the
+    /// readers do.
+    #[test]
+    fn the_scripts_keep_the_hashes_length_the_readers_do() {
+        let history = format!(
+            "local HASH_SLICES, GAUGE_HASH_SLICES, GROUP, MOST_MOVED = {HASH_SLICES}, \
+             {GAUGE_HASH_SLICES}, {GROUP_BYTES}, 20000"
+        );
+        assert!(include_str!("history.lua").contains(&history), "{history}");
+        let points = format!(
+            "local POINT_HASH_SLICES, POINT_GROUP, POINT_MARGIN = {GAUGE_HASH_SLICES}, \
+             {GROUP_BYTES}, {CLOCK_SLACK_SECS}"
+        );
+        assert!(include_str!("points.lua").contains(&points), "{points}");
+    }
+
     #[test]
     fn geometries_fill_their_size_class() {
         assert_eq!((SMALL.bytes(), SMALL.class_bytes()), (2015, 2048));

@@ -33,8 +33,7 @@ local function quick_fields(hash, precision, now, since, gauge)
   for t = math.max(from, 0), keep_from(now, precision, gauge) - precision, precision do
     asked[#asked + 1] = whole_text(t)
   end
-  local kept = gauge and GAUGE_HASH_SLICES or HASH_SLICES
-  if n <= QUICK_LEAST or #asked > QUICK_MOST or n > kept + #asked + 1 then
+  if n <= QUICK_LEAST or #asked > QUICK_MOST or n > hash_slices(gauge) + #asked + 1 then
     return nil
   end
   local fields = {}

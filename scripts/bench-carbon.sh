@@ -13,7 +13,8 @@
 #                                            ROUND_SERIES=20000 ROUNDS=12,
 #                                            SCHEMA=10s:6h,1m:7d,1h:90d,1d:5y; CARBON=0: the
 #                                            agent alone, to compare schemas;
-#                                            COMMANDSTATS=1: Redis's own time by command;
+#                                            COMMANDSTATS=1: Redis's own time by command,
+#                                            and the agent's and Redis's CPU apart;
 #                                            IDLE=1: first, their CPU left idle 60 s;
 #                                            AGAIN=1: each shape sent once first, unmeasured,
 #                                            so that the measured sending finds the files and
@@ -152,7 +153,8 @@ for run in $(seq 1 "$RUNS"); do
       first=$(agent_metric "$http" carbon_points_total)
       redis-cli -s "$sock" config resetstat >/dev/null
     fi
-    a0=$(echo "$(proc_cpu "$agent_pid") + $(proc_cpu "$redis_pid")" | bc)
+    g0=$(proc_cpu "$agent_pid"); r0=$(proc_cpu "$redis_pid")
+    a0=$(echo "$g0 + $r0" | bc)
     sent=$(send "$agent_carbon" "$shape")
     # Counted too: the open intervals' rollups, made once a coarse_write_secs (60 s), and a
     # cleaner pass after the points (every cleaner_interval_secs, 60 s), which moves what a
@@ -165,7 +167,7 @@ for run in $(seq 1 "$RUNS"); do
     a1=$(echo "$(proc_cpu "$agent_pid") + $(proc_cpu "$redis_pid")" | bc)
     if [ -n "${COMMANDSTATS:-}" ]; then
       redis-cli -s "$sock" info commandstats | grep -E "cmdstat_" >&2
-      echo "agent $(proc_cpu "$agent_pid") s, redis $(proc_cpu "$redis_pid") s (CPU since start)" >&2
+      echo "measured: agent $(echo "$(proc_cpu "$agent_pid") - $g0" | bc) s, redis $(echo "$(proc_cpu "$redis_pid") - $r0" | bc) s CPU" >&2
     fi
     placed=$(agent_metric "$http" carbon_points_total)
     placed=$(echo "$placed - ${first:-0}" | bc)

@@ -11,29 +11,33 @@
 # pass's includes Redis idling until it comes) for each pass. RUNS times (median, then the
 # runs).
 #
-#   [AGENT=<build>] [SCHEMA=retentions] scripts/cleaner-cost.sh [series=20000] [runs=3]
+#   [AGENT=<build>] [SCHEMA=retentions] [INTERVAL=60] scripts/cleaner-cost.sh [series=20000] [runs=3]
+#
+# INTERVAL: the agent's cleaner_interval_secs, and the new slices before the next pass those
+# seconds' (60/p a minute).
 #
 # Needs python3-redis.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 series=${1:-20000}; runs=${2:-3}
 schema=${SCHEMA:-10s:6h,1m:7d,1h:90d,1d:5y}
+interval=${INTERVAL:-60}
 . scripts/common.sh
 need_python_redis
 kept=$(archives "$schema")
 # fill SOCK SERIES ARCHIVES FIRST: each series' hashes of the finer precisions of ARCHIVES
-# (`archives`' form; as above), the first fill (FIRST=1) or a minute's new slices (0).
+# (`archives`' form; as above), the first fill (FIRST=1) or an interval's new slices (0).
 fill() {
   /usr/bin/python3 - "$@" <<'PY'
 import redis, sys, time
-sock, n, first = sys.argv[1], int(sys.argv[2]), sys.argv[4] == "1"
+sock, n, first, interval = sys.argv[1], int(sys.argv[2]), sys.argv[4] == "1", int(sys.argv[5])
 archives = [tuple(map(int, a.split(":"))) for a in sys.argv[3].split(",")]
 counts = []
 for i, (prec, kept) in enumerate(archives):
     if i >= 3 or (i == 2 and prec >= 3600):
         break
-    per_minute = 60 // prec
-    counts.append((prec, min(kept // prec, 120) + per_minute if first else per_minute + 1))
+    per_pass = max(interval // prec, 1)
+    counts.append((prec, min(kept // prec, 120) + per_pass if first else per_pass + 1))
 r = redis.Redis(unix_socket_path=sock)
 now = int(time.time())
 p = r.pipeline(transaction=False)
@@ -52,16 +56,17 @@ first_runs=(); next_runs=(); first_cpu=(); next_cpu=()
 for run in $(seq 1 "$runs"); do
   sock=$dir/redis.sock; rm -f "$sock"
   start_redis "$sock"
-  fill "$sock" "$series" "$kept" 1
+  fill "$sock" "$series" "$kept" 1 "$interval"
   redis-cli -s "$sock" config resetstat >/dev/null
   r0=$(redis_cpu "$sock")
-  start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$schema"
+  start_agent "$dir/agent.log" --redis "unix://$sock" --retentions "$schema" \
+    --cleaner-interval-secs "$interval"
   until [ "$(agent_metric "$http" cleaner_passes_total)" != 0 ]; do sleep 0.2; done
   first_runs+=("$(echo "$(redis_usec "$sock") / $series" | bc -l)")
   first_cpu+=("$(echo "($(redis_cpu "$sock") - $r0) * 1000000 / $series" | bc -l)")
-  # A minute of writes before the next pass (a pass every 60 s).
-  sleep 45
-  fill "$sock" "$series" "$kept" 0
+  # An interval of writes before the next pass.
+  sleep $((interval * 3 / 4))
+  fill "$sock" "$series" "$kept" 0 "$interval"
   redis-cli -s "$sock" config resetstat >/dev/null
   r0=$(redis_cpu "$sock")
   until [ "$(agent_metric "$http" cleaner_passes_total)" = 2 ]; do sleep 0.2; done

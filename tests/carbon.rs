@@ -1165,9 +1165,8 @@ async fn an_edited_schemas_file_applies_at_sighup() {
     let ten = |age: i64| (now - age) - (now - age) % 10;
     // Whether the hash or a block holds the 10 s slice: an old point alone stays in the hash,
     // but the cleaner moves it once a newer one is there.
-    let at_ten = |slice: i64| -> Option<f64> {
-        redis.history("gauge:10:s.x").get(&(slice as u64)).copied()
-    };
+    let at_ten =
+        |slice: i64| -> Option<f64> { redis.history("gauge:10:s.x").get(&(slice as u64)).copied() };
 
     send_tcp(
         port,

@@ -1168,9 +1168,8 @@ async fn an_edited_schemas_file_applies_at_sighup() {
     let at_ten =
         |slice: i64| -> Option<f64> { redis.history("gauge:10:s.x").get(&(slice as u64)).copied() };
     // Whether the hash holds it: what a shorter retention trims (a block keeps its expiry).
-    let in_hash = |slice: i64| -> Option<f64> {
-        redis::Commands::hget(&mut redis.conn(), "gauge:10:s.x", slice).unwrap()
-    };
+    let mut conn = redis.conn();
+    let mut in_hash = |slice: i64| -> Option<f64> { conn.hget("gauge:10:s.x", slice).unwrap() };
 
     send_tcp(
         port,

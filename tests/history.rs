@@ -85,6 +85,11 @@ fn render(agent: &TestAgent, target: &str, from: u64, until: u64) -> Vec<(u64, O
         .collect()
 }
 
+/// A render's value at `slice`.
+fn render_at(points: &[(u64, Option<f64>)], slice: u64) -> Option<f64> {
+    points.iter().find(|(s, _)| *s == slice).and_then(|(_, v)| *v)
+}
+
 /// The points of a render that hold a value, by time.
 fn written(points: Vec<(u64, Option<f64>)>) -> BTreeMap<u64, f64> {
     points
@@ -1236,6 +1241,36 @@ async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
         0,
         "a second pass"
     );
+
+    // The renders keep what they decoded of a block by its bytes (`quantile_blocks::Memo`): the
+    // same renders again read the same; a block rewritten since (a record replaced: its slot
+    // and token, other buckets) reads as its new bytes, the rest as before.
+    assert_eq!(reads("h.n"), before.1, "the histogram again, remembered");
+    let mut blocks: Vec<String> = cmd(&redis, redis::cmd("KEYS").arg("history:hist:60:h.n:*"));
+    blocks.sort();
+    let bytes: Vec<u8> = cmd(&redis, redis::cmd("GET").arg(&blocks[0]));
+    let (_, parts) = statsd_redis::store::quantile_blocks::decode(&bytes).unwrap();
+    let n: u64 = blocks[0].rsplit(':').next().unwrap().parse().unwrap();
+    let slice = (n * statsd_redis::store::quantile_blocks::SLOTS + u64::from(parts[0].slot)) * 60;
+    let mut buckets = statsd_redis::aggregate::Buckets::default();
+    buckets.add(mapping.bucket(1234.5), 1.0);
+    let record = statsd_redis::store::quantile_blocks::record(parts[0].slot, parts[0].token, &buckets);
+    let _: i64 = redis::Script::new(include_str!("../src/store/hist_move.lua"))
+        .key(&blocks[0])
+        .arg(statsd_redis::store::quantile_blocks::header("0.01"))
+        .arg(t + 90 * 86_400)
+        .arg(record)
+        .invoke(&mut redis.conn())
+        .unwrap();
+    let minutes = t - 4 * 86_400;
+    let max = render(&agent, "h.n.max", minutes, t);
+    let (was, now) = (render_at(&before.1[4], slice), render_at(&max, slice));
+    assert_ne!(was, now, "minute {slice}");
+    assert_eq!(now, Some(mapping.value(mapping.bucket(1234.5))), "minute {slice}");
+    let others = |points: &[(u64, Option<f64>)]| -> Vec<(u64, Option<f64>)> {
+        points.iter().filter(|(s, _)| *s != slice).copied().collect()
+    };
+    assert_eq!(others(&max), others(&before.1[4]), "the other minutes");
 
     // A value late into a packed minute: a new hash, read once the next walk packed it.
     add("h.t", "AccessTime", late_at, 7777.0, 1.0);

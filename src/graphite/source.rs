@@ -104,6 +104,8 @@ pub struct Remembered {
     precisions: tokio::sync::Mutex<BTreeMap<String, (Instant, Vec<u64>)>>,
     /// The server's `hash-max-listpack-entries`: which hashes are listpacks.
     listpack_limit: tokio::sync::Mutex<Option<(Instant, u64)>>,
+    /// Timer statistics read from packed quantile blocks, by the blocks' bytes.
+    quantiles: quantile_blocks::Memo<Point>,
 }
 
 /// Index members read by the first call of a walk, and after each branch skipped.
@@ -1350,9 +1352,10 @@ impl<'a> Source<'a> {
                     self.config.cleaner_interval_secs,
                 );
                 let slices: Vec<u64> = slices.iter().map(|s| *s as u64).collect();
-                let statistic = match &leaf.kind {
-                    Kind::Stat(_, stat) => Statistic::parse(stat),
-                    _ => None,
+                let (statistic, name) = match &leaf.kind {
+                    Kind::Stat(_, stat) => (Statistic::parse(stat), format!("stat {stat}")),
+                    Kind::Etsy(_, field) => (None, format!("etsy {field:?}")),
+                    _ => (None, String::new()),
                 };
                 let read = quantile_blocks::read(
                     &self.conn,
@@ -1360,7 +1363,8 @@ impl<'a> Source<'a> {
                     (&leaf.series, *kind, step),
                     &slices,
                     hashes_from,
-                    |_, mapping, buckets| match (&leaf.kind, &statistic) {
+                    Some((&self.remembered.quantiles, &name)),
+                    |mapping, buckets| match (&leaf.kind, &statistic) {
                         (Kind::Etsy(_, field), _) => field.of(buckets, mapping),
                         (_, Some(statistic)) => statistic.of(buckets, mapping),
                         _ => None,

@@ -584,22 +584,110 @@ pub fn token_of(text: &str) -> Option<[u8; 4]> {
 /// A slice's buckets, with their accuracy.
 pub type Slice = Option<(f64, Buckets)>;
 
+/// What one statistic gave for each record of the blocks read before, by the block's bytes
+/// (docs/layout.md, "Quantile slices"): a dashboard's refresh decodes only the blocks that
+/// changed since. A record's answer depends on its bytes and the statistic alone (the block's
+/// accuracy is among its bytes), so an answer kept is never stale: a block rewritten (a pack
+/// after a late write, a record replaced) has other bytes and is decoded again. Bounded: two
+/// generations of at most half [`Memo::LIMIT`] bytes each (a block's bytes and its answers);
+/// when the newer one is full it becomes the older and the older goes, and a block found in
+/// the older is carried into the newer.
+pub struct Memo<T> {
+    held: std::sync::Mutex<[Generation<T>; 2]>,
+    limit: usize,
+}
+
+/// A [`Memo`]'s generation: statistic → block's bytes → each record's answer; its bytes.
+type Generation<T> = (
+    hashbrown::HashMap<String, hashbrown::HashMap<Box<[u8]>, Answers<T>>>,
+    usize,
+);
+
+/// Each record's answer of a block, in the block's order (`None`: bytes we did not write).
+type Answers<T> = std::sync::Arc<[Option<T>]>;
+
+impl<T> Default for Memo<T> {
+    fn default() -> Self {
+        Memo {
+            held: Default::default(),
+            limit: Self::LIMIT,
+        }
+    }
+}
+
+impl<T> Memo<T> {
+    /// The bytes a memo keeps at most: one statistic of a day of minutes of about 300 timers
+    /// at 60 values a minute.
+    pub const LIMIT: usize = 64 << 20;
+
+    /// The answers of `statistic` kept for `block`.
+    fn get(&self, statistic: &str, block: &[u8]) -> Option<Answers<T>> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(answers) = held[0].0.get(statistic).and_then(|m| m.get(block)) {
+            return Some(answers.clone());
+        }
+        let answers = held[1].0.get_mut(statistic)?.remove(block)?;
+        held[1].1 -= Self::cost(block, &answers);
+        self.put(&mut held, statistic, block, answers.clone());
+        Some(answers)
+    }
+
+    /// Keeps `answers` of `statistic` for `block`.
+    fn keep(&self, statistic: &str, block: &[u8], answers: Answers<T>) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        self.put(&mut held, statistic, block, answers);
+    }
+
+    fn put(
+        &self,
+        held: &mut [Generation<T>; 2],
+        statistic: &str,
+        block: &[u8],
+        answers: Answers<T>,
+    ) {
+        let cost = Self::cost(block, &answers);
+        if cost > self.limit / 2 {
+            return;
+        }
+        if held[0].1 + cost > self.limit / 2 {
+            held[1] = std::mem::take(&mut held[0]);
+        }
+        let previous = held[0]
+            .0
+            .entry_ref(statistic)
+            .or_default()
+            .insert(block.into(), answers);
+        held[0].1 += cost - previous.map_or(0, |a| Self::cost(block, &a));
+    }
+
+    /// What an entry holds: its bytes, its answers and about what a map's entry costs besides.
+    fn cost(block: &[u8], answers: &[Option<T>]) -> usize {
+        block.len() + std::mem::size_of_val(answers) + 64
+    }
+}
+
 /// The quantile buckets of `series` at precision `p` for each of `slices` (ascending): from
 /// their hashes alone, or, where the precision is packed (`hashes_from` given: [`hashes_from`]),
 /// from the hashes of the slices from there on and from the blocks of every slice, a slice's
 /// parts added (a part whose token a hash still holds is that hash's, which holds at least
 /// what moved; a record that is no record of ours is no part). Each slice found is handed to
-/// `each` (its place in `slices`, its accuracy's mapping and its buckets), in order; what it
-/// returns is the slice's answer, `None` for a slice with nothing. A slice of one part (nearly
-/// every packed one) is read into one buffer used again for the next, and a mapping is made
-/// once for the slices of one accuracy (nearly always all of them).
-pub async fn read<T>(
+/// `each` (its accuracy's mapping and its buckets), in order; what it returns is the slice's
+/// answer, `None` for a slice with nothing. A slice of one part (nearly every packed one) is
+/// read into one buffer used again for the next, and a mapping is made once for the slices of
+/// one accuracy (nearly always all of them).
+///
+/// With a `memo` and the statistic `each` computes, a slice of one part in a block is answered
+/// by what `each` gave for it before ([`Memo`]), and a block not remembered has each of its
+/// records answered and kept: `each` then runs for records not asked and not for those
+/// remembered, so it must depend on the buckets alone.
+pub async fn read<T: Clone>(
     conn: &Connection,
     keys: &Keys,
     (series, kind, p): (&str, StatKind, u64),
     slices: &[u64],
     hashes_from: Option<u64>,
-    mut each: impl FnMut(usize, &Mapping, &Buckets) -> T,
+    memo: Option<(&Memo<T>, &str)>,
+    mut each: impl FnMut(&Mapping, &Buckets) -> T,
 ) -> Result<Vec<Option<T>>, StoreError> {
     let asked = slices.partition_point(|s| *s < hashes_from.unwrap_or(0));
     let hashes: Vec<Vec<(String, String)>> = conn
@@ -642,18 +730,45 @@ pub async fn read<T>(
             _ => slices.binary_search(&slice).ok(),
         }
     };
-    // Each record of a slice asked, with the slice's place and its block's accuracy.
+    let mut mapping = Mapping::default();
+    let mut answer = |alpha: f64, buckets: &Buckets| {
+        if mapping.alpha() != alpha {
+            mapping = Mapping::new(alpha);
+        }
+        each(&mapping, buckets)
+    };
+    let mut read = Buckets::default();
+    // Each record of a slice asked, with the slice's place, its block's accuracy and, with a
+    // memo, where its block's answers are and its place among them.
     let first_block = slices.first().map_or(0, |s| locate(p, *s).0);
-    let mut found: Vec<(usize, f64, Record)> = Vec::new();
+    let mut found: Vec<(usize, f64, Record, Option<(usize, usize)>)> = Vec::new();
+    let mut remembered: Vec<Answers<T>> = Vec::new();
     for (n, bytes) in (first_block..).zip(&blocks) {
-        let Some((alpha, records)) = bytes.as_deref().and_then(records) else {
+        let Some(bytes) = bytes.as_deref() else {
             continue;
         };
-        for record in records {
+        let Some((alpha, records)) = records(bytes) else {
+            continue;
+        };
+        let answers = memo.map(|(memo, statistic)| {
+            memo.get(statistic, bytes).unwrap_or_else(|| {
+                let answers: Answers<T> = records
+                    .iter()
+                    .map(|r| r.buckets(&mut read).map(|()| answer(alpha, &read)))
+                    .collect();
+                memo.keep(statistic, bytes, answers.clone());
+                answers
+            })
+        });
+        let block = answers.map(|a| {
+            remembered.push(a);
+            remembered.len() - 1
+        });
+        for (j, record) in records.into_iter().enumerate() {
             let slice = (n * SLOTS + u64::from(record.slot)) * p;
             let Some(i) = at(slice) else { continue };
             if sealed.get(&slice) != Some(&record.token) {
-                found.push((i, alpha, record));
+                found.push((i, alpha, record, block.map(|b| (b, j))));
             }
         }
     }
@@ -661,7 +776,7 @@ pub async fn read<T>(
     // writes a block's records in the order its walk met the slices): counted a slice, then
     // each put in its place; `ends[i]` is then where slice `i`'s records end.
     let mut ends = vec![0; slices.len()];
-    for (i, _, _) in &found {
+    for (i, ..) in &found {
         ends[*i] += 1;
     }
     let mut sum = 0;
@@ -673,29 +788,22 @@ pub async fn read<T>(
         ordered[ends[record.0]] = record;
         ends[record.0] += 1;
     }
-    let mut mapping = Mapping::default();
-    let mut answer = |i, alpha: f64, buckets: &Buckets| {
-        if mapping.alpha() != alpha {
-            mapping = Mapping::new(alpha);
-        }
-        each(i, &mapping, buckets)
-    };
-    let mut read = Buckets::default();
     let mut out = Vec::with_capacity(slices.len());
     for (i, held) in held.into_iter().enumerate() {
         let from = i.checked_sub(1).map_or(0, |j| ends[j]);
         out.push(match (held, &ordered[from..ends[i]]) {
             (None, []) => None,
-            (None, [(_, alpha, record)]) => {
-                record.buckets(&mut read).map(|()| answer(i, *alpha, &read))
+            (None, [(_, _, _, Some((b, j)))]) => remembered[*b][*j].clone(),
+            (None, [(_, alpha, record, None)]) => {
+                record.buckets(&mut read).map(|()| answer(*alpha, &read))
             }
             (mut slice, records) => {
-                for (_, alpha, record) in records {
+                for (_, alpha, record, _) in records {
                     if record.buckets(&mut read).is_some() {
                         add(&mut slice, *alpha, &read);
                     }
                 }
-                slice.map(|(alpha, buckets)| answer(i, alpha, &buckets))
+                slice.map(|(alpha, buckets)| answer(alpha, &buckets))
             }
         });
     }
@@ -727,6 +835,44 @@ mod tests {
             b.add(bucket, w);
         }
         b
+    }
+
+    #[test]
+    fn a_memo_keeps_two_generations_of_at_most_half_its_limit() {
+        let memo = Memo::<u64> {
+            held: Default::default(),
+            limit: 2 * (Memo::<u64>::cost(&[0; 100], &[Some(0)]) * 3),
+        };
+        let block = |n: u8| [n; 100];
+        let answers = |n: u64| -> Answers<u64> { vec![Some(n)].into() };
+        for n in 0..3 {
+            memo.keep("p99", &block(n), answers(n.into()));
+        }
+        memo.keep("p50", &block(0), answers(50));
+        // The fourth did not fit beside the first three: they went into the older generation.
+        let held = |memo: &Memo<u64>| memo.held.lock().unwrap()[0].1;
+        assert_eq!(held(&memo), Memo::<u64>::cost(&[0; 100], &[Some(0)]));
+        assert_eq!(memo.get("p99", &block(1)).as_deref(), Some(&[Some(1)][..]));
+        assert_eq!(memo.get("p50", &block(0)).as_deref(), Some(&[Some(50)][..]));
+        assert_eq!(memo.get("p50", &block(1)), None, "another statistic");
+        assert_eq!(memo.get("p99", &[1; 99]), None, "other bytes");
+        // Three more: the newer generation (p50's, p99 1's carried over) became the older, and
+        // the first generation's are gone but what was carried.
+        for n in 3..6 {
+            memo.keep("p99", &block(n), answers(n.into()));
+        }
+        assert_eq!(memo.get("p99", &block(0)), None);
+        assert_eq!(memo.get("p99", &block(2)), None);
+        assert_eq!(memo.get("p99", &block(1)).as_deref(), Some(&[Some(1)][..]));
+        assert_eq!(memo.get("p99", &block(5)).as_deref(), Some(&[Some(5)][..]));
+        // What is larger than a generation is not kept.
+        memo.keep("p99", &[9; 1000], answers(9));
+        assert_eq!(memo.get("p99", &[9; 1000]), None);
+        let total = |memo: &Memo<u64>| {
+            let held = memo.held.lock().unwrap();
+            held[0].1 + held[1].1
+        };
+        assert!(total(&memo) <= memo.limit, "{}", total(&memo));
     }
 
     #[test]

@@ -248,18 +248,21 @@ impl Reader {
                 (series, kind, range.precision),
                 batch,
                 hashes_from,
-                |i, mapping, buckets| {
+                None,
+                |mapping, buckets| {
                     super::quantile_blocks::add(&mut merged, mapping.alpha(), buckets);
                     let count = buckets.total();
                     (by_slice && count > 0.0).then(|| SliceQuantiles {
-                        slice: batch[i],
+                        slice: 0,
                         count,
                         quantiles: quantiles_of(buckets, mapping, qs),
                     })
                 },
             )
             .await?;
-            each.extend(read.into_iter().flatten().flatten());
+            each.extend(batch.iter().zip(read).filter_map(|(slice, q)| {
+                q.flatten().map(|q| SliceQuantiles { slice: *slice, ..q })
+            }));
         }
         let Some((alpha, buckets)) = merged.filter(|(_, b)| b.total() > 0.0) else {
             return Ok(None);

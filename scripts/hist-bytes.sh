@@ -24,7 +24,8 @@
 # and Redis's own time a render (INFO commandstats), to set a long archive beside a short one
 # (TARGET: another target, e.g. `stats.timers.bench.*.latency.upper_90`, Etsy's name, which
 # turns `graphite_etsy_names` on);
-# the agent's CPU a render (/proc, user and system); with PERF=file, the renders under
+# the agent's CPU a render (/proc, user and system); the first render's time apart (it
+# decodes every block, the others find what it kept); with PERF=file, the renders under
 # `perf record -g` (use AGENT=target/profiling/statsd-redis for its symbols).
 #
 #   [SCHEMA=...] [AGENT=...] [RENDERS=n] [PERF=file] scripts/hist-bytes.sh [series=20] [slices=1440] [values=60]
@@ -104,7 +105,11 @@ if [ -n "${RENDERS:-}" ]; then
     --retentions "${SCHEMA:-10s:6h,1min:6d,10min:1800d}" --quantile-precisions 60 \
     ${TARGET:+--graphite-etsy-names true}
   url="http://127.0.0.1:$http/graphite/render?target=$target&from=-$((slices * 60))s&format=json"
-  until curl -sfg -o /dev/null "$url"; do sleep 0.1; done
+  until curl -sf -o /dev/null "http://127.0.0.1:$http/healthz"; do sleep 0.1; done
+  # The first render decodes every block; the Graphite API keeps what it took from each
+  # (quantile_blocks::Memo), which the renders after it find.
+  curl -sg -o /dev/null -w '%{time_total}\n' "$url" |
+    awk '{printf "  the first render (nothing kept yet): %.2f ms\n", $1 * 1000}'
   curl -sg "$url" | python3 -c 'import json,sys; a=json.load(sys.stdin); print("  rendered:", len(a), "series,", sum(v is not None for s in a for v, _ in s["datapoints"]), "points")'
   redis-cli -s "$sock" config resetstat >/dev/null
   [ -z "${PERF:-}" ] || perf_start "$PERF" "$agent_pid"

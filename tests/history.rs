@@ -87,7 +87,10 @@ fn render(agent: &TestAgent, target: &str, from: u64, until: u64) -> Vec<(u64, O
 
 /// A render's value at `slice`.
 fn render_at(points: &[(u64, Option<f64>)], slice: u64) -> Option<f64> {
-    points.iter().find(|(s, _)| *s == slice).and_then(|(_, v)| *v)
+    points
+        .iter()
+        .find(|(s, _)| *s == slice)
+        .and_then(|(_, v)| *v)
 }
 
 /// The points of a render that hold a value, by time.
@@ -1254,7 +1257,8 @@ async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
     let slice = (n * statsd_redis::store::quantile_blocks::SLOTS + u64::from(parts[0].slot)) * 60;
     let mut buckets = statsd_redis::aggregate::Buckets::default();
     buckets.add(mapping.bucket(1234.5), 1.0);
-    let record = statsd_redis::store::quantile_blocks::record(parts[0].slot, parts[0].token, &buckets);
+    let record =
+        statsd_redis::store::quantile_blocks::record(parts[0].slot, parts[0].token, &buckets);
     let _: i64 = redis::Script::new(include_str!("../src/store/hist_move.lua"))
         .key(&blocks[0])
         .arg(statsd_redis::store::quantile_blocks::header("0.01"))
@@ -1266,9 +1270,17 @@ async fn packed_quantile_slices_read_back_as_their_hashes_held_them() {
     let max = render(&agent, "h.n.max", minutes, t);
     let (was, now) = (render_at(&before.1[4], slice), render_at(&max, slice));
     assert_ne!(was, now, "minute {slice}");
-    assert_eq!(now, Some(mapping.value(mapping.bucket(1234.5))), "minute {slice}");
+    assert_eq!(
+        now,
+        Some(mapping.value(mapping.bucket(1234.5))),
+        "minute {slice}"
+    );
     let others = |points: &[(u64, Option<f64>)]| -> Vec<(u64, Option<f64>)> {
-        points.iter().filter(|(s, _)| *s != slice).copied().collect()
+        points
+            .iter()
+            .filter(|(s, _)| *s != slice)
+            .copied()
+            .collect()
     };
     assert_eq!(others(&max), others(&before.1[4]), "the other minutes");
 

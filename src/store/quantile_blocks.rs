@@ -584,6 +584,10 @@ pub fn token_of(text: &str) -> Option<[u8; 4]> {
 /// A slice's buckets, with their accuracy.
 pub type Slice = Option<(f64, Buckets)>;
 
+/// A record of a slice [`read`] asked: the slice's place, its block's accuracy, the record and,
+/// with a memo, where its block's answers are and its place among them.
+type Found<'a> = (usize, f64, Record<'a>, Option<(usize, usize)>);
+
 /// What one statistic gave for each record of the blocks read before, by the block's bytes
 /// (docs/layout.md, "Quantile slices"): a dashboard's refresh decodes only the blocks that
 /// changed since. A record's answer depends on its bytes and the statistic alone (the block's
@@ -738,10 +742,8 @@ pub async fn read<T: Clone>(
         each(&mapping, buckets)
     };
     let mut read = Buckets::default();
-    // Each record of a slice asked, with the slice's place, its block's accuracy and, with a
-    // memo, where its block's answers are and its place among them.
     let first_block = slices.first().map_or(0, |s| locate(p, *s).0);
-    let mut found: Vec<(usize, f64, Record, Option<(usize, usize)>)> = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
     let mut remembered: Vec<Answers<T>> = Vec::new();
     for (n, bytes) in (first_block..).zip(&blocks) {
         let Some(bytes) = bytes.as_deref() else {

@@ -649,21 +649,30 @@ pub fn curl_json(url: &str) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("{url}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// Ports this test program handed out ([`free_port`], [`claim_port`]).
+static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 /// A port of 127.0.0.1 free for TCP and UDP, never handed out before by this test program: the
 /// kernel may hand a port let go out again, and two tests running at once must not be given the
-/// same one (the likely cause of a `GET /metrics` once reset in `tests/acl.rs`: an agent's HTTP
-/// port taken by another test's Redis, which resets an HTTP request).
+/// same one (an agent's HTTP port taken by another test's Redis, which resets an HTTP request:
+/// `GET /metrics` reset in `tests/acl.rs`, twice).
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
     loop {
         let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let p = s.local_addr().unwrap().port();
         // The UDP port of the same number must be free too.
-        if UdpSocket::bind(("127.0.0.1", p)).is_ok() && GIVEN.lock().unwrap().insert(p) {
+        if UdpSocket::bind(("127.0.0.1", p)).is_ok() && claim_port(p) {
             return p;
         }
     }
+}
+
+/// Marks `p` as handed out, so that [`free_port`] never gives it (a cluster node's bus port,
+/// its port + 10000, which the kernel would otherwise hand to another test until the node
+/// binds it); false when it was already.
+pub fn claim_port(p: u16) -> bool {
+    GIVEN.lock().unwrap().insert(p)
 }
 
 /// Starts the binary on free ports; returns it with its UDP and HTTP ports once HTTP answers.

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::free_port;
+use super::{claim_port, free_port};
 
 const POLL: Duration = Duration::from_millis(50);
 
@@ -220,15 +220,16 @@ fn server_args(port: u16, dir: &Path, extra: &[&str]) -> Vec<String> {
     .collect()
 }
 
-/// A free port not in `taken`. With `bus` (cluster nodes), `port + bus` is free too and neither
-/// number is another node's port or bus port.
+/// A free port not in `taken`. With `bus` (cluster nodes), `port + bus` is free too (and claimed:
+/// no other test is handed it) and neither number is another node's port or bus port.
 fn pick_port(taken: &[u16], bus: u16) -> u16 {
     for _ in 0..1000 {
         let p = free_port();
         let clash = |q: u16| q == p || (bus > 0 && (q + bus == p || p + bus == q));
         if p < 65535 - bus
             && !taken.iter().any(|&q| clash(q))
-            && (bus == 0 || TcpListener::bind(("127.0.0.1", p + bus)).is_ok())
+            && (bus == 0
+                || (TcpListener::bind(("127.0.0.1", p + bus)).is_ok() && claim_port(p + bus)))
         {
             return p;
         }

@@ -5,7 +5,7 @@
 //!     [--series 10000] [--day-series 1000] [--now T]
 //! cargo run --release --example graphite_latency -- measure --redis redis+unix:///path.sock \
 //!     --base http://127.0.0.1:9102/graphite [--oracle http://127.0.0.1:8080] [--now T] \
-//!     [--runs 30] [--oracle-runs 5] [--only NAME,...]
+//!     [--runs 30] [--oracle-runs 5] [--only NAME,...] [--keep-alive]
 //! ```
 //!
 //! `seed` writes `known:` for `series` counters `app<a>.host<h>.metric<m>` (10 hosts of 100
@@ -17,12 +17,15 @@
 //! 1e-9, nulls alike), then times both, interleaved, one request at a time over a fresh
 //! connection, and prints for each the median (and 90th percentile) of each, their ratio, and
 //! Redis's own time per request (the `usec` of `INFO commandstats`, the agent's runs only) with
-//! the agent's multiple of it.
+//! the agent's multiple of it. With `--keep-alive` the agent's requests go over one connection
+//! kept between them, as Grafana's server-side client sends them (Go's `http.Client` keeps its
+//! connections); graphite-web's still each over a fresh one (gunicorn's sync workers close
+//! every connection).
 
 #[path = "../tests/common/answers.rs"]
 mod answers;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -114,13 +117,13 @@ fn main() {
             &arg(&args, "--base").expect("--base URL"),
             arg(&args, "--oracle").as_deref(),
             now,
-            num("--runs", 30) as usize,
-            num("--oracle-runs", 5) as usize,
+            (num("--runs", 30) as usize, num("--oracle-runs", 5) as usize),
             arg(&args, "--only"),
+            args.iter().any(|a| a == "--keep-alive"),
         ),
         _ => {
             eprintln!(
-                "usage: graphite_latency seed --redis URL [--series N] [--day-series N] [--now T]\n       graphite_latency measure --redis URL --base URL [--oracle URL] [--now T] [--runs N] [--oracle-runs N] [--only NAME,...]"
+                "usage: graphite_latency seed --redis URL [--series N] [--day-series N] [--now T]\n       graphite_latency measure --redis URL --base URL [--oracle URL] [--now T] [--runs N] [--oracle-runs N] [--only NAME,...] [--keep-alive]"
             );
             std::process::exit(2);
         }
@@ -162,13 +165,7 @@ fn seed(url: &str, series: u64, day_series: u64, now: u64) {
 
 /// One request; its body, and the time it took.
 fn request(base: &str, path: &str, query: &str) -> (Vec<u8>, Duration) {
-    let rest = base.trim_start_matches("http://");
-    let (addr, prefix) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-    let path = if prefix.is_empty() {
-        path.to_string()
-    } else {
-        format!("/{prefix}{path}")
-    };
+    let (addr, path) = split_base(base, path);
     let started = Instant::now();
     let mut s = TcpStream::connect(addr).expect("connect");
     let body = query.as_bytes();
@@ -197,6 +194,87 @@ fn request(base: &str, path: &str, query: &str) -> (Vec<u8>, Duration) {
         body = dechunk(&body);
     }
     (body, took)
+}
+
+/// One connection kept between requests (`--keep-alive`), made again when the server closed it.
+#[derive(Default)]
+struct Kept {
+    conn: Option<(TcpStream, BufReader<TcpStream>)>,
+}
+
+impl Kept {
+    /// [`request`] over the kept connection; its body, and the time it took (a connection made
+    /// counted in the request that made it).
+    fn request(&mut self, base: &str, path: &str, query: &str) -> (Vec<u8>, Duration) {
+        let (addr, path) = split_base(base, path);
+        let started = Instant::now();
+        let (write, read) = self.conn.get_or_insert_with(|| {
+            // As Go's net/http does: no small write waits for the one before it to be acked.
+            let s = TcpStream::connect(&addr).expect("connect");
+            s.set_nodelay(true).expect("TCP_NODELAY");
+            let read = BufReader::new(s.try_clone().expect("a clone"));
+            (s, read)
+        });
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{query}",
+            query.len()
+        );
+        write.write_all(request.as_bytes()).expect("write");
+        let line = |read: &mut BufReader<TcpStream>| {
+            let mut l = String::new();
+            read.read_line(&mut l).expect("read");
+            l.trim_end().to_string()
+        };
+        let status = line(read);
+        assert!(status.starts_with("HTTP/1.1 200"), "{path}: {status}");
+        let (mut length, mut chunked, mut close) = (None, false, false);
+        loop {
+            let header = line(read).to_lowercase();
+            if header.is_empty() {
+                break;
+            }
+            let (name, value) = header.split_once(':').unwrap_or((&header, ""));
+            match (name.trim(), value.trim()) {
+                ("content-length", n) => length = n.parse().ok(),
+                ("transfer-encoding", "chunked") => chunked = true,
+                ("connection", "close") => close = true,
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        if chunked {
+            loop {
+                let size = usize::from_str_radix(&line(read), 16).expect("a chunk size");
+                let mut chunk = vec![0; size];
+                read.read_exact(&mut chunk).expect("a chunk");
+                out.extend_from_slice(&chunk);
+                line(read);
+                if size == 0 {
+                    break;
+                }
+            }
+        } else {
+            out.resize(length.expect("a length"), 0);
+            read.read_exact(&mut out).expect("a body");
+        }
+        let took = started.elapsed();
+        if close {
+            self.conn = None;
+        }
+        (out, took)
+    }
+}
+
+/// The address of `base` (`http://host:port/prefix`) and `path` under its prefix.
+fn split_base(base: &str, path: &str) -> (String, String) {
+    let rest = base.trim_start_matches("http://");
+    let (addr, prefix) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let path = if prefix.is_empty() {
+        path.to_string()
+    } else {
+        format!("/{prefix}{path}")
+    };
+    (addr.to_string(), path)
 }
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
@@ -247,10 +325,18 @@ fn measure(
     base: &str,
     oracle: Option<&str>,
     now: u64,
-    runs: usize,
-    oracle_runs: usize,
+    (runs, oracle_runs): (usize, usize),
     only: Option<String>,
+    keep_alive: bool,
 ) {
+    let mut kept = Kept::default();
+    let mut ours = |query: &str, path: &str| {
+        if keep_alive {
+            kept.request(base, path, query)
+        } else {
+            request(base, path, query)
+        }
+    };
     let mut conn = redis::Client::open(redis)
         .and_then(|c| c.get_connection())
         .expect("Redis");
@@ -266,10 +352,10 @@ fn measure(
         }
         params.push(("now", now.clone()));
         let query = serde_urlencoded::to_string(&params).expect("a query");
-        let (ours, _) = request(base, path, &query);
+        let (answer, _) = ours(&query, path);
         if let Some(oracle) = oracle {
             let (theirs, _) = request(oracle, path, &query);
-            if let Some(d) = difference(&theirs, &ours) {
+            if let Some(d) = difference(&theirs, &answer) {
                 panic!("{what}: the agent answers otherwise than graphite-web: {d}");
             }
         }
@@ -279,7 +365,7 @@ fn measure(
         for i in 0..runs.max(oracle_runs) {
             if i < runs {
                 let before = redis_usec(&mut conn);
-                agent.push(request(base, path, &query).1.as_secs_f64() * 1000.0);
+                agent.push(ours(&query, path).1.as_secs_f64() * 1000.0);
                 redis_time += redis_usec(&mut conn) - before;
             }
             if let Some(oracle) = oracle.filter(|_| i < oracle_runs) {

@@ -5,8 +5,9 @@
 # Redis commands (INFO commandstats), Redis's process CPU (INFO cpu) and the agent's CPU (/proc).
 # A render cannot be quicker than Redis's process CPU for it: scripts/read-cost.sh says how far
 # that lies above Redis's own time. PERF=file profiles the agent meanwhile (`perf record -g`; use
-# the profiling build: AGENT=target/profiling/statsd-redis).
-#   [AGENT=<build>] [PERF=file] scripts/request-cost.sh [request=dashboard20] [runs=200]
+# the profiling build: AGENT=target/profiling/statsd-redis). KEEP_ALIVE=1 sends the requests over
+# one kept connection, as Grafana's server-side client does, instead of a fresh one each.
+#   [AGENT=<build>] [PERF=file] [KEEP_ALIVE=1] scripts/request-cost.sh [request=dashboard20] [runs=200]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -15,7 +16,8 @@ seed_graphite >/dev/null
 start_agent "$dir/agent.log" "${graphite_flags[@]}"
 measure() {
   target/release/examples/graphite_latency measure --redis "$redis" \
-    --base "http://127.0.0.1:$http/graphite" --now "$now" --runs "$1" --oracle-runs 0 --only "$only"
+    --base "http://127.0.0.1:$http/graphite" --now "$now" --runs "$1" --oracle-runs 0 --only "$only" \
+    ${KEEP_ALIVE:+--keep-alive}
 }
 measure 20 >/dev/null
 redis-cli -s "$dir/redis.sock" config resetstat >/dev/null

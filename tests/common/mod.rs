@@ -655,8 +655,8 @@ static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
 
 /// A port of 127.0.0.1 free for TCP and UDP, never handed out before by this test program: the
 /// kernel may hand a port let go out again, and two tests running at once must not be given the
-/// same one (an agent's HTTP port taken by another test's Redis, which resets an HTTP request:
-/// `GET /metrics` reset in `tests/acl.rs`, twice).
+/// same one (an agent's HTTP port taken by another test's Redis would answer its requests with
+/// a reset).
 pub fn free_port() -> u16 {
     loop {
         let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

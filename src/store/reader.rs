@@ -252,16 +252,17 @@ impl Reader {
                 |mapping, buckets| {
                     super::quantile_blocks::add(&mut merged, mapping.alpha(), buckets);
                     let count = buckets.total();
-                    (by_slice && count > 0.0).then(|| SliceQuantiles {
-                        slice: 0,
-                        count,
-                        quantiles: quantiles_of(buckets, mapping, qs),
-                    })
+                    (by_slice && count > 0.0).then(|| (count, quantiles_of(buckets, mapping, qs)))
                 },
             )
             .await?;
             each.extend(batch.iter().zip(read).filter_map(|(slice, q)| {
-                q.flatten().map(|q| SliceQuantiles { slice: *slice, ..q })
+                let (count, quantiles) = q.flatten()?;
+                Some(SliceQuantiles {
+                    slice: *slice,
+                    count,
+                    quantiles,
+                })
             }));
         }
         let Some((alpha, buckets)) = merged.filter(|(_, b)| b.total() > 0.0) else {

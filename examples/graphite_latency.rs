@@ -163,37 +163,9 @@ fn seed(url: &str, series: u64, day_series: u64, now: u64) {
     );
 }
 
-/// One request; its body, and the time it took.
+/// One request over a fresh connection (`Connection: close`); its body, and the time it took.
 fn request(base: &str, path: &str, query: &str) -> (Vec<u8>, Duration) {
-    let (addr, path) = split_base(base, path);
-    let started = Instant::now();
-    let mut s = TcpStream::connect(addr).expect("connect");
-    let body = query.as_bytes();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .expect("write");
-    s.write_all(body).expect("write");
-    let mut response = Vec::new();
-    s.read_to_end(&mut response).expect("read");
-    let took = started.elapsed();
-    assert!(
-        response.starts_with(b"HTTP/1.1 200") || response.starts_with(b"HTTP/1.0 200"),
-        "{path}: {}",
-        String::from_utf8_lossy(&response[..response.len().min(300)])
-    );
-    let at = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(0, |i| i + 4);
-    let head = String::from_utf8_lossy(&response[..at]).to_lowercase();
-    let mut body = response[at..].to_vec();
-    if head.contains("transfer-encoding: chunked") {
-        body = dechunk(&body);
-    }
-    (body, took)
+    Kept::default().send(base, path, query, true)
 }
 
 /// One connection kept between requests (`--keep-alive`), made again when the server closed it.
@@ -203,9 +175,15 @@ struct Kept {
 }
 
 impl Kept {
-    /// [`request`] over the kept connection; its body, and the time it took (a connection made
-    /// counted in the request that made it).
+    /// [`Kept::send`] over the kept connection.
     fn request(&mut self, base: &str, path: &str, query: &str) -> (Vec<u8>, Duration) {
+        self.send(base, path, query, false)
+    }
+
+    /// A `POST` of `query` to `path` under `base` (with `close`, asking the server to close the
+    /// connection after it); its body, and the time it took (a connection made counted in the
+    /// request that made it).
+    fn send(&mut self, base: &str, path: &str, query: &str, close: bool) -> (Vec<u8>, Duration) {
         let (addr, path) = split_base(base, path);
         let started = Instant::now();
         let (write, read) = self.conn.get_or_insert_with(|| {
@@ -215,8 +193,9 @@ impl Kept {
             let read = BufReader::new(s.try_clone().expect("a clone"));
             (s, read)
         });
+        let connection = if close { "Connection: close\r\n" } else { "" };
         let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{query}",
+            "POST {path} HTTP/1.1\r\nHost: bench\r\n{connection}Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{query}",
             query.len()
         );
         write.write_all(request.as_bytes()).expect("write");
@@ -226,8 +205,11 @@ impl Kept {
             l.trim_end().to_string()
         };
         let status = line(read);
-        assert!(status.starts_with("HTTP/1.1 200"), "{path}: {status}");
-        let (mut length, mut chunked, mut close) = (None, false, false);
+        assert!(
+            status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.0 200"),
+            "{path}: {status}"
+        );
+        let (mut length, mut chunked, mut closing) = (None, false, close);
         loop {
             let header = line(read).to_lowercase();
             if header.is_empty() {
@@ -237,13 +219,13 @@ impl Kept {
             match (name.trim(), value.trim()) {
                 ("content-length", n) => length = n.parse().ok(),
                 ("transfer-encoding", "chunked") => chunked = true,
-                ("connection", "close") => close = true,
+                ("connection", "close") => closing = true,
                 _ => {}
             }
         }
         let mut out = Vec::new();
-        if chunked {
-            loop {
+        match (chunked, length) {
+            (true, _) => loop {
                 let size = usize::from_str_radix(&line(read), 16).expect("a chunk size");
                 let mut chunk = vec![0; size];
                 read.read_exact(&mut chunk).expect("a chunk");
@@ -252,13 +234,19 @@ impl Kept {
                 if size == 0 {
                     break;
                 }
+            },
+            (false, Some(length)) => {
+                out.resize(length, 0);
+                read.read_exact(&mut out).expect("a body");
             }
-        } else {
-            out.resize(length.expect("a length"), 0);
-            read.read_exact(&mut out).expect("a body");
+            // A body as long as the connection.
+            (false, None) => {
+                read.read_to_end(&mut out).expect("a body");
+                closing = true;
+            }
         }
         let took = started.elapsed();
-        if close {
+        if closing {
             self.conn = None;
         }
         (out, took)
@@ -275,20 +263,6 @@ fn split_base(base: &str, path: &str) -> (String, String) {
         format!("/{prefix}{path}")
     };
     (addr.to_string(), path)
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(line) = b.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&b[..line]).trim(), 16)
-            .expect("a chunk size");
-        if size == 0 {
-            break;
-        }
-        out.extend_from_slice(&b[line + 2..line + 2 + size]);
-        b = &b[line + 2 + size + 2..];
-    }
-    out
 }
 
 /// Where two answers differ, as the oracle test compares them (the first difference), or

@@ -177,7 +177,7 @@ impl RedisServer {
     }
 
     /// Every key and what it holds (a hash's fields and values, a sorted set's members and
-    /// scores), as text.
+    /// scores, a string's bytes: a long archive's block), as text.
     pub fn everything(&self) -> BTreeMap<String, String> {
         let mut conn = self.conn();
         let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
@@ -186,6 +186,10 @@ impl RedisServer {
                 let kind: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
                 let flat: Vec<String> = match kind.as_str() {
                     "hash" => redis::cmd("HGETALL").arg(&k).query(&mut conn).unwrap(),
+                    "string" => {
+                        let bytes: Vec<u8> = redis::cmd("GET").arg(&k).query(&mut conn).unwrap();
+                        vec![String::new(), format!("{}", bytes.escape_ascii())]
+                    }
                     _ => redis::cmd("ZRANGE")
                         .arg(&k)
                         .arg(0)

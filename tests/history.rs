@@ -604,6 +604,144 @@ async fn a_count_that_would_overflow_its_slot_stays_in_the_hash() {
     );
 }
 
+/// A render reads a long archive's hash, then its blocks, in one pipeline, and the cleaner (another
+/// client) may move slices in between: the fault held here, the render's `GETRANGE`s held back
+/// by a proxy while a pass moves the older minutes. The render's reads are one transaction, so
+/// a moved count is read once, where a read of the hash before the move and of the block after
+/// it would count it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_between_a_renders_hash_and_block_reads_counts_once() {
+    use common::proxy::{FaultProxy, Mode};
+    let (redis, port) = RedisServer::start_tcp();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 3).await;
+    let t = unix_now() / 60 * 60 - 60;
+    let via_proxy = Config {
+        redis: format!("redis://{}/0", proxy.addr),
+        ..config(&redis)
+    };
+    let agent = TestAgent::start_at(via_proxy, Clock::manual(Duration::from_secs(t)));
+    // 200 minutes of counts: the hash's newest 120 stay, the older 80 move.
+    let lines: Vec<String> = (1..=200u64)
+        .map(|k| format!("race.c:{}|c|T{}", k % 7 + 1, t - k * 60))
+        .collect();
+    send_window(&agent, &redis, &lines, t).await;
+    let url = format!(
+        "http://{}/graphite/render?target=race.c&from={}&until={t}&format=json",
+        agent.http,
+        t - 86_400
+    );
+    let total = move || -> f64 {
+        curl_json(&url)[0]["datapoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p[0].as_f64())
+            .sum()
+    };
+    let sent: f64 = (1..=200u64).map(|k| (k % 7 + 1) as f64).sum();
+    let first = total.clone();
+    assert_eq!(tokio::task::spawn_blocking(first).await.unwrap(), sent);
+
+    proxy.set_mode(Mode::HoldFrom(b"GETRANGE"));
+    let again = total.clone();
+    let rendering = tokio::task::spawn_blocking(again);
+    eventually(
+        Duration::from_secs(10),
+        "the render's block reads held",
+        || !proxy.held.lock().unwrap().is_empty(),
+    )
+    .await;
+    let report = pass(&redis, t + 1).await;
+    assert!(report.slices_moved >= 79, "{report:?}");
+    proxy.release();
+    assert_eq!(rendering.await.unwrap(), sent, "a render across the move");
+    assert_eq!(tokio::task::spawn_blocking(total).await.unwrap(), sent);
+    agent.stop().await;
+}
+
+/// A gauge's moved value keeps its `f64` bits, whatever they are: negatives, the type's edges,
+/// subnormals, `-0` and the infinities, as the hash's text gave them; and a count keeps its
+/// value up to the edges of the 64-bit range, read back from its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_values_keep_their_bits_at_the_edges_of_their_types() {
+    let redis = RedisServer::start();
+    let now = unix_now() / 60 * 60;
+    let gauges = [
+        "-0.1",
+        "-1e300",
+        "2.2250738585072014e-308",
+        "5e-324",
+        "-0",
+        "1.7976931348623157e308",
+        "-1.7976931348623157e308",
+        "123456789.123",
+        "inf",
+        "-inf",
+        "0.5",
+        "-4294967296.0000005",
+    ];
+    let counts = [
+        "1",
+        "-1",
+        "999999999999999999",
+        "-99999999999999999",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "4294967296",
+        "-4294967297",
+    ];
+    // Old minutes, neighbours and not, in the blocks of two cuts' worth of a day ago.
+    let slice = |k: usize| now - 86_400 - (k as u64) * 60 * if k.is_multiple_of(2) { 1 } else { 7 };
+    for (k, v) in gauges.iter().enumerate() {
+        cmd::<()>(
+            &redis,
+            redis::cmd("HSET").arg("gauge:60:bits").arg(slice(k)).arg(v),
+        );
+    }
+    for (k, v) in counts.iter().enumerate() {
+        cmd::<()>(
+            &redis,
+            redis::cmd("HSET").arg("count:60:wide").arg(slice(k)).arg(v),
+        );
+    }
+    for (hash, index, member) in [
+        ("gauge:60:bits", "known:gauge:", "60:bits"),
+        ("count:60:wide", "known:", "60:wide"),
+    ] {
+        cmd::<()>(&redis, redis::cmd("HSET").arg(hash).arg(now).arg("1"));
+        cmd::<()>(&redis, redis::cmd("ZADD").arg(index).arg(0).arg(member));
+    }
+    let report = pass(&redis, now).await;
+    assert_eq!(
+        report.slices_moved as usize,
+        gauges.len() + counts.len(),
+        "{report:?}"
+    );
+    let keys = statsd_redis::store::Keys::new("");
+    let read = |hash: &str, at: u64, family: history::Family| {
+        let g = history::LARGE;
+        let (block, slot) = g.locate(60, at);
+        let bytes: Vec<u8> = cmd(
+            &redis,
+            redis::cmd("GET").arg(history::block_key(&keys, hash, g, block)),
+        );
+        let (a, b) = Geometry::byte_range(slot, slot);
+        Geometry::read(slot, slot, &bytes[a as usize..=b as usize], family)[0]
+    };
+    for (k, v) in gauges.iter().enumerate() {
+        let want: f64 = v.parse().unwrap();
+        let got = read("gauge:60:bits", slice(k), history::Family::Gauge)
+            .unwrap_or_else(|| panic!("{v}: no value"));
+        assert_eq!(got.to_bits(), want.to_bits(), "{v}: read {got}");
+    }
+    for (k, v) in counts.iter().enumerate() {
+        let want: i64 = v.parse().unwrap();
+        let got = read("count:60:wide", slice(k), history::Family::Counter);
+        assert_eq!(got, Some(want as f64), "{v}");
+    }
+    assert_eq!(redis.get_counter("count:60:wide").len(), 1);
+}
+
 /// Between full passes a visit of a long archive's hash is quick (trim.lua): it asks only for
 /// the slices that left the newest 120 since the pass before. What it leaves waits for the next
 /// full pass (every 60th, and the first after the lease came back): a late count older than

@@ -154,6 +154,8 @@ pub struct BulkPool {
     target: Option<BulkTarget>,
     idle: std::sync::Mutex<Vec<Bulk>>,
     max_idle: usize,
+    /// Whether Redis takes `MULTI` from this user ([`Bulk::hmget`]): false once refused.
+    multi: std::sync::atomic::AtomicBool,
 }
 
 impl BulkPool {
@@ -165,6 +167,7 @@ impl BulkPool {
             target,
             idle: Default::default(),
             max_idle,
+            multi: true.into(),
         }
     }
 
@@ -186,7 +189,7 @@ impl BulkPool {
     ) -> Result<(Vec<Vec<Point>>, Option<Answers>), StoreError> {
         self.read(|mut bulk| {
             Box::pin(async move {
-                let read = bulk.hmget(requests, then).await;
+                let read = bulk.hmget(requests, then, &self.multi).await;
                 (bulk, read)
             })
         })
@@ -314,18 +317,31 @@ impl Bulk {
 
     /// Each `HMGET`'s values as numbers (a field that is missing or no number: `None`), in
     /// order, and then the replies to `then`'s commands, written after them ([`Bulk::pipeline`]'s
-    /// answers): Redis answers those while the `HMGET`s' replies are read. The commands are
-    /// written while the replies are read, so neither side's buffers hold the whole of either; a
-    /// read that waits longer than the timeout fails.
+    /// answers). The commands are written while the replies are read, so neither side's buffers
+    /// hold the whole of either; a read that waits longer than the timeout fails.
+    ///
+    /// With `then` (a long archive's blocks), all of them are one transaction (`MULTI` …
+    /// `EXEC`) while `multi` holds: the cleaner moves a slice from its hash into its block in
+    /// one call, and a read of the hash before that call and of the block after it would count
+    /// the slice twice (docs/layout.md, "History: fixed slots", Reads). A user refused `MULTI`
+    /// (a reader made by an earlier release's ACL line) is answered each command as it comes,
+    /// as before, and `multi` is cleared, with a warning.
     pub async fn hmget(
         &mut self,
         requests: &[Hmget<'_>],
         then: Option<&Commands>,
+        multi: &std::sync::atomic::AtomicBool,
     ) -> Result<(Vec<Vec<Point>>, Option<Answers>), StoreError> {
+        use std::sync::atomic::Ordering::Relaxed;
         let timeout = self.timeout;
         let write = &mut self.write;
+        let atomic =
+            then.is_some_and(|t| !t.is_empty()) && !requests.is_empty() && multi.load(Relaxed);
         let writing = async move {
             let mut out = Vec::with_capacity(64 * 1024);
+            if atomic {
+                out.extend_from_slice(b"*1\r\n$5\r\nMULTI\r\n");
+            }
             // The fields' text, made once for the requests that share them (a render's series
             // mostly do: one range, one precision).
             let mut fields: (&[i64], Vec<u8>) = (&[], Vec::new());
@@ -355,6 +371,9 @@ impl Bulk {
             if let Some(then) = then {
                 out.extend_from_slice(&then.out);
             }
+            if atomic {
+                out.extend_from_slice(b"*1\r\n$4\r\nEXEC\r\n");
+            }
             write.write_all(&out).await?;
             write.flush().await?;
             Ok::<_, StoreError>(())
@@ -362,6 +381,28 @@ impl Bulk {
         let read = &mut self.read;
         let reading = async move {
             let mut replies = Replies::new(read, timeout);
+            // `+OK`, a `+QUEUED` a command, then `EXEC`'s array of their replies.
+            let queued = atomic
+                && match replies.line().await? {
+                    (b'+', _) => true,
+                    (b'-', _) => false,
+                    (_, rest) => return Err(protocol(&String::from_utf8_lossy(&rest))),
+                };
+            if queued {
+                let commands = requests.len() + then.map_or(0, |t| t.len());
+                for _ in 0..commands {
+                    replies.status().await?;
+                }
+                if replies.length(b'*').await? != commands as i64 {
+                    return Err(protocol("EXEC's replies"));
+                }
+            } else if atomic && multi.swap(false, Relaxed) {
+                tracing::warn!(
+                    "Redis refused MULTI: renders read a long archive's hashes and blocks apart, \
+                     and a slice the cleaner moves between the two is read twice; the user needs \
+                     +multi +exec (docs/operations.md, \"A Redis user of least privilege\")"
+                );
+            }
             let mut out = Vec::with_capacity(requests.len());
             for r in requests {
                 let mut values = Vec::with_capacity(r.fields.len());
@@ -377,6 +418,10 @@ impl Bulk {
                 Some(then) => Some(replies.answers(then).await?),
                 None => None,
             };
+            if atomic && !queued {
+                // EXEC's refusal (without MULTI, or not allowed either).
+                let _ = replies.status().await;
+            }
             Ok::<_, StoreError>((out, answers))
         };
         let (written, read) = tokio::join!(writing, reading);
@@ -894,13 +939,26 @@ mod tests {
     async fn a_pipeline_after_hmgets_is_read_from_where_their_replies_end() {
         // An HMGET's two values, a whole hash's two fields, then two blocks' bytes: however the
         // socket cuts them, the blocks' replies start in the buffer the hashes' were read from.
-        let reply = b"*2\r\n$1\r\n5\r\n$-1\r\n\
+        // As one transaction's (MULTI's `+OK`, four `+QUEUED`, EXEC's array of the four), and as
+        // a user refused MULTI gets them (each reply as it comes, EXEC refused too), after which
+        // the pool sends no more MULTI.
+        const ATOMIC: &[u8] = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n\
+            *2\r\n$1\r\n5\r\n$-1\r\n\
             *4\r\n$2\r\n60\r\n$1\r\n7\r\n$3\r\n120\r\n$2\r\n-1\r\n\
             $3\r\n\x80\r\n\r\n$-1\r\n";
+        const REFUSED: &[u8] = b"-NOPERM no 'multi'\r\n\
+            *2\r\n$1\r\n5\r\n$-1\r\n\
+            *4\r\n$2\r\n60\r\n$1\r\n7\r\n$3\r\n120\r\n$2\r\n-1\r\n\
+            $3\r\n\x80\r\n\r\n$-1\r\n\
+            -NOPERM no 'exec'\r\n";
         let mut blocks = Commands::default();
         blocks.push_expecting(&[b"GETRANGE", b"b1", b"0", b"64"], 65);
         blocks.push_expecting(&[b"GETRANGE", b"b2", b"0", b"64"], 65);
-        for chunk in [1, 2, 3, 5, 7, 64] {
+        for ((reply, taken), chunk) in [(ATOMIC, true), (REFUSED, false)]
+            .into_iter()
+            .flat_map(|r| [1, 2, 3, 5, 7, 64].map(|c| (r, c)))
+        {
+            let multi = std::sync::atomic::AtomicBool::new(true);
             let mut bulk = Bulk {
                 read: Box::new(tokio_test_reader(reply, chunk)),
                 write: Box::new(tokio::io::sink()),
@@ -918,7 +976,8 @@ mod tests {
                     whole: true,
                 },
             ];
-            let (values, answers) = bulk.hmget(&requests, Some(&blocks)).await.unwrap();
+            let (values, answers) = bulk.hmget(&requests, Some(&blocks), &multi).await.unwrap();
+            assert_eq!(multi.into_inner(), taken, "chunk {chunk}");
             assert_eq!(
                 values,
                 [vec![Some(5.0), None], vec![None, Some(7.0), Some(-1.0)]],

@@ -24,6 +24,10 @@ pub enum Mode {
     /// Forward the client's writes, drop the replies from the first to a flush chunk's
     /// transaction on: Redis applies what the agent never hears of.
     SwallowReplies,
+    /// Of the next client write that holds these bytes, pass what comes before them and hold
+    /// the rest until [`FaultProxy::release`]: Redis answers the commands before them and waits
+    /// for the rest of the one they begin, while another client acts in between.
+    HoldFrom(&'static [u8]),
     /// Cut the connection of each client write that holds these bytes (what it carried is
     /// lost); pass the others.
     CutWritesWith(&'static [u8]),
@@ -151,6 +155,22 @@ impl Shared {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     self.delivered_late.fetch_add(1, Ordering::SeqCst);
                     break;
+                }
+                Mode::HoldFrom(needle) if contains(data, needle) => {
+                    *self.mode.lock().unwrap() = Mode::Pass;
+                    let at = data
+                        .windows(needle.len())
+                        .position(|w| w == needle)
+                        .unwrap();
+                    *self.held.lock().unwrap() = data[at..].to_vec();
+                    if sw.write_all(&data[..at]).await.is_err() {
+                        break;
+                    }
+                    self.release.notified().await;
+                    if sw.write_all(&data[at..]).await.is_err() {
+                        break;
+                    }
+                    continue;
                 }
                 Mode::CutWritesWith(needle) if contains(data, needle) => {
                     self.cuts.fetch_add(1, Ordering::SeqCst);

@@ -1080,8 +1080,8 @@ impl<'a> Source<'a> {
                     }
                 })
                 .collect();
-            // The blocks' reads in the same write: Redis answers them while the hashes' replies
-            // are read.
+            // The blocks' reads in the same write, one transaction with the hashes' (a slice the
+            // cleaner moves between the two would read twice).
             let then = blocks.bulk_commands(&self.conn);
             if !requests.is_empty() || then.is_some() {
                 let (read, blocks_read) = bulk.hmget_then(&requests, then.as_ref()).await?;

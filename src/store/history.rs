@@ -313,8 +313,8 @@ pub struct Asked<'a> {
 const ONE_PIPELINE_READS: usize = 2048;
 
 /// A read's block reads, planned before any is sent, so that the Graphite API's bulk reader can
-/// send them in the same write as the hashes' reads ([`Blocks::bulk_commands`]): Redis then
-/// answers the blocks while the agent reads the hashes' replies.
+/// send them in the same write as the hashes' reads ([`Blocks::bulk_commands`]), one
+/// transaction with them: no move of the cleaner's falls between the two.
 pub struct Blocks<'a> {
     /// Each series asked, its own cut's reads and the other cut's.
     series: Vec<(Asked<'a>, Vec<BlockRead>, Vec<BlockRead>)>,

@@ -604,13 +604,43 @@ async fn a_count_that_would_overflow_its_slot_stays_in_the_hash() {
     );
 }
 
-/// A render reads a long archive's hash, then its blocks, in one pipeline, and the cleaner (another
-/// client) may move slices in between: the fault held here, the render's `GETRANGE`s held back
-/// by a proxy while a pass moves the older minutes. The render's reads are one transaction, so
-/// a moved count is read once, where a read of the hash before the move and of the block after
-/// it would count it twice.
+/// A reader reads a long archive's hash, then its blocks, and the cleaner (another client) may
+/// move slices in between: the fault held here, the reader's `GETRANGE`s held back by a proxy
+/// while a pass moves the older minutes. A render's reads, and the JSON API's (and so the
+/// CLI's) of a counter, are one transaction, so a moved count is read once, where a read of the
+/// hash before the move and of the block after it would count it twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_between_a_renders_hash_and_block_reads_counts_once() {
+    read_across_a_move(|http, t| {
+        let url = format!(
+            "http://{http}/graphite/render?target=race.c&from={}&until={t}&format=json",
+            t - 86_400
+        );
+        curl_json(&url)[0]["datapoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p[0].as_f64())
+            .sum()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_between_the_json_apis_hash_and_block_reads_counts_once() {
+    read_across_a_move(|http, _| {
+        samples_of(&curl_json(&format!(
+            "http://{http}/api/v1/counter/race.c?precision=60"
+        )))
+        .values()
+        .sum()
+    })
+    .await;
+}
+
+/// 200 minutes of counts (the hash's newest 120 stay, the older 80 move) read by `total` (from
+/// the agent's HTTP address and its time) before, across and after a pass that moves them.
+async fn read_across_a_move(total: fn(std::net::SocketAddr, u64) -> f64) {
     use common::proxy::{FaultProxy, Mode};
     let (redis, port) = RedisServer::start_tcp();
     let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 3).await;
@@ -620,42 +650,28 @@ async fn a_move_between_a_renders_hash_and_block_reads_counts_once() {
         ..config(&redis)
     };
     let agent = TestAgent::start_at(via_proxy, Clock::manual(Duration::from_secs(t)));
-    // 200 minutes of counts: the hash's newest 120 stay, the older 80 move.
     let lines: Vec<String> = (1..=200u64)
         .map(|k| format!("race.c:{}|c|T{}", k % 7 + 1, t - k * 60))
         .collect();
     send_window(&agent, &redis, &lines, t).await;
-    let url = format!(
-        "http://{}/graphite/render?target=race.c&from={}&until={t}&format=json",
-        agent.http,
-        t - 86_400
-    );
-    let total = move || -> f64 {
-        curl_json(&url)[0]["datapoints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|p| p[0].as_f64())
-            .sum()
-    };
+    let http = agent.http;
+    let read = move || tokio::task::spawn_blocking(move || total(http, t));
     let sent: f64 = (1..=200u64).map(|k| (k % 7 + 1) as f64).sum();
-    let first = total.clone();
-    assert_eq!(tokio::task::spawn_blocking(first).await.unwrap(), sent);
+    assert_eq!(read().await.unwrap(), sent);
 
     proxy.set_mode(Mode::HoldFrom(b"GETRANGE"));
-    let again = total.clone();
-    let rendering = tokio::task::spawn_blocking(again);
+    let reading = read();
     eventually(
         Duration::from_secs(10),
-        "the render's block reads held",
+        "the reader's block reads held",
         || !proxy.held.lock().unwrap().is_empty(),
     )
     .await;
     let report = pass(&redis, t + 1).await;
     assert!(report.slices_moved >= 79, "{report:?}");
     proxy.release();
-    assert_eq!(rendering.await.unwrap(), sent, "a render across the move");
-    assert_eq!(tokio::task::spawn_blocking(total).await.unwrap(), sent);
+    assert_eq!(reading.await.unwrap(), sent, "a read across the move");
+    assert_eq!(read().await.unwrap(), sent);
     agent.stop().await;
 }
 

@@ -318,6 +318,8 @@ const ONE_PIPELINE_READS: usize = 2048;
 pub struct Blocks<'a> {
     /// Each series asked, its own cut's reads and the other cut's.
     series: Vec<(Asked<'a>, Vec<BlockRead>, Vec<BlockRead>)>,
+    /// A command read with them ([`Blocks::after`]).
+    first: Option<redis::Cmd>,
 }
 
 impl<'a> Blocks<'a> {
@@ -337,7 +339,10 @@ impl<'a> Blocks<'a> {
             })
             .filter(|(_, own, other)| !own.is_empty() || !other.is_empty())
             .collect();
-        Blocks { series }
+        Blocks {
+            series,
+            first: None,
+        }
     }
 
     /// The commands the bulk reader sends for these reads on `conn` (each series' `GETRANGE`s,
@@ -372,17 +377,35 @@ impl<'a> Blocks<'a> {
     /// [`ONE_PIPELINE_READS`], else, and in a cluster, a pipeline a series, all at once: a
     /// series' blocks share one slot). The other cut's slots are read only where one of its
     /// blocks exists (slices written while another retention cut them).
+    ///
+    /// With a command [`Blocks::after`], returns its reply: read with the blocks in one
+    /// transaction where the redis crate's one pipeline takes them (a hash read so, a slice the
+    /// cleaner moves from it into its block is read once), else alone before them.
     pub async fn add(
-        self,
+        mut self,
         conn: &Connection,
         bulk: Option<&BulkPool>,
         answers: Option<Answers>,
         values: &mut [Vec<Option<f64>>],
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<redis::Value>, StoreError> {
+        let bulk = bulk.filter(|b| b.available());
+        let reads: Vec<usize> = (self.series.iter())
+            .map(|(_, own, other)| replies(own, other))
+            .collect();
+        let one_pipeline = !self.series.is_empty()
+            && matches!(conn, Connection::Single(_))
+            && reads.iter().sum::<usize>() <= ONE_PIPELINE_READS;
+        let (first, mut first_reply) = match self.first.take() {
+            Some(first) if one_pipeline && answers.is_none() && bulk.is_none() => {
+                (Some(first), None)
+            }
+            Some(first) => (None, Some(first.query_async(&mut conn.clone()).await?)),
+            None => (None, None),
+        };
         if self.series.is_empty() {
-            return Ok(());
+            return Ok(first_reply);
         }
-        let answers = match (answers, bulk.filter(|b| b.available())) {
+        let answers = match (answers, bulk) {
             (Some(answers), _) => Some(answers),
             (None, Some(bulk)) => match self.bulk_commands(conn) {
                 Some(pipe) => Some(bulk.pipeline(&pipe).await?),
@@ -416,19 +439,20 @@ impl<'a> Blocks<'a> {
                     .collect()
             }
             None => {
-                let reads: Vec<usize> = series
-                    .iter()
-                    .map(|(_, own, other)| replies(own, other))
-                    .collect();
-                let one_pipeline = matches!(conn, Connection::Single(_))
-                    && reads.iter().sum::<usize>() <= ONE_PIPELINE_READS;
                 if one_pipeline {
                     let mut pipe = redis::pipe();
+                    let atomic = first.is_some();
+                    if let Some(first) = first {
+                        pipe.atomic().add_command(first);
+                    }
                     for (_, own, other) in series {
                         crate_commands(own, other, &mut pipe);
                     }
                     let all: Vec<redis::Value> = pipe.query_async(&mut conn.clone()).await?;
                     let mut all = all.into_iter();
+                    if atomic {
+                        first_reply = all.next();
+                    }
                     series
                         .iter()
                         .zip(&reads)
@@ -454,7 +478,13 @@ impl<'a> Blocks<'a> {
             .filter(|(_, found)| *found)
             .map(|((a, _, other), _)| (a, &other[..], &[][..]));
         each_series(conn, found, values).await?;
-        Ok(())
+        Ok(first_reply)
+    }
+
+    /// `first` read with these blocks ([`Blocks::add`]).
+    pub fn after(mut self, first: redis::Cmd) -> Self {
+        self.first = Some(first);
+        self
     }
 }
 

@@ -128,18 +128,22 @@ impl Queries<'_> {
         span: Span,
     ) -> QueryResult<Vec<(u64, i64)>> {
         let bounds = span.bounds(self.now)?;
-        let mut samples = self.reader.counter(series, precision).await?;
-        if let Some(history) = self.history_range(
-            (series, precision, Named::Counter),
-            !samples.is_empty(),
-            bounds,
-        ) {
-            let hash = self.reader.keys().counter(precision, series);
-            let series = (hash.as_str(), precision, Family::Counter);
-            samples = self
-                .with_blocks(samples, series, history, |n, v| n.unwrap_or(0) + v as i64)
-                .await?;
-        }
+        // The hash and its blocks in one read: a slice the cleaner moves from one into the
+        // other between two reads would count twice.
+        let mut samples =
+            match self.history_range((series, precision, Named::Counter), true, bounds) {
+                Some((range, cut)) => {
+                    let (samples, older) = (self.reader)
+                        .counter_with_history(series, precision, (range, self.now), cut)
+                        .await?;
+                    // A series with no hash has no history (it keeps its newest slice there).
+                    match samples.is_empty() {
+                        true => samples,
+                        false => combined(samples, older, |n, v| n.unwrap_or(0) + v as i64),
+                    }
+                }
+                None => self.reader.counter(series, precision).await?,
+            };
         within(&mut samples, bounds);
         found(samples, || {
             format!(
@@ -185,12 +189,7 @@ impl Queries<'_> {
             .reader
             .history(name, precision, (range, self.now), (cut, family))
             .await?;
-        let mut all: std::collections::BTreeMap<u64, T> = samples.into_iter().collect();
-        for (slice, v) in older {
-            let held = all.get(&slice).copied();
-            all.insert(slice, combine(held, v));
-        }
-        Ok(all.into_iter().collect())
+        Ok(combined(samples, older, combine))
     }
 
     /// A gauge's value per slice at `precision` in `span`, oldest first (of a long archive, its
@@ -523,6 +522,21 @@ fn quantile_range(
 
 /// The most slices one percentiles query reads, whatever `sample_count` is.
 const MAX_QUANTILE_SLICES: u64 = 10_000;
+
+/// `samples` (oldest first) with the blocks' `older` slices: a slice only in a block is
+/// `combine(None, its value)`, one in both `combine(Some(sample), the block's value)`.
+fn combined<T: Copy>(
+    samples: Vec<(u64, T)>,
+    older: Vec<(u64, f64)>,
+    combine: impl Fn(Option<T>, f64) -> T,
+) -> Vec<(u64, T)> {
+    let mut all: std::collections::BTreeMap<u64, T> = samples.into_iter().collect();
+    for (slice, v) in older {
+        let held = all.get(&slice).copied();
+        all.insert(slice, combine(held, v));
+    }
+    all.into_iter().collect()
+}
 
 #[cfg(test)]
 mod tests {

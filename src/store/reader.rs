@@ -166,12 +166,36 @@ impl Reader {
             .arg(self.keys.counter(precision, series))
             .query_async(&mut self.conn)
             .await?;
-        let mut samples: Vec<(u64, i64)> = raw
-            .iter()
-            .filter_map(|(s, c)| Some((s.parse().ok()?, c.parse().ok()?)))
-            .collect();
-        samples.sort_unstable();
-        Ok(samples)
+        Ok(counts(raw))
+    }
+
+    /// [`Reader::counter`] and what its hash's blocks hold ([`Reader::history`], `Counter`),
+    /// read in one transaction where one server takes them: a slice the cleaner moves from the
+    /// hash into its block between two reads would be counted in both.
+    pub async fn counter_with_history(
+        &mut self,
+        series: &str,
+        precision: u64,
+        range_now: ((u64, u64), u64),
+        cut: super::history::Geometry,
+    ) -> Result<(Vec<(u64, i64)>, Vec<(u64, f64)>), StoreError> {
+        let hash = self.keys.counter(precision, series);
+        let mut hgetall = redis::cmd("HGETALL");
+        hgetall.arg(&hash);
+        let (raw, older) = self
+            .blocks(
+                &hash,
+                precision,
+                range_now,
+                (cut, super::history::Family::Counter),
+                Some(hgetall),
+            )
+            .await?;
+        let raw: Vec<(String, String)> = match raw {
+            Some(raw) => redis::from_redis_value(raw).map_err(redis::RedisError::from)?,
+            None => Vec::new(),
+        };
+        Ok((counts(raw), older))
     }
 
     /// What the blocks of the hash `hash` at `precision` (a long archive's older slices,
@@ -182,9 +206,25 @@ impl Reader {
         &mut self,
         hash: &str,
         precision: u64,
+        range_now: ((u64, u64), u64),
+        cut_family: (super::history::Geometry, super::history::Family),
+    ) -> Result<Vec<(u64, f64)>, StoreError> {
+        Ok(self
+            .blocks(hash, precision, range_now, cut_family, None)
+            .await?
+            .1)
+    }
+
+    /// [`Reader::history`], with `first` read with the blocks ([`super::history::Blocks::add`]):
+    /// its reply.
+    async fn blocks(
+        &mut self,
+        hash: &str,
+        precision: u64,
         ((from, until), now): ((u64, u64), u64),
         (cut, family): (super::history::Geometry, super::history::Family),
-    ) -> Result<Vec<(u64, f64)>, StoreError> {
+        first: Option<redis::Cmd>,
+    ) -> Result<(Option<redis::Value>, Vec<(u64, f64)>), StoreError> {
         let p = precision.max(1);
         let slices: Vec<i64> = (from / p..=until / p).map(|i| (i * p) as i64).collect();
         let mut values = vec![vec![None; slices.len()]];
@@ -196,15 +236,18 @@ impl Reader {
             family,
             values: 0,
         };
-        super::history::Blocks::plan(&self.keys, now, vec![asked])
-            .add(&self.conn, None, None, &mut values)
-            .await?;
+        let mut blocks = super::history::Blocks::plan(&self.keys, now, vec![asked]);
+        if let Some(first) = first {
+            blocks = blocks.after(first);
+        }
+        let first = blocks.add(&self.conn, None, None, &mut values).await?;
         let values = values.pop().unwrap_or_default();
-        Ok(slices
+        let older = slices
             .iter()
             .zip(values)
             .filter_map(|(s, v)| Some((*s as u64, v?)))
-            .collect())
+            .collect();
+        Ok((first, older))
     }
 
     /// The book's `get_stats` for the current hour; `None` when there are none.
@@ -653,6 +696,17 @@ impl Glob {
 /// Whether `text` matches the glob `pattern` (see [`Glob`]).
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     Glob::new(pattern).matches(text)
+}
+
+/// A counter hash's `HGETALL` as `(slice, count)`, oldest first (fields that are no numbers
+/// left out).
+fn counts(raw: Vec<(String, String)>) -> Vec<(u64, i64)> {
+    let mut samples: Vec<(u64, i64)> = raw
+        .iter()
+        .filter_map(|(s, c)| Some((s.parse().ok()?, c.parse().ok()?)))
+        .collect();
+    samples.sort_unstable();
+    samples
 }
 
 #[cfg(test)]

@@ -587,21 +587,21 @@ async fn a_count_that_would_overflow_its_slot_stays_in_the_hash() {
     let hash = redis.get_counter("count:60:big");
     assert_eq!(hash.get(&old), Some(&11), "{hash:?}");
     assert!(!hash.contains_key(&other));
-    let g = history::LARGE;
-    let (block, slot) = g.locate(60, old);
-    let key = history::block_key(
-        &statsd_redis::store::Keys::new(""),
-        "count:60:big",
-        g,
-        block,
-    );
-    let bytes: Vec<u8> = cmd(&redis, redis::cmd("GET").arg(&key));
-    let (a, b) = Geometry::byte_range(slot, slot);
-    let part = &bytes[a as usize..=b as usize];
     assert_eq!(
-        Geometry::read(slot, slot, part, history::Family::Counter),
-        vec![Some((i64::MAX - 10) as f64)]
+        slot_value(&redis, "count:60:big", old, history::Family::Counter),
+        Some((i64::MAX - 10) as f64)
     );
+}
+
+/// What the slot of minute `at` holds in the block of `hash` (a minute hash of the long cut),
+/// its hash aside.
+fn slot_value(redis: &RedisServer, hash: &str, at: u64, family: history::Family) -> Option<f64> {
+    let g = history::LARGE;
+    let (block, slot) = g.locate(60, at);
+    let key = history::block_key(&statsd_redis::store::Keys::new(""), hash, g, block);
+    let bytes: Vec<u8> = cmd(redis, redis::cmd("GET").arg(&key));
+    let (a, b) = Geometry::byte_range(slot, slot);
+    Geometry::read(slot, slot, &bytes[a as usize..=b as usize], family)[0]
 }
 
 /// A reader reads a long archive's hash, then its blocks, and the cleaner (another client) may
@@ -733,26 +733,15 @@ async fn moved_values_keep_their_bits_at_the_edges_of_their_types() {
         gauges.len() + counts.len(),
         "{report:?}"
     );
-    let keys = statsd_redis::store::Keys::new("");
-    let read = |hash: &str, at: u64, family: history::Family| {
-        let g = history::LARGE;
-        let (block, slot) = g.locate(60, at);
-        let bytes: Vec<u8> = cmd(
-            &redis,
-            redis::cmd("GET").arg(history::block_key(&keys, hash, g, block)),
-        );
-        let (a, b) = Geometry::byte_range(slot, slot);
-        Geometry::read(slot, slot, &bytes[a as usize..=b as usize], family)[0]
-    };
     for (k, v) in gauges.iter().enumerate() {
         let want: f64 = v.parse().unwrap();
-        let got = read("gauge:60:bits", slice(k), history::Family::Gauge)
+        let got = slot_value(&redis, "gauge:60:bits", slice(k), history::Family::Gauge)
             .unwrap_or_else(|| panic!("{v}: no value"));
         assert_eq!(got.to_bits(), want.to_bits(), "{v}: read {got}");
     }
     for (k, v) in counts.iter().enumerate() {
         let want: i64 = v.parse().unwrap();
-        let got = read("count:60:wide", slice(k), history::Family::Counter);
+        let got = slot_value(&redis, "count:60:wide", slice(k), history::Family::Counter);
         assert_eq!(got, Some(want as f64), "{v}");
     }
     assert_eq!(redis.get_counter("count:60:wide").len(), 1);

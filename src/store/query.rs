@@ -137,9 +137,10 @@ impl Queries<'_> {
                         .counter_with_history(series, precision, (range, self.now), cut)
                         .await?;
                     // A series with no hash has no history (it keeps its newest slice there).
-                    match samples.is_empty() {
-                        true => samples,
-                        false => combined(samples, older, |n, v| n.unwrap_or(0) + v as i64),
+                    if samples.is_empty() {
+                        samples
+                    } else {
+                        combined(samples, older, |n, v| n.unwrap_or(0) + v as i64)
                     }
                 }
                 None => self.reader.counter(series, precision).await?,

@@ -214,15 +214,14 @@ impl RedisServer {
         self.everything()
             .into_iter()
             .filter(|(k, _)| !k.starts_with("history:"))
-            .map(
-                |(k, v)| match k.starts_with("count:") || k.starts_with("gauge:") {
-                    true => {
-                        let slices = format!("{:?}", self.history(&k));
-                        (k, slices)
-                    }
-                    false => (k, v),
-                },
-            )
+            .map(|(k, v)| {
+                if k.starts_with("count:") || k.starts_with("gauge:") {
+                    let slices = format!("{:?}", self.history(&k));
+                    (k, slices)
+                } else {
+                    (k, v)
+                }
+            })
             .collect()
     }
 

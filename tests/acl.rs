@@ -578,10 +578,23 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
             .filter_map(|p| p[0].as_f64())
             .sum()
     };
+    // The JSON API's counter: its hash and blocks in one transaction.
+    let counted = |http: u16| -> f64 {
+        let answer = curl_json(&format!(
+            "http://127.0.0.1:{http}/api/v1/counter/acl.long?precision=60"
+        ));
+        answer["samples"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{answer}"))
+            .iter()
+            .filter_map(|s| s[1].as_f64())
+            .sum()
+    };
     assert_eq!(render(http, "acl.long"), wanted as f64);
     assert_eq!(render(http, "acl.lg"), wanted as f64);
     assert_eq!(render(http, "acl.s"), wanted as f64);
     assert_eq!(timed(http), wanted as f64);
+    assert_eq!(counted(http), wanted as f64);
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
 
@@ -622,8 +635,27 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     assert_eq!(render(http, "acl.old"), 180.0 * 3.0);
     assert_eq!(render(http, "acl.s"), wanted as f64);
     assert_eq!(timed(http), wanted as f64);
+    assert_eq!(counted(http), wanted as f64);
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(redis.snapshot() == before, "the reader wrote nothing");
     assert_eq!(acl_log(&redis), Vec::<redis::Value>::new());
+
+    // A reader made by an earlier release's line, without MULTI: its reads go apart, as they
+    // did, with a warning, and its connection stays (the redis crate's own transaction, refused
+    // MULTI, lost it: "broken pipe" to the next read).
+    let earlier = documented_acl("statsd-reader").replace(" +multi +exec", "");
+    set_user(&redis, &earlier);
+    let (agent, _, http) = spawn_agent(
+        &reader,
+        &[schema[0], schema[1], "--cleaner-enabled", "false"],
+    );
+    let mut agent = Killed(agent);
+    assert_eq!(render(http, "acl.long"), wanted as f64);
+    assert_eq!(counted(http), wanted as f64);
+    assert_eq!(counted(http), wanted as f64);
+    let (code, log, _) = agent.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(log.matches("Redis refused MULTI").count(), 2, "{log}");
+    assert!(redis.snapshot() == before, "the reader wrote nothing");
 }

@@ -1026,6 +1026,19 @@ async fn long_archives_move_into_blocks_in_their_hashs_slot() {
     }
     assert_eq!(render("hc.*"), counts);
     assert_eq!(render("hg.*"), gauges);
+    // A counter's samples from the JSON API: its hash and its blocks read in one transaction,
+    // in the hash's slot.
+    for i in [0, 7] {
+        let answer = curl_json(&format!(
+            "http://{}/api/v1/counter/hc.{i}?precision=60",
+            agent.http
+        ));
+        let samples = answer["samples"].as_array();
+        let sum: f64 = (samples.unwrap_or_else(|| panic!("{answer}")).iter())
+            .filter_map(|s| s[1].as_f64())
+            .sum();
+        assert_eq!(sum, 465.0, "{answer}");
+    }
     // The sets' minutes, read from their blocks (a reader asks the HyperLogLogs only of the
     // minutes the cleaner may not have moved yet), and their names found from the blocks
     // alone, on every master.

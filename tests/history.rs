@@ -611,26 +611,62 @@ fn slot_value(redis: &RedisServer, hash: &str, at: u64, family: history::Family)
 /// hash before the move and of the block after it would count it twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_between_a_renders_hash_and_block_reads_counts_once() {
-    read_across_a_move(|http, t| {
-        let url = format!(
-            "http://{http}/graphite/render?target=race.c&from={}&until={t}&format=json",
-            t - 86_400
-        );
-        curl_json(&url)[0]["datapoints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|p| p[0].as_f64())
-            .sum()
+    read_across_a_move(2, |across| render_total(across, "race.c.*", 86_400)).await;
+}
+
+/// A render of more block reads than one pipeline takes (2 048: here the sum of 40 series over
+/// the 90 days their minutes are kept, 67 block reads each) reads each series' hash and blocks
+/// in a transaction of its own, in a cluster's slot as on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_between_a_long_renders_reads_counts_once() {
+    read_across_a_move(40, |across| {
+        render_total(across, "sumSeries(race.c.*)", 90 * 86_400)
+    })
+    .await;
+}
+
+/// Without the bulk reader (Sentinel's and TLS's topologies): the Graphite API's source over
+/// the redis crate's connection reads its series' hashes and blocks in one transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_between_the_crate_readers_hash_and_block_reads_counts_once() {
+    read_across_a_move(2, |across| {
+        use statsd_redis::graphite::source::{Remembered, Source};
+        let config = Config {
+            redis: across.redis.clone(),
+            ..across.config.clone()
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = statsd_redis::store::Store::open(&config).unwrap();
+            let remembered = Remembered::default();
+            let now = across.t as i64;
+            let mut source = Source::new(
+                store.connect().await.unwrap(),
+                store.keys(),
+                &config,
+                &remembered,
+            );
+            let leaves = source.leaves("race.c.*").await.unwrap();
+            let series = source
+                .fetch_all(&leaves, now - 86_400, now, now)
+                .await
+                .unwrap();
+            assert_eq!(series.len(), 2);
+            series.iter().flat_map(|s| s.values.iter().flatten()).sum()
+        })
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_between_the_json_apis_hash_and_block_reads_counts_once() {
-    read_across_a_move(|http, _| {
+    read_across_a_move(1, |across| {
         samples_of(&curl_json(&format!(
-            "http://{http}/api/v1/counter/race.c?precision=60"
+            "http://{}/api/v1/counter/race.c.0?precision=60",
+            across.http
         )))
         .values()
         .sum()
@@ -638,9 +674,36 @@ async fn a_move_between_the_json_apis_hash_and_block_reads_counts_once() {
     .await;
 }
 
-/// 200 minutes of counts (the hash's newest 120 stay, the older 80 move) read by `total` (from
-/// the agent's HTTP address and its time) before, across and after a pass that moves them.
-async fn read_across_a_move(total: fn(std::net::SocketAddr, u64) -> f64) {
+/// What a read across a move is given: the agent's HTTP address, its configuration, the URL
+/// of the Redis it reads (through the proxy), and its time.
+struct Across {
+    http: std::net::SocketAddr,
+    config: Config,
+    redis: String,
+    t: u64,
+}
+
+/// The sum of every point of a render of `target` over the `range` seconds before `t`.
+fn render_total(across: &Across, target: &str, range: u64) -> f64 {
+    let url = format!(
+        "http://{}/graphite/render?target={target}&from={}&until={}&format=json",
+        across.http,
+        across.t - range,
+        across.t
+    );
+    let rendered = curl_json(&url);
+    let rendered = rendered.as_array().unwrap();
+    assert!(!rendered.is_empty(), "{url}");
+    rendered
+        .iter()
+        .flat_map(|s| s["datapoints"].as_array().unwrap())
+        .filter_map(|p| p[0].as_f64())
+        .sum()
+}
+
+/// 200 minutes of counts for each of `series` series `race.c.<n>` (the hash's newest 120
+/// stay, the older 80 move) read by `total` before, across and after a pass that moves them.
+async fn read_across_a_move(series: u64, total: fn(&Across) -> f64) {
     use common::proxy::{FaultProxy, Mode};
     let (redis, port) = RedisServer::start_tcp();
     let proxy = FaultProxy::start(([127, 0, 0, 1], port).into(), 3).await;
@@ -649,14 +712,24 @@ async fn read_across_a_move(total: fn(std::net::SocketAddr, u64) -> f64) {
         redis: format!("redis://{}/0", proxy.addr),
         ..config(&redis)
     };
-    let agent = TestAgent::start_at(via_proxy, Clock::manual(Duration::from_secs(t)));
-    let lines: Vec<String> = (1..=200u64)
-        .map(|k| format!("race.c:{}|c|T{}", k % 7 + 1, t - k * 60))
+    let agent = TestAgent::start_at(via_proxy.clone(), Clock::manual(Duration::from_secs(t)));
+    let lines: Vec<String> = (0..series)
+        .flat_map(|n| {
+            (1..=200u64).map(move |k| format!("race.c.{n}:{}|c|T{}", k % 7 + 1, t - k * 60))
+        })
         .collect();
     send_window(&agent, &redis, &lines, t).await;
-    let http = agent.http;
-    let read = move || tokio::task::spawn_blocking(move || total(http, t));
-    let sent: f64 = (1..=200u64).map(|k| (k % 7 + 1) as f64).sum();
+    let across = Arc::new(Across {
+        http: agent.http,
+        redis: via_proxy.redis.clone(),
+        config: via_proxy,
+        t,
+    });
+    let read = move || {
+        let across = across.clone();
+        tokio::task::spawn_blocking(move || total(&across))
+    };
+    let sent: f64 = series as f64 * (1..=200u64).map(|k| (k % 7 + 1) as f64).sum::<f64>();
     assert_eq!(read().await.unwrap(), sent);
 
     proxy.set_mode(Mode::HoldFrom(b"GETRANGE"));
@@ -668,7 +741,7 @@ async fn read_across_a_move(total: fn(std::net::SocketAddr, u64) -> f64) {
     )
     .await;
     let report = pass(&redis, t + 1).await;
-    assert!(report.slices_moved >= 79, "{report:?}");
+    assert!(report.slices_moved >= 79 * series, "{report:?}");
     proxy.release();
     assert_eq!(reading.await.unwrap(), sent, "a read across the move");
     assert_eq!(read().await.unwrap(), sent);

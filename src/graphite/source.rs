@@ -1049,14 +1049,25 @@ impl<'a> Source<'a> {
             .iter()
             .map(|l| self.window(l, from, until, now))
             .collect();
-        let blocks = self.blocks(leaves, &windows, now);
-        let mut answers = None;
+        let mut blocks = self.blocks(leaves, &windows, now);
+        let bulk = self.bulk.filter(|b| b.available());
+        // The blocks' reads in the bulk reader's write, one transaction with the hashes' (a
+        // slice the cleaner moves between the two would read twice); where it cannot take
+        // them, each long archive's hash is read with its own blocks.
+        let then = bulk.and_then(|_| blocks.bulk_commands(&self.conn));
         let mut values: Vec<Option<Vec<Point>>> = vec![None; leaves.len()];
-        if let Some(bulk) = self.bulk.filter(|b| b.available()) {
+        if then.is_none() {
+            for i in blocks.with_hashes() {
+                values[i] = windows[i].as_ref().map(|w| vec![None; w.slices.len()]);
+            }
+        }
+        let mut answers = None;
+        if let Some(bulk) = bulk {
             let hashes: Vec<(usize, String)> = leaves
                 .iter()
                 .zip(&windows)
                 .enumerate()
+                .filter(|(i, _)| values[*i].is_none())
                 .filter_map(|(i, (leaf, w))| {
                     Some((i, self.hash_key(leaf, w.as_ref()?.step as u64)?))
                 })
@@ -1080,9 +1091,6 @@ impl<'a> Source<'a> {
                     }
                 })
                 .collect();
-            // The blocks' reads in the same write, one transaction with the hashes' (a slice the
-            // cleaner moves between the two would read twice).
-            let then = blocks.bulk_commands(&self.conn);
             if !requests.is_empty() || then.is_some() {
                 let (read, blocks_read) = bulk.hmget_then(&requests, then.as_ref()).await?;
                 for ((i, _), v) in hashes.iter().zip(read) {
@@ -1116,9 +1124,26 @@ impl<'a> Source<'a> {
                 (Some(_), None) => rest.next().unwrap_or_default(),
             })
             .collect();
-        blocks
+        let hashes = blocks
             .add(&self.conn, self.bulk, answers, &mut values)
             .await?;
+        for (i, reply) in hashes {
+            let (Some(w), Some(v), Some(leaf)) = (&windows[i], values.get_mut(i), leaves.get(i))
+            else {
+                continue;
+            };
+            let held: BTreeMap<String, String> =
+                redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+            let family = match leaf.kind {
+                Kind::Gauge => Family::Gauge,
+                _ => Family::Counter,
+            };
+            for (value, held) in v.iter_mut().zip(held_points(&held, &w.slices)) {
+                if let Some(held) = held {
+                    *value = Some(value.map_or(held, |block| family.combine(held, block)));
+                }
+            }
+        }
         let mut out = Vec::with_capacity(leaves.len());
         for ((leaf, w), mut v) in leaves.iter().zip(windows).zip(values) {
             let Some(w) = w else { continue };
@@ -1162,6 +1187,7 @@ impl<'a> Source<'a> {
                     slices: &w.slices,
                     family,
                     values: i,
+                    with_hash: false,
                 })
             })
             .collect();
@@ -1306,11 +1332,7 @@ impl<'a> Source<'a> {
                         .arg(key)
                         .query_async(&mut self.conn)
                         .await?;
-                    let held: BTreeMap<i64, f64> = held
-                        .iter()
-                        .filter_map(|(s, v)| Some((s.parse().ok()?, v.parse().ok()?)))
-                        .collect();
-                    return Ok(slices.iter().map(|s| held.get(s).copied()).collect());
+                    return Ok(held_points(&held, slices));
                 }
                 let values: Vec<redis::Value> = redis::cmd("HMGET")
                     .arg(key)
@@ -1389,6 +1411,15 @@ fn scanned_leaf<'n>(scanned: &'n Names, path: &str, only: Option<&Kind>) -> Opti
 
 /// A stored value as a number: a count's digits read directly (a render reads thousands), any
 /// other text as a float; `None` for a missing field or text that is no number.
+/// A hash's fields (`HGETALL`'s) at `slices`, null where it has none.
+fn held_points(held: &BTreeMap<String, String>, slices: &[i64]) -> Vec<Point> {
+    let held: BTreeMap<i64, f64> = held
+        .iter()
+        .filter_map(|(s, v)| Some((s.parse().ok()?, v.parse().ok()?)))
+        .collect();
+    slices.iter().map(|s| held.get(s).copied()).collect()
+}
+
 fn number(v: &redis::Value) -> Point {
     match v {
         redis::Value::BulkString(bytes) => crate::store::bulk::number(bytes),

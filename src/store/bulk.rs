@@ -250,6 +250,11 @@ impl BulkPool {
     }
 }
 
+/// The warning, once, when Redis refuses a reader `MULTI`.
+pub const MULTI_REFUSED: &str = "Redis refused MULTI: reads of a long archive's hashes and \
+    blocks go apart, and a slice the cleaner moves between the two is read twice; the user \
+    needs +multi +exec (docs/operations.md, \"A Redis user of least privilege\")";
+
 /// What the socket gives at most per read: a day of minutes for a few series.
 const READ_SIZE: usize = 256 * 1024;
 
@@ -397,11 +402,7 @@ impl Bulk {
                     return Err(protocol("EXEC's replies"));
                 }
             } else if atomic && multi.swap(false, Relaxed) {
-                tracing::warn!(
-                    "Redis refused MULTI: renders read a long archive's hashes and blocks apart, \
-                     and a slice the cleaner moves between the two is read twice; the user needs \
-                     +multi +exec (docs/operations.md, \"A Redis user of least privilege\")"
-                );
+                tracing::warn!("{MULTI_REFUSED}");
             }
             let mut out = Vec::with_capacity(requests.len());
             for r in requests {

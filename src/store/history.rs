@@ -10,7 +10,7 @@
 //! (a counter's integer, a gauge's `f64` bits), as `BITFIELD` reads and writes them. A block
 //! expires when its newest slice leaves the retention: no slot is ever reused, so none is stale.
 
-use crate::store::bulk::{Answer, Answers, BulkPool, Commands};
+use crate::store::bulk::{Answer, Answers, BulkPool, Commands, MULTI_REFUSED};
 use crate::store::{Connection, Keys, StoreError};
 
 /// Slices the book's hash keeps of a long archive: the book's `sample_count`, so that
@@ -89,7 +89,9 @@ pub enum Family {
 }
 
 impl Family {
-    fn combine(self, outside: f64, block: f64) -> f64 {
+    /// A slice's value held both outside its block (`outside`: a hash's field, a
+    /// HyperLogLog) and in it.
+    pub fn combine(self, outside: f64, block: f64) -> f64 {
         match self {
             Family::Counter => outside + block,
             Family::Gauge => outside,
@@ -305,6 +307,10 @@ pub struct Asked<'a> {
     pub family: Family,
     /// The caller's list of values these slices' are (each series' its own).
     pub values: usize,
+    /// Whether the hash `name` is read (`HGETALL`) with these blocks, in one transaction: a
+    /// slice the cleaner moves from it into its block between two reads would be read twice.
+    /// [`Blocks::add`] gives back its reply.
+    pub with_hash: bool,
 }
 
 /// Block reads a render makes in one pipeline at most: past this (a year of ten-minute slices
@@ -314,17 +320,17 @@ const ONE_PIPELINE_READS: usize = 2048;
 
 /// A read's block reads, planned before any is sent, so that the Graphite API's bulk reader can
 /// send them in the same write as the hashes' reads ([`Blocks::bulk_commands`]), one
-/// transaction with them: no move of the cleaner's falls between the two.
+/// transaction with them: no move of the cleaner's falls between the two. Where it does not,
+/// each series' hash is read with its own blocks ([`Asked::with_hash`], [`Blocks::with_hashes`]).
 pub struct Blocks<'a> {
     /// Each series asked, its own cut's reads and the other cut's.
     series: Vec<(Asked<'a>, Vec<BlockRead>, Vec<BlockRead>)>,
-    /// A command read with them ([`Blocks::after`]).
-    first: Option<redis::Cmd>,
 }
 
 impl<'a> Blocks<'a> {
     /// The `GETRANGE`s of just the slots asked that a block may hold ([`blocks_before`]) as of
     /// `now`, in the configured retention's cut, and the other cut's blocks over the range.
+    /// A series with nothing to read is left out unless its hash is read with them.
     pub fn plan(keys: &Keys, now: u64, asked: Vec<Asked<'a>>) -> Blocks<'a> {
         let series = asked
             .into_iter()
@@ -337,26 +343,32 @@ impl<'a> Blocks<'a> {
                 let other = reads_in(&others, keys, &a.name, a.precision, a.slices);
                 (a, own, other)
             })
-            .filter(|(_, own, other)| !own.is_empty() || !other.is_empty())
+            .filter(|(a, own, other)| a.with_hash || !own.is_empty() || !other.is_empty())
             .collect();
-        Blocks {
-            series,
-            first: None,
-        }
+        Blocks { series }
+    }
+
+    /// Reads each counter's and gauge's hash with its blocks ([`Asked::with_hash`]), for a
+    /// caller that does not send [`Blocks::bulk_commands`]: the `values` of those series.
+    pub fn with_hashes(&mut self) -> Vec<usize> {
+        (self.series.iter_mut())
+            .filter(|(a, _, _)| a.family != Family::Set)
+            .map(|(a, _, _)| {
+                a.with_hash = true;
+                a.values
+            })
+            .collect()
     }
 
     /// The commands the bulk reader sends for these reads on `conn` (each series' `GETRANGE`s,
     /// then one `EXISTS` of every series' other cut's blocks), when one pipeline takes them:
-    /// on one server, at most [`ONE_PIPELINE_READS`]. [`Blocks::add`] takes their replies.
+    /// on one server, at most [`ONE_PIPELINE_READS`], no hash read with them. [`Blocks::add`]
+    /// takes their replies.
     pub fn bulk_commands(&self, conn: &Connection) -> Option<Commands> {
-        let reads: usize = self
-            .series
-            .iter()
-            .map(|(_, own, other)| replies(own, other))
-            .sum();
         if self.series.is_empty()
             || !matches!(conn, Connection::Single(_))
-            || reads > ONE_PIPELINE_READS
+            || self.replies() > ONE_PIPELINE_READS
+            || self.series.iter().any(|(a, _, _)| a.with_hash)
         {
             return None;
         }
@@ -370,6 +382,13 @@ impl<'a> Blocks<'a> {
         Some(pipe)
     }
 
+    /// Replies the series' reads get, in all.
+    fn replies(&self) -> usize {
+        (self.series.iter())
+            .map(|(a, own, other)| replies(a.with_hash, own, other))
+            .sum()
+    }
+
     /// Adds to each series' values (`values[asked.values]`, one a slice) what its blocks hold:
     /// from `answers`, the replies to [`Blocks::bulk_commands`] where the caller sent them,
     /// else read here (the same commands through `bulk` where it has one; else the redis
@@ -378,34 +397,23 @@ impl<'a> Blocks<'a> {
     /// series' blocks share one slot). The other cut's slots are read only where one of its
     /// blocks exists (slices written while another retention cut them).
     ///
-    /// With a command [`Blocks::after`], returns its reply: read with the blocks in one
-    /// transaction where the redis crate's one pipeline takes them (a hash read so, a slice the
-    /// cleaner moves from it into its block is read once), else alone before them.
+    /// Gives back the replies to the hashes read with their blocks ([`Asked::with_hash`]),
+    /// each with its series' `values`: a pipeline holding one is a transaction (`MULTI` …
+    /// `EXEC`, in the series' slot).
     pub async fn add(
-        mut self,
+        self,
         conn: &Connection,
         bulk: Option<&BulkPool>,
         answers: Option<Answers>,
         values: &mut [Vec<Option<f64>>],
-    ) -> Result<Option<redis::Value>, StoreError> {
-        let bulk = bulk.filter(|b| b.available());
-        let reads: Vec<usize> = (self.series.iter())
-            .map(|(_, own, other)| replies(own, other))
-            .collect();
-        let one_pipeline = !self.series.is_empty()
-            && matches!(conn, Connection::Single(_))
-            && reads.iter().sum::<usize>() <= ONE_PIPELINE_READS;
-        let (first, mut first_reply) = match self.first.take() {
-            Some(first) if one_pipeline && answers.is_none() && bulk.is_none() => {
-                (Some(first), None)
-            }
-            Some(first) => (None, Some(first.query_async(&mut conn.clone()).await?)),
-            None => (None, None),
-        };
+    ) -> Result<Vec<(usize, redis::Value)>, StoreError> {
+        let mut hashes = Vec::new();
         if self.series.is_empty() {
-            return Ok(first_reply);
+            return Ok(hashes);
         }
-        let answers = match (answers, bulk) {
+        let one_pipeline =
+            matches!(conn, Connection::Single(_)) && self.replies() <= ONE_PIPELINE_READS;
+        let answers = match (answers, bulk.filter(|b| b.available())) {
             (Some(answers), _) => Some(answers),
             (None, Some(bulk)) => match self.bulk_commands(conn) {
                 Some(pipe) => Some(bulk.pipeline(&pipe).await?),
@@ -438,37 +446,28 @@ impl<'a> Blocks<'a> {
                     .map(|(_, _, other)| others_exist && !other.is_empty())
                     .collect()
             }
-            None => {
-                if one_pipeline {
-                    let mut pipe = redis::pipe();
-                    let atomic = first.is_some();
-                    if let Some(first) = first {
-                        pipe.atomic().add_command(first);
-                    }
-                    for (_, own, other) in series {
-                        crate_commands(own, other, &mut pipe);
-                    }
-                    let all: Vec<redis::Value> = pipe.query_async(&mut conn.clone()).await?;
-                    let mut all = all.into_iter();
-                    if atomic {
-                        first_reply = all.next();
-                    }
-                    series
-                        .iter()
-                        .zip(&reads)
-                        .map(|((a, own, other), n)| {
-                            let replies: Vec<redis::Value> = all.by_ref().take(*n).collect();
-                            values
-                                .get_mut(a.values)
-                                .is_some_and(|v| take(v, a.family, own, other, &replies))
-                        })
-                        .collect()
-                } else {
-                    let each = series
-                        .iter()
-                        .map(|(a, own, other)| (a, &own[..], &other[..]));
-                    each_series(conn, each, values).await?
+            None if one_pipeline => {
+                let mut pipe = redis::pipe();
+                let atomic = series.iter().any(|(a, _, _)| a.with_hash);
+                for (a, own, other) in series {
+                    crate_commands(a, a.with_hash, own, other, &mut pipe);
                 }
+                let all = transaction(&pipe, atomic, &mut conn.clone()).await?;
+                let mut all = all.into_iter();
+                series
+                    .iter()
+                    .map(|(a, own, other)| {
+                        let n = replies(a.with_hash, own, other);
+                        let list = values.get_mut(a.values);
+                        let reads = (a, &own[..], &other[..], a.with_hash);
+                        take(reads, all.by_ref().take(n).collect(), list, &mut hashes)
+                    })
+                    .collect()
+            }
+            None => {
+                let each =
+                    (series.iter()).map(|(a, own, other)| (a, &own[..], &other[..], a.with_hash));
+                each_series(conn, each, values, &mut hashes).await?
             }
         };
         // The other cut's slots, where it has a block: rare.
@@ -476,47 +475,121 @@ impl<'a> Blocks<'a> {
             .iter()
             .zip(elsewhere)
             .filter(|(_, found)| *found)
-            .map(|((a, _, other), _)| (a, &other[..], &[][..]));
-        each_series(conn, found, values).await?;
-        Ok(first_reply)
-    }
-
-    /// `first` read with these blocks ([`Blocks::add`]).
-    pub fn after(mut self, first: redis::Cmd) -> Self {
-        self.first = Some(first);
-        self
+            .map(|((a, _, other), _)| (a, &other[..], &[][..], false));
+        each_series(conn, found, values, &mut Vec::new()).await?;
+        Ok(hashes)
     }
 }
 
-/// Each series' reads ([`crate_commands`] of its `own` and `other` blocks) in a pipeline of its
-/// own, all at once, its replies merged into its values as they come (never all of them held at
-/// once); for each, whether the other cut has a block.
+/// A series' reads for [`each_series`]: the series, its own cut's blocks or the other cut's,
+/// the other cut's (none when those are its blocks), and whether its hash is read with them.
+type Reads<'s> = (&'s Asked<'s>, &'s [BlockRead], &'s [BlockRead], bool);
+
+/// Each series' reads ([`crate_commands`]) in a pipeline of its own, all at once (a
+/// transaction where its hash is read with them), its replies merged into its values as they
+/// come (never all of them held at once); for each, whether the other cut has a block. The
+/// hashes' replies are pushed to `hashes`.
 async fn each_series<'s>(
     conn: &Connection,
-    series: impl Iterator<Item = (&'s Asked<'s>, &'s [BlockRead], &'s [BlockRead])>,
+    series: impl Iterator<Item = Reads<'s>>,
     values: &mut [Vec<Option<f64>>],
+    hashes: &mut Vec<(usize, redis::Value)>,
 ) -> Result<Vec<bool>, StoreError> {
     let mut lists: Vec<Option<&mut Vec<Option<f64>>>> = values.iter_mut().map(Some).collect();
-    let calls = series.map(|(a, own, other)| {
+    let calls = series.map(|(a, own, other, hash)| {
         let list = lists.get_mut(a.values).and_then(Option::take);
         let mut pipe = redis::pipe();
-        crate_commands(own, other, &mut pipe);
+        crate_commands(a, hash, own, other, &mut pipe);
         let mut conn = conn.clone();
         async move {
-            let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-            Ok::<_, StoreError>(list.is_some_and(|v| take(v, a.family, own, other, &replies)))
+            let replies = transaction(&pipe, hash, &mut conn).await?;
+            let mut read = Vec::new();
+            let found = take((a, own, other, hash), replies, list, &mut read);
+            Ok::<_, StoreError>((found, read))
         }
     });
-    futures_util::future::try_join_all(calls).await
+    let read = futures_util::future::try_join_all(calls).await?;
+    Ok(read
+        .into_iter()
+        .map(|(found, read)| {
+            hashes.extend(read);
+            found
+        })
+        .collect())
 }
 
-/// How many replies a series' [`block_commands`] get.
-fn replies(own: &[BlockRead], other: &[BlockRead]) -> usize {
-    own.len() + usize::from(!other.is_empty())
+/// `pipe`'s replies, its commands sent as one transaction when `atomic` (`MULTI` … `EXEC`
+/// around them, in the one write: the redis crate's own transactions lose the connection when
+/// `MULTI` is refused). A user refused `MULTI` (a reader made by an earlier release's ACL line)
+/// has each command answered as it comes, as before, with a warning once.
+async fn transaction(
+    pipe: &redis::Pipeline,
+    atomic: bool,
+    conn: &mut Connection,
+) -> Result<Vec<redis::Value>, StoreError> {
+    use redis::Value;
+    if !atomic {
+        return Ok(pipe.query_async(conn).await?);
+    }
+    let mut wrapped = redis::pipe();
+    wrapped.ignore_errors().cmd("MULTI");
+    for command in pipe.cmd_iter() {
+        wrapped.add_command(command.clone());
+    }
+    wrapped.cmd("EXEC");
+    let mut replies: Vec<Value> = wrapped.query_async(conn).await?;
+    // `+OK`, a `+QUEUED` a command, then EXEC's array of their replies; or, refused, MULTI's
+    // error, each command's reply, and EXEC's error.
+    let exec = replies.pop();
+    let multi = (!replies.is_empty()).then(|| replies.remove(0));
+    let replies = match (multi, exec) {
+        (Some(Value::Okay), Some(Value::Array(replies))) => replies,
+        (Some(Value::ServerError(e)), Some(_)) if e.code() == "NOPERM" => {
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!("{MULTI_REFUSED}");
+            }
+            replies
+        }
+        (Some(Value::ServerError(e)), _) | (_, Some(Value::ServerError(e))) => {
+            return Err(redis::RedisError::from(e).into());
+        }
+        _ => {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "EXEC's replies",
+            ))
+            .into());
+        }
+    };
+    replies
+        .into_iter()
+        .map(|reply| match reply {
+            Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
+            reply => Ok(reply),
+        })
+        .collect()
 }
 
-/// A series' block commands ([`block_commands`]) added to a pipeline of the redis crate's.
-fn crate_commands(own: &[BlockRead], other: &[BlockRead], pipe: &mut redis::Pipeline) {
+/// How many replies a series' reads get: its hash's where `hash`, one a block of its own cut,
+/// and one `EXISTS` of the other cut's blocks.
+fn replies(hash: bool, own: &[BlockRead], other: &[BlockRead]) -> usize {
+    usize::from(hash) + own.len() + usize::from(!other.is_empty())
+}
+
+/// A series' reads added to a pipeline of the redis crate's: its hash's `HGETALL` where
+/// `hash`, then its [`block_commands`].
+fn crate_commands(
+    a: &Asked,
+    hash: bool,
+    own: &[BlockRead],
+    other: &[BlockRead],
+    pipe: &mut redis::Pipeline,
+) {
+    if hash {
+        pipe.cmd("HGETALL").arg(&a.name);
+    }
     block_commands(own, other, |args, _| {
         let mut command = redis::Cmd::new();
         for arg in args {
@@ -526,15 +599,20 @@ fn crate_commands(own: &[BlockRead], other: &[BlockRead], pipe: &mut redis::Pipe
     });
 }
 
-/// Merges a series' replies to [`crate_commands`] (its blocks' bytes, then what EXISTS
-/// counted) into `values`; true when the other cut has a block.
+/// Merges a series' replies to [`crate_commands`] (its hash's, its blocks' bytes, then what
+/// EXISTS counted) into `values`, its hash's reply pushed to `hashes` with the series'
+/// `values`; true when the other cut has a block.
 fn take(
-    values: &mut [Option<f64>],
-    family: Family,
-    own: &[BlockRead],
-    other: &[BlockRead],
-    replies: &[redis::Value],
+    (a, own, other, hash): Reads,
+    replies: Vec<redis::Value>,
+    values: Option<&mut Vec<Option<f64>>>,
+    hashes: &mut Vec<(usize, redis::Value)>,
 ) -> bool {
+    let mut replies = replies.into_iter();
+    if hash && let Some(reply) = replies.next() {
+        hashes.push((a.values, reply));
+    }
+    let replies: Vec<redis::Value> = replies.collect();
     let bytes: Vec<&[u8]> = replies
         .iter()
         .take(own.len())
@@ -543,7 +621,9 @@ fn take(
             _ => &[],
         })
         .collect();
-    merge(values, own, &bytes, family);
+    if let Some(values) = values {
+        merge(values, own, &bytes, a.family);
+    }
     !other.is_empty() && matches!(replies.get(own.len()), Some(redis::Value::Int(n)) if *n > 0)
 }
 

@@ -170,8 +170,8 @@ impl Reader {
     }
 
     /// [`Reader::counter`] and what its hash's blocks hold ([`Reader::history`], `Counter`),
-    /// read in one transaction where one server takes them: a slice the cleaner moves from the
-    /// hash into its block between two reads would be counted in both.
+    /// read in one transaction (in a cluster, in the hash's slot): a slice the cleaner moves
+    /// from the hash into its block between two reads would be counted in both.
     pub async fn counter_with_history(
         &mut self,
         series: &str,
@@ -180,15 +180,13 @@ impl Reader {
         cut: super::history::Geometry,
     ) -> Result<(Vec<(u64, i64)>, Vec<(u64, f64)>), StoreError> {
         let hash = self.keys.counter(precision, series);
-        let mut hgetall = redis::cmd("HGETALL");
-        hgetall.arg(&hash);
         let (raw, older) = self
             .blocks(
                 &hash,
                 precision,
                 range_now,
                 (cut, super::history::Family::Counter),
-                Some(hgetall),
+                true,
             )
             .await?;
         let raw: Vec<(String, String)> = match raw {
@@ -210,20 +208,20 @@ impl Reader {
         cut_family: (super::history::Geometry, super::history::Family),
     ) -> Result<Vec<(u64, f64)>, StoreError> {
         Ok(self
-            .blocks(hash, precision, range_now, cut_family, None)
+            .blocks(hash, precision, range_now, cut_family, false)
             .await?
             .1)
     }
 
-    /// [`Reader::history`], with `first` read with the blocks ([`super::history::Blocks::add`]):
-    /// its reply.
+    /// [`Reader::history`], with the hash `hash` read with the blocks where `with_hash`
+    /// ([`super::history::Asked::with_hash`]): its reply.
     async fn blocks(
         &mut self,
         hash: &str,
         precision: u64,
         ((from, until), now): ((u64, u64), u64),
         (cut, family): (super::history::Geometry, super::history::Family),
-        first: Option<redis::Cmd>,
+        with_hash: bool,
     ) -> Result<(Option<redis::Value>, Vec<(u64, f64)>), StoreError> {
         let p = precision.max(1);
         let slices: Vec<i64> = (from / p..=until / p).map(|i| (i * p) as i64).collect();
@@ -235,19 +233,17 @@ impl Reader {
             slices: &slices,
             family,
             values: 0,
+            with_hash,
         };
-        let mut blocks = super::history::Blocks::plan(&self.keys, now, vec![asked]);
-        if let Some(first) = first {
-            blocks = blocks.after(first);
-        }
-        let first = blocks.add(&self.conn, None, None, &mut values).await?;
+        let blocks = super::history::Blocks::plan(&self.keys, now, vec![asked]);
+        let hash = blocks.add(&self.conn, None, None, &mut values).await?;
         let values = values.pop().unwrap_or_default();
         let older = slices
             .iter()
             .zip(values)
             .filter_map(|(s, v)| Some((*s as u64, v?)))
             .collect();
-        Ok((first, older))
+        Ok((hash.into_iter().next().map(|(_, reply)| reply), older))
     }
 
     /// The book's `get_stats` for the current hour; `None` when there are none.

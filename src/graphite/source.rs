@@ -1409,8 +1409,6 @@ fn scanned_leaf<'n>(scanned: &'n Names, path: &str, only: Option<&Kind>) -> Opti
         .filter(|leaf| only.is_none_or(|k| *k == leaf.kind))
 }
 
-/// A stored value as a number: a count's digits read directly (a render reads thousands), any
-/// other text as a float; `None` for a missing field or text that is no number.
 /// A hash's fields (`HGETALL`'s) at `slices`, null where it has none.
 fn held_points(held: &BTreeMap<String, String>, slices: &[i64]) -> Vec<Point> {
     let held: BTreeMap<i64, f64> = held
@@ -1420,6 +1418,8 @@ fn held_points(held: &BTreeMap<String, String>, slices: &[i64]) -> Vec<Point> {
     slices.iter().map(|s| held.get(s).copied()).collect()
 }
 
+/// A stored value as a number: a count's digits read directly (a render reads thousands), any
+/// other text as a float; `None` for a missing field or text that is no number.
 fn number(v: &redis::Value) -> Point {
     match v {
         redis::Value::BulkString(bytes) => crate::store::bulk::number(bytes),

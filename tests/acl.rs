@@ -654,6 +654,21 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     assert_eq!(render(http, "acl.long"), wanted as f64);
     assert_eq!(counted(http), wanted as f64);
     assert_eq!(counted(http), wanted as f64);
+    // The CLI's counter, read the same way.
+    let counter = get(
+        &reader,
+        &[
+            "counter",
+            "acl.long",
+            "--precision",
+            "60",
+            schema[0],
+            schema[1],
+        ],
+    );
+    let samples = counter.as_array().unwrap_or_else(|| panic!("{counter}"));
+    let total: f64 = samples.iter().filter_map(|s| s[1].as_f64()).sum();
+    assert_eq!(total, wanted as f64);
     let (code, log, _) = agent.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(log.matches("Redis refused MULTI").count(), 2, "{log}");

@@ -673,4 +673,23 @@ fn a_long_archive_moves_and_reads_back_as_the_documented_users() {
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(log.matches("Redis refused MULTI").count(), 2, "{log}");
     assert!(redis.snapshot() == before, "the reader wrote nothing");
+
+    // A reader refused a command of the transaction's: the answer names that command, not
+    // only EXEC's abort.
+    set_user(
+        &redis,
+        &documented_acl("statsd-reader").replace(" +getrange", " -getrange"),
+    );
+    let (agent, _, http) = spawn_agent(
+        &reader,
+        &[schema[0], schema[1], "--cleaner-enabled", "false"],
+    );
+    let mut agent = Killed(agent);
+    let answer = curl_json(&format!(
+        "http://127.0.0.1:{http}/api/v1/counter/acl.long?precision=60"
+    ));
+    let error = answer["error"].as_str().unwrap_or_default();
+    assert!(error.contains("'getrange'"), "{answer}");
+    let (code, log, _) = agent.terminate();
+    assert_eq!(code, Some(0), "{log}");
 }

@@ -496,7 +496,8 @@ fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn protocol(what: &str) -> StoreError {
+/// A reply that is not the shape its command gives.
+pub(crate) fn protocol(what: &str) -> StoreError {
     StoreError::Redis(redis::RedisError::from((
         redis::ErrorKind::Parse,
         "an unexpected reply",

@@ -10,7 +10,7 @@
 //! (a counter's integer, a gauge's `f64` bits), as `BITFIELD` reads and writes them. A block
 //! expires when its newest slice leaves the retention: no slot is ever reused, so none is stale.
 
-use crate::store::bulk::{Answer, Answers, BulkPool, Commands, MULTI_REFUSED};
+use crate::store::bulk::{Answer, Answers, BulkPool, Commands, MULTI_REFUSED, protocol};
 use crate::store::{Connection, Keys, StoreError};
 
 /// Slices the book's hash keeps of a long archive: the book's `sample_count`, so that
@@ -519,9 +519,9 @@ async fn each_series<'s>(
 }
 
 /// `pipe`'s replies, its commands sent as one transaction when `atomic` (`MULTI` … `EXEC`
-/// around them, in the one write: the redis crate's own transactions lose the connection when
-/// `MULTI` is refused). A user refused `MULTI` (a reader made by an earlier release's ACL line)
-/// has each command answered as it comes, as before, with a warning once.
+/// around them, in the one write: the redis crate's own transactions fail when `MULTI` is
+/// refused). A user refused `MULTI` (a reader made by an earlier release's ACL line) has each
+/// command answered as it comes, as before, with a warning once, as the bulk reader does.
 async fn transaction(
     pipe: &redis::Pipeline,
     atomic: bool,
@@ -531,6 +531,7 @@ async fn transaction(
     if !atomic {
         return Ok(pipe.query_async(conn).await?);
     }
+    let commands = pipe.cmd_iter().count();
     let mut wrapped = redis::pipe();
     wrapped.ignore_errors().cmd("MULTI");
     for command in pipe.cmd_iter() {
@@ -538,13 +539,24 @@ async fn transaction(
     }
     wrapped.cmd("EXEC");
     let mut replies: Vec<Value> = wrapped.query_async(conn).await?;
-    // `+OK`, a `+QUEUED` a command, then EXEC's array of their replies; or, refused, MULTI's
-    // error, each command's reply, and EXEC's error.
+    // `+OK`, a `+QUEUED` a command (or the error that refused it), then EXEC's array of their
+    // replies; or, MULTI refused, its error, each command's reply, and EXEC's error.
     let exec = replies.pop();
     let multi = (!replies.is_empty()).then(|| replies.remove(0));
     let replies = match (multi, exec) {
-        (Some(Value::Okay), Some(Value::Array(replies))) => replies,
-        (Some(Value::ServerError(e)), Some(_)) if e.code() == "NOPERM" => {
+        (Some(Value::Okay), Some(Value::Array(replies))) if replies.len() == commands => replies,
+        (Some(Value::Okay), exec) => {
+            // A command refused when queued says why; else EXEC's own answer.
+            let refused = replies.into_iter().chain(exec).find_map(|r| match r {
+                Value::ServerError(e) => Some(e),
+                _ => None,
+            });
+            return Err(match refused {
+                Some(e) => redis::RedisError::from(e).into(),
+                None => protocol("EXEC's replies"),
+            });
+        }
+        (Some(Value::ServerError(_)), Some(_)) if replies.len() == commands => {
             static WARNED: std::sync::atomic::AtomicBool =
                 std::sync::atomic::AtomicBool::new(false);
             if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
@@ -552,16 +564,7 @@ async fn transaction(
             }
             replies
         }
-        (Some(Value::ServerError(e)), _) | (_, Some(Value::ServerError(e))) => {
-            return Err(redis::RedisError::from(e).into());
-        }
-        _ => {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "EXEC's replies",
-            ))
-            .into());
-        }
+        _ => return Err(protocol("MULTI's replies")),
     };
     replies
         .into_iter()

@@ -1127,17 +1127,12 @@ impl<'a> Source<'a> {
         let hashes = blocks
             .add(&self.conn, self.bulk, answers, &mut values)
             .await?;
-        for (i, reply) in hashes {
-            let (Some(w), Some(v), Some(leaf)) = (&windows[i], values.get_mut(i), leaves.get(i))
-            else {
+        for (i, family, reply) in hashes {
+            let (Some(w), Some(v)) = (&windows[i], values.get_mut(i)) else {
                 continue;
             };
             let held: BTreeMap<String, String> =
                 redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
-            let family = match leaf.kind {
-                Kind::Gauge => Family::Gauge,
-                _ => Family::Counter,
-            };
             for (value, held) in v.iter_mut().zip(held_points(&held, &w.slices)) {
                 if let Some(held) = held {
                     *value = Some(value.map_or(held, |block| family.combine(held, block)));

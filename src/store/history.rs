@@ -398,7 +398,7 @@ impl<'a> Blocks<'a> {
     /// blocks exists (slices written while another retention cut them).
     ///
     /// Gives back the replies to the hashes read with their blocks ([`Asked::with_hash`]),
-    /// each with its series' `values`: a pipeline holding one is a transaction (`MULTI` …
+    /// each with its series' `values` and family: a pipeline holding one is a transaction (`MULTI` …
     /// `EXEC`, in the series' slot).
     pub async fn add(
         self,
@@ -406,7 +406,7 @@ impl<'a> Blocks<'a> {
         bulk: Option<&BulkPool>,
         answers: Option<Answers>,
         values: &mut [Vec<Option<f64>>],
-    ) -> Result<Vec<(usize, redis::Value)>, StoreError> {
+    ) -> Result<Vec<HashRead>, StoreError> {
         let mut hashes = Vec::new();
         if self.series.is_empty() {
             return Ok(hashes);
@@ -447,12 +447,13 @@ impl<'a> Blocks<'a> {
                     .collect()
             }
             None if one_pipeline => {
-                let mut pipe = redis::pipe();
                 let atomic = series.iter().any(|(a, _, _)| a.with_hash);
-                for (a, own, other) in series {
-                    crate_commands(a, a.with_hash, own, other, &mut pipe);
-                }
-                let all = transaction(&pipe, atomic, &mut conn.clone()).await?;
+                let all = transaction(atomic, &mut conn.clone(), |pipe| {
+                    for (a, own, other) in series {
+                        crate_commands(a, a.with_hash, own, other, pipe);
+                    }
+                })
+                .await?;
                 let mut all = all.into_iter();
                 series
                     .iter()
@@ -481,6 +482,10 @@ impl<'a> Blocks<'a> {
     }
 }
 
+/// A hash read with its blocks ([`Asked::with_hash`]): its series' `values`, its family and
+/// its `HGETALL`'s reply.
+pub type HashRead = (usize, Family, redis::Value);
+
 /// A series' reads for [`each_series`]: the series, its own cut's blocks or the other cut's,
 /// the other cut's (none when those are its blocks), and whether its hash is read with them.
 type Reads<'s> = (&'s Asked<'s>, &'s [BlockRead], &'s [BlockRead], bool);
@@ -493,16 +498,15 @@ async fn each_series<'s>(
     conn: &Connection,
     series: impl Iterator<Item = Reads<'s>>,
     values: &mut [Vec<Option<f64>>],
-    hashes: &mut Vec<(usize, redis::Value)>,
+    hashes: &mut Vec<HashRead>,
 ) -> Result<Vec<bool>, StoreError> {
     let mut lists: Vec<Option<&mut Vec<Option<f64>>>> = values.iter_mut().map(Some).collect();
     let calls = series.map(|(a, own, other, hash)| {
         let list = lists.get_mut(a.values).and_then(Option::take);
-        let mut pipe = redis::pipe();
-        crate_commands(a, hash, own, other, &mut pipe);
         let mut conn = conn.clone();
         async move {
-            let replies = transaction(&pipe, hash, &mut conn).await?;
+            let build = |pipe: &mut redis::Pipeline| crate_commands(a, hash, own, other, pipe);
+            let replies = transaction(hash, &mut conn, build).await?;
             let mut read = Vec::new();
             let found = take((a, own, other, hash), replies, list, &mut read);
             Ok::<_, StoreError>((found, read))
@@ -518,27 +522,27 @@ async fn each_series<'s>(
         .collect())
 }
 
-/// `pipe`'s replies, its commands sent as one transaction when `atomic` (`MULTI` … `EXEC`
-/// around them, in the one write: the redis crate's own transactions fail when `MULTI` is
-/// refused). A user refused `MULTI` (a reader made by an earlier release's ACL line) has each
-/// command answered as it comes, as before, with a warning once, as the bulk reader does.
+/// The replies to the commands `build` puts in a pipeline, sent as one transaction when
+/// `atomic` (`MULTI` … `EXEC` around them, in the one write: the redis crate's own
+/// transactions fail when `MULTI` is refused). A user refused `MULTI` (a reader made by an
+/// earlier release's ACL line) has each command answered as it comes, as before, with a
+/// warning once, as the bulk reader does.
 async fn transaction(
-    pipe: &redis::Pipeline,
     atomic: bool,
     conn: &mut Connection,
+    build: impl FnOnce(&mut redis::Pipeline),
 ) -> Result<Vec<redis::Value>, StoreError> {
     use redis::Value;
+    let mut pipe = redis::pipe();
     if !atomic {
+        build(&mut pipe);
         return Ok(pipe.query_async(conn).await?);
     }
-    let commands = pipe.cmd_iter().count();
-    let mut wrapped = redis::pipe();
-    wrapped.ignore_errors().cmd("MULTI");
-    for command in pipe.cmd_iter() {
-        wrapped.add_command(command.clone());
-    }
-    wrapped.cmd("EXEC");
-    let mut replies: Vec<Value> = wrapped.query_async(conn).await?;
+    pipe.ignore_errors().cmd("MULTI");
+    build(&mut pipe);
+    let commands = pipe.cmd_iter().count() - 1;
+    pipe.cmd("EXEC");
+    let mut replies: Vec<Value> = pipe.query_async(conn).await?;
     // `+OK`, a `+QUEUED` a command (or the error that refused it), then EXEC's array of their
     // replies; or, MULTI refused, its error, each command's reply, and EXEC's error.
     let exec = replies.pop();
@@ -609,11 +613,11 @@ fn take(
     (a, own, other, hash): Reads,
     replies: Vec<redis::Value>,
     values: Option<&mut Vec<Option<f64>>>,
-    hashes: &mut Vec<(usize, redis::Value)>,
+    hashes: &mut Vec<HashRead>,
 ) -> bool {
     let mut replies = replies.into_iter();
     if hash && let Some(reply) = replies.next() {
-        hashes.push((a.values, reply));
+        hashes.push((a.values, a.family, reply));
     }
     let replies: Vec<redis::Value> = replies.collect();
     let bytes: Vec<&[u8]> = replies

@@ -243,7 +243,7 @@ impl Reader {
             .zip(values)
             .filter_map(|(s, v)| Some((*s as u64, v?)))
             .collect();
-        Ok((hash.into_iter().next().map(|(_, reply)| reply), older))
+        Ok((hash.into_iter().next().map(|(_, _, reply)| reply), older))
     }
 
     /// The book's `get_stats` for the current hour; `None` when there are none.
